@@ -1,0 +1,389 @@
+#include "vortex/tensor.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "core/dtype.h"
+
+namespace vortex {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kBF16: return 2;
+    case DType::kF16: return 2;
+    case DType::kF8E4M3: return 1;
+    case DType::kF8E5M2: return 1;
+    case DType::kE2M1x2: return 1;
+    case DType::kI8: return 1;
+    case DType::kU8: return 1;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kBool: return 1;
+    case DType::kF64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "F32";
+    case DType::kBF16: return "BF16";
+    case DType::kF16: return "F16";
+    case DType::kF8E4M3: return "F8_E4M3";
+    case DType::kF8E5M2: return "F8_E5M2";
+    case DType::kE2M1x2: return "F4_E2M1X2";
+    case DType::kI8: return "I8";
+    case DType::kU8: return "U8";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+    case DType::kBool: return "BOOL";
+    case DType::kF64: return "F64";
+  }
+  return "?";
+}
+
+Result<DType> dtype_from_name(const std::string& name) {
+  static const DType kAll[] = {DType::kF32,  DType::kBF16, DType::kF16, DType::kF8E4M3,
+                               DType::kF8E5M2, DType::kE2M1x2, DType::kI8, DType::kU8,
+                               DType::kI32, DType::kI64, DType::kBool, DType::kF64};
+  for (DType d : kAll) {
+    if (name == dtype_name(d)) return d;
+  }
+  return invalid_argument("unknown dtype '" + name + "'");
+}
+
+bool dtype_is_float(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: case DType::kBF16: case DType::kF16: case DType::kF8E4M3:
+    case DType::kF8E5M2: case DType::kE2M1x2: case DType::kF64:
+      return true;
+    default:
+      return false;
+  }
+}
+
+const char* device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
+// ---- Shape ---------------------------------------------------------------------------------------
+
+Shape::Shape(std::initializer_list<int64_t> dims) {
+  for (int64_t d : dims) push_back(d);
+}
+
+Shape::Shape(const std::vector<int64_t>& dims) {
+  for (int64_t d : dims) push_back(d);
+}
+
+int64_t Shape::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank_; ++i) n *= dims_[i];
+  return n;
+}
+
+bool Shape::operator==(const Shape& other) const {
+  return rank_ == other.rank_ && std::equal(begin(), end(), other.begin());
+}
+
+std::string Shape::to_string() const {
+  std::ostringstream out;
+  out << '[';
+  for (int i = 0; i < rank_; ++i) out << (i ? ", " : "") << dims_[i];
+  out << ']';
+  return out.str();
+}
+
+Shape contiguous_strides(const Shape& shape) {
+  Shape strides = shape;
+  int64_t stride = 1;
+  for (int i = shape.rank() - 1; i >= 0; --i) {
+    strides[i] = stride;
+    stride *= shape[i];
+  }
+  return strides;
+}
+
+static bool strides_are_contiguous(const Shape& shape, const Shape& strides) {
+  int64_t expected = 1;
+  for (int i = shape.rank() - 1; i >= 0; --i) {
+    if (shape[i] != 1 && strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+bool TensorView::is_contiguous() const { return strides_are_contiguous(shape, strides); }
+
+// ---- Tensor --------------------------------------------------------------------------------------
+
+static std::shared_ptr<Storage> allocate_host(size_t bytes) {
+  auto storage = std::make_shared<Storage>();
+  size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, rounded);
+  storage->data = p;
+  storage->bytes = bytes;
+  storage->device = Device::kCpu;
+  storage->keeper = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  return storage;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
+  Tensor t;
+  t.storage_ = allocate_host(static_cast<size_t>(shape.numel()) * dtype_size(dtype));
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype) {
+  Tensor t = empty(shape, dtype);
+  std::memset(t.data(), 0, t.nbytes());
+  return t;
+}
+
+Tensor Tensor::from_storage(std::shared_ptr<Storage> storage, const Shape& shape, DType dtype,
+                            int64_t offset) {
+  Tensor t;
+  t.storage_ = std::move(storage);
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  t.offset_ = offset;
+  return t;
+}
+
+Tensor Tensor::from_f32(const std::vector<float>& values, const Shape& shape) {
+  Tensor t = empty(shape, DType::kF32);
+  std::memcpy(t.data(), values.data(), std::min(values.size() * 4, t.nbytes()));
+  return t;
+}
+
+Tensor Tensor::from_i64(const std::vector<int64_t>& values, const Shape& shape) {
+  Tensor t = empty(shape, DType::kI64);
+  std::memcpy(t.data(), values.data(), std::min(values.size() * 8, t.nbytes()));
+  return t;
+}
+
+bool Tensor::is_contiguous() const { return strides_are_contiguous(shape_, strides_); }
+
+void* Tensor::data() const {
+  if (!storage_) return nullptr;
+  return static_cast<char*>(storage_->data) + offset_ * static_cast<int64_t>(dtype_size(dtype_));
+}
+
+TensorView Tensor::view() const {
+  TensorView v;
+  v.data = data();
+  v.dtype = dtype_;
+  v.device = device();
+  v.shape = shape_;
+  v.strides = strides_;
+  return v;
+}
+
+static Status check_dim(const Tensor& t, int& dim, const char* op) {
+  if (dim < 0) dim += t.rank();
+  if (dim < 0 || dim >= t.rank()) {
+    return invalid_argument(std::string(op) + ": dim out of range for " + t.describe());
+  }
+  return ok_status();
+}
+
+Result<Tensor> Tensor::slice(int dim, int64_t start, int64_t end) const {
+  VORTEX_RETURN_IF_ERROR(check_dim(*this, dim, "slice"));
+  if (start < 0 || end < start || end > shape_[dim]) {
+    return invalid_argument("slice [" + std::to_string(start) + ", " + std::to_string(end) +
+                            ") out of range for dim " + std::to_string(dim) + " of " + describe());
+  }
+  Tensor t = *this;
+  t.offset_ += start * strides_[dim];
+  t.shape_[dim] = end - start;
+  return t;
+}
+
+Result<Tensor> Tensor::select(int dim, int64_t index) const {
+  VORTEX_RETURN_IF_ERROR(check_dim(*this, dim, "select"));
+  if (index < 0 || index >= shape_[dim]) {
+    return invalid_argument("select index " + std::to_string(index) + " out of range for " + describe());
+  }
+  Tensor t = *this;
+  t.offset_ += index * strides_[dim];
+  Shape shape, strides;
+  for (int i = 0; i < rank(); ++i) {
+    if (i == dim) continue;
+    shape.push_back(shape_[i]);
+    strides.push_back(strides_[i]);
+  }
+  t.shape_ = shape;
+  t.strides_ = strides;
+  return t;
+}
+
+Result<Tensor> Tensor::reshape(const Shape& shape) const {
+  if (shape.numel() != numel()) {
+    return invalid_argument("reshape " + describe() + " to " + shape.to_string() + ": element count differs");
+  }
+  if (!is_contiguous()) return invalid_argument("reshape of non-contiguous " + describe());
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.strides_ = contiguous_strides(shape);
+  return t;
+}
+
+Result<Tensor> Tensor::permute(const std::vector<int>& order) const {
+  if (static_cast<int>(order.size()) != rank()) {
+    return invalid_argument("permute: order has " + std::to_string(order.size()) + " entries for " + describe());
+  }
+  std::vector<bool> seen(rank(), false);
+  Tensor t = *this;
+  Shape shape, strides;
+  for (int d : order) {
+    if (d < 0 || d >= rank() || seen[d]) return invalid_argument("permute: bad order for " + describe());
+    seen[d] = true;
+    shape.push_back(shape_[d]);
+    strides.push_back(strides_[d]);
+  }
+  t.shape_ = shape;
+  t.strides_ = strides;
+  return t;
+}
+
+Result<Tensor> Tensor::transpose(int dim0, int dim1) const {
+  VORTEX_RETURN_IF_ERROR(check_dim(*this, dim0, "transpose"));
+  VORTEX_RETURN_IF_ERROR(check_dim(*this, dim1, "transpose"));
+  std::vector<int> order(rank());
+  for (int i = 0; i < rank(); ++i) order[i] = i;
+  std::swap(order[dim0], order[dim1]);
+  return permute(order);
+}
+
+// Calls fn(logical_index, element_offset) for every element in row-major logical order.
+template <class Fn>
+static void for_each_offset(const Shape& shape, const Shape& strides, Fn fn) {
+  const int rank = shape.rank();
+  const int64_t n = shape.numel();
+  if (n == 0) return;
+  std::array<int64_t, kMaxDims> index{};
+  int64_t offset = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    fn(i, offset);
+    for (int d = rank - 1; d >= 0; --d) {
+      if (++index[d] < shape[d]) {
+        offset += strides[d];
+        break;
+      }
+      offset -= (shape[d] - 1) * strides[d];
+      index[d] = 0;
+    }
+  }
+}
+
+Tensor Tensor::contiguous_copy() const {
+  Tensor out = empty(shape_, dtype_);
+  const size_t esize = dtype_size(dtype_);
+  if (is_contiguous()) {
+    std::memcpy(out.data(), data(), nbytes());
+    return out;
+  }
+  const char* src = static_cast<const char*>(data());
+  char* dst = static_cast<char*>(out.data());
+  for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) {
+    std::memcpy(dst + i * esize, src + off * static_cast<int64_t>(esize), esize);
+  });
+  return out;
+}
+
+Tensor Tensor::contiguous() const { return is_contiguous() ? *this : contiguous_copy(); }
+
+static double load_as_double(const void* p, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return *static_cast<const float*>(p);
+    case DType::kBF16: return bf16_bits_to_f32(*static_cast<const uint16_t*>(p));
+    case DType::kF16: return f16_bits_to_f32(*static_cast<const uint16_t*>(p));
+    case DType::kF8E4M3: return e4m3_bits_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::kF8E5M2: return e5m2_bits_to_f32(*static_cast<const uint8_t*>(p));
+    case DType::kE2M1x2: return e2m1_code_to_f32(*static_cast<const uint8_t*>(p) & 0xF);
+    case DType::kI8: return *static_cast<const int8_t*>(p);
+    case DType::kU8: return *static_cast<const uint8_t*>(p);
+    case DType::kI32: return *static_cast<const int32_t*>(p);
+    case DType::kI64: return static_cast<double>(*static_cast<const int64_t*>(p));
+    case DType::kBool: return *static_cast<const uint8_t*>(p) ? 1.0 : 0.0;
+    case DType::kF64: return *static_cast<const double*>(p);
+  }
+  return 0.0;
+}
+
+// Stores v with the rounding rules of DESIGN section 3. Floats narrower than f32 round from the
+// f32 value (the only path the runtime uses); f64 -> f32 rounds once, as the C++ cast does.
+static void store_from_double(void* p, DType dtype, double v) {
+  const float f = static_cast<float>(v);
+  switch (dtype) {
+    case DType::kF32: *static_cast<float*>(p) = f; break;
+    case DType::kBF16: *static_cast<uint16_t*>(p) = f32_to_bf16_bits(f); break;
+    case DType::kF16: *static_cast<uint16_t*>(p) = f32_to_f16_bits(f); break;
+    case DType::kF8E4M3: *static_cast<uint8_t*>(p) = f32_to_e4m3_bits(f); break;
+    case DType::kF8E5M2: *static_cast<uint8_t*>(p) = f32_to_e5m2_bits(f); break;
+    case DType::kE2M1x2: *static_cast<uint8_t*>(p) = f32_to_e2m1_code(f); break;
+    case DType::kI8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
+    case DType::kU8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
+    case DType::kI32: *static_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+    case DType::kI64: *static_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
+    case DType::kBool: *static_cast<uint8_t*>(p) = v != 0.0; break;
+    case DType::kF64: *static_cast<double*>(p) = v; break;
+  }
+}
+
+Status copy_into(const Tensor& src, const Tensor& dst) {
+  if (src.shape() != dst.shape()) {
+    return invalid_argument("copy " + src.describe() + " into " + dst.describe() + ": shapes differ");
+  }
+  if (src.device() != Device::kCpu || dst.device() != Device::kCpu) {
+    return invalid_argument("copy_into works on host tensors only");
+  }
+  if (src.dtype() == DType::kE2M1x2 || dst.dtype() == DType::kE2M1x2) {
+    if (src.dtype() != dst.dtype()) return unimplemented("e2m1x2 conversion needs the packing helpers");
+  }
+  const char* s = static_cast<const char*>(src.data());
+  char* d = static_cast<char*>(dst.data());
+  const int64_t ss = static_cast<int64_t>(dtype_size(src.dtype()));
+  const int64_t ds = static_cast<int64_t>(dtype_size(dst.dtype()));
+  // Walk both tensors in logical order; the destination offsets come from a second walk.
+  std::vector<int64_t> dst_offsets(static_cast<size_t>(dst.numel()));
+  for_each_offset(dst.shape(), dst.strides(), [&](int64_t i, int64_t off) { dst_offsets[i] = off; });
+  const bool same = src.dtype() == dst.dtype();
+  for_each_offset(src.shape(), src.strides(), [&](int64_t i, int64_t off) {
+    if (same) {
+      std::memcpy(d + dst_offsets[i] * ds, s + off * ss, ss);
+    } else {
+      store_from_double(d + dst_offsets[i] * ds, dst.dtype(), load_as_double(s + off * ss, src.dtype()));
+    }
+  });
+  return ok_status();
+}
+
+Result<Tensor> Tensor::to(DType dtype) const {
+  Tensor out = empty(shape_, dtype);
+  VORTEX_RETURN_IF_ERROR(copy_into(*this, out));
+  return out;
+}
+
+double element_as_double(const Tensor& t, int64_t logical_index) {
+  int64_t off = 0, rem = logical_index;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    off += (rem % t.shape()[d]) * t.strides()[d];
+    rem /= t.shape()[d];
+  }
+  const char* p = static_cast<const char*>(t.data()) + off * static_cast<int64_t>(dtype_size(t.dtype()));
+  return load_as_double(p, t.dtype());
+}
+
+std::string Tensor::describe() const {
+  std::string name = dtype_name(dtype_);
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+  return name + shape_.to_string();
+}
+
+}  // namespace vortex
