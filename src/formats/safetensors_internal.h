@@ -1,0 +1,26 @@
+// Helpers shared by the safetensors reader, writer and sharded-checkpoint code (not public API).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::safetensors_detail {
+
+// 'name' for an error message: non-printable bytes escaped as \xNN and long names shortened, so
+// that a hostile header can neither break the one-line message rule nor make it megabytes long.
+std::string quote(const std::string& name);
+
+// An nlohmann exception's what() without its "[json.exception.parse_error.101] " tag, made safe
+// for a one-line message.
+std::string json_error_text(const char* what);
+
+// What the writer needs of its input, checked before any file is created: defined host tensors,
+// names unique and not the reserved "__metadata__". `where` prefixes the messages.
+Status check_writable(const std::string& where,
+                      const std::vector<std::pair<std::string, Tensor>>& tensors);
+
+}  // namespace vortex::safetensors_detail

@@ -1,0 +1,204 @@
+#include "models/h3/layout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace vortex::h3 {
+
+namespace {
+
+// Rotary-time constants of the reference pipeline: one latent frame spans 5/3 x (1, 4, 4, 4, 4)
+// rotary units, mirroring the VAE's 17-frames-to-5-latents grouping; spatial axes are normalised
+// by the square root of the latent area and scaled by 32.
+constexpr double kFrameRescale = 5.0 / 3.0;
+constexpr int kFramesPerLatent[5] = {1, 4, 4, 4, 4};
+constexpr double kSpatialScale = 32.0;
+
+// numpy.linspace(left, left + ratio, n, endpoint=False) * 32, bit for bit: numpy computes
+// step = (stop - start) / n, then i * step + start.
+std::vector<double> spatial_grid(int dim, int patch, double sqrt_area) {
+  const double ratio = static_cast<double>(dim) / sqrt_area;
+  const double left = (1.0 - ratio) / 2.0;
+  const double stop = left + ratio;
+  const int n = dim / patch;
+  const double step = (stop - left) / n;
+  std::vector<double> grid(n);
+  for (int i = 0; i < n; ++i) grid[i] = (static_cast<double>(i) * step + left) * kSpatialScale;
+  return grid;
+}
+
+// origin + [0, cumsum(spans[:-1])], summed sequentially in float64 as torch.cumsum does.
+std::vector<double> temporal_grid(int latent_frames, double origin) {
+  std::vector<double> times(latent_frames);
+  double sum = 0.0;
+  for (int f = 0; f < latent_frames; ++f) {
+    times[f] = origin + sum;
+    sum += kFrameRescale * kFramesPerLatent[f % 5];
+  }
+  return times;
+}
+
+}  // namespace
+
+Result<LatentGeometry> resolve_geometry(const VideoGeometry& video, const H3Config& config) {
+  const int multiple = kVaeSpatialRatio * config.patch_size[2];
+  const int multiple_h = kVaeSpatialRatio * config.patch_size[1];
+  if (video.height <= 0 || video.height % multiple_h != 0) {
+    return invalid_argument("height " + std::to_string(video.height) + " must be a positive multiple of " +
+                            std::to_string(multiple_h));
+  }
+  if (video.width <= 0 || video.width % multiple != 0) {
+    return invalid_argument("width " + std::to_string(video.width) + " must be a positive multiple of " +
+                            std::to_string(multiple));
+  }
+  if (video.num_frames < kVaeLatentsPerChunk || video.num_frames % kVaeFramesPerChunk != kVaeLatentsPerChunk) {
+    int next = std::max(video.num_frames, kVaeLatentsPerChunk);
+    while (next % kVaeFramesPerChunk != kVaeLatentsPerChunk) ++next;
+    return invalid_argument("frames " + std::to_string(video.num_frames) +
+                            " must be of the form 17n + 5 (the video VAE's chunking); nearest above: " +
+                            std::to_string(next));
+  }
+  LatentGeometry g;
+  g.latent_frames = (video.num_frames - kVaeLatentsPerChunk) / kVaeFramesPerChunk * kVaeLatentsPerChunk + 2;
+  g.latent_height = video.height / kVaeSpatialRatio;
+  g.latent_width = video.width / kVaeSpatialRatio;
+  // round(frames / fps * 40) in float64, rounding half to even like Python's round().
+  g.audio_latents = static_cast<int>(std::nearbyint(static_cast<double>(video.num_frames) / kFps *
+                                                    kAudioLatentsPerSecond));
+  if (g.latent_frames % config.patch_size[0] != 0) {
+    return invalid_argument("latent frames " + std::to_string(g.latent_frames) + " not divisible by patch_size[0]");
+  }
+  return g;
+}
+
+Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& g, const H3Config& config) {
+  const int ph = config.patch_size[1], pw = config.patch_size[2], pt = config.patch_size[0];
+  if (num_text < 0) return invalid_argument("number of text rows must be >= 0");
+  if (g.latent_height % ph != 0 || g.latent_width % pw != 0 || g.latent_frames % pt != 0) {
+    return invalid_argument("latent geometry " + std::to_string(g.latent_frames) + "x" +
+                            std::to_string(g.latent_height) + "x" + std::to_string(g.latent_width) +
+                            " is not divisible by the patch size");
+  }
+  const int rows_h = g.latent_height / ph, rows_w = g.latent_width / pw;
+  const int64_t rows_per_frame = static_cast<int64_t>(rows_h) * rows_w;
+  const int frames = g.latent_frames / pt;
+
+  PackedLayout layout;
+  layout.num_text = num_text;
+  layout.num_audio = static_cast<int64_t>(g.audio_latents) * kAudioChannels;
+  layout.num_video = frames * rows_per_frame;
+  layout.num_rows = layout.num_text + layout.num_audio + layout.num_video;
+  layout.positions.assign(static_cast<size_t>(layout.num_rows) * 3, 0.0);
+  layout.tags.assign(static_cast<size_t>(layout.num_rows), kTextTag);
+
+  const int64_t audio_start = num_text;
+  const int64_t video_start = audio_start + layout.num_audio;
+  auto pos = [&](int64_t row, int axis) -> double& { return layout.positions[row * 3 + axis]; };
+
+  // Text rows sit on the time axis at their row index; media continue the clock from there.
+  for (int64_t i = 0; i < num_text; ++i) {
+    pos(i, 0) = static_cast<double>(i);
+    layout.text_indices.push_back(i);
+  }
+
+  const double sqrt_area = std::sqrt(static_cast<double>(g.latent_height) * g.latent_width);
+  const std::vector<double> h_grid = spatial_grid(g.latent_height, ph, sqrt_area);
+  const std::vector<double> w_grid = spatial_grid(g.latent_width, pw, sqrt_area);
+
+  // Audio: channel-major blocks, one rotary unit per latent (40/s = 24 fps x 5/3), no height,
+  // width pinned to the two extremes of the video's width grid (left channel, right channel).
+  const double origin = static_cast<double>(num_text);
+  for (int64_t r = 0; r < layout.num_audio; ++r) {
+    const int64_t row = audio_start + r;
+    const int64_t channel = r / g.audio_latents;
+    pos(row, 0) = origin + static_cast<double>(r % g.audio_latents);
+    pos(row, 2) = channel == 0 ? w_grid.front() : w_grid.back();
+    layout.tags[row] = kAudioTag;
+    layout.audio_indices.push_back(row);
+  }
+
+  const std::vector<double> times = temporal_grid(frames, origin);
+  for (int f = 0; f < frames; ++f) {
+    for (int y = 0; y < rows_h; ++y) {
+      for (int x = 0; x < rows_w; ++x) {
+        const int64_t row = video_start + f * rows_per_frame + static_cast<int64_t>(y) * rows_w + x;
+        pos(row, 0) = times[f];
+        pos(row, 1) = h_grid[y];
+        pos(row, 2) = w_grid[x];
+        layout.tags[row] = kVideoTag;
+        layout.video_indices.push_back(row);
+      }
+    }
+  }
+  return layout;
+}
+
+RowTimesteps assign_row_timesteps(const PackedLayout& layout, float video_timestep, float audio_timestep) {
+  RowTimesteps out;
+  out.timesteps = {video_timestep};
+  if (layout.num_audio > 0 && audio_timestep != video_timestep) out.timesteps.push_back(audio_timestep);
+  std::sort(out.timesteps.begin(), out.timesteps.end());
+  const int32_t video_slot = video_timestep == out.timesteps[0] ? 0 : 1;
+  const int32_t audio_slot = audio_timestep == out.timesteps[0] ? 0 : 1;
+  out.row_index.assign(static_cast<size_t>(layout.num_rows), video_slot);
+  for (int64_t row : layout.audio_indices) out.row_index[row] = audio_slot;
+  return out;
+}
+
+Result<Tensor> patchify_video(const Tensor& latents, const H3Config& config) {
+  if (latents.rank() != 4 || latents.size(0) != config.in_channels) {
+    return invalid_argument("video latents must be [" + std::to_string(config.in_channels) +
+                            ", frames, height, width], got " + latents.describe());
+  }
+  const int64_t C = latents.size(0), F = latents.size(1), H = latents.size(2), W = latents.size(3);
+  const int pt = config.patch_size[0], ph = config.patch_size[1], pw = config.patch_size[2];
+  if (F % pt || H % ph || W % pw) {
+    return invalid_argument("video latents " + latents.describe() + " are not divisible by the patch size");
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor src, latents.to(DType::kF32));
+  const float* in = src.data_as<float>();
+  const int64_t rows = (F / pt) * (H / ph) * (W / pw), width = C * pt * ph * pw;
+  Tensor out = Tensor::empty({rows, width}, DType::kF32);
+  float* o = out.data_as<float>();
+  int64_t r = 0;
+  for (int64_t f = 0; f < F / pt; ++f)
+    for (int64_t y = 0; y < H / ph; ++y)
+      for (int64_t x = 0; x < W / pw; ++x, ++r) {
+        int64_t col = 0;
+        for (int64_t c = 0; c < C; ++c)
+          for (int a = 0; a < pt; ++a)
+            for (int b = 0; b < ph; ++b)
+              for (int d = 0; d < pw; ++d, ++col)
+                o[r * width + col] = in[((c * F + f * pt + a) * H + y * ph + b) * W + x * pw + d];
+      }
+  return out;
+}
+
+Result<Tensor> unpatchify_video(const Tensor& rows, const LatentGeometry& g, const H3Config& config) {
+  const int pt = config.patch_size[0], ph = config.patch_size[1], pw = config.patch_size[2];
+  const int64_t C = config.in_channels, F = g.latent_frames, H = g.latent_height, W = g.latent_width;
+  const int64_t n = (F / pt) * (H / ph) * (W / pw), width = C * pt * ph * pw;
+  if (rows.rank() != 2 || rows.size(0) != n || rows.size(1) != width) {
+    return invalid_argument("video rows must be [" + std::to_string(n) + ", " + std::to_string(width) + "], got " +
+                            rows.describe());
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor src, rows.to(DType::kF32));
+  const float* in = src.data_as<float>();
+  Tensor out = Tensor::empty({C, F, H, W}, DType::kF32);
+  float* o = out.data_as<float>();
+  int64_t r = 0;
+  for (int64_t f = 0; f < F / pt; ++f)
+    for (int64_t y = 0; y < H / ph; ++y)
+      for (int64_t x = 0; x < W / pw; ++x, ++r) {
+        int64_t col = 0;
+        for (int64_t c = 0; c < C; ++c)
+          for (int a = 0; a < pt; ++a)
+            for (int b = 0; b < ph; ++b)
+              for (int d = 0; d < pw; ++d, ++col)
+                o[((c * F + f * pt + a) * H + y * ph + b) * W + x * pw + d] = in[r * width + col];
+      }
+  return out;
+}
+
+}  // namespace vortex::h3

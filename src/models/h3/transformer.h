@@ -1,0 +1,89 @@
+// The MiniMax-H3 transformer on the CPU backend: the reference definition of its numerical
+// program (DESIGN sections 1 and 3).
+//
+// A request is prepared once (RoPE tables from the layout, the refined text stream, which does
+// not depend on the timestep) and then evaluated once per sampling step. Activations live in the
+// model dtype (F32 or BF16) and are rounded exactly where the reference materialises a tensor;
+// the time MLP, the patch projections and the output heads stay fp32.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cpu/gemm.h"
+#include "models/h3/layout.h"
+#include "models/h3/weights.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::h3 {
+
+// Receives named intermediates during a forward (tests, debugging). Names: "temb", "rope_cos",
+// "rope_sin", "refiner_out", "block_0_in", "block_<i>_out", "norm_out", "video_out", "audio_out".
+using ForwardObserver = std::function<void(const std::string& name, const Tensor& value)>;
+
+// What stays fixed across the steps of one request.
+struct PreparedRequest {
+  const PackedLayout* layout = nullptr;
+  Tensor rope_cos, rope_sin;  // [N, rotary] F32
+  Tensor text_tokens;         // [Nt, C] model dtype: context_embedder + refiner + final norm
+};
+
+struct StepInputs {
+  Tensor video_rows;  // [Nv, patch_dim] F32, packed order of layout.video_indices
+  Tensor audio_rows;  // [Na, audio_in_channels] F32
+  RowTimesteps timesteps;
+};
+
+struct StepOutputs {
+  Tensor video_velocity;  // [Nv, patch_dim] F32
+  Tensor audio_velocity;  // [Na, audio_in_channels] F32
+};
+
+class H3Transformer {
+ public:
+  // Takes the weights and prepares them for the CPU GEMM (an fp32 copy of each bf16 matrix).
+  static Result<std::unique_ptr<H3Transformer>> create(H3Weights weights);
+
+  const H3Config& config() const { return weights_.config; }
+  DType dtype() const { return weights_.dtype; }
+
+  // text_states: [Nt, text_dim] F32 or BF16, finite. Checks the layout against the config.
+  Result<PreparedRequest> prepare(const PackedLayout& layout, const Tensor& text_states,
+                                  const ForwardObserver* observer = nullptr) const;
+  Result<StepOutputs> forward(const PreparedRequest& request, const StepInputs& inputs,
+                              const ForwardObserver* observer = nullptr) const;
+
+  // Pieces, exposed for tests.
+  Result<Tensor> time_embedding(const std::vector<float>& timesteps) const;  // [T, TE] F32
+  void rope_tables(const std::vector<double>& positions, Tensor& cos, Tensor& sin) const;
+
+ private:
+  struct Linear {
+    cpu::PackedWeight weight;
+    Tensor bias;
+  };
+  struct Block {
+    Tensor norm1, norm2, norm_q, norm_k;
+    Linear qkv, out, fc1, fc2, adaln;
+  };
+
+  explicit H3Transformer(H3Weights weights) : weights_(std::move(weights)) {}
+  Status pack();
+  Status linear(const Linear& l, const Tensor& x, const Tensor& y) const;
+  Status attention_half(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin,
+                        const Tensor& out) const;
+  Status feed_forward(const Block& b, const Tensor& h, const Tensor& out) const;
+  Status refiner_block(const Block& b, Tensor& x) const;
+  Status transformer_block(const Block& b, Tensor& x, const Tensor& silu_temb, const std::vector<int32_t>& rows,
+                           const PreparedRequest& request) const;
+
+  H3Weights weights_;
+  Linear proj_in_, audio_proj_in_, context_embedder_, time_linear_1_, time_linear_2_;
+  Linear norm_out_linear_, proj_out_, audio_proj_out_;
+  std::vector<Block> refiner_, blocks_;
+};
+
+}  // namespace vortex::h3

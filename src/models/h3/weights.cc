@@ -1,0 +1,365 @@
+#include "models/h3/weights.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unordered_map>
+
+#include <nlohmann/json.hpp>
+
+namespace vortex::h3 {
+
+namespace fs = std::filesystem;
+
+const char* layout_name(CheckpointLayout layout) {
+  return layout == CheckpointLayout::kDiffusers ? "diffusers" : "original";
+}
+
+namespace {
+
+bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
+bool ends_with(const std::string& s, const std::string& p) {
+  return s.size() >= p.size() && s.compare(s.size() - p.size(), p.size(), p) == 0;
+}
+void replace_once(std::string& s, const std::string& from, const std::string& to) {
+  if (auto pos = s.find(from); pos != std::string::npos) s.replace(pos, from.size(), to);
+}
+
+// Top-level renames between the layouts (original prefix, diffusers prefix).
+const std::vector<std::pair<std::string, std::string>>& top_level_renames() {
+  static const std::vector<std::pair<std::string, std::string>> kRenames = {
+      {"video_patch_proj.", "proj_in."},
+      {"audio_patch_proj.", "audio_proj_in."},
+      {"condition_proj.", "context_embedder."},
+      {"time_embedder.proj_in.", "time_embedder.linear_1."},
+      {"time_embedder.proj_out.", "time_embedder.linear_2."},
+      {"final_layer.norm.", "norm_out.norm."},
+      {"final_layer.adaln_proj.linear.", "norm_out.linear."},
+      {"final_layer.video_out.", "proj_out."},
+      {"final_layer.audio_out.", "audio_proj_out."},
+  };
+  return kRenames;
+}
+
+// Inside a block (both directions are plain string swaps).
+const std::vector<std::pair<std::string, std::string>>& block_renames() {
+  static const std::vector<std::pair<std::string, std::string>> kRenames = {
+      {".attn.q_norm.", ".attn.norm_q."},
+      {".attn.k_norm.", ".attn.norm_k."},
+      {".attn.out_proj.", ".attn.to_out.0."},
+      {".mlp.fc2.", ".ff.net.2."},
+  };
+  return kRenames;
+}
+
+std::string original_name_to_diffusers(std::string name) {
+  if (starts_with(name, "token_refiner.blocks.")) {
+    name = "token_refiner.refiner_blocks." + name.substr(std::strlen("token_refiner.blocks."));
+  } else if (starts_with(name, "blocks.")) {
+    name = "transformer_blocks." + name.substr(std::strlen("blocks."));
+  } else {
+    for (const auto& [orig, diff] : top_level_renames()) {
+      if (starts_with(name, orig)) return diff + name.substr(orig.size());
+    }
+    return name;
+  }
+  for (const auto& [orig, diff] : block_renames()) replace_once(name, orig, diff);
+  return name;
+}
+
+std::string diffusers_name_to_original(std::string name) {
+  if (starts_with(name, "token_refiner.refiner_blocks.")) {
+    name = "token_refiner.blocks." + name.substr(std::strlen("token_refiner.refiner_blocks."));
+  } else if (starts_with(name, "transformer_blocks.")) {
+    name = "blocks." + name.substr(std::strlen("transformer_blocks."));
+  } else {
+    for (const auto& [orig, diff] : top_level_renames()) {
+      if (starts_with(name, diff)) return orig + name.substr(diff.size());
+    }
+    return name;
+  }
+  for (const auto& [orig, diff] : block_renames()) replace_once(name, diff, orig);
+  return name;
+}
+
+// Row-block copy: out rows [dst_row, dst_row + count) = in rows [src_row, ...), any dtype.
+void copy_rows(const Tensor& in, int64_t src_row, Tensor& out, int64_t dst_row, int64_t count) {
+  const size_t row_bytes = static_cast<size_t>(in.numel() / in.size(0)) * dtype_size(in.dtype());
+  std::memcpy(static_cast<char*>(out.data()) + dst_row * row_bytes,
+              static_cast<const char*>(in.data()) + src_row * row_bytes, count * row_bytes);
+}
+
+Tensor new_like_rows(const Tensor& like, int64_t rows) {
+  Shape shape = like.shape();
+  shape[0] = rows;
+  return Tensor::empty(shape, like.dtype());
+}
+
+Status expect_rows(const std::string& name, const Tensor& t, int64_t rows) {
+  if (t.rank() != 2 || t.size(0) != rows) {
+    return invalid_argument("tensor '" + name + "': shape " + t.shape().to_string() + " but the config expects " +
+                            std::to_string(rows) + " rows");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<CheckpointLayout> detect_layout(const std::vector<std::string>& names) {
+  bool original = false, diffusers = false;
+  for (const auto& n : names) {
+    if (starts_with(n, "blocks.") || starts_with(n, "video_patch_proj.") || starts_with(n, "final_layer.") ||
+        starts_with(n, "token_refiner.blocks.") || n == "rope.inv_freq") {
+      original = true;
+    } else if (starts_with(n, "transformer_blocks.") || starts_with(n, "proj_in.") || starts_with(n, "norm_out.") ||
+               starts_with(n, "token_refiner.refiner_blocks.")) {
+      diffusers = true;
+    }
+  }
+  if (original && diffusers) return invalid_argument("checkpoint mixes original and diffusers tensor names");
+  if (!original && !diffusers) return invalid_argument("checkpoint holds no MiniMax-H3 transformer tensors");
+  return original ? CheckpointLayout::kOriginal : CheckpointLayout::kDiffusers;
+}
+
+bool is_fp32_island(const std::string& name) {
+  return starts_with(name, "proj_in.") || starts_with(name, "audio_proj_in.") || starts_with(name, "time_embedder.") ||
+         starts_with(name, "proj_out.") || starts_with(name, "audio_proj_out.");
+}
+
+std::vector<TensorSpec> diffusers_schema(const H3Config& c) {
+  const int64_t C = c.hidden_size, inner = c.inner_dim(), D = c.attention_head_dim, F = c.ffn_dim;
+  const int64_t TE = c.time_embed_dim, TH = c.time_embed_hidden_dim, P = c.video_patch_dim();
+  std::vector<TensorSpec> s;
+  auto add = [&](const std::string& name, Shape shape) { s.push_back({name, shape, is_fp32_island(name)}); };
+  add("proj_in.weight", {C, P});
+  add("proj_in.bias", {C});
+  add("audio_proj_in.weight", {C, c.audio_in_channels});
+  add("audio_proj_in.bias", {C});
+  add("context_embedder.weight", {C, c.text_dim});
+  add("context_embedder.bias", {C});
+  add("time_embedder.linear_1.weight", {TH, c.freq_dim});
+  add("time_embedder.linear_1.bias", {TH});
+  add("time_embedder.linear_2.weight", {TE, TH});
+  add("time_embedder.linear_2.bias", {TE});
+  auto add_block = [&](const std::string& p, bool adaln) {
+    add(p + ".norm1.weight", {C});
+    add(p + ".attn.to_q.weight", {inner, C});
+    add(p + ".attn.to_k.weight", {inner, C});
+    add(p + ".attn.to_v.weight", {inner, C});
+    add(p + ".attn.norm_q.weight", {D});
+    add(p + ".attn.norm_k.weight", {D});
+    add(p + ".attn.to_out.0.weight", {C, inner});
+    add(p + ".norm2.weight", {C});
+    add(p + ".ff.net.0.proj.weight", {2 * F, C});
+    add(p + ".ff.net.2.weight", {C, F});
+    if (adaln) {
+      add(p + ".adaln_proj.linear.weight", {6 * kNumModalities * C, TE});
+      add(p + ".adaln_proj.linear.bias", {6 * kNumModalities * C});
+    }
+  };
+  for (int i = 0; i < c.num_refiner_layers; ++i) add_block("token_refiner.refiner_blocks." + std::to_string(i), false);
+  add("token_refiner.final_norm.weight", {C});
+  for (int i = 0; i < c.num_layers; ++i) add_block("transformer_blocks." + std::to_string(i), true);
+  add("norm_out.norm.weight", {C});
+  add("norm_out.linear.weight", {2 * C, TE});
+  add("norm_out.linear.bias", {2 * C});
+  add("proj_out.weight", {P, C});
+  add("proj_out.bias", {P});
+  add("audio_proj_out.weight", {c.audio_in_channels, C});
+  add("audio_proj_out.bias", {c.audio_in_channels});
+  return s;
+}
+
+Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config) {
+  const int64_t heads = config.num_attention_heads, D = config.attention_head_dim, inner = config.inner_dim();
+  NamedTensors out;
+  for (const auto& [name, tensor] : original) {
+    if (name == "rope.inv_freq") continue;  // recomputed from rope_theta and rope_freq_dim
+    std::string target = original_name_to_diffusers(name);
+    if (ends_with(target, ".attn.qkv_proj.weight")) {
+      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor, 3 * inner));
+      const std::string prefix = target.substr(0, target.size() - std::strlen("qkv_proj.weight"));
+      Tensor src = tensor.contiguous();
+      const char* parts[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
+      for (int p = 0; p < 3; ++p) {
+        Tensor dst = new_like_rows(src, inner);
+        for (int64_t h = 0; h < heads; ++h) copy_rows(src, (h * 3 + p) * D, dst, h * D, D);
+        out.emplace_back(prefix + parts[p], dst);
+      }
+    } else if (ends_with(target, ".mlp.fc1.weight")) {
+      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor, 2 * int64_t(config.ffn_dim)));
+      Tensor src = tensor.contiguous();
+      Tensor dst = new_like_rows(src, 2 * config.ffn_dim);
+      copy_rows(src, config.ffn_dim, dst, 0, config.ffn_dim);  // value
+      copy_rows(src, 0, dst, config.ffn_dim, config.ffn_dim);  // gate
+      replace_once(target, ".mlp.fc1.weight", ".ff.net.0.proj.weight");
+      out.emplace_back(target, dst);
+    } else {
+      out.emplace_back(target, tensor);
+    }
+  }
+  return out;
+}
+
+Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config) {
+  const int64_t heads = config.num_attention_heads, D = config.attention_head_dim, inner = config.inner_dim();
+  std::unordered_map<std::string, Tensor> by_name;
+  for (const auto& [name, tensor] : diffusers) by_name[name] = tensor;
+  NamedTensors out;
+  for (const auto& [name, tensor] : diffusers) {
+    if (ends_with(name, ".attn.to_k.weight") || ends_with(name, ".attn.to_v.weight")) continue;
+    std::string target = diffusers_name_to_original(name);
+    if (ends_with(name, ".attn.to_q.weight")) {
+      const std::string prefix = name.substr(0, name.size() - std::strlen("to_q.weight"));
+      Tensor parts[3];
+      const char* suffixes[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
+      for (int p = 0; p < 3; ++p) {
+        auto it = by_name.find(prefix + suffixes[p]);
+        if (it == by_name.end()) return invalid_argument("missing tensor '" + prefix + suffixes[p] + "'");
+        VORTEX_RETURN_IF_ERROR(expect_rows(it->first, it->second, inner));
+        parts[p] = it->second.contiguous();
+        if (parts[p].dtype() != parts[0].dtype()) {
+          return invalid_argument("tensor '" + prefix + suffixes[p] + "': dtype differs from to_q");
+        }
+      }
+      Tensor dst = new_like_rows(parts[0], 3 * inner);
+      for (int64_t h = 0; h < heads; ++h)
+        for (int p = 0; p < 3; ++p) copy_rows(parts[p], h * D, dst, (h * 3 + p) * D, D);
+      replace_once(target, ".attn.to_q.weight", ".attn.qkv_proj.weight");
+      out.emplace_back(target, dst);
+    } else if (ends_with(name, ".ff.net.0.proj.weight")) {
+      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor, 2 * int64_t(config.ffn_dim)));
+      Tensor src = tensor.contiguous();
+      Tensor dst = new_like_rows(src, 2 * config.ffn_dim);
+      copy_rows(src, config.ffn_dim, dst, 0, config.ffn_dim);  // gate first
+      copy_rows(src, 0, dst, config.ffn_dim, config.ffn_dim);  // then value
+      replace_once(target, ".ff.net.0.proj.weight", ".mlp.fc1.weight");
+      out.emplace_back(target, dst);
+    } else {
+      out.emplace_back(target, tensor);
+    }
+  }
+  // The original layout ships the rotary frequencies; they are a pure function of the config.
+  const int F = config.rope_freq_dim;
+  Tensor inv_freq = Tensor::empty({F}, DType::kF32);
+  for (int i = 0; i < F; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(2 * F);
+    inv_freq.data_as<float>()[i] = 1.0f / std::pow(static_cast<float>(config.rope_theta), exponent);
+  }
+  out.emplace_back("rope.inv_freq", inv_freq);
+  return out;
+}
+
+Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint) {
+  NamedTensors out;
+  for (const auto& name : checkpoint.names()) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor t, checkpoint.get(name));
+    out.emplace_back(name, t);
+  }
+  return out;
+}
+
+Result<H3Config> infer_config(const NamedTensors& diffusers, const NamedTensors& original) {
+  std::unordered_map<std::string, Tensor> t;
+  for (const auto& [name, tensor] : diffusers) t[name] = tensor;
+  auto need = [&](const std::string& name, int rank) -> Result<Tensor> {
+    auto it = t.find(name);
+    if (it == t.end()) return invalid_argument("cannot infer the config: missing tensor '" + name + "'");
+    if (it->second.rank() != rank) return invalid_argument("tensor '" + name + "': unexpected rank");
+    return it->second;
+  };
+  H3Config c;  // eps, theta and patch size keep the released defaults
+  VORTEX_ASSIGN_OR_RETURN(Tensor proj_in, need("proj_in.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(Tensor audio_in, need("audio_proj_in.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(Tensor context, need("context_embedder.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(Tensor lin1, need("time_embedder.linear_1.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(Tensor lin2, need("time_embedder.linear_2.weight", 2));
+  c.hidden_size = static_cast<int>(proj_in.size(0));
+  const int patch = c.patch_size[0] * c.patch_size[1] * c.patch_size[2];
+  c.in_channels = static_cast<int>(proj_in.size(1) / patch);
+  c.audio_in_channels = static_cast<int>(audio_in.size(1));
+  c.text_dim = static_cast<int>(context.size(1));
+  c.freq_dim = static_cast<int>(lin1.size(1));
+  c.time_embed_hidden_dim = static_cast<int>(lin1.size(0));
+  c.time_embed_dim = static_cast<int>(lin2.size(0));
+  c.num_layers = 0;
+  while (t.count("transformer_blocks." + std::to_string(c.num_layers) + ".norm1.weight")) ++c.num_layers;
+  c.num_refiner_layers = 0;
+  while (t.count("token_refiner.refiner_blocks." + std::to_string(c.num_refiner_layers) + ".norm1.weight")) {
+    ++c.num_refiner_layers;
+  }
+  const std::string first = c.num_layers > 0 ? "transformer_blocks.0" : "token_refiner.refiner_blocks.0";
+  VORTEX_ASSIGN_OR_RETURN(Tensor norm_q, need(first + ".attn.norm_q.weight", 1));
+  VORTEX_ASSIGN_OR_RETURN(Tensor to_q, need(first + ".attn.to_q.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(Tensor fc2, need(first + ".ff.net.2.weight", 2));
+  c.attention_head_dim = static_cast<int>(norm_q.size(0));
+  c.num_attention_heads = static_cast<int>(to_q.size(0) / c.attention_head_dim);
+  c.ffn_dim = static_cast<int>(fc2.size(1));
+  c.rope_freq_dim = std::min(16, c.attention_head_dim / 6);
+  for (const auto& [name, tensor] : original) {
+    if (name == "rope.inv_freq") c.rope_freq_dim = static_cast<int>(tensor.numel());
+  }
+  VORTEX_RETURN_IF_ERROR(c.validate());
+  return c;
+}
+
+Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint) {
+  const fs::path p(path);
+  const fs::path folder = fs::is_directory(p) ? p : p.parent_path();
+  const fs::path config_json = folder / "config.json";
+  if (fs::exists(config_json)) return config_from_file(config_json.string());
+  const auto& meta = checkpoint.metadata();
+  if (auto it = meta.find("config"); it != meta.end()) {
+    auto config = config_from_json_string(it->second);
+    if (!config.ok()) return config.status().with_context(path + ": metadata 'config'");
+    return config;
+  }
+  VORTEX_ASSIGN_OR_RETURN(NamedTensors all, read_all(checkpoint));
+  VORTEX_ASSIGN_OR_RETURN(CheckpointLayout layout, detect_layout(checkpoint.names()));
+  if (layout == CheckpointLayout::kDiffusers) return infer_config(all, {});
+  // Renames alone give the shapes inference needs; the QKV split is not needed for it.
+  NamedTensors renamed;
+  for (const auto& [name, tensor] : all) {
+    std::string target = original_name_to_diffusers(name);
+    if (ends_with(target, ".attn.qkv_proj.weight")) {
+      replace_once(target, ".attn.qkv_proj.weight", ".attn.to_q.weight");
+      auto third = tensor.slice(0, 0, tensor.size(0) / 3);
+      if (!third.ok()) return third.status();
+      renamed.emplace_back(target, *third);
+    } else {
+      renamed.emplace_back(target, tensor);
+    }
+  }
+  return infer_config(renamed, all);
+}
+
+Status validate_against_schema(const NamedTensors& tensors, const H3Config& config) {
+  std::unordered_map<std::string, const Tensor*> present;
+  for (const auto& [name, tensor] : tensors) {
+    if (!present.emplace(name, &tensor).second) return invalid_argument("tensor '" + name + "' appears twice");
+  }
+  std::set<std::string> expected;
+  for (const auto& spec : diffusers_schema(config)) {
+    expected.insert(spec.name);
+    auto it = present.find(spec.name);
+    if (it == present.end()) return invalid_argument("missing tensor '" + spec.name + "'");
+    const Tensor& t = *it->second;
+    if (t.shape() != spec.shape) {
+      return invalid_argument("tensor '" + spec.name + "': shape " + t.shape().to_string() + " but the config expects " +
+                              spec.shape.to_string());
+    }
+    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
+      return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(t.dtype()) +
+                              " is not supported yet (F32, BF16, F16)");
+    }
+  }
+  for (const auto& [name, tensor] : tensors) {
+    if (!expected.count(name)) return invalid_argument("unexpected tensor '" + name + "' for this config");
+  }
+  return ok_status();
+}
+
+}  // namespace vortex::h3

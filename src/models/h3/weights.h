@@ -1,0 +1,95 @@
+// H3 weights: the tensor schema, the two checkpoint layouts, and loading into the model's form.
+//
+// The diffusers layout is the schema's own naming. The original layout differs by renames and
+// two transforms: QKV fused per head (`[h0: q k v, h1: q k v, ...]` rows) and `mlp.fc1` stored
+// `[gate; value]` where diffusers stores `[value; gate]`; it also carries `rope.inv_freq`.
+// Internally the model keeps one fused QKV weight `[q_all; k_all; v_all]` and FC1 as
+// `[value; gate]`. Weights keep their checkpoint dtype on disk; at load the fp32 islands (patch
+// projections, time MLP, output heads) stay F32 and everything else takes the model dtype.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "models/h3/config.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::h3 {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+enum class CheckpointLayout { kDiffusers, kOriginal };
+const char* layout_name(CheckpointLayout layout);
+// Decides from tensor names; an error names a tensor that fits neither layout.
+Result<CheckpointLayout> detect_layout(const std::vector<std::string>& names);
+
+struct TensorSpec {
+  std::string name;  // diffusers name
+  Shape shape;
+  bool fp32_island;  // kept F32 whatever the model dtype
+};
+// Every tensor of the diffusers layout for `config`, in a stable order.
+std::vector<TensorSpec> diffusers_schema(const H3Config& config);
+bool is_fp32_island(const std::string& diffusers_name);
+
+// Layout conversion. Pure renames are zero-copy; QKV and FC1 are rebuilt. Conversions are exact
+// (bytes are moved, never re-rounded), so original -> diffusers -> original is bit-exact.
+Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
+Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config);
+
+// All tensors of a checkpoint as zero-copy views.
+Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint);
+
+// The config for a checkpoint at `path`: config.json beside it (or inside it, for a folder), else
+// the `config` metadata key, else inferred from the tensor shapes (eps / theta / patch from the
+// released defaults; rope_freq_dim from `rope.inv_freq` when present).
+Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint);
+Result<H3Config> infer_config(const NamedTensors& diffusers_tensors, const NamedTensors& original_tensors);
+
+// Checks names and shapes against the schema: a missing tensor, an unexpected tensor or a wrong
+// shape is an error naming the tensor (and both shapes).
+Status validate_against_schema(const NamedTensors& diffusers_tensors, const H3Config& config);
+
+struct LinearWeights {
+  Tensor weight;  // [out, in]
+  Tensor bias;    // [out] or undefined
+};
+
+struct BlockWeights {  // a transformer block, or a refiner block (no adaln)
+  Tensor norm1, norm2;    // [C]
+  Tensor norm_q, norm_k;  // [D]
+  LinearWeights qkv;      // [3 * inner, C], rows q_all; k_all; v_all
+  LinearWeights out;      // [C, inner]
+  LinearWeights fc1;      // [2F, C], rows value; gate
+  LinearWeights fc2;      // [C, F]
+  LinearWeights adaln;    // [6 * 3 * C, TE] + bias; transformer blocks only
+};
+
+struct H3Weights {
+  H3Config config;
+  DType dtype = DType::kF32;  // storage dtype of everything but the fp32 islands
+  LinearWeights proj_in, audio_proj_in, context_embedder;
+  LinearWeights time_linear_1, time_linear_2;
+  std::vector<BlockWeights> refiner;
+  Tensor refiner_final_norm;
+  std::vector<BlockWeights> blocks;
+  Tensor norm_out_norm;
+  LinearWeights norm_out_linear;  // [2C, TE]: shift then scale
+  LinearWeights proj_out, audio_proj_out;
+};
+
+// Builds the model's weights from diffusers-named tensors (validated first), converting dtypes.
+Result<H3Weights> assemble_weights(const NamedTensors& diffusers_tensors, const H3Config& config, DType dtype);
+
+// Opens `path` (file, index or folder), detects the layout, resolves the config and assembles.
+struct LoadedModel {
+  H3Config config;
+  CheckpointLayout layout = CheckpointLayout::kDiffusers;
+  H3Weights weights;
+};
+Result<LoadedModel> load_model(const std::string& path, DType dtype);
+
+}  // namespace vortex::h3
