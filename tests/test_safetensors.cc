@@ -86,7 +86,7 @@ TEST(Safetensors, RoundTripEveryDtypeBitExactIncludingStridedViews) {
   uint64_t header_bytes = 0;
   std::memcpy(&header_bytes, raw.data(), 8);
   EXPECT_EQ(header_bytes % 8, 0u);
-  EXPECT_EQ(raw[8 + header_bytes - 1] == ' ' || raw[8 + header_bytes - 1] == '}', true);
+  EXPECT_TRUE(raw[8 + header_bytes - 1] == ' ' || raw[8 + header_bytes - 1] == '}');
 }
 
 TEST(Safetensors, MetadataRoundTrip) {
@@ -398,6 +398,14 @@ TEST(SafetensorsSharded, WriteShardedRoundTripMakesThreeOrMoreShards) {
   ASSERT_TRUE(rewritten.ok()) << rewritten.status().to_string();
   EXPECT_EQ(rewritten->shards().size(), 1u);
   EXPECT_EQ(rewritten->names().size(), tensors.size());
+
+  // Input rejected up front leaves the existing checkpoint alone.
+  TensorList twice = {tensors[0], tensors[0]};
+  expect_error(write_sharded(dir.path().string(), twice, metadata, 64, "diffusion_pytorch_model"),
+               StatusCode::kInvalidArgument, {"'blocks.0.weight'", "more than once"});
+  expect_error(write_sharded(dir.path().string(), tensors, {{"k", "\xC3"}}, 64, "diffusion_pytorch_model"),
+               StatusCode::kInvalidArgument, {"metadata value", "UTF-8"});
+  EXPECT_TRUE(ShardedCheckpoint::open(dir.path().string()).ok());
 }
 
 TEST(SafetensorsSharded, SingleFileAndDirectoryResolution) {

@@ -1,9 +1,36 @@
-// vortex: the command-line front end (generate, inspect, convert, bench).
-#include <CLI/CLI.hpp>
+// vortex: the command-line front end of the MiniMax-H3 runtime.
+#include <cstdio>
+
+#include "commands.h"
+
+namespace vortex::cli {
+
+int report_error(const Status& status) {
+  std::fprintf(stderr, "vortex: %s\n", status.to_string().c_str());
+  switch (status.code()) {
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kNotFound:
+    case StatusCode::kCorruptData:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace vortex::cli
 
 int main(int argc, char** argv) {
-  CLI::App app{"vortex: a C++/CUDA runtime for MiniMax-H3"};
+  CLI::App app{"vortex: a C++/CUDA runtime for MiniMax-H3 (text to video with sound)"};
   app.require_subcommand(1);
-  CLI11_PARSE(app, argc, argv);
-  return 0;
+  vortex::cli::Action action;
+  vortex::cli::add_generate_command(app, action);
+  vortex::cli::add_inspect_command(app, action);
+  vortex::cli::add_convert_command(app, action);
+  vortex::cli::add_bench_command(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return action ? action() : 0;
 }

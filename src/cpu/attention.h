@@ -3,7 +3,9 @@
 // out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
 // All math is fp32: scores by fp32 GEMM, row max subtracted before exp, fp32 row sums, the
 // weighted sum of v by fp32 GEMM and divided by the row sum at the end; the result is rounded
-// once to out's dtype. This is the `exact` attention mode of DESIGN section 3.
+// once to out's dtype. When v is BF16, the unnormalised weights P = exp(s - max) are rounded to
+// bf16 before the PV product, as the reference's bf16 attention (and every flash kernel) does.
+// This is the `exact` attention mode of DESIGN section 3.
 //
 // Work items are (head, block of kQueryBlock queries), spread by parallel_for. A thread widens
 // one head's K and V to contiguous fp32 when it reaches that head, and holds one block of
@@ -22,7 +24,6 @@ constexpr int64_t kQueryBlock = 64;
 // dims (e.g. column slices of a fused QKV output [N, 3·H·D]) and unit stride on D.
 // out must not overlap k or v. The GEMM variant is that of linear (gemm.h).
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                 const TensorView& out, float scale,
-                 GemmVariant variant = default_gemm_variant());
+                 const TensorView& out, float scale, GemmVariant variant = default_gemm_variant());
 
 }  // namespace vortex::cpu

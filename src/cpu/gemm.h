@@ -32,15 +32,13 @@ GemmVariant default_gemm_variant();
 // C[M, N] = alpha · A[M, K] · op(B), op(B) = B[N, K]ᵀ when b_transposed else B[K, N]; all fp32,
 // row-major with leading dimensions lda, ldb, ldc (elements, each >= its row length). C is
 // overwritten (K == 0 gives zeros). Single-threaded: callers parallelise over output tiles.
-// Every C element is the same fp32 sum in k order whatever M, N and the tiling, so a tile of a
-// product equals the same region of the whole product bit for bit (per variant).
+// With kLoops every C element is one fp32 FMA chain in k order whatever M, N and the tiling, so
+// linear and attention results do not depend on the thread count. OpenBLAS promises no such
+// thing (it may switch kernels by size); its results are stable for the same shapes and threads.
 // Precondition: gemm_variant_available(variant).
 void matmul_f32(GemmVariant variant, bool b_transposed, int64_t m, int64_t n, int64_t k,
                 float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                 int64_t ldc);
-
-// Widens `count` consecutive F32 or BF16 values to fp32 (other dtypes: precondition violated).
-void widen_to_f32(DType dtype, const void* src, int64_t count, float* dst);
 
 // A weight prepared once for repeated linear calls: fp32 [O, I], row-major. A contiguous F32
 // weight is shared, not copied; a BF16 weight is widened to a new fp32 tensor.
@@ -63,8 +61,8 @@ class PackedWeight {
 // w: F32 or BF16 contiguous [O, I]. bias: F32 or BF16 [O], unit stride.
 // Errors (invalid_argument) name the operand and its shape; an unavailable variant gives
 // unimplemented.
-Status linear(const TensorView& x, const TensorView& w, const TensorView* bias,
-              const TensorView& y, GemmVariant variant = default_gemm_variant());
+Status linear(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
+              GemmVariant variant = default_gemm_variant());
 Status linear(const TensorView& x, const PackedWeight& w, const TensorView* bias,
               const TensorView& y, GemmVariant variant = default_gemm_variant());
 

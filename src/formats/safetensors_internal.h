@@ -1,6 +1,7 @@
 // Helpers shared by the safetensors reader, writer and sharded-checkpoint code (not public API).
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,9 +19,11 @@ std::string quote(const std::string& name);
 // for a one-line message.
 std::string json_error_text(const char* what);
 
-// What the writer needs of its input, checked before any file is created: defined host tensors,
-// names unique and not the reserved "__metadata__". `where` prefixes the messages.
+// What the writer needs of its input, checked before any file is created or removed: defined
+// host tensors, names unique, UTF-8 and not the reserved "__metadata__", metadata in UTF-8.
+// `where` prefixes the messages.
 Status check_writable(const std::string& where,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors);
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata);
 
 }  // namespace vortex::safetensors_detail

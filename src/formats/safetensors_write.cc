@@ -14,12 +14,34 @@
 
 namespace vortex {
 
+namespace {
+
+using Json = nlohmann::json;
+using safetensors_detail::quote;
+
+// A JSON string literal; nlohmann refuses strings that are not UTF-8.
+Result<std::string> json_string(const std::string& text, const std::string& what) {
+  try {
+    return Json(text).dump(-1, ' ', false, Json::error_handler_t::strict);
+  } catch (const Json::exception&) {
+    return invalid_argument(what + " " + quote(text) + " is not valid UTF-8");
+  }
+}
+
+}  // namespace
+
 namespace safetensors_detail {
 
 Status check_writable(const std::string& where,
-                      const std::vector<std::pair<std::string, Tensor>>& tensors) {
+                      const std::vector<std::pair<std::string, Tensor>>& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  for (const auto& [key, value] : metadata) {
+    VORTEX_RETURN_IF_ERROR(json_string(key, where + ": metadata key").status());
+    VORTEX_RETURN_IF_ERROR(json_string(value, where + ": metadata value").status());
+  }
   std::unordered_set<std::string> seen;
   for (const auto& [name, tensor] : tensors) {
+    VORTEX_RETURN_IF_ERROR(json_string(name, where + ": tensor name").status());
     const std::string prefix = where + ": tensor " + quote(name) + ": ";
     if (name == "__metadata__") return invalid_argument(prefix + "the name is reserved for the metadata");
     if (!seen.insert(name).second) return invalid_argument(prefix + "named more than once");
@@ -36,8 +58,6 @@ Status check_writable(const std::string& where,
 
 namespace {
 
-using safetensors_detail::quote;
-using Json = nlohmann::json;
 using WriteFn = std::function<Status(const void* data, size_t bytes)>;
 
 Status write_all(int fd, const std::string& path, const void* data, size_t bytes) {
@@ -70,15 +90,6 @@ Status write_atomically(const std::string& path, const std::function<Status(cons
   }
   if (!status.ok()) ::unlink(tmp.c_str());
   return status;
-}
-
-// A JSON string literal; nlohmann refuses strings that are not UTF-8.
-Result<std::string> json_string(const std::string& text, const std::string& what) {
-  try {
-    return Json(text).dump(-1, ' ', false, Json::error_handler_t::strict);
-  } catch (const Json::exception&) {
-    return invalid_argument(what + " " + quote(text) + " is not valid UTF-8");
-  }
 }
 
 // The header JSON, entries in the given order, padded with spaces to a multiple of 8 bytes so
@@ -125,7 +136,7 @@ Result<std::string> build_header(const std::string& path,
 Status write_safetensors(const std::string& path,
                          const std::vector<std::pair<std::string, Tensor>>& tensors,
                          const std::map<std::string, std::string>& metadata) {
-  VORTEX_RETURN_IF_ERROR(safetensors_detail::check_writable(path, tensors));
+  VORTEX_RETURN_IF_ERROR(safetensors_detail::check_writable(path, tensors, metadata));
   VORTEX_ASSIGN_OR_RETURN(const std::string header, build_header(path, tensors, metadata));
   return write_atomically(path, [&](const WriteFn& write) {
     unsigned char length[8];

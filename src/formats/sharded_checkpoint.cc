@@ -210,7 +210,7 @@ Status write_sharded(const std::string& dir,
   }
   // Checked for the whole set before the first shard is written: a duplicate name across shards
   // is invisible to the per-shard writer.
-  VORTEX_RETURN_IF_ERROR(safetensors_detail::check_writable(dir, tensors));
+  VORTEX_RETURN_IF_ERROR(safetensors_detail::check_writable(dir, tensors, metadata));
 
   std::vector<std::vector<std::pair<std::string, Tensor>>> shards(1);
   uint64_t shard_bytes = 0, total_bytes = 0;

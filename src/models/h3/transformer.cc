@@ -97,8 +97,6 @@ Status H3Transformer::pack() {
   VORTEX_RETURN_IF_ERROR(pack_linear(w.proj_in, proj_in_));
   VORTEX_RETURN_IF_ERROR(pack_linear(w.audio_proj_in, audio_proj_in_));
   VORTEX_RETURN_IF_ERROR(pack_linear(w.context_embedder, context_embedder_));
-  VORTEX_RETURN_IF_ERROR(pack_linear(w.time_linear_1, time_linear_1_));
-  VORTEX_RETURN_IF_ERROR(pack_linear(w.time_linear_2, time_linear_2_));
   VORTEX_RETURN_IF_ERROR(pack_linear(w.norm_out_linear, norm_out_linear_));
   VORTEX_RETURN_IF_ERROR(pack_linear(w.proj_out, proj_out_));
   VORTEX_RETURN_IF_ERROR(pack_linear(w.audio_proj_out, audio_proj_out_));
@@ -114,8 +112,8 @@ Status H3Transformer::linear(const Linear& l, const Tensor& x, const Tensor& y) 
   return cpu::linear(x.view(), l.weight, l.bias.defined() ? &bias : nullptr, y.view());
 }
 
-Result<Tensor> H3Transformer::time_embedding(const std::vector<float>& timesteps) const {
-  const H3Config& c = config();
+Result<Tensor> time_embedding(const H3Config& c, const LinearWeights& linear_1, const LinearWeights& linear_2,
+                              const std::vector<float>& timesteps) {
   const int64_t T = static_cast<int64_t>(timesteps.size()), half = c.freq_dim / 2;
   // Sinusoid with cos first (flip_sin_to_cos), frequencies exp(-ln(1e4) * i / half), fp32.
   Tensor sinusoid = Tensor::empty({T, c.freq_dim}, DType::kF32);
@@ -130,14 +128,14 @@ Result<Tensor> H3Transformer::time_embedding(const std::vector<float>& timesteps
   }
   Tensor hidden = Tensor::empty({T, c.time_embed_hidden_dim}, DType::kF32);
   Tensor temb = Tensor::empty({T, c.time_embed_dim}, DType::kF32);
-  VORTEX_RETURN_IF_ERROR(linear(time_linear_1_, sinusoid, hidden));
+  const TensorView b1 = linear_1.bias.view(), b2 = linear_2.bias.view();
+  VORTEX_RETURN_IF_ERROR(cpu::linear(sinusoid.view(), linear_1.weight.view(), &b1, hidden.view()));
   cpu::silu_f32(hidden);
-  VORTEX_RETURN_IF_ERROR(linear(time_linear_2_, hidden, temb));
+  VORTEX_RETURN_IF_ERROR(cpu::linear(hidden.view(), linear_2.weight.view(), &b2, temb.view()));
   return temb;
 }
 
-void H3Transformer::rope_tables(const std::vector<double>& positions, Tensor& cos, Tensor& sin) const {
-  const H3Config& c = config();
+void rope_tables(const H3Config& c, const std::vector<double>& positions, Tensor& cos, Tensor& sin) {
   const int64_t n = static_cast<int64_t>(positions.size() / 3), F = c.rope_freq_dim, rot = c.rotary_dim();
   std::vector<float> inv_freq(F);
   for (int64_t i = 0; i < F; ++i) {
@@ -246,7 +244,7 @@ Result<PreparedRequest> H3Transformer::prepare(const PackedLayout& layout, const
   }
   PreparedRequest request;
   request.layout = &layout;
-  rope_tables(layout.positions, request.rope_cos, request.rope_sin);
+  rope_tables(c, layout.positions, request.rope_cos, request.rope_sin);
   // The embedder reads the text in the model dtype (the reference casts before the projection).
   VORTEX_ASSIGN_OR_RETURN(Tensor text, text_states.to(dtype()));
   Tensor x = Tensor::empty({layout.num_text, c.hidden_size}, dtype());
@@ -302,7 +300,8 @@ Result<StepOutputs> H3Transformer::forward(const PreparedRequest& request, const
 
   // 2. One time embedding per distinct timestep; every AdaLN projection reads silu(temb) cast
   // to its own (model) dtype.
-  VORTEX_ASSIGN_OR_RETURN(Tensor temb, time_embedding(in.timesteps.timesteps));
+  VORTEX_ASSIGN_OR_RETURN(Tensor temb,
+                          time_embedding(c, weights_.time_linear_1, weights_.time_linear_2, in.timesteps.timesteps));
   Tensor silu_temb = temb.clone();
   cpu::silu_f32(silu_temb);
   VORTEX_ASSIGN_OR_RETURN(silu_temb, silu_temb.to(dtype()));

@@ -42,12 +42,19 @@ struct StepOutputs {
   Tensor audio_velocity;  // [Na, audio_in_channels] F32
 };
 
+// The fp32 time MLP on the host: sinusoid (cos first) -> linear_1 -> silu -> linear_2; [T, TE].
+Result<Tensor> time_embedding(const H3Config& config, const LinearWeights& linear_1, const LinearWeights& linear_2,
+                              const std::vector<float>& timesteps);
+// RoPE tables [N, rotary] F32 from float64 (t, h, w) positions, consumed in float32.
+void rope_tables(const H3Config& config, const std::vector<double>& positions, Tensor& cos, Tensor& sin);
+
 class H3Transformer {
  public:
   // Takes the weights and prepares them for the CPU GEMM (an fp32 copy of each bf16 matrix).
   static Result<std::unique_ptr<H3Transformer>> create(H3Weights weights);
 
   const H3Config& config() const { return weights_.config; }
+  const H3Weights& weights() const { return weights_; }
   DType dtype() const { return weights_.dtype; }
 
   // text_states: [Nt, text_dim] F32 or BF16, finite. Checks the layout against the config.
@@ -56,9 +63,6 @@ class H3Transformer {
   Result<StepOutputs> forward(const PreparedRequest& request, const StepInputs& inputs,
                               const ForwardObserver* observer = nullptr) const;
 
-  // Pieces, exposed for tests.
-  Result<Tensor> time_embedding(const std::vector<float>& timesteps) const;  // [T, TE] F32
-  void rope_tables(const std::vector<double>& positions, Tensor& cos, Tensor& sin) const;
 
  private:
   struct Linear {
@@ -81,7 +85,7 @@ class H3Transformer {
                            const PreparedRequest& request) const;
 
   H3Weights weights_;
-  Linear proj_in_, audio_proj_in_, context_embedder_, time_linear_1_, time_linear_2_;
+  Linear proj_in_, audio_proj_in_, context_embedder_;
   Linear norm_out_linear_, proj_out_, audio_proj_out_;
   std::vector<Block> refiner_, blocks_;
 };

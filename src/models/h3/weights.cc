@@ -55,6 +55,8 @@ const std::vector<std::pair<std::string, std::string>>& block_renames() {
   return kRenames;
 }
 
+}  // namespace
+
 std::string original_name_to_diffusers(std::string name) {
   if (starts_with(name, "token_refiner.blocks.")) {
     name = "token_refiner.refiner_blocks." + name.substr(std::strlen("token_refiner.blocks."));
@@ -69,6 +71,8 @@ std::string original_name_to_diffusers(std::string name) {
   for (const auto& [orig, diff] : block_renames()) replace_once(name, orig, diff);
   return name;
 }
+
+namespace {
 
 std::string diffusers_name_to_original(std::string name) {
   if (starts_with(name, "token_refiner.refiner_blocks.")) {
@@ -306,17 +310,31 @@ Result<H3Config> infer_config(const NamedTensors& diffusers, const NamedTensors&
   return c;
 }
 
-Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint) {
+const char* config_source_name(ConfigSource source) {
+  switch (source) {
+    case ConfigSource::kConfigJson: return "config.json";
+    case ConfigSource::kMetadata: return "safetensors metadata";
+    case ConfigSource::kInferred: return "inferred from tensor shapes";
+  }
+  return "unknown";
+}
+
+Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint, ConfigSource* source) {
+  ConfigSource ignored;
+  ConfigSource& from = source ? *source : ignored;
   const fs::path p(path);
   const fs::path folder = fs::is_directory(p) ? p : p.parent_path();
   const fs::path config_json = folder / "config.json";
+  from = ConfigSource::kConfigJson;
   if (fs::exists(config_json)) return config_from_file(config_json.string());
   const auto& meta = checkpoint.metadata();
+  from = ConfigSource::kMetadata;
   if (auto it = meta.find("config"); it != meta.end()) {
     auto config = config_from_json_string(it->second);
     if (!config.ok()) return config.status().with_context(path + ": metadata 'config'");
     return config;
   }
+  from = ConfigSource::kInferred;
   VORTEX_ASSIGN_OR_RETURN(NamedTensors all, read_all(checkpoint));
   VORTEX_ASSIGN_OR_RETURN(CheckpointLayout layout, detect_layout(checkpoint.names()));
   if (layout == CheckpointLayout::kDiffusers) return infer_config(all, {});

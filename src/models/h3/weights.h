@@ -35,6 +35,11 @@ struct TensorSpec {
 std::vector<TensorSpec> diffusers_schema(const H3Config& config);
 bool is_fp32_island(const std::string& diffusers_name);
 
+// The diffusers name of an original-layout tensor, by renaming alone: the fused `attn.qkv_proj` and
+// `mlp.fc1` only move under the diffusers block prefix, since splitting and reordering them needs
+// the data (original_to_diffusers). Lets a caller sort tensors into blocks without copying any.
+std::string original_name_to_diffusers(std::string name);
+
 // Layout conversion. Pure renames are zero-copy; QKV and FC1 are rebuilt. Conversions are exact
 // (bytes are moved, never re-rounded), so original -> diffusers -> original is bit-exact.
 Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
@@ -45,8 +50,12 @@ Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint);
 
 // The config for a checkpoint at `path`: config.json beside it (or inside it, for a folder), else
 // the `config` metadata key, else inferred from the tensor shapes (eps / theta / patch from the
-// released defaults; rope_freq_dim from `rope.inv_freq` when present).
-Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint);
+// released defaults; rope_freq_dim from `rope.inv_freq` when present). `source`, when given, is
+// set to the one used (or, on failure, the one that failed).
+enum class ConfigSource { kConfigJson, kMetadata, kInferred };
+const char* config_source_name(ConfigSource source);
+Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint,
+                                ConfigSource* source = nullptr);
 Result<H3Config> infer_config(const NamedTensors& diffusers_tensors, const NamedTensors& original_tensors);
 
 // Checks names and shapes against the schema: a missing tensor, an unexpected tensor or a wrong

@@ -1,0 +1,86 @@
+// vortex bench: timed workloads on the GPU with run manifests (DESIGN section 4).
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "commands.h"
+#include "formats/safetensors.h"
+#if defined(VORTEX_HAVE_CUDA)
+#include "bench/cuda_workloads.h"
+#endif
+
+namespace vortex::cli {
+
+namespace {
+
+struct BenchArgs {
+  std::string workload;
+  int warmup = 3;
+  int repetitions = 10;
+  uint64_t seed = 0;
+  std::string out_dir;
+  std::string peer;
+  std::string work_dir = "/tmp/vortex-bench";
+  std::string commit = "unknown";
+};
+
+int run_bench(const BenchArgs& args) {
+#if defined(VORTEX_HAVE_CUDA)
+  bench::BenchOptions options;
+  options.workload = args.workload;
+  options.warmup = args.warmup;
+  options.repetitions = args.repetitions;
+  options.seed = args.seed;
+  options.peer_command = args.peer;
+  options.work_dir = args.work_dir;
+  options.git_commit = args.commit;
+  auto manifests = bench::run_cuda_workload(options);
+  if (!manifests.ok()) return report_error(manifests.status());
+  std::printf("%-14s %10s %10s %10s %9s  %s\n", "workload", "median ms", "min ms", "max ms", "TFLOP/s", "peers (ratio peer/vortex)");
+  bool all_passed = true;
+  for (const auto& m : *manifests) {
+    std::string peers;
+    for (const auto& p : m.peers) {
+      char buffer[128];
+      std::snprintf(buffer, sizeof(buffer), "%s %.2f ms (%.2fx)  ", p.value("name", "?").c_str(),
+                    p.value("median_ms", 0.0), p.value("ratio_peer_over_vortex", 0.0));
+      peers += buffer;
+    }
+    std::printf("%-14s %10.3f %10.3f %10.3f %9.1f  %s\n", m.workload.c_str(), m.samples.median(), m.samples.min(),
+                m.samples.max(), m.derived.value("tflops", 0.0), peers.c_str());
+    std::printf("  correctness: %s rel-L2 %.3e (bound %.0e) %s\n", m.correctness.comparator.c_str(),
+                m.correctness.rel_l2, m.correctness.bound, m.correctness.passed ? "passed" : "NOT PASSED");
+    all_passed = all_passed && m.correctness.passed;
+    if (!args.out_dir.empty()) {
+      std::filesystem::create_directories(args.out_dir);
+      const std::string path = args.out_dir + "/" + m.workload + ".json";
+      Status s = write_file_atomically(path, m.to_json().dump(2) + "\n");
+      if (!s.ok()) return report_error(s);
+      std::printf("  manifest: %s\n", path.c_str());
+    }
+  }
+  return all_passed ? 0 : 3;
+#else
+  return report_error(unimplemented("vortex bench needs the CUDA backend; this build has none"));
+#endif
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "Time a workload on the GPU and write run manifests");
+  cmd->add_option("workload", args->workload, "h3-block | gemm | attention")
+      ->required()
+      ->check(CLI::IsMember({"h3-block", "gemm", "attention"}));
+  cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
+  cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();
+  cmd->add_option("--json-dir", args->out_dir, "Write one manifest per measured item into this folder");
+  cmd->add_option("--peer", args->peer, "Peer command run in the same call (e.g. 'python3 bench/peers/pytorch_h3.py')");
+  cmd->add_option("--work-dir", args->work_dir, "Scratch folder for the dumps the peer reads")->capture_default_str();
+  cmd->add_option("--commit", args->commit, "Git commit recorded in the manifest");
+  cmd->callback([args, &action] { action = [args] { return run_bench(*args); }; });
+}
+
+}  // namespace vortex::cli

@@ -1,0 +1,183 @@
+// vortex generate: t2va denoising to latents, with per-modality checksums.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "formats/safetensors.h"
+#include "models/h3/generate.h"
+#include "models/h3/synthetic.h"
+#include "models/h3/weights.h"
+
+namespace vortex::cli {
+
+namespace {
+
+struct GenerateArgs {
+  std::string model_path;
+  std::string synthetic_preset;
+  uint64_t weights_seed = 0;
+  std::string dtype = "bf16";
+  std::string text_path;
+  std::string text_key;
+  int text_tokens = 32;
+  int height = 768;
+  int width = 1344;
+  int frames = 124;
+  int steps = 12;
+  uint64_t seed = 0;
+  std::string out;
+};
+
+Result<Tensor> read_text_states(const GenerateArgs& args, int text_dim) {
+  if (args.text_path.empty()) {
+    if (args.text_tokens < 1) return invalid_argument("--text-tokens must be >= 1");
+    return h3::seeded_normal({args.text_tokens, text_dim}, args.seed, h3::kSyntheticTextStream);
+  }
+  VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(args.text_path));
+  std::string key = args.text_key;
+  if (key.empty()) {
+    if (file.names().size() == 1) {
+      key = file.names()[0];
+    } else if (file.has("prompt_embeds")) {
+      key = "prompt_embeds";
+    } else {
+      return invalid_argument(args.text_path + ": holds " + std::to_string(file.names().size()) +
+                              " tensors; name one with --text-key");
+    }
+  }
+  if (!file.has(key)) return invalid_argument(args.text_path + ": no tensor '" + key + "'");
+  VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(key));
+  if (t.rank() == 3 && t.size(0) == 1) {
+    VORTEX_ASSIGN_OR_RETURN(t, t.select(0, 0));
+  }
+  if (t.rank() != 2 || t.size(1) != text_dim) {
+    return invalid_argument(args.text_path + ": tensor '" + key + "' is " + t.describe() + ", expected [tokens, " +
+                            std::to_string(text_dim) + "]");
+  }
+  if (t.dtype() == DType::kF16) return t.to(DType::kF32);
+  return t;
+}
+
+Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const GenerateArgs& args, DType dtype,
+                                                           std::string& source) {
+  if (!args.model_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(h3::LoadedModel loaded, h3::load_model(args.model_path, dtype));
+    source = args.model_path + " (" + h3::layout_name(loaded.layout) + " layout)";
+    return h3::H3Transformer::create(std::move(loaded.weights));
+  }
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(args.synthetic_preset));
+  VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, dtype, args.weights_seed));
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Weights weights, h3::assemble_weights(tensors, config, dtype));
+  source = "synthetic preset '" + args.synthetic_preset + "' (weights seed " + std::to_string(args.weights_seed) + ")";
+  return h3::H3Transformer::create(std::move(weights));
+}
+
+// One line per step when stderr is not a terminal (logs), a redrawn bar when it is.
+h3::ProgressCallback progress_printer() {
+  const bool tty = isatty(fileno(stderr));
+  return [tty](const h3::StepProgress& p) {
+    const double per_step = p.elapsed_seconds / p.step;
+    const double eta = per_step * (p.total - p.step);
+    if (tty) {
+      const int width = 30, filled = width * p.step / p.total;
+      std::fprintf(stderr, "\r[%.*s%.*s] step %d/%d  %.2f s/step  eta %.0f s ", filled,
+                   "##############################", width - filled, "..............................", p.step,
+                   p.total, per_step, eta);
+      if (p.step == p.total) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "step %d/%d  %.3f s  (eta %.0f s)\n", p.step, p.total, p.step_seconds, eta);
+    }
+  };
+}
+
+int run_generate(const GenerateArgs& args) {
+  const DType dtype = args.dtype == "f32" ? DType::kF32 : DType::kBF16;
+  std::string source;
+  const auto load_start = std::chrono::steady_clock::now();
+  auto model = load_transformer(args, dtype, source);
+  if (!model.ok()) return report_error(model.status());
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const h3::H3Config& config = (*model)->config();
+  auto text = read_text_states(args, config.text_dim);
+  if (!text.ok()) return report_error(text.status());
+
+  h3::GenerateOptions options;
+  options.video = {args.height, args.width, args.frames};
+  options.steps = args.steps;
+  options.seed = args.seed;
+  auto result = h3::generate_t2va(**model, *text, options, progress_printer());
+  if (!result.ok()) return report_error(result.status());
+
+  const h3::LatentChecksum video = h3::latent_checksum(result->video_latents);
+  const h3::LatentChecksum audio = h3::latent_checksum(result->audio_latents);
+  nlohmann::json summary = {
+      {"model", source},
+      {"config", config.to_json()},
+      {"backend", "cpu"},
+      {"dtype", dtype_name(dtype)},
+      {"request",
+       {{"height", args.height}, {"width", args.width}, {"frames", args.frames}, {"steps", args.steps},
+        {"seed", args.seed}, {"text_tokens", text->size(0)}, {"text", args.text_path.empty() ? "synthetic" : args.text_path}}},
+      {"rows",
+       {{"text", result->layout.num_text}, {"audio", result->layout.num_audio}, {"video", result->layout.num_video},
+        {"total", result->layout.num_rows}}},
+      {"forwards", result->run.forwards},
+      {"checksums",
+       {{"video", {{"sha256", video.sha256}, {"sum", video.sum}}}, {"audio", {{"sha256", audio.sha256}, {"sum", audio.sum}}}}},
+      {"seconds", {{"load", load_seconds}, {"denoise", result->run.seconds}}},
+  };
+  const std::map<std::string, std::string> metadata = {{"vortex", summary.dump()}};
+  Status written = write_safetensors(args.out + ".safetensors",
+                                     {{"video_latents", result->video_latents}, {"audio_latents", result->audio_latents}},
+                                     metadata);
+  if (!written.ok()) return report_error(written);
+  written = write_file_atomically(args.out + ".json", summary.dump(2) + "\n");
+  if (!written.ok()) return report_error(written);
+  std::printf("video latents %s  sha256 %s  sum %.9g\n", result->video_latents.describe().c_str(),
+              video.sha256.c_str(), video.sum);
+  std::printf("audio latents %s  sha256 %s  sum %.9g\n", result->audio_latents.describe().c_str(),
+              audio.sha256.c_str(), audio.sum);
+  std::printf("%d forwards over %lld rows in %.2f s; wrote %s.safetensors and %s.json\n", result->run.forwards,
+              static_cast<long long>(result->layout.num_rows), result->run.seconds, args.out.c_str(), args.out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from text states (t2va, CPU)");
+  auto* model = cmd->add_option("--model", args->model_path, "Checkpoint: .safetensors file, index JSON or folder");
+  auto* synthetic = cmd->add_option("--synthetic", args->synthetic_preset,
+                                    "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
+  model->excludes(synthetic);
+  cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--dtype", args->dtype, "Activation and weight dtype")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--text", args->text_path, "Text states (Qwen3-VL layer-50 hidden states) as safetensors");
+  cmd->add_option("--text-key", args->text_key, "Tensor name inside --text (default: the only tensor)");
+  cmd->add_option("--text-tokens", args->text_tokens, "Synthetic text states: number of tokens (without --text)")
+      ->capture_default_str();
+  cmd->add_option("--height", args->height, "Video height in pixels")->capture_default_str();
+  cmd->add_option("--width", args->width, "Video width in pixels")->capture_default_str();
+  cmd->add_option("--frames", args->frames, "Frames at 24 fps, of the form 17n + 5")->capture_default_str();
+  cmd->add_option("--steps", args->steps, "Sigma grid points including the final 0 (steps - 1 forwards)")
+      ->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Noise seed (Philox)")->capture_default_str();
+  cmd->add_option("--out", args->out, "Output prefix: writes PREFIX.safetensors and PREFIX.json")->required();
+  cmd->callback([args, &action, model, synthetic] {
+    if (model->count() == 0 && synthetic->count() == 0) {
+      throw CLI::ValidationError("generate", "one of --model or --synthetic is required");
+    }
+    action = [args] { return run_generate(*args); };
+  });
+}
+
+}  // namespace vortex::cli

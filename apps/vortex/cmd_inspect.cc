@@ -1,0 +1,147 @@
+// vortex inspect PATH [--json]: what a checkpoint holds, where its config comes from, and whether
+// its tensors are exactly the H3 schema of that config.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "formats/safetensors.h"
+#include "models/h3/checkpoint_writer.h"
+#include "models/h3/weights.h"
+
+namespace vortex::cli {
+
+namespace {
+
+struct InspectArgs {
+  std::string path;
+  bool json = false;
+};
+
+struct DTypeTally {
+  int64_t tensors = 0;
+  uint64_t bytes = 0;
+};
+
+struct Summary {
+  std::string file;  // the index or safetensors file that was opened
+  h3::CheckpointLayout layout = h3::CheckpointLayout::kDiffusers;
+  std::vector<std::string> shards;
+  int64_t tensors = 0;
+  int64_t parameters = 0;  // every tensor but rope.inv_freq, a buffer the config determines
+  uint64_t bytes = 0;
+  std::map<std::string, DTypeTally> dtypes;
+  h3::H3Config config;
+  h3::ConfigSource config_source = h3::ConfigSource::kConfigJson;
+};
+
+// Fails with the first problem: unreadable files, an unknown layout, no usable config, or tensors
+// that do not match the config's schema.
+Result<Summary> summarize(const std::string& path) {
+  VORTEX_ASSIGN_OR_RETURN(const ShardedCheckpoint checkpoint, ShardedCheckpoint::open(path));
+  Summary s;
+  s.file = checkpoint.path();
+  const Result<h3::CheckpointLayout> layout = h3::detect_layout(checkpoint.names());
+  if (!layout.ok()) return layout.status().with_context(path);
+  s.layout = *layout;
+  Result<h3::H3Config> config = h3::resolve_config(path, checkpoint, &s.config_source);
+  if (!config.ok()) {
+    // The other sources already name the file they read.
+    return s.config_source == h3::ConfigSource::kInferred ? config.status().with_context(path) : config.status();
+  }
+  s.config = *config;
+  for (const SafetensorsFile& shard : checkpoint.shards()) s.shards.push_back(shard.path());
+  for (const std::string& name : checkpoint.names()) {
+    VORTEX_ASSIGN_OR_RETURN(const TensorInfo info, checkpoint.info(name));
+    DTypeTally& tally = s.dtypes[dtype_name(info.dtype)];
+    ++tally.tensors;
+    tally.bytes += info.nbytes();
+    ++s.tensors;
+    s.bytes += info.nbytes();
+    if (name != "rope.inv_freq") s.parameters += info.shape.numel();
+  }
+  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors tensors, h3::read_all(checkpoint));
+  const Status valid = h3::validate_checkpoint_tensors(tensors, s.layout, s.config);
+  if (!valid.ok()) {
+    return valid.with_context(path + " (" + h3::layout_name(s.layout) + " layout, config from " +
+                              h3::config_source_name(s.config_source) + ")");
+  }
+  return s;
+}
+
+// 31007456256 -> "31,007,456,256"
+std::string with_commas(int64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+void print_text(const Summary& s) {
+  std::printf("checkpoint  %s\n", s.file.c_str());
+  std::printf("layout      %s\n", h3::layout_name(s.layout));
+  std::printf("shards      %zu\n", s.shards.size());
+  std::printf("tensors     %lld\n", static_cast<long long>(s.tensors));
+  for (const auto& [dtype, tally] : s.dtypes) {
+    std::printf("  %-8s  %lld tensors, %s\n", dtype.c_str(), static_cast<long long>(tally.tensors),
+                h3::human_bytes(tally.bytes).c_str());
+  }
+  std::printf("parameters  %s\n", with_commas(s.parameters).c_str());
+  std::printf("bytes       %s (%s)\n", with_commas(static_cast<int64_t>(s.bytes)).c_str(),
+              h3::human_bytes(s.bytes).c_str());
+  std::printf("config      from %s: %s\n", h3::config_source_name(s.config_source), s.config.to_json_string().c_str());
+  std::printf("schema      ok: every tensor of the config's schema, with its shape, and nothing else\n");
+}
+
+void print_json(const Summary& s) {
+  nlohmann::json dtypes = nlohmann::json::object();
+  for (const auto& [dtype, tally] : s.dtypes) dtypes[dtype] = {{"tensors", tally.tensors}, {"bytes", tally.bytes}};
+  const nlohmann::json out = {
+      {"checkpoint", s.file},
+      {"layout", h3::layout_name(s.layout)},
+      {"shards", s.shards.size()},
+      {"files", s.shards},
+      {"tensors", s.tensors},
+      {"dtypes", dtypes},
+      {"parameters", s.parameters},
+      {"bytes", s.bytes},
+      {"config", s.config.to_json()},
+      {"config_source", h3::config_source_name(s.config_source)},
+      {"schema", "ok"},
+  };
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+int run_inspect(const InspectArgs& args) {
+  const Result<Summary> summary = summarize(args.path);
+  if (!summary.ok()) return report_error(summary.status());
+  if (args.json) {
+    print_json(*summary);
+  } else {
+    print_text(*summary);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a checkpoint and check it against the H3 schema");
+  cmd->footer(
+      "Prints the layout, shards, tensors, dtypes (count and bytes), parameters, total bytes, and the config with\n"
+      "its source (config.json, safetensors metadata, or inferred from tensor shapes). Exits 2 with one line\n"
+      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config.");
+  cmd->add_option("path", args->path, "A .safetensors file, a *.safetensors.index.json, or a folder holding one")
+      ->required();
+  cmd->add_flag("--json", args->json, "Print one JSON object instead of text");
+  cmd->callback([args, &action] { action = [args] { return run_inspect(*args); }; });
+}
+
+}  // namespace vortex::cli

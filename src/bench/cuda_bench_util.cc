@@ -1,0 +1,110 @@
+#include "bench/cuda_bench_util.h"
+
+#include <cublasLt.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace vortex::bench {
+
+Result<std::unique_ptr<Timer>> Timer::create() {
+  std::unique_ptr<Timer> t(new Timer());
+  VORTEX_ASSIGN_OR_RETURN(t->flush_arena_, cuda::DeviceArena::create(kL2FlushBytes + 512));
+  VORTEX_ASSIGN_OR_RETURN(t->flush_, t->flush_arena_.alloc({static_cast<int64_t>(kL2FlushBytes)}, DType::kU8));
+  VORTEX_CUDA_CHECK(cudaEventCreate(&t->start_));
+  VORTEX_CUDA_CHECK(cudaEventCreate(&t->stop_));
+  return t;
+}
+
+Timer::~Timer() {
+  if (start_) cudaEventDestroy(start_);
+  if (stop_) cudaEventDestroy(stop_);
+}
+
+Result<Samples> Timer::measure(const BenchOptions& o, const std::function<Status()>& setup,
+                               const std::function<Status()>& body) {
+  Samples samples;
+  for (int i = 0; i < o.warmup + o.repetitions; ++i) {
+    if (setup) VORTEX_RETURN_IF_ERROR(setup());
+    VORTEX_CUDA_CHECK(cudaMemsetAsync(flush_.data(), i & 0xFF, kL2FlushBytes, nullptr));
+    VORTEX_CUDA_CHECK(cudaEventRecord(start_, nullptr));
+    VORTEX_RETURN_IF_ERROR(body());
+    VORTEX_CUDA_CHECK(cudaEventRecord(stop_, nullptr));
+    VORTEX_CUDA_CHECK(cudaEventSynchronize(stop_));
+    float ms = 0;
+    VORTEX_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
+    if (i >= o.warmup) samples.ms.push_back(ms);
+  }
+  return samples;
+}
+
+nlohmann::json protocol_json(const BenchOptions& o) {
+  return {{"warmup", o.warmup},
+          {"repetitions", o.repetitions},
+          {"timer", "cuda_events"},
+          {"l2_flush", {{"method", "cudaMemsetAsync before each repetition"}, {"bytes", kL2FlushBytes}}},
+          {"primary", "median"}};
+}
+
+Result<nlohmann::json> environment_json(const BenchOptions& o) {
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceInfo info, cuda::device_info());
+  return nlohmann::json{{"gpu", info.name},
+                        {"sm_count", info.sm_count},
+                        {"compute_capability", std::to_string(info.major) + "." + std::to_string(info.minor)},
+                        {"sm_clock_max_mhz", info.clock_khz / 1000},
+                        {"memory_clock_max_mhz", info.memory_clock_khz / 1000},
+                        {"memory_bytes", info.total_memory},
+                        {"driver_version", info.driver_version},
+                        {"cuda_runtime_version", info.runtime_version},
+                        {"cublaslt_version", cublasLtGetVersion()},
+                        {"cudnn", "not used by vortex"},
+                        {"nccl", "not used (single GPU)"},
+                        {"git_commit", o.git_commit}};
+}
+
+// rel-L2 / max-abs / max-rel of `a` against the reference `b` (host tensors, any float dtype).
+Correctness compare(const Tensor& a, const Tensor& b, const std::string& comparator, double bound) {
+  Correctness c;
+  c.comparator = comparator;
+  c.bound = bound;
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    const double x = element_as_double(a, i), y = element_as_double(b, i);
+    num += (x - y) * (x - y);
+    den += y * y;
+    c.max_abs = std::max(c.max_abs, std::abs(x - y));
+    if (std::abs(y) > 1e-3) c.max_rel = std::max(c.max_rel, std::abs(x - y) / std::abs(y));
+  }
+  c.rel_l2 = std::sqrt(num / std::max(den, 1e-300));
+  c.passed = c.rel_l2 <= bound && std::isfinite(c.rel_l2);
+  return c;
+}
+
+// Runs the peer for `workload`; returns its JSON report (see bench/peers/pytorch_h3.py).
+Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& workload, const std::string& io_path) {
+  if (o.peer_command.empty()) return nlohmann::json();
+  const std::string report = o.work_dir + "/peer_" + workload + ".json";
+  std::ostringstream cmd;
+  cmd << o.peer_command << " --workload " << workload << " --io " << io_path << " --out " << report << " --warmup "
+      << o.warmup << " --reps " << o.repetitions;
+  std::fprintf(stderr, "vortex bench: running peer: %s\n", cmd.str().c_str());
+  if (std::system(cmd.str().c_str()) != 0) return internal_error("peer command failed: " + cmd.str());
+  std::ifstream in(report);
+  nlohmann::json json = nlohmann::json::parse(in, nullptr, false);
+  if (json.is_discarded()) return corrupt_data(report + ": peer report is not JSON");
+  return json;
+}
+
+void add_peer_ratios(Manifest& m, const nlohmann::json& peer) {
+  if (!peer.is_object() || !peer.contains("peers")) return;
+  const double ours = m.samples.median();
+  for (const auto& p : peer["peers"]) {
+    nlohmann::json entry = p;
+    entry["ratio_peer_over_vortex"] = p["median_ms"].get<double>() / ours;
+    m.peers.push_back(entry);
+  }
+}
+
+}  // namespace vortex::bench

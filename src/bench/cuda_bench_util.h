@@ -1,0 +1,44 @@
+// Shared pieces of the CUDA bench workloads: the event timer with L2 flush, the manifest
+// sections every workload fills the same way, output comparison, and the peer subprocess.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "bench/cuda_workloads.h"
+#include "bench/manifest.h"
+#include "cuda/runtime.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::bench {
+
+constexpr size_t kL2FlushBytes = 256u << 20;
+
+class Timer {
+ public:
+  static Result<std::unique_ptr<Timer>> create();
+  ~Timer();
+  // For each of warm-ups + repetitions: setup (untimed), L2 flush, CUDA events around body.
+  Result<Samples> measure(const BenchOptions& o, const std::function<Status()>& setup,
+                          const std::function<Status()>& body);
+
+ private:
+  cuda::DeviceArena flush_arena_;
+  Tensor flush_;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+nlohmann::json protocol_json(const BenchOptions& o);
+Result<nlohmann::json> environment_json(const BenchOptions& o);
+// rel-L2 / max-abs / max-rel of `a` against the reference `b` (host tensors, any float dtype).
+Correctness compare(const Tensor& a, const Tensor& b, const std::string& comparator, double bound);
+// Runs the peer for `workload` on the dumped inputs; an empty JSON when no peer is configured.
+Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& workload, const std::string& io_path);
+// Appends the peer's entries with ratio_peer_over_vortex = peer median / vortex median.
+void add_peer_ratios(Manifest& m, const nlohmann::json& peer);
+
+}  // namespace vortex::bench

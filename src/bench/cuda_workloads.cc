@@ -1,0 +1,147 @@
+#include "bench/cuda_workloads.h"
+
+#include "bench/cuda_bench_util.h"
+
+#include <cuda_runtime.h>
+#include <cublasLt.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <sstream>
+
+#include "cpu/attention.h"
+#include "cpu/gemm.h"
+#include "cuda/attention.h"
+#include "cuda/gemm.h"
+#include "cuda/runtime.h"
+#include "cuda/synthetic_fill.h"
+#include "formats/safetensors.h"
+#include "models/h3/cuda_transformer.h"
+#include "models/h3/generate.h"
+
+namespace vortex::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kCanonicalText = 100;
+
+Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
+  h3::H3Config config = *h3::config_preset("h3");
+  config.num_layers = 1;  // block 0 of the canonical model: same synthetic weights as in the full model
+  config.num_refiner_layers = 0;
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry geometry, h3::resolve_geometry({768, 1344, 124}, config));
+  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(kCanonicalText, geometry, config));
+  VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
+                                                                    layout.num_rows));
+  const Tensor text = h3::seeded_normal({kCanonicalText, config.text_dim}, o.seed, h3::kSyntheticTextStream);
+  VORTEX_RETURN_IF_ERROR(model->prepare(layout, text));
+  // A mid-trajectory step: video and audio at different noise levels (two AdaLN timesteps).
+  const h3::RowTimesteps timesteps = h3::assign_row_timesteps(layout, 0.55f, 0.7f);
+  VORTEX_RETURN_IF_ERROR(model->upload_step_tables(timesteps));
+
+  // The block's input: a seeded bf16 residual stream, restored before every repetition (the block
+  // runs in place).
+  const int64_t N = layout.num_rows, C = config.hidden_size;
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena input_arena, cuda::DeviceArena::create(static_cast<size_t>(N * C * 2) + 512));
+  VORTEX_ASSIGN_OR_RETURN(Tensor x0, input_arena.alloc({N, C}, DType::kBF16));
+  VORTEX_RETURN_IF_ERROR(cuda::fill_scaled_normal(x0, o.seed, /*stream=*/100, 1.0f, nullptr));
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, model->residual().slice(0, 0, N));
+  auto restore = [&]() -> Status {
+    VORTEX_CUDA_CHECK(cudaMemcpyAsync(x.data(), x0.data(), x0.nbytes(), cudaMemcpyDeviceToDevice, nullptr));
+    return ok_status();
+  };
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, restore, [&] { return model->run_block(0); }));
+
+  Manifest m;
+  m.workload = "h3-block";
+  m.samples = samples;
+  // FLOPs: the four GEMMs (2·N·in·out each) plus attention (4·N²·H·D).
+  const double n = static_cast<double>(N), inner = config.inner_dim(), f = config.ffn_dim;
+  const double gemm_flops = 2 * n * C * (3 * inner) + 2 * n * inner * C + 2 * n * C * (2 * f) + 2 * n * f * C;
+  const double attn_flops = 4 * n * n * config.num_attention_heads * config.attention_head_dim;
+  m.derived = {{"tflops", (gemm_flops + attn_flops) / (samples.median() * 1e-3) / 1e12},
+               {"flops", gemm_flops + attn_flops}};
+  m.workload_section = {{"name", "h3-block"},
+                        {"rows", N},
+                        {"text_rows", layout.num_text},
+                        {"audio_rows", layout.num_audio},
+                        {"video_rows", layout.num_video},
+                        {"hidden", C},
+                        {"heads", config.num_attention_heads},
+                        {"head_dim", config.attention_head_dim},
+                        {"ffn", config.ffn_dim},
+                        {"timesteps", timesteps.timesteps},
+                        {"dtype", "bf16"},
+                        {"weights", "synthetic (models/h3/synthetic_rule.h), block 0"},
+                        {"seed", o.seed}};
+  m.protocol = protocol_json(o);
+  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  m.implementation = {{"backend", "cuda"},
+                      {"recipe", "bf16"},
+                      {"attention", "exact (vortex v0 flash kernel)"},
+                      {"gemm", "cuBLASLt bf16, fp32 accumulate"},
+                      {"fusions", "none"}};
+
+  // Output for correctness: one more run from x0, then dump everything the peer needs.
+  VORTEX_RETURN_IF_ERROR(restore());
+  VORTEX_RETURN_IF_ERROR(model->run_block(0));
+  VORTEX_ASSIGN_OR_RETURN(Tensor x_out, cuda::download(x, nullptr));
+  m.correctness.comparator = "none (no peer run)";
+  if (!o.peer_command.empty()) {
+    fs::create_directories(o.work_dir);
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors io, model->download_block_weights(0));
+    VORTEX_ASSIGN_OR_RETURN(Tensor x_in, cuda::download(x0, nullptr));
+    VORTEX_ASSIGN_OR_RETURN(Tensor temb, model->time_embedding_host(timesteps.timesteps));
+    VORTEX_ASSIGN_OR_RETURN(Tensor cos, model->download_rope(true));
+    VORTEX_ASSIGN_OR_RETURN(Tensor sin, model->download_rope(false));
+    VORTEX_ASSIGN_OR_RETURN(Tensor rows, model->download_adaln_rows());
+    io.emplace_back("in.x", x_in);
+    io.emplace_back("in.temb", temb);
+    io.emplace_back("in.rope_cos", cos);
+    io.emplace_back("in.rope_sin", sin);
+    io.emplace_back("in.adaln_rows", rows);
+    io.emplace_back("out.x", x_out);
+    const std::string path = o.work_dir + "/h3_block_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json_string()}}));
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "h3-block", path));
+    if (peer.contains("correctness")) {
+      const auto& c = peer["correctness"];
+      m.correctness.comparator = c.value("comparator", "peer");
+      m.correctness.rel_l2 = c.value("rel_l2", 1.0);
+      m.correctness.max_abs = c.value("max_abs", 0.0);
+      m.correctness.max_rel = c.value("max_rel", 0.0);
+      m.correctness.bound = 1e-2;
+      m.correctness.passed = m.correctness.rel_l2 <= m.correctness.bound;
+    }
+    add_peer_ratios(m, peer);
+  }
+  return std::vector<Manifest>{m};
+}
+
+}  // namespace
+
+const std::vector<std::string>& cuda_workload_names() {
+  static const std::vector<std::string> kNames = {"h3-block", "gemm", "attention"};
+  return kNames;
+}
+
+Result<std::vector<Manifest>> bench_gemm(const BenchOptions& o);
+Result<std::vector<Manifest>> bench_attention(const BenchOptions& o);
+
+Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& o) {
+  if (o.warmup < 3 || o.repetitions < 10) {
+    return invalid_argument("the protocol needs >= 3 warm-ups and >= 10 repetitions (DESIGN section 4)");
+  }
+  if (o.workload == "h3-block") return bench_block(o);
+  if (o.workload == "gemm") return bench_gemm(o);
+  if (o.workload == "attention") return bench_attention(o);
+  return invalid_argument("unknown workload '" + o.workload + "' (h3-block, gemm, attention)");
+}
+
+}  // namespace vortex::bench

@@ -1,0 +1,36 @@
+// `vortex bench` workloads on one GPU (DESIGN section 4).
+//
+//   h3-block   one transformer block at the canonical shape (37,810 rows, synthetic weights)
+//   gemm       the four block GEMMs at the canonical shape (QKV, out, FC1, FC2), one manifest each
+//   attention  exact attention, 37,810 x 56 heads x 128
+//
+// Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
+// times the H200's 60 MB L2) and timed with CUDA events around the measured work only; the median
+// is primary. Peers (PyTorch eager and torch.compile of the same computation) run as a child
+// process in the same call, read the inputs vortex dumped, check vortex's output, time themselves
+// with the same protocol and report back; their medians enter the manifest as ratios.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "bench/manifest.h"
+#include "vortex/status.h"
+
+namespace vortex::bench {
+
+struct BenchOptions {
+  std::string workload;
+  int warmup = 3;
+  int repetitions = 10;
+  uint64_t seed = 0;
+  std::string work_dir = "/tmp/vortex-bench";  // dumps for peers
+  std::string peer_command;                    // e.g. "python3 bench/peers/pytorch_h3.py"; empty: no peer
+  std::string git_commit = "unknown";
+};
+
+const std::vector<std::string>& cuda_workload_names();
+// One manifest per measured item (gemm yields four).
+Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& options);
+
+}  // namespace vortex::bench

@@ -1,0 +1,26 @@
+// Exact attention on the GPU (DESIGN section 3, mode `exact`): bf16 q, k, v; fp32 scores, softmax
+// and accumulation; bf16 output rounded once.
+//
+//   out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
+//
+// Variants (VORTEX_VARIANT_ATTENTION selects; v0 ships):
+//   v0  tiled flash-style kernel on tensor cores (mma.sync bf16), online softmax in fp32,
+//       P rounded to bf16 for the PV product as every flash kernel does. Head dim 64 and 128.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda {
+
+// q, out: [Nq, H, D]; k, v: [Nk, H, D]; all BF16 device views with unit stride in D and any
+// strides on N and H (the q/k/v column slices of a fused QKV output [N, 3·H·D] are the normal case;
+// out is typically a [N, H·D] buffer viewed as [N, H, D]). D in {64, 128}. Nq, Nk >= 1, any value.
+// Rows move in 16-byte copies: every pointer and N / H stride must be a multiple of 16 bytes
+// (8 elements), and scale finite and > 0; otherwise invalid_argument. out must not overlap q, k, v.
+Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
+                 cudaStream_t stream);
+
+}  // namespace vortex::cuda

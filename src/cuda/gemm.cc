@@ -1,0 +1,245 @@
+// GemmRunner: the linear layers through cuBLASLt (contract in gemm.h).
+//
+// cuBLASLt is column-major. A row-major matrix with row stride ld is, to it, the column-major
+// transpose with leading dimension ld, so y[N, O] = x[N, I] · w[O, I]ᵀ is computed as
+//
+//   Yᵀ[O, N] = op(A) · B,  A = w seen as column-major [I, O] (ld I), op(A) = Aᵀ = w[O, I]
+//                          B = x seen as column-major [I, N] (ld ldx)
+//                          D = y seen as column-major [O, N] (ld ldy)
+//
+// that is m = O, n = N, k = I with (transa, transb) = (T, N) — the "TN" form every cuBLASLt
+// kernel family supports. The bias epilogue adds a vector of length m = O along D's rows, which
+// is y's per-column bias. Its element type defaults to D's type (bf16 for a bf16 y, f32 for an
+// f32 y), which is exactly the contract, so no conversion is needed.
+//
+// A plan depends on the pointers only through their alignment (the heuristic excludes kernels
+// that need more alignment than the buffers have, and reads the bias pointer for the same reason),
+// so the alignments are part of the cache key and the pointers are set per call.
+#include "cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+
+#include "cuda/cublas_check.h"
+
+namespace vortex::cuda {
+namespace {
+
+// Candidate algorithms asked of the heuristic; the first that fits the workspace is kept. Eight
+// is enough that one fits whenever any does (they come best first, and most need little or none).
+constexpr int kHeuristicRequests = 8;
+// The largest alignment any cuBLASLt kernel asks for (and the preferences' default).
+constexpr uint32_t kMaxAlignment = 256;
+
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 1;
+  while (a < kMaxAlignment && address % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+struct PlanKey {
+  int64_t n, i, o, ldx, ldy;
+  DType in_dtype, out_dtype;
+  bool has_bias;
+  uint32_t align_x, align_w, align_y, align_bias;
+
+  auto tie() const {
+    return std::tie(n, i, o, ldx, ldy, in_dtype, out_dtype, has_bias, align_x, align_w, align_y, align_bias);
+  }
+  bool operator<(const PlanKey& other) const { return tie() < other.tie(); }
+};
+
+// Owns the descriptors of one problem and the algorithm chosen for it.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+cudaDataType_t cuda_type(DType dtype) { return dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+struct PreferenceHandle {
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~PreferenceHandle() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  }
+};
+
+std::string describe_view(const char* name, const TensorView& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string() +
+         " on " + device_name(t.device);
+}
+
+bool is_2d_rows(const TensorView& t) { return t.rank() == 2 && t.strides[1] == 1 && t.strides[0] >= t.shape[1]; }
+
+}  // namespace
+
+// Not thread-safe, and one linear at a time: the plans' bias pointers are set per call and every
+// call shares the one workspace, so concurrent calls (or streams not ordered with each other)
+// need one runner each.
+struct GemmRunner::Impl {
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace_tensor;  // keeps the arena's storage alive as long as the runner
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+
+  ~Impl() {
+    plans.clear();
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  Result<Plan*> plan_for(const PlanKey& key, const void* bias);
+};
+
+Result<Plan*> GemmRunner::Impl::plan_for(const PlanKey& key, const void* bias) {
+  auto found = plans.find(key);
+  if (found != plans.end()) return found->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  const cudaDataType_t in_type = cuda_type(key.in_dtype);
+  const cudaDataType_t out_type = cuda_type(key.out_dtype);
+  // CUBLAS_COMPUTE_32F: fp32 accumulation, and for fp32 inputs true fp32 products (the _FAST_TF32
+  // compute type, never requested here, is what would allow TF32).
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+  if (key.has_bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    VORTEX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    VORTEX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, key.i, key.o, key.i));
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, key.i, key.n, key.ldx));
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, key.o, key.n, key.ldy));
+
+  PreferenceHandle pref;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
+  const uint64_t max_workspace = workspace_bytes;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &max_workspace, sizeof(max_workspace)));
+  // A is the weight, B the activations, C = D the output (beta = 0 still lets kernels read C's pointer).
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y},
+  };
+  for (const auto& [attribute, value] : alignments) {
+    VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, attribute, &value, sizeof(value)));
+  }
+
+  cublasLtMatmulHeuristicResult_t results[kHeuristicRequests] = {};
+  int count = 0;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                                     pref.pref, kHeuristicRequests, results, &count));
+  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
+  for (int r = 0; r < count && !chosen; ++r) {
+    if (results[r].state == CUBLAS_STATUS_SUCCESS && results[r].workspaceSize <= workspace_bytes) chosen = &results[r];
+  }
+  if (!chosen) {
+    return unimplemented("cuBLASLt offers no algorithm for linear N=" + std::to_string(key.n) +
+                         " I=" + std::to_string(key.i) + " O=" + std::to_string(key.o) + " ldx=" +
+                         std::to_string(key.ldx) + " ldy=" + std::to_string(key.ldy) + " " +
+                         dtype_name(key.in_dtype) + "->" + dtype_name(key.out_dtype) +
+                         (key.has_bias ? " with bias" : "") + " within " + std::to_string(workspace_bytes) +
+                         " workspace bytes");
+  }
+  plan->algo = chosen->algo;
+  Plan* raw = plan.get();
+  plans.emplace(key, std::move(plan));
+  return raw;
+}
+
+Result<std::unique_ptr<GemmRunner>> GemmRunner::create(DeviceArena& arena, size_t workspace_bytes) {
+  auto impl = std::make_unique<Impl>();
+  if (workspace_bytes > 0) {
+    VORTEX_ASSIGN_OR_RETURN(impl->workspace_tensor,
+                            arena.alloc(Shape({static_cast<int64_t>(workspace_bytes)}), DType::kU8));
+    impl->workspace = impl->workspace_tensor.data();
+    impl->workspace_bytes = workspace_bytes;
+  }
+  VORTEX_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
+  return std::unique_ptr<GemmRunner>(new GemmRunner(std::move(impl)));
+}
+
+GemmRunner::GemmRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GemmRunner::~GemmRunner() = default;
+
+size_t GemmRunner::cached_plans() const { return impl_->plans.size(); }
+
+Status GemmRunner::linear(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,
+                          cudaStream_t stream) {
+  const auto bad = [&](const std::string& what) {
+    std::string message = "cuda linear: " + what + " (" + describe_view("x", x) + ", " + describe_view("w", w) +
+                          ", " + describe_view("y", y);
+    if (bias) message += ", " + describe_view("bias", *bias);
+    return invalid_argument(message + ")");
+  };
+  for (const TensorView* t : {&x, &w, &y}) {
+    if (t->device != Device::kCuda) return bad("every operand must be on the device");
+  }
+  if (bias && bias->device != Device::kCuda) return bad("every operand must be on the device");
+  if (!is_2d_rows(x)) return bad("x must be 2-D [N, I] with unit column stride and row stride >= I");
+  if (!is_2d_rows(y)) return bad("y must be 2-D [N, O] with unit column stride and row stride >= O");
+  if (w.rank() != 2 || !w.is_contiguous()) return bad("w must be a contiguous 2-D [O, I]");
+  const int64_t n = x.shape[0], in = x.shape[1], out = w.shape[0];
+  if (w.shape[1] != in || y.shape[0] != n || y.shape[1] != out) return bad("shapes do not agree");
+  if (in < 1 || out < 1) return bad("I and O must be >= 1");
+  const bool bf16_in = x.dtype == DType::kBF16 && w.dtype == DType::kBF16 &&
+                       (y.dtype == DType::kBF16 || y.dtype == DType::kF32);
+  const bool f32_in = x.dtype == DType::kF32 && w.dtype == DType::kF32 && y.dtype == DType::kF32;
+  if (!bf16_in && !f32_in) return bad("supported dtypes are (bf16, bf16, bf16|f32) and (f32, f32, f32)");
+  if (bias) {
+    if (bias->rank() != 1 || bias->shape[0] != out || bias->strides[0] != 1) return bad("bias must be [O], unit stride");
+    if (bias->dtype != y.dtype) return bad("bias dtype must match y's (bf16 for a bf16 y, f32 otherwise)");
+  }
+  if (n == 0) return ok_status();
+
+  const PlanKey key{n,
+                    in,
+                    out,
+                    x.strides[0],
+                    y.strides[0],
+                    x.dtype,
+                    y.dtype,
+                    bias != nullptr,
+                    alignment_of(x.data),
+                    alignment_of(w.data),
+                    alignment_of(y.data),
+                    bias ? alignment_of(bias->data) : kMaxAlignment};
+  VORTEX_ASSIGN_OR_RETURN(Plan * plan, impl_->plan_for(key, bias ? bias->data : nullptr));
+  if (bias) {
+    const void* pointer = bias->data;
+    VORTEX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pointer,
+                                                       sizeof(pointer)));
+  }
+  const float alpha = 1.0f, beta = 0.0f;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan->desc, &alpha, w.data, plan->a, x.data, plan->b, &beta,
+                                     y.data, plan->d, y.data, plan->d, &plan->algo, impl_->workspace,
+                                     impl_->workspace_bytes, stream));
+  return ok_status();
+}
+
+}  // namespace vortex::cuda

@@ -1,0 +1,346 @@
+// RMSNorm family on the GPU (contract: cuda/elementwise.h; numerics: cpu/norm.h).
+//
+//   rms_norm:        y = R(x * inv * weight),  inv = 1 / sqrt(sum(x^2) / C + eps)
+//   adaln_modulate:  y = R(R(x * R(1 + scale[row])) + shift[row])
+//
+// rms_norm variants (chosen by row width, not selectable: both compute the same thing):
+//   group  G lanes of a warp per row (G = 1..32, a power of two), for rows of up to 32·4 vectors
+//          (C <= 1024 with 16-byte vectors): the per-head q/k norm (D = 128 -> 16 lanes, two
+//          (token, head) rows per warp) and the narrow test shapes.
+//   block  one block per row for wide rows (the 5376-channel block norms: 224 threads of 3 bf16
+//          vectors each); falls back to re-reading the row from global memory (L1/L2-resident)
+//          when it does not fit in the per-thread register cache.
+// Both keep the row in registers between the reduction and the write, so x is read from memory
+// once, and may alias y.
+//
+// Numerics against the CPU: the sum of squares is accumulated in fp32 (fma per element, then a
+// shuffle tree across lanes and, in the block variant, a fixed-order sum of the warp partials),
+// where the CPU sums in double in index order; so inv may differ from the CPU's in its last fp32
+// bits. Everything after the sum rounds exactly as the CPU does: the mean and eps in fp32 with
+// IEEE division, 1 / sqrt with the correctly rounded __fsqrt_rn / __fdiv_rn, then two fp32
+// products (x·inv)·w and one rounding to y's dtype. adaln_modulate has no reduction and no
+// transcendental: it matches the CPU bit for bit.
+#include "cuda/elementwise.h"
+
+#include "cuda/row_io.cuh"
+#include "cuda/runtime.h"
+
+namespace vortex::cuda {
+
+namespace {
+
+using detail::Operand;
+
+constexpr int kNormThreads = 256;  // block size of the group variant: 8 warps, 256 / G rows
+constexpr int kGroupMaxVecs = 4;   // vectors per lane the group variant caches (32 fp32 registers)
+// The block variant's largest block: 512 threads leave each up to 128 registers, room for the
+// 32-value row cache without spills; rows wider than 512 x 32 values take the re-reading path.
+constexpr int kNormBlockMaxThreads = 512;
+
+// Register cache of the block variant: 32 fp32 values per thread in 16-byte vectors, 8 scalars
+// (a 32-scalar cache spills: each scalar carries its own 64-bit index and bound check).
+template <int V>
+constexpr int block_cache_vecs() { return V == 1 ? 8 : 32 / V; }
+
+struct RmsNormParams {
+  Operand x, y;        // rank 2: row r is x[r]; rank 3: row r is x[r / inner, r % inner]
+  const char* weight;  // [C] or null
+  int64_t weight_stride;
+  bool weight_bf16;
+  int64_t rows;        // N, or N·H for a rank-3 view
+  int64_t inner;       // 1, or H
+  int64_t vecs;        // C / V
+  int c;
+  float eps;
+};
+
+__device__ __forceinline__ const char* norm_src(const RmsNormParams& p, int64_t r) {
+  return p.inner == 1 ? detail::row_ptr(p.x, r) : detail::row_ptr(p.x, r / p.inner, r % p.inner);
+}
+__device__ __forceinline__ char* norm_dst(const RmsNormParams& p, int64_t r) {
+  return p.inner == 1 ? detail::row_ptr(p.y, r) : detail::row_ptr(p.y, r / p.inner, r % p.inner);
+}
+
+// 1 / sqrt(mean + eps) with the CPU's fp32 operations (each one correctly rounded).
+__device__ __forceinline__ float inv_rms(float sum_sq, int c, float eps) {
+  const float mean = __fdiv_rn(sum_sq, static_cast<float>(c));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+template <int V>
+__device__ __forceinline__ void load_weight(const RmsNormParams& p, int64_t e, float (&w)[V]) {
+  if (p.weight == nullptr) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) w[k] = 1.0f;
+  } else if constexpr (V > 1) {
+    detail::load_vec<V>(p.weight, p.weight_bf16, e, w);  // the host chose V > 1 only for unit stride
+  } else {
+    detail::load_vec<1>(p.weight, p.weight_bf16, e * p.weight_stride, w);
+  }
+}
+
+template <int V>
+__device__ __forceinline__ void normalize_store(const RmsNormParams& p, char* dst, int64_t e, const float (&v)[V],
+                                                float inv) {
+  float w[V], out[V];
+  load_weight<V>(p, e, w);
+#pragma unroll
+  for (int k = 0; k < V; ++k) out[k] = __fmul_rn(__fmul_rn(v[k], inv), w[k]);
+  detail::store_vec<V>(dst, p.y.bf16, e, out);
+}
+
+template <int V>
+__device__ __forceinline__ float sum_squares(const float (&v)[V], float acc) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc = fmaf(v[k], v[k], acc);
+  return acc;
+}
+
+// G lanes per row, each caching up to PER_LANE vectors; a block holds kNormThreads / G rows. The
+// row loop bound depends only on the block, so every lane of a warp reaches the shuffles together.
+template <int V, int PER_LANE>
+__global__ void __launch_bounds__(kNormThreads) rms_norm_group_kernel(RmsNormParams p, int group) {
+  const int lane = threadIdx.x % group;
+  const int64_t rows_per_block = kNormThreads / group;
+  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < p.rows; r0 += gridDim.x * rows_per_block) {
+    const int64_t r = r0 + threadIdx.x / group;
+    const bool active = r < p.rows;
+    float v[PER_LANE][V];
+    float ss = 0.0f;
+    if (active) {
+      const char* src = norm_src(p, r);
+#pragma unroll
+      for (int q = 0; q < PER_LANE; ++q) {
+        const int64_t vec = lane + q * group;
+        if (vec < p.vecs) {
+          detail::load_vec<V>(src, p.x.bf16, vec * V, v[q]);
+          ss = sum_squares<V>(v[q], ss);
+        }
+      }
+    }
+    for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
+    if (active) {
+      const float inv = inv_rms(ss, p.c, p.eps);
+      char* dst = norm_dst(p, r);
+#pragma unroll
+      for (int q = 0; q < PER_LANE; ++q) {
+        const int64_t vec = lane + q * group;
+        if (vec < p.vecs) normalize_store<V>(p, dst, vec * V, v[q], inv);
+      }
+    }
+  }
+}
+
+// Sum over the block in a fixed order: shuffle tree within each warp, then every thread adds the
+// warp partials 0, 1, ... itself (no second broadcast barrier). All threads must call it.
+__device__ __forceinline__ float block_sum(float s, float* warp_sums) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, offset);
+  const int warps = blockDim.x / 32;
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < warps; ++w) total += warp_sums[w];
+  __syncthreads();  // warp_sums is rewritten by the next row
+  return total;
+}
+
+// One block per row. CACHED: each thread keeps its <= block_cache_vecs<V>() vectors in registers;
+// otherwise the second pass re-reads x (x may alias y: each element is read and then written by
+// the same thread, after the whole row has been summed).
+template <int V, bool CACHED>
+__global__ void __launch_bounds__(kNormBlockMaxThreads) rms_norm_block_kernel(RmsNormParams p) {
+  __shared__ float warp_sums[kNormBlockMaxThreads / 32];
+  constexpr int kCache = CACHED ? block_cache_vecs<V>() : 1;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const char* src = norm_src(p, r);
+    float v[kCache][V];
+    float ss = 0.0f;
+    if constexpr (CACHED) {
+#pragma unroll
+      for (int q = 0; q < kCache; ++q) {
+        const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
+        if (vec < p.vecs) {
+          detail::load_vec<V>(src, p.x.bf16, vec * V, v[q]);
+          ss = sum_squares<V>(v[q], ss);
+        }
+      }
+    } else {
+      for (int64_t vec = threadIdx.x; vec < p.vecs; vec += blockDim.x) {
+        detail::load_vec<V>(src, p.x.bf16, vec * V, v[0]);
+        ss = sum_squares<V>(v[0], ss);
+      }
+    }
+    const float inv = inv_rms(block_sum(ss, warp_sums), p.c, p.eps);
+    char* dst = norm_dst(p, r);
+    if constexpr (CACHED) {
+#pragma unroll
+      for (int q = 0; q < kCache; ++q) {
+        const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
+        if (vec < p.vecs) normalize_store<V>(p, dst, vec * V, v[q], inv);
+      }
+    } else {
+      for (int64_t vec = threadIdx.x; vec < p.vecs; vec += blockDim.x) {
+        detail::load_vec<V>(src, p.x.bf16, vec * V, v[0]);
+        normalize_store<V>(p, dst, vec * V, v[0], inv);
+      }
+    }
+  }
+}
+
+constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride loops cover the rest
+
+template <int V>
+Status launch_rms_norm(RmsNormParams p, cudaStream_t stream) {
+  p.vecs = p.c / V;
+  if (p.vecs <= 32 * kGroupMaxVecs) {
+    // One vector per lane while the warp has room (more loads in flight per row), else 32 lanes
+    // with up to kGroupMaxVecs vectors each.
+    int group = 1;
+    while (group < 32 && group < p.vecs) group *= 2;
+    const int64_t rows_per_block = kNormThreads / group;
+    const int64_t grid = std::min(detail::ceil_div(p.rows, rows_per_block), kMaxGrid);
+    if (p.vecs <= group) {
+      rms_norm_group_kernel<V, 1><<<static_cast<unsigned>(grid), kNormThreads, 0, stream>>>(p, group);
+    } else {
+      rms_norm_group_kernel<V, kGroupMaxVecs><<<static_cast<unsigned>(grid), kNormThreads, 0, stream>>>(p, group);
+    }
+    VORTEX_CUDA_CHECK_LAUNCH();
+    return ok_status();
+  }
+  // Balanced block: as few vectors per thread as 256 threads allow (672 vectors -> 224 x 3).
+  constexpr int64_t kCache = block_cache_vecs<V>();
+  int64_t per_thread = detail::ceil_div(p.vecs, 256);
+  int64_t threads = detail::ceil_div(detail::ceil_div(p.vecs, per_thread), 32) * 32;
+  if (per_thread > kCache) {
+    threads = kNormBlockMaxThreads;
+    per_thread = detail::ceil_div(p.vecs, threads);
+  }
+  const unsigned grid = static_cast<unsigned>(std::min(p.rows, kMaxGrid));
+  if (per_thread <= kCache) {
+    rms_norm_block_kernel<V, true><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+  } else {
+    rms_norm_block_kernel<V, false><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+  }
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+struct ModulateParams {
+  Operand x, y, shift, scale;  // x, y: [N, C]; shift, scale: [R, C]
+  const int32_t* row;          // [N] indices into the table rows
+  int64_t rows, table_rows, vecs;
+};
+
+// A row whose table index is outside [0, R) is written as NaN: the host cannot check device
+// indices without a synchronisation, and NaN makes the bad row visible instead of reading wild
+// memory.
+template <int V>
+__global__ void adaln_modulate_kernel(ModulateParams p) {
+  const int64_t vec = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (vec >= p.vecs) return;
+  const int64_t e = vec * V;
+  const bool out_bf16 = p.y.bf16;
+  for (int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i < p.rows;
+       i += static_cast<int64_t>(gridDim.y) * blockDim.y) {
+    const int32_t t = p.row[i];
+    float v[V];
+    if (t < 0 || t >= p.table_rows) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = detail::quiet_nan();
+    } else {
+      float sh[V], sc[V];
+      detail::load_vec<V>(detail::row_ptr(p.x, i), p.x.bf16, e, v);
+      detail::load_vec<V>(detail::row_ptr(p.shift, t), p.shift.bf16, e, sh);
+      detail::load_vec<V>(detail::row_ptr(p.scale, t), p.scale.bf16, e, sc);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float one_plus = detail::round_out(out_bf16, __fadd_rn(1.0f, sc[k]));
+        const float scaled = detail::round_out(out_bf16, __fmul_rn(v[k], one_plus));
+        v[k] = detail::round_out(out_bf16, __fadd_rn(scaled, sh[k]));
+      }
+    }
+    detail::store_vec<V>(detail::row_ptr(p.y, i), out_bf16, e, v);
+  }
+}
+
+}  // namespace
+
+Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, "rms_norm input"));
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(y, "rms_norm output"));
+  if (x.shape != y.shape || (x.rank() != 2 && x.rank() != 3)) {
+    return invalid_argument("rms_norm: input " + x.shape.to_string() + " and output " + y.shape.to_string() +
+                            " must match and be rank 2 or 3");
+  }
+  const int64_t c = x.shape[x.rank() - 1];
+  if (weight) {
+    if (weight->device != Device::kCuda || (weight->dtype != DType::kF32 && weight->dtype != DType::kBF16) ||
+        weight->data == nullptr) {
+      return invalid_argument("rms_norm weight: must be an F32 or BF16 device tensor, got " +
+                              std::string(dtype_name(weight->dtype)) + " on " + device_name(weight->device));
+    }
+    if (weight->rank() != 1 || weight->shape[0] != c) {
+      return invalid_argument("rms_norm weight: " + weight->shape.to_string() + " does not match last dim " +
+                              std::to_string(c));
+    }
+  }
+  if (c > INT32_MAX) return invalid_argument("rms_norm input: last dim " + std::to_string(c) + " too large");
+  const int64_t inner = x.rank() == 3 ? x.shape[1] : 1;
+  RmsNormParams p{};
+  p.x = detail::make_operand(x);
+  p.y = detail::make_operand(y);
+  p.weight = weight ? static_cast<const char*>(weight->data) : nullptr;
+  p.weight_stride = weight ? weight->strides[0] : 0;
+  p.weight_bf16 = weight && weight->dtype == DType::kBF16;
+  p.rows = x.shape[0] * inner;
+  p.inner = inner;
+  p.c = static_cast<int>(c);
+  p.eps = eps;
+  if (p.rows == 0 || c == 0) return ok_status();
+  const bool weight_vec = !weight || (weight->strides[0] == 1 && detail::vec_aligned(*weight));
+  if (c % detail::kVec == 0 && detail::vec_aligned(x) && detail::vec_aligned(y) && weight_vec) {
+    return launch_rms_norm<detail::kVec>(p, stream);
+  }
+  return launch_rms_norm<1>(p, stream);
+}
+
+Status adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale, const int32_t* row,
+                      const TensorView& y, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, "adaln_modulate input"));
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(y, "adaln_modulate output"));
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(shift, "adaln_modulate shift"));
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(scale, "adaln_modulate scale"));
+  if (x.rank() != 2 || x.shape != y.shape) {
+    return invalid_argument("adaln_modulate: input " + x.shape.to_string() + " and output " + y.shape.to_string() +
+                            " must match and be [N, C]");
+  }
+  const int64_t n = x.shape[0], c = x.shape[1];
+  if (shift.rank() != 2 || shift.shape[1] != c) {
+    return invalid_argument("adaln_modulate shift: " + shift.shape.to_string() + " must be [R, " + std::to_string(c) +
+                            "]");
+  }
+  if (scale.rank() != 2 || scale.shape != shift.shape) {
+    return invalid_argument("adaln_modulate scale: " + scale.shape.to_string() + " must match shift " +
+                            shift.shape.to_string());
+  }
+  if (row == nullptr && n > 0) return invalid_argument("adaln_modulate row: null row-index pointer");
+  if (n == 0 || c == 0) return ok_status();
+  ModulateParams p{detail::make_operand(x), detail::make_operand(y), detail::make_operand(shift),
+                   detail::make_operand(scale), row, n, shift.shape[0], 0};
+  const bool vec = c % detail::kVec == 0 && detail::vec_aligned(x) && detail::vec_aligned(y) &&
+                   detail::vec_aligned(shift) && detail::vec_aligned(scale);
+  if (vec) {
+    p.vecs = c / detail::kVec;
+    const detail::RowLaunch l = detail::row_launch(n, p.vecs);
+    adaln_modulate_kernel<detail::kVec><<<l.grid, l.block, 0, stream>>>(p);
+  } else {
+    p.vecs = c;
+    const detail::RowLaunch l = detail::row_launch(n, p.vecs);
+    adaln_modulate_kernel<1><<<l.grid, l.block, 0, stream>>>(p);
+  }
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+}  // namespace vortex::cuda

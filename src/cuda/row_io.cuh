@@ -1,0 +1,190 @@
+// Shared plumbing of the row-wise kernels (norm.cu, elementwise.cu): how a device view is handed
+// to a kernel, vector loads of F32/BF16 rows into fp32 registers and stores back with the bf16
+// rounding of core/dtype.h, the host checks every op runs first, and the 2-D launch shape of the
+// ops without a reduction.
+//
+// Vector width: a kernel instantiated with V = kVec moves 8 consecutive elements per access
+// (16 bytes of bf16, or two 16-byte accesses of f32); V = 1 is the scalar fallback for views whose
+// base, row strides or widths are not 16-byte multiples. The dtype of each operand is a runtime
+// flag rather than a template argument: the branch is uniform across the grid, costs nothing next
+// to the memory traffic, and keeps the instantiations at two per kernel whatever the dtype mix.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "core/dtype.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda::detail {
+
+constexpr int kVec = 8;            // elements per vector access
+constexpr int64_t kVecAlign = 16;  // bytes: the widest global access (ld.global.v4.b32)
+
+// A device view as the kernels see it: base pointer, element strides of dims 0 and 1 (stride1 is
+// only used by the rank-3 [N, H, D] views), and the dtype (F32 or BF16; checked on the host).
+struct Operand {
+  char* data;
+  int64_t stride0;
+  int64_t stride1;
+  bool bf16;
+};
+
+// ---- device side ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ int elem_bytes(bool bf16) { return bf16 ? 2 : 4; }
+
+__device__ __forceinline__ char* row_ptr(const Operand& o, int64_t i) {
+  return o.data + i * o.stride0 * elem_bytes(o.bf16);
+}
+__device__ __forceinline__ char* row_ptr(const Operand& o, int64_t i, int64_t j) {
+  return o.data + (i * o.stride0 + j * o.stride1) * elem_bytes(o.bf16);
+}
+
+// R: rounds v as if stored in the output dtype and read back (identity for F32).
+__device__ __forceinline__ float round_out(bool bf16, float v) { return bf16 ? round_bf16(v) : v; }
+
+__device__ __forceinline__ float quiet_nan() { return __uint_as_float(0x7FC00000u); }
+
+// Loads elements [e, e + V) of the row at p. V == kVec needs p + e 16-byte aligned.
+template <int V>
+__device__ __forceinline__ void load_vec(const char* p, bool bf16, int64_t e, float (&out)[V]) {
+  if (bf16) {
+    const uint16_t* b = reinterpret_cast<const uint16_t*>(p) + e;
+    if constexpr (V % 8 == 0) {
+#pragma unroll
+      for (int q = 0; q < V / 8; ++q) {
+        const uint4 raw = reinterpret_cast<const uint4*>(b)[q];
+        const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          out[8 * q + 2 * k] = __uint_as_float(w[k] << 16);  // little endian: first element low
+          out[8 * q + 2 * k + 1] = __uint_as_float(w[k] & 0xFFFF0000u);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) out[k] = bf16_bits_to_f32(b[k]);
+    }
+  } else {
+    const float* f = reinterpret_cast<const float*>(p) + e;
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+      for (int q = 0; q < V / 4; ++q) {
+        const float4 raw = reinterpret_cast<const float4*>(f)[q];
+        out[4 * q] = raw.x;
+        out[4 * q + 1] = raw.y;
+        out[4 * q + 2] = raw.z;
+        out[4 * q + 3] = raw.w;
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) out[k] = f[k];
+    }
+  }
+}
+
+// Stores v into elements [e, e + V) of the row at p, rounding to bf16 (RNE) for a BF16 operand.
+template <int V>
+__device__ __forceinline__ void store_vec(char* p, bool bf16, int64_t e, const float (&v)[V]) {
+  if (bf16) {
+    uint16_t* b = reinterpret_cast<uint16_t*>(p) + e;
+    if constexpr (V % 8 == 0) {
+#pragma unroll
+      for (int q = 0; q < V / 8; ++q) {
+        uint32_t w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          w[k] = static_cast<uint32_t>(f32_to_bf16_bits(v[8 * q + 2 * k])) |
+                 (static_cast<uint32_t>(f32_to_bf16_bits(v[8 * q + 2 * k + 1])) << 16);
+        }
+        reinterpret_cast<uint4*>(b)[q] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) b[k] = f32_to_bf16_bits(v[k]);
+    }
+  } else {
+    float* f = reinterpret_cast<float*>(p) + e;
+    if constexpr (V % 4 == 0) {
+#pragma unroll
+      for (int q = 0; q < V / 4; ++q) {
+        reinterpret_cast<float4*>(f)[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) f[k] = v[k];
+    }
+  }
+}
+
+// ---- host side -----------------------------------------------------------------------------------
+
+// The device counterpart of cpu::check_activation: a device view, F32 or BF16, unit innermost stride.
+inline Status check_device_activation(const TensorView& t, const char* what) {
+  if (t.device != Device::kCuda) return invalid_argument(std::string(what) + ": CUDA backend got a host tensor");
+  if (t.dtype != DType::kF32 && t.dtype != DType::kBF16) {
+    return invalid_argument(std::string(what) + ": dtype " + dtype_name(t.dtype) + " (expected F32 or BF16)");
+  }
+  if (t.rank() > 0 && t.strides[t.rank() - 1] != 1) {
+    return invalid_argument(std::string(what) + ": innermost dimension must be contiguous");
+  }
+  if (t.data == nullptr && t.numel() > 0) return invalid_argument(std::string(what) + ": null data pointer");
+  return ok_status();
+}
+
+inline Operand make_operand(const TensorView& t) {
+  return Operand{static_cast<char*>(t.data), t.rank() > 1 ? t.strides[0] : 0, t.rank() > 2 ? t.strides[1] : 0,
+                 t.dtype == DType::kBF16};
+}
+
+// True when every vector access of width kVec into this view is 16-byte aligned, given that the
+// kernels start vectors at multiples of kVec elements from the row start: the base and every outer
+// stride must be 16-byte multiples. (Widths are the caller's concern.)
+inline bool vec_aligned(const TensorView& t) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(t.dtype));
+  if (reinterpret_cast<uintptr_t>(t.data) % kVecAlign != 0) return false;
+  for (int d = 0; d + 1 < t.rank(); ++d) {
+    if (t.shape[d] > 1 && (t.strides[d] * esize) % kVecAlign != 0) return false;
+  }
+  return true;
+}
+
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Launch shape of the ops without a reduction: blockDim.x threads cover a row's `units` (vectors
+// of V elements) and blockDim.y rows share a 256-thread block, so short rows (a head's rotary half,
+// a 24-channel test row) still fill blocks. Kernels loop over rows with a grid stride, so the grid
+// never exceeds the 65535 limit of gridDim.y.
+struct RowLaunch {
+  dim3 grid;
+  dim3 block;
+};
+
+inline RowLaunch row_launch(int64_t rows, int64_t units) {
+  constexpr int64_t kThreads = 256;
+  RowLaunch l;
+  int64_t x;
+  if (units >= 32) {
+    // Split the row over as few blocks as possible, then balance the threads between them: a
+    // 5376-channel bf16 row has 672 vectors -> 3 blocks of 224 threads, none idle.
+    const int64_t blocks = ceil_div(units, kThreads);
+    x = ceil_div(ceil_div(units, blocks), 32) * 32;
+    l.grid.x = static_cast<unsigned>(blocks);
+  } else {
+    x = 1;
+    while (x < units) x *= 2;
+    l.grid.x = 1;
+  }
+  const int64_t y = kThreads / x >= 1 ? kThreads / x : 1;
+  l.block = dim3(static_cast<unsigned>(x), static_cast<unsigned>(y), 1);
+  l.grid.y = static_cast<unsigned>(std::min<int64_t>(ceil_div(rows, y), 65535));
+  l.grid.z = 1;
+  return l;
+}
+
+}  // namespace vortex::cuda::detail

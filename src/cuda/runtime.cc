@@ -1,0 +1,90 @@
+#include "cuda/runtime.h"
+
+#include <algorithm>
+
+namespace vortex::cuda {
+
+Status cuda_status(cudaError_t error, const char* expr, const char* file, int line) {
+  return device_error(std::string(cudaGetErrorName(error)) + " (" + cudaGetErrorString(error) + ") from " + expr +
+                      " at " + file + ":" + std::to_string(line));
+}
+
+Result<DeviceArena> DeviceArena::create(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t error = cudaMalloc(&p, bytes);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear the sticky-free error so later calls are not blamed for it
+    return out_of_memory("device arena of " + std::to_string(bytes) + " bytes does not fit on the device");
+  }
+  VORTEX_CUDA_CHECK(error);
+  DeviceArena arena;
+  arena.storage_ = std::make_shared<Storage>();
+  arena.storage_->data = p;
+  arena.storage_->bytes = bytes;
+  arena.storage_->device = Device::kCuda;
+  arena.storage_->keeper = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  return arena;
+}
+
+Result<Tensor> DeviceArena::alloc(const Shape& shape, DType dtype) {
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const size_t start = (used_ + kAlignment - 1) / kAlignment * kAlignment;
+  if (!storage_ || start + bytes > storage_->bytes) {
+    return out_of_memory("device arena exhausted: " + std::to_string(bytes) + " bytes for " + shape.to_string() +
+                         " with " + std::to_string(capacity() - std::min(capacity(), start)) + " left of " +
+                         std::to_string(capacity()));
+  }
+  used_ = start + bytes;
+  peak_ = std::max(peak_, used_);
+  const size_t esize = dtype_size(dtype);
+  // Storage offsets count elements; every allocation start is a multiple of 256 bytes, so of esize.
+  return Tensor::from_storage(storage_, shape, dtype, static_cast<int64_t>(start / esize));
+}
+
+Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream) {
+  if (host.device() != Device::kCpu || dst.device() != Device::kCuda) {
+    return invalid_argument("copy_to_device: needs a host source and a device destination");
+  }
+  if (host.shape() != dst.shape() || host.dtype() != dst.dtype() || !dst.is_contiguous()) {
+    return invalid_argument("copy_to_device: " + host.describe() + " into " + dst.describe());
+  }
+  const Tensor src = host.contiguous();
+  VORTEX_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyHostToDevice, stream));
+  // The source may be a temporary: wait before it goes away.
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return ok_status();
+}
+
+Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream) {
+  VORTEX_ASSIGN_OR_RETURN(Tensor dst, arena.alloc(host.shape(), host.dtype()));
+  VORTEX_RETURN_IF_ERROR(copy_to_device(host, dst, stream));
+  return dst;
+}
+
+Result<Tensor> download(const Tensor& device, cudaStream_t stream) {
+  if (device.device() != Device::kCuda || !device.is_contiguous()) {
+    return invalid_argument("download: needs a contiguous device tensor, got " + device.describe());
+  }
+  Tensor host = Tensor::empty(device.shape(), device.dtype());
+  VORTEX_CUDA_CHECK(cudaMemcpyAsync(host.data(), device.data(), host.nbytes(), cudaMemcpyDeviceToHost, stream));
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return host;
+}
+
+Result<DeviceInfo> device_info(int device) {
+  cudaDeviceProp prop{};
+  VORTEX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  DeviceInfo info;
+  info.name = prop.name;
+  info.sm_count = prop.multiProcessorCount;
+  info.major = prop.major;
+  info.minor = prop.minor;
+  info.total_memory = prop.totalGlobalMem;
+  VORTEX_CUDA_CHECK(cudaDriverGetVersion(&info.driver_version));
+  VORTEX_CUDA_CHECK(cudaRuntimeGetVersion(&info.runtime_version));
+  VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&info.clock_khz, cudaDevAttrClockRate, device));
+  VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&info.memory_clock_khz, cudaDevAttrMemoryClockRate, device));
+  return info;
+}
+
+}  // namespace vortex::cuda

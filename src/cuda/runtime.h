@@ -1,0 +1,78 @@
+// CUDA runtime plumbing: error checks that become Status (with file:line), the device arena that
+// holds every activation of a model, and host <-> device copies of Tensors.
+//
+// Device tensors are ordinary Tensors whose Storage has device = kCuda. Host-side Tensor methods
+// that touch elements (contiguous(), to(), clone()) must not be called on them; the functions in
+// src/cuda are the only code that reads or writes device memory.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda {
+
+Status cuda_status(cudaError_t error, const char* expr, const char* file, int line);
+
+}  // namespace vortex::cuda
+
+// Returns a device_error Status naming the failed call and its file:line.
+#define VORTEX_CUDA_CHECK(expr)                                                               \
+  do {                                                                                        \
+    cudaError_t vortex_cuda_error_ = (expr);                                                  \
+    if (vortex_cuda_error_ != cudaSuccess)                                                    \
+      return ::vortex::cuda::cuda_status(vortex_cuda_error_, #expr, __FILE__, __LINE__);      \
+  } while (0)
+
+// After a kernel launch: surfaces launch-configuration errors as Status.
+#define VORTEX_CUDA_CHECK_LAUNCH() VORTEX_CUDA_CHECK(cudaGetLastError())
+
+namespace vortex::cuda {
+
+// One device allocation carved up by a bump pointer. Every tensor of a model and its activations
+// comes from an arena sized up front, so the step loop never calls cudaMalloc. `mark()` and
+// `release_to()` scope per-step scratch; `peak()` is the high-water mark reported by the bench.
+class DeviceArena {
+ public:
+  static constexpr size_t kAlignment = 256;  // cuBLASLt and TMA want >= 16; 256 keeps rows coalesced
+
+  static Result<DeviceArena> create(size_t bytes);
+  DeviceArena() = default;
+
+  Result<Tensor> alloc(const Shape& shape, DType dtype);
+  size_t mark() const { return used_; }
+  void release_to(size_t mark) { used_ = mark; }
+  size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
+  size_t capacity() const { return storage_ ? storage_->bytes : 0; }
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t used_ = 0;
+  size_t peak_ = 0;
+};
+
+// Copies a host tensor (any strides; made contiguous first) into `dst` (contiguous, same shape and
+// dtype, on the device).
+Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream);
+// Allocates in the arena and copies.
+Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream);
+// A new contiguous host tensor holding a contiguous device tensor's bytes (synchronises `stream`).
+Result<Tensor> download(const Tensor& device, cudaStream_t stream);
+
+// Name, SM count, clocks, memory and driver/runtime versions, for manifests and logs.
+struct DeviceInfo {
+  std::string name;
+  int sm_count = 0;
+  int major = 0, minor = 0;
+  size_t total_memory = 0;
+  int driver_version = 0, runtime_version = 0;
+  int clock_khz = 0, memory_clock_khz = 0;
+};
+Result<DeviceInfo> device_info(int device = 0);
+
+}  // namespace vortex::cuda

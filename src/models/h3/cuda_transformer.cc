@@ -1,0 +1,468 @@
+#include "models/h3/cuda_transformer.h"
+
+#include <cmath>
+#include <cstring>
+#include <tuple>
+#include <unordered_map>
+
+#include "cpu/elementwise.h"
+#include "cuda/attention.h"
+#include "cuda/elementwise.h"
+#include "cuda/synthetic_fill.h"
+#include "models/h3/synthetic_rule.h"
+
+namespace vortex::h3 {
+
+namespace {
+
+// A [N, heads, head_dim] view of columns [column, column + heads * head_dim) of a 2-D tensor.
+TensorView heads_view(const Tensor& t, int64_t column, int64_t heads, int64_t head_dim) {
+  TensorView v = t.view();
+  v.data = static_cast<char*>(v.data) + column * static_cast<int64_t>(dtype_size(t.dtype()));
+  v.shape = Shape({t.size(0), heads, head_dim});
+  v.strides = Shape({t.strides()[0], head_dim, 1});
+  return v;
+}
+
+TensorView columns(const Tensor& t, int64_t column, int64_t width) {
+  TensorView v = t.view();
+  v.data = static_cast<char*>(v.data) + column * static_cast<int64_t>(dtype_size(t.dtype()));
+  v.shape = Shape({t.size(0), width});
+  return v;
+}
+
+Result<Tensor> rows_of(const Tensor& t, int64_t rows) { return t.slice(0, 0, rows); }
+
+const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
+const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
+
+}  // namespace
+
+WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
+  auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
+  for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
+  return [by_name, stream](const TensorSpec& spec, const Tensor& dst) -> Status {
+    auto it = by_name->find(spec.name);
+    if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
+    if (it->second.shape() != spec.shape) {
+      return invalid_argument("tensor '" + spec.name + "': shape " + it->second.shape().to_string() +
+                              " but the config expects " + spec.shape.to_string());
+    }
+    Tensor host = it->second;
+    if (host.dtype() != dst.dtype()) {
+      VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
+    }
+    return cuda::copy_to_device(host, dst, stream);
+  };
+}
+
+WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream) {
+  return [seed, stream](const TensorSpec& spec, const Tensor& dst) -> Status {
+    const SyntheticInit init = synthetic_init(spec);
+    if (init.kind == SyntheticInit::Kind::kConstant) return cuda::fill_constant(dst, init.constant, stream);
+    return cuda::fill_scaled_normal(dst, seed, init.stream, init.scale, stream);
+  };
+}
+
+Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Config& config, const WeightFiller& fill,
+                                                                     int64_t max_rows, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(config.validate());
+  std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
+  model->config_ = config;
+  model->stream_ = stream;
+  VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
+  VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
+  VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
+  return model;
+}
+
+Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
+  const std::vector<TensorSpec> schema = diffusers_schema(config_);
+  size_t bytes = 0;
+  for (const auto& spec : schema) {
+    bytes += static_cast<size_t>(spec.shape.numel()) * (spec.fp32_island ? 4 : 2) + cuda::DeviceArena::kAlignment;
+  }
+  VORTEX_ASSIGN_OR_RETURN(weights_arena_, cuda::DeviceArena::create(bytes));
+  std::unordered_map<std::string, const TensorSpec*> specs;
+  for (const auto& spec : schema) specs[spec.name] = &spec;
+
+  auto weight = [&](const std::string& name) -> Result<Tensor> {
+    auto it = specs.find(name);
+    if (it == specs.end()) return internal_error("no schema entry for '" + name + "'");
+    const TensorSpec& spec = *it->second;
+    VORTEX_ASSIGN_OR_RETURN(Tensor t, weights_arena_.alloc(spec.shape, spec.fp32_island ? DType::kF32 : DType::kBF16));
+    VORTEX_RETURN_IF_ERROR(fill(spec, t));
+    return t;
+  };
+  auto linear = [&](const std::string& prefix, bool bias) -> Result<Linear> {
+    Linear l;
+    VORTEX_ASSIGN_OR_RETURN(l.weight, weight(prefix + ".weight"));
+    if (bias) {
+      VORTEX_ASSIGN_OR_RETURN(l.bias, weight(prefix + ".bias"));
+    }
+    return l;
+  };
+  auto block = [&](const std::string& p, bool adaln) -> Result<Block> {
+    Block b;
+    VORTEX_ASSIGN_OR_RETURN(b.norm1, weight(p + ".norm1.weight"));
+    VORTEX_ASSIGN_OR_RETURN(b.norm2, weight(p + ".norm2.weight"));
+    VORTEX_ASSIGN_OR_RETURN(b.norm_q, weight(p + ".attn.norm_q.weight"));
+    VORTEX_ASSIGN_OR_RETURN(b.norm_k, weight(p + ".attn.norm_k.weight"));
+    // One fused [3 * inner, C] QKV weight: q, k and v fill consecutive row ranges.
+    const int64_t inner = config_.inner_dim();
+    VORTEX_ASSIGN_OR_RETURN(b.qkv.weight, weights_arena_.alloc({3 * inner, config_.hidden_size}, DType::kBF16));
+    const char* parts[3] = {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight"};
+    for (int i = 0; i < 3; ++i) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor rows, b.qkv.weight.slice(0, i * inner, (i + 1) * inner));
+      VORTEX_RETURN_IF_ERROR(fill(*specs.at(p + parts[i]), rows));
+    }
+    VORTEX_ASSIGN_OR_RETURN(b.out, linear(p + ".attn.to_out.0", false));
+    VORTEX_ASSIGN_OR_RETURN(b.fc1, linear(p + ".ff.net.0.proj", false));
+    VORTEX_ASSIGN_OR_RETURN(b.fc2, linear(p + ".ff.net.2", false));
+    if (adaln) {
+      VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
+    }
+    return b;
+  };
+
+  VORTEX_ASSIGN_OR_RETURN(proj_in_, linear("proj_in", true));
+  VORTEX_ASSIGN_OR_RETURN(audio_proj_in_, linear("audio_proj_in", true));
+  VORTEX_ASSIGN_OR_RETURN(context_embedder_, linear("context_embedder", true));
+  // The time MLP runs on the host in fp32: fill on the device, then keep a host copy.
+  for (auto [prefix, target] : {std::pair{"time_embedder.linear_1", &time_linear_1_},
+                                std::pair{"time_embedder.linear_2", &time_linear_2_}}) {
+    VORTEX_ASSIGN_OR_RETURN(Linear l, linear(prefix, true));
+    VORTEX_ASSIGN_OR_RETURN(target->weight, cuda::download(l.weight, stream_));
+    VORTEX_ASSIGN_OR_RETURN(target->bias, cuda::download(l.bias, stream_));
+  }
+  for (int i = 0; i < config_.num_refiner_layers; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(Block b, block("token_refiner.refiner_blocks." + std::to_string(i), false));
+    refiner_.push_back(std::move(b));
+  }
+  VORTEX_ASSIGN_OR_RETURN(refiner_final_norm_, weight("token_refiner.final_norm.weight"));
+  for (int i = 0; i < config_.num_layers; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(Block b, block("transformer_blocks." + std::to_string(i), true));
+    blocks_.push_back(std::move(b));
+  }
+  VORTEX_ASSIGN_OR_RETURN(norm_out_norm_, weight("norm_out.norm.weight"));
+  VORTEX_ASSIGN_OR_RETURN(norm_out_linear_, linear("norm_out.linear", true));
+  VORTEX_ASSIGN_OR_RETURN(proj_out_, linear("proj_out", true));
+  VORTEX_ASSIGN_OR_RETURN(audio_proj_out_, linear("audio_proj_out", true));
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ok_status();
+}
+
+Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
+  if (max_rows < 1) return invalid_argument("max_rows must be >= 1");
+  max_rows_ = max_rows;
+  const H3Config& c = config_;
+  const int64_t N = max_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
+  const int64_t kMaxTimesteps = 4;  // distinct noise levels in one forward (t2va uses 1 or 2)
+  const auto bytes = [](int64_t n, int64_t w, int64_t esize) { return static_cast<size_t>(n * w * esize) + 256; };
+  size_t total = 0;
+  total += 3 * bytes(N, C, 2) + bytes(N, 3 * inner, 2) + bytes(N, inner, 2) + bytes(N, 2 * F, 2) + bytes(N, F, 2);
+  total += 2 * bytes(N, c.rotary_dim(), 4) + bytes(N, c.text_dim, 2) + bytes(N, C, 2);
+  total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);
+  total += bytes(kMaxTimesteps, c.time_embed_dim, 2) + bytes(kMaxTimesteps, 18 * C, 2) + bytes(kMaxTimesteps, 2 * C, 2);
+  total += 2 * (bytes(N, c.video_patch_dim(), 4) + bytes(N, C, 4)) + 2 * (bytes(N, c.audio_in_channels, 4) + bytes(N, C, 4));
+  total += (64u << 20) + (1u << 20);  // GEMM workspace and slack
+  VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(total));
+  cuda::DeviceArena& a = activations_;
+  VORTEX_ASSIGN_OR_RETURN(x_, a.alloc({N, C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(h_, a.alloc({N, C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(branch_, a.alloc({N, C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(qkv_, a.alloc({N, 3 * inner}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(attn_, a.alloc({N, inner}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(fc1_, a.alloc({N, 2 * F}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(rope_sin_, a.alloc({N, c.rotary_dim()}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(text_in_, a.alloc({N, c.text_dim}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(text_tokens_, a.alloc({N, C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(text_idx_, a.alloc({N}, DType::kI64));
+  VORTEX_ASSIGN_OR_RETURN(audio_idx_, a.alloc({N}, DType::kI64));
+  VORTEX_ASSIGN_OR_RETURN(video_idx_, a.alloc({N}, DType::kI64));
+  VORTEX_ASSIGN_OR_RETURN(adaln_rows_, a.alloc({N}, DType::kI32));
+  VORTEX_ASSIGN_OR_RETURN(timestep_rows_, a.alloc({N}, DType::kI32));
+  VORTEX_ASSIGN_OR_RETURN(silu_temb_, a.alloc({kMaxTimesteps, c.time_embed_dim}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(mod_table_, a.alloc({kMaxTimesteps, 18 * C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(out_mod_, a.alloc({kMaxTimesteps, 2 * C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(video_in_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(video_embed_, a.alloc({N, C}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(audio_in_, a.alloc({N, c.audio_in_channels}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(audio_embed_, a.alloc({N, C}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(video_out_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(audio_out_, a.alloc({N, c.audio_in_channels}, DType::kF32));
+  return ok_status();
+}
+
+Status CudaH3Transformer::linear(const Linear& l, const Tensor& x, const Tensor& y) {
+  const TensorView bias = l.bias.defined() ? l.bias.view() : TensorView();
+  return gemm_->linear(x.view(), l.weight.view(), l.bias.defined() ? &bias : nullptr, y.view(), stream_);
+}
+
+Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool rope, const Tensor& out) {
+  const H3Config& c = config_;
+  const int64_t n = h.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
+  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, rows_of(qkv_, n));
+  VORTEX_RETURN_IF_ERROR(linear(b.qkv, h, qkv));
+  const TensorView q = heads_view(qkv, 0, heads, d), k = heads_view(qkv, inner, heads, d);
+  const TensorView v = heads_view(qkv, 2 * inner, heads, d);
+  const TensorView nq = b.norm_q.view(), nk = b.norm_k.view();
+  const float eps = static_cast<float>(c.qk_norm_eps);
+  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &nq, eps, q, stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &nk, eps, k, stream_));
+  if (rope) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor cos, rows_of(rope_cos_, n));
+    VORTEX_ASSIGN_OR_RETURN(Tensor sin, rows_of(rope_sin_, n));
+    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos.view(), sin.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(k, cos.view(), sin.view(), stream_));
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(attn_, n));
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
+  return linear(b.out, attn, out);
+}
+
+Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Tensor& out) {
+  const int64_t n = h.size(0);
+  VORTEX_ASSIGN_OR_RETURN(Tensor u, rows_of(fc1_, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor p, rows_of(swiglu_, n));
+  VORTEX_RETURN_IF_ERROR(linear(b.fc1, h, u));
+  VORTEX_RETURN_IF_ERROR(cuda::swiglu(u.view(), p.view(), stream_));
+  return linear(b.fc2, p, out);
+}
+
+// One block in place on x (the first x.size(0) rows). With AdaLN rows it is a transformer block
+// (modulation + gates + RoPE); without, a refiner block (plain pre-norm, no RoPE).
+Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows) {
+  const int64_t n = x.size(0), C = config_.hidden_size;
+  const float eps = static_cast<float>(config_.norm_eps);
+  VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(h_, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor branch, rows_of(branch_, n));
+  const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
+  Tensor mod;
+  if (adaln_rows) {
+    // [T, 18C] viewed as [3T, 6C]: shift, scale, gate for attention, then for the FFN.
+    VORTEX_ASSIGN_OR_RETURN(Tensor table, rows_of(mod_table_, num_timesteps_));
+    VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
+    VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu, table));
+    VORTEX_ASSIGN_OR_RETURN(mod, table.reshape({num_timesteps_ * kNumModalities, 6 * C}));
+  }
+  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
+  if (adaln_rows) {
+    VORTEX_RETURN_IF_ERROR(
+        cuda::adaln_modulate(h.view(), columns(mod, 0, C), columns(mod, C, C), i32(*adaln_rows), h.view(), stream_));
+  }
+  VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, branch));
+  if (adaln_rows) {
+    VORTEX_RETURN_IF_ERROR(
+        cuda::gated_residual(x.view(), columns(mod, 2 * C, C), i32(*adaln_rows), branch.view(), stream_));
+  } else {
+    VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+  }
+  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n2, eps, h.view(), stream_));
+  if (adaln_rows) {
+    VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), columns(mod, 3 * C, C), columns(mod, 4 * C, C),
+                                                i32(*adaln_rows), h.view(), stream_));
+  }
+  VORTEX_RETURN_IF_ERROR(feed_forward(b, h, branch));
+  if (adaln_rows) {
+    return cuda::gated_residual(x.view(), columns(mod, 5 * C, C), i32(*adaln_rows), branch.view(), stream_);
+  }
+  return cuda::residual_add(x.view(), branch.view(), stream_);
+}
+
+Status CudaH3Transformer::prepare(const PackedLayout& layout, const Tensor& text_states) {
+  const H3Config& c = config_;
+  if (layout.num_rows > max_rows_) {
+    return invalid_argument("request has " + std::to_string(layout.num_rows) + " rows; this model was sized for " +
+                            std::to_string(max_rows_));
+  }
+  if (text_states.rank() != 2 || text_states.size(0) != layout.num_text || text_states.size(1) != c.text_dim) {
+    return invalid_argument("text states must be [" + std::to_string(layout.num_text) + ", " +
+                            std::to_string(c.text_dim) + "], got " + text_states.describe());
+  }
+  for (int64_t i = 0; i < text_states.numel(); ++i) {
+    if (!std::isfinite(element_as_double(text_states, i))) {
+      return invalid_argument("text states: non-finite value at element " + std::to_string(i) + " (row " +
+                              std::to_string(i / c.text_dim) + ")");
+    }
+  }
+  layout_ = &layout;
+  Tensor cos, sin;
+  rope_tables(c, layout.positions, cos, sin);
+  VORTEX_ASSIGN_OR_RETURN(Tensor cos_dev, rows_of(rope_cos_, layout.num_rows));
+  VORTEX_ASSIGN_OR_RETURN(Tensor sin_dev, rows_of(rope_sin_, layout.num_rows));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(cos, cos_dev, stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(sin, sin_dev, stream_));
+  for (auto [indices, target] : {std::pair{&layout.text_indices, &text_idx_}, std::pair{&layout.audio_indices, &audio_idx_},
+                                 std::pair{&layout.video_indices, &video_idx_}}) {
+    if (indices->empty()) continue;
+    const int64_t n = static_cast<int64_t>(indices->size());
+    VORTEX_ASSIGN_OR_RETURN(Tensor dst, rows_of(*target, n));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(Tensor::from_i64(*indices, {n}), dst, stream_));
+  }
+  // Context embedder + refiner + final norm over the text rows: fixed for the whole request.
+  VORTEX_ASSIGN_OR_RETURN(Tensor text_host, text_states.to(DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor text_in, rows_of(text_in_, layout.num_text));
+  VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
+  if (layout.num_text > 0) {
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(text_host, text_in, stream_));
+    VORTEX_RETURN_IF_ERROR(linear(context_embedder_, text_in, text));
+    for (const Block& b : refiner_) VORTEX_RETURN_IF_ERROR(block_forward(b, text, nullptr));
+    const TensorView w = refiner_final_norm_.view();
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(text.view(), &w, static_cast<float>(c.final_norm_eps), text.view(), stream_));
+  }
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ok_status();
+}
+
+Status CudaH3Transformer::upload_step_tables(const RowTimesteps& timesteps) {
+  if (!layout_) return invalid_argument("upload_step_tables before prepare");
+  const PackedLayout& layout = *layout_;
+  const int64_t T = static_cast<int64_t>(timesteps.timesteps.size()), N = layout.num_rows;
+  if (T < 1 || T > silu_temb_.size(0) || static_cast<int64_t>(timesteps.row_index.size()) != N) {
+    return invalid_argument("row timesteps: " + std::to_string(T) + " distinct values for " +
+                            std::to_string(timesteps.row_index.size()) + " rows (expected 1.." +
+                            std::to_string(silu_temb_.size(0)) + " values and " + std::to_string(N) + " rows)");
+  }
+  std::vector<int32_t> adaln(N);
+  for (int64_t i = 0; i < N; ++i) {
+    const int32_t t = timesteps.row_index[i];
+    if (t < 0 || t >= T) return invalid_argument("row " + std::to_string(i) + ": timestep index out of range");
+    adaln[i] = t * kNumModalities + layout.tags[i];
+  }
+  num_timesteps_ = T;
+  VORTEX_ASSIGN_OR_RETURN(Tensor temb, time_embedding_host(timesteps.timesteps));
+  cpu::silu_f32(temb);
+  VORTEX_ASSIGN_OR_RETURN(Tensor silu_bf16, temb.to(DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor silu_dev, rows_of(silu_temb_, T));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(silu_bf16, silu_dev, stream_));
+  Tensor adaln_host = Tensor::empty({N}, DType::kI32), rows_host = Tensor::empty({N}, DType::kI32);
+  std::memcpy(adaln_host.data(), adaln.data(), N * sizeof(int32_t));
+  std::memcpy(rows_host.data(), timesteps.row_index.data(), N * sizeof(int32_t));
+  VORTEX_ASSIGN_OR_RETURN(Tensor adaln_dev, rows_of(adaln_rows_, N));
+  VORTEX_ASSIGN_OR_RETURN(Tensor rows_dev, rows_of(timestep_rows_, N));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(adaln_host, adaln_dev, stream_));
+  return cuda::copy_to_device(rows_host, rows_dev, stream_);
+}
+
+Status CudaH3Transformer::run_block(int index) {
+  if (!layout_ || index < 0 || index >= static_cast<int>(blocks_.size())) {
+    return invalid_argument("run_block " + std::to_string(index) + ": no such block or no prepared request");
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, layout_->num_rows));
+  return block_forward(blocks_[index], x, &adaln_rows_);
+}
+
+Result<NamedTensors> CudaH3Transformer::download_block_weights(int index) const {
+  if (index < 0 || index >= static_cast<int>(blocks_.size())) return invalid_argument("no block " + std::to_string(index));
+  const Block& b = blocks_[index];
+  const int64_t inner = config_.inner_dim();
+  NamedTensors out;
+  auto add = [&](const std::string& name, const Tensor& t) -> Status {
+    VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(t, stream_));
+    out.emplace_back(name, host);
+    return ok_status();
+  };
+  VORTEX_RETURN_IF_ERROR(add("norm1.weight", b.norm1));
+  VORTEX_RETURN_IF_ERROR(add("norm2.weight", b.norm2));
+  VORTEX_RETURN_IF_ERROR(add("attn.norm_q.weight", b.norm_q));
+  VORTEX_RETURN_IF_ERROR(add("attn.norm_k.weight", b.norm_k));
+  const char* parts[3] = {"attn.to_q.weight", "attn.to_k.weight", "attn.to_v.weight"};
+  for (int i = 0; i < 3; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor rows, b.qkv.weight.slice(0, i * inner, (i + 1) * inner));
+    VORTEX_RETURN_IF_ERROR(add(parts[i], rows));
+  }
+  VORTEX_RETURN_IF_ERROR(add("attn.to_out.0.weight", b.out.weight));
+  VORTEX_RETURN_IF_ERROR(add("ff.net.0.proj.weight", b.fc1.weight));
+  VORTEX_RETURN_IF_ERROR(add("ff.net.2.weight", b.fc2.weight));
+  VORTEX_RETURN_IF_ERROR(add("adaln_proj.linear.weight", b.adaln.weight));
+  VORTEX_RETURN_IF_ERROR(add("adaln_proj.linear.bias", b.adaln.bias));
+  return out;
+}
+
+Result<Tensor> CudaH3Transformer::time_embedding_host(const std::vector<float>& timesteps) const {
+  return time_embedding(config_, time_linear_1_, time_linear_2_, timesteps);
+}
+
+Result<Tensor> CudaH3Transformer::download_rope(bool cos) const {
+  if (!layout_) return invalid_argument("no prepared request");
+  VORTEX_ASSIGN_OR_RETURN(Tensor t, rows_of(cos ? rope_cos_ : rope_sin_, layout_->num_rows));
+  return cuda::download(t, stream_);
+}
+
+Result<Tensor> CudaH3Transformer::download_adaln_rows() const {
+  if (!layout_) return invalid_argument("no prepared request");
+  VORTEX_ASSIGN_OR_RETURN(Tensor t, rows_of(adaln_rows_, layout_->num_rows));
+  return cuda::download(t, stream_);
+}
+
+Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
+  if (!layout_) return invalid_argument("forward before prepare");
+  const PackedLayout& layout = *layout_;
+  const H3Config& c = config_;
+  const int64_t N = layout.num_rows, C = c.hidden_size;
+  if (in.video_rows.rank() != 2 || in.video_rows.size(0) != layout.num_video ||
+      in.video_rows.size(1) != c.video_patch_dim() || in.video_rows.dtype() != DType::kF32) {
+    return invalid_argument("video rows must be f32[" + std::to_string(layout.num_video) + ", " +
+                            std::to_string(c.video_patch_dim()) + "], got " + in.video_rows.describe());
+  }
+  if (in.audio_rows.rank() != 2 || in.audio_rows.size(0) != layout.num_audio ||
+      in.audio_rows.size(1) != c.audio_in_channels || in.audio_rows.dtype() != DType::kF32) {
+    return invalid_argument("audio rows must be f32[" + std::to_string(layout.num_audio) + ", " +
+                            std::to_string(c.audio_in_channels) + "], got " + in.audio_rows.describe());
+  }
+  VORTEX_RETURN_IF_ERROR(upload_step_tables(in.timesteps));
+
+  // 1. Project and scatter each stream into the packed sequence.
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, N));
+  VORTEX_RETURN_IF_ERROR(cuda::fill_zero(x.view(), stream_));
+  if (layout.num_text > 0) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
+    VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(text.view(), i64(text_idx_), x.view(), stream_));
+  }
+  for (auto [host, in_buf, embed_buf, proj, index] :
+       {std::tuple{&in.video_rows, &video_in_, &video_embed_, &proj_in_, &video_idx_},
+        std::tuple{&in.audio_rows, &audio_in_, &audio_embed_, &audio_proj_in_, &audio_idx_}}) {
+    const int64_t n = host->size(0);
+    if (n == 0) continue;
+    VORTEX_ASSIGN_OR_RETURN(Tensor rows, rows_of(*in_buf, n));
+    VORTEX_ASSIGN_OR_RETURN(Tensor embed, rows_of(*embed_buf, n));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(*host, rows, stream_));
+    VORTEX_RETURN_IF_ERROR(linear(*proj, rows, embed));
+    VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(embed.view(), i64(*index), x.view(), stream_));
+  }
+
+  // 2. The block stack.
+  for (const Block& b : blocks_) VORTEX_RETURN_IF_ERROR(block_forward(b, x, &adaln_rows_));
+
+  // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.
+  VORTEX_ASSIGN_OR_RETURN(Tensor out_mod, rows_of(out_mod_, num_timesteps_));
+  VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
+  VORTEX_RETURN_IF_ERROR(linear(norm_out_linear_, silu, out_mod));
+  const TensorView w = norm_out_norm_.view();
+  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &w, static_cast<float>(c.final_norm_eps), x.view(), stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(x.view(), columns(out_mod, 0, C), columns(out_mod, C, C),
+                                              i32(timestep_rows_), x.view(), stream_));
+  StepOutputs out;
+  for (auto [index, embed_buf, head, out_buf, result] :
+       {std::tuple{&video_idx_, &video_embed_, &proj_out_, &video_out_, &out.video_velocity},
+        std::tuple{&audio_idx_, &audio_embed_, &audio_proj_out_, &audio_out_, &out.audio_velocity}}) {
+    const int64_t n = index == &video_idx_ ? layout.num_video : layout.num_audio;
+    const int64_t width = head->weight.size(0);
+    if (n == 0) {
+      *result = Tensor::empty({0, width}, DType::kF32);
+      continue;
+    }
+    VORTEX_ASSIGN_OR_RETURN(Tensor gathered, rows_of(*embed_buf, n));  // reuse: f32 [n, C]
+    VORTEX_ASSIGN_OR_RETURN(Tensor velocity, rows_of(*out_buf, n));
+    VORTEX_RETURN_IF_ERROR(cuda::gather_rows(x.view(), i64(*index), gathered.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(linear(*head, gathered, velocity));
+    VORTEX_ASSIGN_OR_RETURN(*result, cuda::download(velocity, stream_));
+  }
+  return out;
+}
+
+}  // namespace vortex::h3

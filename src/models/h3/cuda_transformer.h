@@ -1,0 +1,94 @@
+// The MiniMax-H3 transformer on one GPU (bf16, exact attention): the same numerical program as
+// the CPU reference (transformer.h), op for op, on the CUDA backend.
+//
+// Memory: one arena for the weights, sized from the schema, and one for activations, sized up
+// front for `max_rows` packed rows; the step loop allocates nothing. The time MLP and the RoPE tables are computed on the host in fp32 (tiny, and it keeps them
+// bit-identical to the CPU reference) and uploaded once per step / request.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "cuda/gemm.h"
+#include "cuda/runtime.h"
+#include "models/h3/transformer.h"
+#include "models/h3/weights.h"
+
+namespace vortex::h3 {
+
+// Writes the weight called `spec.name` (diffusers layout) into `dst`, a contiguous device tensor
+// of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise).
+using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
+// From host tensors (any layout already converted to diffusers names; any float dtype).
+WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
+// The synthetic benchmark weights, made on the device (identical to the host writer's).
+WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
+
+class CudaH3Transformer {
+ public:
+  static Result<std::unique_ptr<CudaH3Transformer>> create(const H3Config& config, const WeightFiller& fill,
+                                                           int64_t max_rows, cudaStream_t stream = nullptr);
+
+  const H3Config& config() const { return config_; }
+  size_t weight_bytes() const { return weights_arena_.used(); }
+  size_t activation_peak_bytes() const { return activations_.peak(); }
+  cudaStream_t stream() const { return stream_; }
+
+  // Uploads the layout (indices, tags, RoPE tables) and runs context embedder + refiner.
+  Status prepare(const PackedLayout& layout, const Tensor& text_states);
+  // One forward over the prepared request; inputs and outputs are host tensors.
+  Result<StepOutputs> forward(const StepInputs& inputs);
+
+  // Device-level pieces for the bench and the GPU tests. After upload_step_tables, run_block
+  // applies one transformer block in place to the packed residual stream [N, C] bf16.
+  const Tensor& residual() const { return x_; }
+  Status upload_step_tables(const RowTimesteps& timesteps);
+  Status run_block(int index);
+  // Host copies, for peers that recompute a block from the same inputs (bench, tests).
+  Result<NamedTensors> download_block_weights(int index) const;  // names relative to the block
+  Result<Tensor> time_embedding_host(const std::vector<float>& timesteps) const;  // [T, TE] F32
+  Result<Tensor> download_rope(bool cos) const;                                  // [N, rotary] F32
+  Result<Tensor> download_adaln_rows() const;                                    // [N] I32
+
+ private:
+  struct Linear {
+    Tensor weight, bias;  // device
+  };
+  struct Block {
+    Tensor norm1, norm2, norm_q, norm_k;
+    Linear qkv, out, fc1, fc2, adaln;
+  };
+
+  CudaH3Transformer() = default;
+  Status load_weights(const WeightFiller& fill);
+  Status allocate_activations(int64_t max_rows);
+  Status linear(const Linear& l, const Tensor& x, const Tensor& y);
+  Status attention_half(const Block& b, const Tensor& h, bool rope, const Tensor& out);
+  Status feed_forward(const Block& b, const Tensor& h, const Tensor& out);
+  Status block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows);
+
+  H3Config config_;
+  LinearWeights time_linear_1_, time_linear_2_;  // host F32: the time MLP runs on the host
+  cudaStream_t stream_ = nullptr;
+  cuda::DeviceArena weights_arena_, activations_;
+  std::unique_ptr<cuda::GemmRunner> gemm_;
+  Linear proj_in_, audio_proj_in_, context_embedder_, norm_out_linear_, proj_out_, audio_proj_out_;
+  Tensor refiner_final_norm_, norm_out_norm_;
+  std::vector<Block> refiner_, blocks_;
+
+  int64_t max_rows_ = 0;
+  const PackedLayout* layout_ = nullptr;
+  // Activations (device).
+  Tensor x_, h_, branch_, qkv_, attn_, fc1_, swiglu_;
+  Tensor rope_cos_, rope_sin_, text_in_, text_tokens_;
+  Tensor text_idx_, audio_idx_, video_idx_;  // int64
+  Tensor adaln_rows_, timestep_rows_;        // int32
+  Tensor silu_temb_, mod_table_, out_mod_;
+  Tensor video_in_, audio_in_, video_embed_, audio_embed_, video_out_, audio_out_;
+  int64_t num_timesteps_ = 0;
+};
+
+}  // namespace vortex::h3

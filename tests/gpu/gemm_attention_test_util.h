@@ -1,0 +1,86 @@
+// What the GEMM and attention GPU tests need beyond gpu_test_util.h: device-side random fills for
+// multi-gigabyte operands, downloads of a few rows of a strided device matrix, and the
+// cancellation allowance of the bf16 GEMM bound. Holds a kernel: include it from .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "cuda/runtime.h"
+#include "vortex/tensor.h"
+
+namespace vortex::test {
+
+// ---- device fills: a hash of (seed, index), so a multi-gigabyte operand takes milliseconds ----
+
+__host__ __device__ inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// dst[i] = uniform in [-amplitude, amplitude), from the top 24 bits of the hash.
+template <class T>
+__global__ void fill_uniform_kernel(T* dst, int64_t count, uint64_t seed, float amplitude) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count; i += stride) {
+    const uint64_t h = splitmix64(seed * 0x100000001B3ull + static_cast<uint64_t>(i));
+    const float u = static_cast<float>(h >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    if constexpr (sizeof(T) == 4) {
+      dst[i] = u * amplitude;
+    } else {
+      dst[i] = f32_to_bf16_bits(u * amplitude);
+    }
+  }
+}
+
+// Fills a contiguous F32 or BF16 device tensor with uniform values (variance amplitude²/3).
+inline Status fill_uniform(const Tensor& t, uint64_t seed, float amplitude, cudaStream_t stream) {
+  constexpr int kBlock = 256, kGrid = 4096;  // grid-stride loop: any size in one launch
+  if (t.dtype() == DType::kF32) {
+    fill_uniform_kernel<float><<<kGrid, kBlock, 0, stream>>>(t.data_as<float>(), t.numel(), seed, amplitude);
+  } else {
+    fill_uniform_kernel<uint16_t><<<kGrid, kBlock, 0, stream>>>(t.data_as<uint16_t>(), t.numel(), seed, amplitude);
+  }
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+// Rows [row0, row0 + rows), columns [col0, col0 + cols) of a device matrix at `data` with row
+// stride `row_stride` (elements), as a contiguous host tensor [rows, cols].
+inline Tensor download_2d(const void* data, DType dtype, int64_t row_stride, int64_t row0, int64_t rows, int64_t col0,
+                          int64_t cols) {
+  const size_t esize = dtype_size(dtype);
+  Tensor host = Tensor::empty({rows, cols}, dtype);
+  const char* src = static_cast<const char*>(data) + (row0 * row_stride + col0) * static_cast<int64_t>(esize);
+  EXPECT_EQ(cudaMemcpy2D(host.data(), cols * esize, src, row_stride * esize, cols * esize, rows, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  return host;
+}
+
+// Elements of two same-shape contiguous bf16 tensors more than 1 ulp apart by more than
+// 2^-8 · rms(want), one ulp of a typical element. A GEMM output more than 1 ulp from the CPU's is
+// allowed only where cancellation made it small, which keeps its error under this.
+inline int64_t count_gross_bf16(const Tensor& got, const Tensor& want) {
+  const auto ordered = [](uint16_t b) -> int64_t { return (b & 0x8000u) ? -int64_t{b & 0x7FFFu} : int64_t{b}; };
+  const uint16_t* g = got.data_as<uint16_t>();
+  const uint16_t* w = want.data_as<uint16_t>();
+  const int64_t n = want.numel();
+  double sum2 = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum2 += static_cast<double>(bf16_bits_to_f32(w[i])) * bf16_bits_to_f32(w[i]);
+  const double bound = std::ldexp(std::sqrt(sum2 / static_cast<double>(n > 0 ? n : 1)), -8);
+  int64_t gross = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (ordered(g[i]) - ordered(w[i]) <= 1 && ordered(w[i]) - ordered(g[i]) <= 1) continue;
+    const double e = static_cast<double>(bf16_bits_to_f32(g[i])) - bf16_bits_to_f32(w[i]);
+    if (!(std::fabs(e) <= bound)) ++gross;
+  }
+  return gross;
+}
+
+}  // namespace vortex::test

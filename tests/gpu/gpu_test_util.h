@@ -1,0 +1,309 @@
+// Shared helpers of the GPU tests (tests/gpu): skipping cleanly without a device, a fixture that
+// owns a device arena and a stream, random host tensors with fixed seeds, host/device copies,
+// strided views, and the comparison every GPU-vs-CPU test states its bound in: per-element ulp
+// distance in the output dtype, max-abs, max-rel and rel-L2.
+//
+// Helpers that can fail throw std::runtime_error with the Status message: gtest reports an
+// exception escaping a test body as a failure with that message, which keeps the tests free of
+// error plumbing. (Library code never throws; tests may.)
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "cuda/runtime.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::test {
+
+// ---- device presence -----------------------------------------------------------------------------
+
+inline bool cuda_device_present() {
+  int count = 0;
+  const cudaError_t error = cudaGetDeviceCount(&count);
+  if (error != cudaSuccess) cudaGetLastError();  // no driver / no device: clear, report absent
+  return error == cudaSuccess && count > 0;
+}
+
+#define VORTEX_REQUIRE_GPU()                                                                   \
+  do {                                                                                         \
+    if (!::vortex::test::cuda_device_present()) GTEST_SKIP() << "no CUDA device on this host"; \
+  } while (0)
+
+// ---- failure as exceptions -----------------------------------------------------------------------
+
+inline void must(const Status& status) {
+  if (!status.ok()) throw std::runtime_error(status.to_string());
+}
+template <class T>
+T must(Result<T> result) {
+  if (!result.ok()) throw std::runtime_error(result.status().to_string());
+  return std::move(result).value();
+}
+
+#define VORTEX_EXPECT_OK(expr)                                   \
+  do {                                                           \
+    const ::vortex::Status vortex_test_status_ = (expr);         \
+    EXPECT_TRUE(vortex_test_status_.ok()) << vortex_test_status_.to_string(); \
+  } while (0)
+
+// ---- random host data (fixed seeds) --------------------------------------------------------------
+
+// Normal(mean, stddev) values drawn in fp32 and rounded once into `dtype`.
+inline Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(mean, stddev);
+  Tensor f = Tensor::empty(shape, DType::kF32);
+  float* p = f.data_as<float>();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] = normal(rng);
+  return dtype == DType::kF32 ? f : must(f.to(dtype));
+}
+
+// Uniform(lo, hi) fp32 values (angles, tables that must stay in a range).
+inline Tensor uniform_tensor(const Shape& shape, uint64_t seed, float lo, float hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(lo, hi);
+  Tensor f = Tensor::empty(shape, DType::kF32);
+  float* p = f.data_as<float>();
+  for (int64_t i = 0; i < f.numel(); ++i) p[i] = uniform(rng);
+  return f;
+}
+
+// n indices uniform in [0, limit) (repetition allowed).
+template <class T>
+std::vector<T> random_indices(int64_t n, int64_t limit, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> pick(0, limit - 1);
+  std::vector<T> out(static_cast<size_t>(n));
+  for (auto& v : out) v = static_cast<T>(pick(rng));
+  return out;
+}
+
+// n distinct indices in [0, limit), in random order (n <= limit).
+inline std::vector<int64_t> random_distinct_indices(int64_t n, int64_t limit, uint64_t seed) {
+  std::vector<int64_t> all(static_cast<size_t>(limit));
+  for (int64_t i = 0; i < limit; ++i) all[i] = i;
+  std::mt19937_64 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(n));
+  return all;
+}
+
+// ---- views (host or device tensors alike: pointer arithmetic only) -------------------------------
+
+// Columns [col, col + width) of a rank-2 tensor: a [N, width] view with the parent's row stride.
+inline TensorView columns(const Tensor& t, int64_t col, int64_t width) {
+  TensorView v = t.view();
+  v.data = static_cast<char*>(v.data) + col * static_cast<int64_t>(dtype_size(t.dtype()));
+  v.shape = Shape({t.size(0), width});
+  return v;
+}
+
+// Columns [col, col + heads·dim) of a rank-2 tensor viewed as [N, heads, dim] (q or k inside a
+// fused [N, 3·H·D] QKV buffer).
+inline TensorView head_view(const Tensor& t, int64_t col, int64_t heads, int64_t dim) {
+  TensorView v = columns(t, col, heads * dim);
+  v.shape = Shape({t.size(0), heads, dim});
+  v.strides = Shape({t.strides()[0], dim, 1});
+  return v;
+}
+
+// ---- comparison ----------------------------------------------------------------------------------
+
+// Monotonic integer image of a float's bits, so that the difference of two images counts the
+// representable values between them (ulps in that format). Both zeros map to 0.
+inline int64_t ordered_bits_f32(float f) {
+  const uint32_t u = f32_bits(f);
+  const int64_t mag = u & 0x7FFFFFFFu;
+  return (u >> 31) ? -mag : mag;
+}
+inline int64_t ordered_bits_bf16(uint16_t b) {
+  const int64_t mag = b & 0x7FFFu;
+  return (b >> 15) ? -mag : mag;
+}
+
+// Element `i` (row-major logical index) of a host view of rank <= 8, as fp32.
+inline float view_element(const TensorView& v, int64_t i) {
+  int64_t off = 0, rem = i;
+  for (int d = v.rank() - 1; d >= 0; --d) {
+    off += (rem % v.shape[d]) * v.strides[d];
+    rem /= v.shape[d];
+  }
+  if (v.dtype == DType::kBF16) return bf16_bits_to_f32(static_cast<const uint16_t*>(v.data)[off]);
+  return static_cast<const float*>(v.data)[off];
+}
+
+struct Comparison {
+  int64_t count = 0;
+  int64_t differing = 0;      // elements whose values differ (NaN == NaN and -0 == +0 count as equal)
+  int64_t within_1ulp = 0;    // of those, exactly 1 ulp apart in the compared dtype
+  int64_t beyond_1ulp = 0;    // more than 1 ulp apart, or finite vs non-finite
+  int64_t max_ulp = 0;        // largest finite ulp distance
+  int64_t nonfinite = 0;      // NaN or infinity on one side only, or infinities of opposite sign
+  double max_abs = 0.0;
+  double max_rel = 0.0;       // |got - want| / |want| over elements with |want| > rel_floor
+  double rel_l2 = 0.0;        // ||got - want|| / ||want||
+  int64_t worst = -1;         // logical index of the largest ulp distance
+  float worst_got = 0.0f, worst_want = 0.0f;
+
+  std::string summary() const {
+    std::ostringstream s;
+    s << count << " elements: " << differing << " differ (" << within_1ulp << " by 1 ulp, " << beyond_1ulp
+      << " by more, " << nonfinite << " non-finite), max " << max_ulp << " ulp, max-abs " << max_abs << ", max-rel " << max_rel << ", rel-L2 "
+      << rel_l2;
+    if (worst >= 0) s << "; worst at " << worst << ": got " << worst_got << ", want " << worst_want;
+    return s.str();
+  }
+};
+
+// Compares two host views of the same shape and dtype (F32 or BF16), element by element.
+// Elements with |want| <= rel_floor are left out of max_rel (they still count in ulps and max-abs).
+inline Comparison compare(const TensorView& got, const TensorView& want, double rel_floor = 1e-30) {
+  if (got.shape != want.shape || got.dtype != want.dtype) {
+    throw std::runtime_error("compare: got " + got.shape.to_string() + " " + dtype_name(got.dtype) + " vs want " +
+                             want.shape.to_string() + " " + dtype_name(want.dtype));
+  }
+  if (got.device != Device::kCpu || want.device != Device::kCpu) {
+    throw std::runtime_error("compare: download device tensors first");
+  }
+  const bool bf16 = got.dtype == DType::kBF16;
+  Comparison c;
+  c.count = got.numel();
+  double num = 0.0, den = 0.0;
+  int64_t worst_ulps = 0;
+  for (int64_t i = 0; i < c.count; ++i) {
+    const float g = view_element(got, i), w = view_element(want, i);
+    const bool g_nan = std::isnan(g), w_nan = std::isnan(w);
+    if (g_nan && w_nan) continue;
+    if (g_nan || w_nan || std::isinf(g) || std::isinf(w)) {
+      if (g == w) continue;  // equal infinities
+      ++c.differing;
+      ++c.beyond_1ulp;
+      ++c.nonfinite;
+      if (c.worst < 0) {
+        c.worst = i;
+        c.worst_got = g;
+        c.worst_want = w;
+      }
+      continue;  // kept out of max-abs, max-rel and rel-L2
+    }
+    const int64_t ulps =
+        bf16 ? std::llabs(ordered_bits_bf16(f32_to_bf16_bits(g)) - ordered_bits_bf16(f32_to_bf16_bits(w)))
+             : std::llabs(ordered_bits_f32(g) - ordered_bits_f32(w));
+    if (ulps == 0) {
+      den += static_cast<double>(w) * w;
+      continue;
+    }
+    ++c.differing;
+    if (ulps == 1) ++c.within_1ulp;
+    else ++c.beyond_1ulp;
+    c.max_ulp = std::max(c.max_ulp, ulps);
+    if (ulps > worst_ulps && c.nonfinite == 0) {
+      worst_ulps = ulps;
+      c.worst = i;
+      c.worst_got = g;
+      c.worst_want = w;
+    }
+    const double diff = std::fabs(static_cast<double>(g) - w);
+    c.max_abs = std::max(c.max_abs, diff);
+    if (std::fabs(w) > rel_floor) c.max_rel = std::max(c.max_rel, diff / std::fabs(w));
+    num += diff * diff;
+    den += static_cast<double>(w) * w;
+  }
+  c.rel_l2 = den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0.0);
+  return c;
+}
+
+inline Comparison compare(const Tensor& got, const Tensor& want, double rel_floor = 1e-30) {
+  return compare(got.view(), want.view(), rel_floor);
+}
+
+// ---- bounds (each reports through EXPECT_*, so a test can state several) ---------------------------
+
+// Bit-identical output: ops whose GPU code performs the CPU's fp32 operations in the CPU's order.
+inline void expect_bitwise(const Comparison& c, const std::string& what = "") {
+  EXPECT_EQ(c.differing, 0) << what << ": " << c.summary();
+}
+
+// No element more than 1 ulp of the output dtype away, and at most `fraction` of the elements
+// (plus one) exactly 1 ulp away: ops whose fp32 value differs from the CPU's in its last bits
+// (a different exp, a different summation order), which moves a rounding only near a tie.
+inline void expect_within_1ulp(const Comparison& c, double fraction, const std::string& what = "") {
+  EXPECT_EQ(c.beyond_1ulp, 0) << what << ": " << c.summary();
+  EXPECT_LE(static_cast<double>(c.within_1ulp), 1.0 + fraction * static_cast<double>(c.count))
+      << what << ": " << c.summary();
+}
+
+// Every element within `bound` relative error (and no NaN/infinity disagreement): fp32 outputs of
+// ops without cancellation.
+inline void expect_max_rel(const Comparison& c, double bound, const std::string& what = "") {
+  EXPECT_EQ(c.nonfinite, 0) << what << ": " << c.summary();
+  EXPECT_LE(c.max_rel, bound) << what << ": " << c.summary();
+}
+
+// ---- the fixture ---------------------------------------------------------------------------------
+
+// Owns a device arena and a stream; skips the test when no device is present. Sub-cases scope
+// their allocations with ArenaScope so a loop over shapes reuses the same memory (the stream orders
+// the reuse: every op and copy runs on stream_).
+class GpuTest : public ::testing::Test {
+ protected:
+  virtual size_t arena_bytes() const { return size_t{1} << 30; }
+
+  void SetUp() override {
+    VORTEX_REQUIRE_GPU();
+    arena_ = must(cuda::DeviceArena::create(arena_bytes()));
+    ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
+  }
+  void TearDown() override {
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      cudaStreamDestroy(stream_);
+    }
+  }
+
+  Tensor to_device(const Tensor& host) { return must(cuda::upload(host, arena_, stream_)); }
+  Tensor to_host(const Tensor& device) { return must(cuda::download(device, stream_)); }
+
+  // A device copy of a host vector of int32 / int64 indices.
+  template <class T>
+  T* device_vector(const std::vector<T>& values) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+    const DType dtype = sizeof(T) == 4 ? DType::kI32 : DType::kI64;
+    Tensor host = Tensor::empty({static_cast<int64_t>(values.size())}, dtype);
+    if (!values.empty()) std::memcpy(host.data(), values.data(), values.size() * sizeof(T));
+    return to_device(host).template data_as<T>();
+  }
+
+  void sync() { ASSERT_EQ(cudaStreamSynchronize(stream_), cudaSuccess); }
+
+  class ArenaScope {
+   public:
+    explicit ArenaScope(cuda::DeviceArena& arena) : arena_(arena), mark_(arena.mark()) {}
+    ~ArenaScope() { arena_.release_to(mark_); }
+    ArenaScope(const ArenaScope&) = delete;
+    ArenaScope& operator=(const ArenaScope&) = delete;
+
+   private:
+    cuda::DeviceArena& arena_;
+    size_t mark_;
+  };
+
+  cuda::DeviceArena arena_;
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace vortex::test
