@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -85,19 +86,24 @@ Correctness compare(const Tensor& a, const Tensor& b, const std::string& compara
 // Runs the peer for `workload`; returns its JSON report (see bench/peers/pytorch_h3.py).
 Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& workload, const std::string& io_path) {
   if (o.peer_command.empty()) return nlohmann::json();
+  std::error_code ignored;
+  std::filesystem::create_directories(o.work_dir, ignored);
   const std::string report = o.work_dir + "/peer_" + workload + ".json";
   std::ostringstream cmd;
-  cmd << o.peer_command << " --workload " << workload << " --io " << io_path << " --out " << report << " --warmup "
-      << o.warmup << " --reps " << o.repetitions;
+  cmd << o.peer_command << " --workload '" << workload << "' --out '" << report << "' --warmup " << o.warmup
+      << " --reps " << o.repetitions;
+  if (!io_path.empty()) cmd << " --io '" << io_path << "'";
   std::fprintf(stderr, "vortex bench: running peer: %s\n", cmd.str().c_str());
-  if (std::system(cmd.str().c_str()) != 0) return internal_error("peer command failed: " + cmd.str());
+  // A failing peer does not void vortex's own measurement: the manifest records the failure.
+  if (std::system(cmd.str().c_str()) != 0) return nlohmann::json{{"error", "peer command failed: " + cmd.str()}};
   std::ifstream in(report);
   nlohmann::json json = nlohmann::json::parse(in, nullptr, false);
-  if (json.is_discarded()) return corrupt_data(report + ": peer report is not JSON");
+  if (json.is_discarded()) return nlohmann::json{{"error", report + ": peer report is not JSON"}};
   return json;
 }
 
 void add_peer_ratios(Manifest& m, const nlohmann::json& peer) {
+  if (peer.is_object() && peer.contains("error")) m.peers.push_back({{"error", peer["error"]}});
   if (!peer.is_object() || !peer.contains("peers")) return;
   const double ours = m.samples.median();
   for (const auto& p : peer["peers"]) {

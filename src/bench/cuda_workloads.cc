@@ -88,9 +88,16 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
                       {"gemm", "cuBLASLt bf16, fp32 accumulate"},
                       {"fusions", "none"}};
 
-  // Output for correctness: one more run from x0, then dump everything the peer needs.
+  // Output for correctness: one more run from x0, with the per-op breakdown recorded, then dump
+  // everything the peer needs.
   VORTEX_RETURN_IF_ERROR(restore());
+  cuda::SectionProfiler profiler;
+  model->set_profiler(&profiler);
   VORTEX_RETURN_IF_ERROR(model->run_block(0));
+  model->set_profiler(nullptr);
+  nlohmann::json breakdown;
+  for (const auto& [name, ms] : profiler.totals()) breakdown[name] = ms;
+  m.derived["breakdown_ms"] = breakdown;
   VORTEX_ASSIGN_OR_RETURN(Tensor x_out, cuda::download(x, nullptr));
   m.correctness.comparator = "none (no peer run)";
   if (!o.peer_command.empty()) {

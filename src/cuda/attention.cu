@@ -17,6 +17,8 @@
 //       rounding it leaves ~2e-3 rel-L2 against the fp32 reference.
 #include "cuda/attention.h"
 
+#include "cuda/attention_fallback.h"
+
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -355,20 +357,22 @@ Status attention(const TensorView& q, const TensorView& k, const TensorView& v, 
     return unimplemented(std::string("cuda attention: VORTEX_VARIANT_ATTENTION=") + variant +
                          " is not a variant of this build (v0)");
   }
+  bool aligned = true;
   for (const TensorView* t : {&q, &k, &v, &out}) {
     if (t->device != Device::kCuda || t->dtype != DType::kBF16) return bad("every operand must be BF16 on the device");
     if (t->rank() != 3 || t->strides[2] != 1) return bad("every operand must be [N, H, D] with unit stride on D");
-    if (!chunk_aligned(*t)) return bad("pointers and N, H strides must be multiples of 16 bytes");
+    aligned = aligned && chunk_aligned(*t);
   }
   const int64_t nq = q.shape[0], nk = k.shape[0], heads = q.shape[1], d = q.shape[2];
   if (out.shape != q.shape || v.shape != k.shape || k.shape[1] != heads || k.shape[2] != d) {
     return bad("shapes must be q, out [Nq, H, D] and k, v [Nk, H, D]");
   }
-  if (d != 64 && d != 128) return bad("head dim must be 64 or 128");
   if (nq < 1 || nk < 1 || heads < 1) return bad("Nq, Nk and H must be >= 1");
-  if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
-  // The running max is taken over raw scores, which orders the scaled ones only for scale > 0.
   if (!(scale > 0.0f) || !std::isfinite(scale)) return bad("scale must be finite and > 0, got " + std::to_string(scale));
+  // The tensor-core kernel takes head dims 64 and 128 on 16-byte aligned rows; anything else (the
+  // small test models, odd views) goes to the warp-per-row fallback with the same numerics.
+  if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
+  if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
 
   AttentionParams params{};
   params.q = static_cast<const __nv_bfloat16*>(q.data);

@@ -5,7 +5,9 @@
 //
 // Variants (VORTEX_VARIANT_ATTENTION selects; v0 ships):
 //   v0  tiled flash-style kernel on tensor cores (mma.sync bf16), online softmax in fp32,
-//       P rounded to bf16 for the PV product as every flash kernel does. Head dim 64 and 128.
+//       P rounded to bf16 for the PV product as every flash kernel does. Head dim 64 and 128 on
+//       16-byte aligned rows; other head dims (<= 256) and unaligned views take the warp-per-row
+//       fallback (attention_fallback.h) with the same numerics.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,9 +19,9 @@ namespace vortex::cuda {
 
 // q, out: [Nq, H, D]; k, v: [Nk, H, D]; all BF16 device views with unit stride in D and any
 // strides on N and H (the q/k/v column slices of a fused QKV output [N, 3·H·D] are the normal case;
-// out is typically a [N, H·D] buffer viewed as [N, H, D]). D in {64, 128}. Nq, Nk >= 1, any value.
-// Rows move in 16-byte copies: every pointer and N / H stride must be a multiple of 16 bytes
-// (8 elements), and scale finite and > 0; otherwise invalid_argument. out must not overlap q, k, v.
+// out is typically a [N, H·D] buffer viewed as [N, H, D]). D <= 256. Nq, Nk >= 1, any value. The
+// fast path needs D in {64, 128} and every pointer and N / H stride a multiple of 16 bytes.
+// scale must be finite and > 0; otherwise invalid_argument. out must not overlap q, k, v.
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
                  cudaStream_t stream);
 

@@ -216,6 +216,19 @@ Status GemmRunner::linear(const TensorView& x, const TensorView& w, const Tensor
     if (bias->dtype != y.dtype) return bad("bias dtype must match y's (bf16 for a bf16 y, f32 otherwise)");
   }
   if (n == 0) return ok_status();
+  // Measured on the H200 (cuBLASLt 13.0): with a bf16 y and the bias epilogue, views that are not
+  // 16-byte aligned (pointer or row stride) get an algorithm from the heuristic that writes wrong
+  // values, although the alignment preferences say what the buffers have. Every bf16 linear with
+  // a bias in the model is aligned; refuse the rest rather than compute garbage.
+  if (bias && y.dtype == DType::kBF16) {
+    const auto aligned = [](const TensorView& t) {
+      return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 &&
+             (t.rank() < 2 || (t.strides[0] * static_cast<int64_t>(dtype_size(t.dtype))) % 16 == 0);
+    };
+    if (!aligned(x) || !aligned(y) || !aligned(*bias)) {
+      return bad("a bf16 y with a bias needs 16-byte aligned x, y and bias (pointers and row strides)");
+    }
+  }
 
   const PlanKey key{n,
                     in,

@@ -114,20 +114,26 @@ TEST_F(GpuAttention, UnequalLengthsAndPeakedScores) {
   }
 }
 
+TEST_F(GpuAttention, OtherHeadDimsTakeTheFallback) {
+  // The small models (head dims 16 and 24) and any D <= 256 other than 64 / 128 run the
+  // warp-per-row fallback, with the same bounds as the tensor-core kernel.
+  uint64_t seed = 300;
+  for (int64_t d : {16, 24, 96}) {
+    check_attention(arena_, stream_, 5, 5, 2, d, 0.2f, seed++);
+    check_attention(arena_, stream_, 129, 77, 3, d, 1.0f / std::sqrt(float(d)), seed++);
+  }
+}
+
 TEST_F(GpuAttention, RejectsBadOperands) {
   const Tensor fused = must(arena_.alloc({16, 3 * 2 * 128}, DType::kBF16));
   const Tensor out = must(arena_.alloc({16, 2 * 128}, DType::kBF16));
-  const Tensor out96 = must(arena_.alloc({16, 3 * 2 * 96}, DType::kBF16));
+  const Tensor out96 = must(arena_.alloc({16, 2 * 288}, DType::kBF16));
   const TensorView q = test::head_view(fused, 0, 2, 128), k = test::head_view(fused, 256, 2, 128),
                    v = test::head_view(fused, 512, 2, 128), o = test::head_view(out, 0, 2, 128);
   EXPECT_EQ(cuda::attention(q, k, v, o, 0.0f, stream_).code(), StatusCode::kInvalidArgument);  // scale
-  const TensorView q96 = test::head_view(out96, 0, 2, 96);
-  EXPECT_EQ(cuda::attention(q96, test::head_view(out96, 192, 2, 96), test::head_view(out96, 384, 2, 96),
-                            test::head_view(out96, 0, 2, 96), 0.1f, stream_)
-                .code(),
-            StatusCode::kInvalidArgument);  // head dim
-  EXPECT_EQ(cuda::attention(test::head_view(fused, 1, 2, 128), k, v, o, 0.1f, stream_).code(),
-            StatusCode::kInvalidArgument);  // q not 16-byte aligned
+  const TensorView q288 = test::head_view(out96, 0, 2, 288);
+  EXPECT_EQ(cuda::attention(q288, q288, q288, test::head_view(fused, 0, 2, 288), 0.1f, stream_).code(),
+            StatusCode::kInvalidArgument);  // head dim above the fallback's 256
   TensorView k_short = k;
   k_short.shape = Shape({8, 2, 128});
   EXPECT_EQ(cuda::attention(q, k_short, v, o, 0.1f, stream_).code(), StatusCode::kInvalidArgument);  // k vs v

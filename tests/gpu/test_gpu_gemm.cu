@@ -158,7 +158,18 @@ TEST_F(GpuGemm, ElementAlignedViews) {
   for (auto [in_dtype, out_dtype] : {std::pair{DType::kBF16, DType::kBF16}, std::pair{DType::kBF16, DType::kF32},
                                      std::pair{DType::kF32, DType::kF32}}) {
     for (bool bias : {false, true}) {
-      check_case(*runner_, arena_, stream_, LinearCase{129, 96, 48, in_dtype, out_dtype, bias, 3, 1, 5, 3}, seed += 3);
+      const LinearCase c{129, 96, 48, in_dtype, out_dtype, bias, 3, 1, 5, 3};
+      if (bias && out_dtype == DType::kBF16) {
+        // cuBLASLt computes wrong values for this combination (see gemm.cc): it must be refused.
+        const Tensor x = must(must(arena_.alloc({c.n, c.in + c.x_pad}, in_dtype)).slice(1, c.x_col0, c.x_col0 + c.in));
+        const Tensor w = must(arena_.alloc({c.out, c.in}, in_dtype));
+        const Tensor b = must(arena_.alloc({c.out}, out_dtype));
+        const Tensor y = must(must(arena_.alloc({c.n, c.out + c.y_pad}, out_dtype)).slice(1, c.y_col0, c.y_col0 + c.out));
+        const TensorView bv = b.view();
+        EXPECT_EQ(runner_->linear(x.view(), w.view(), &bv, y.view(), stream_).code(), StatusCode::kInvalidArgument);
+        continue;
+      }
+      check_case(*runner_, arena_, stream_, c, seed += 3);
     }
   }
 }

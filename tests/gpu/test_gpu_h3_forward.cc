@@ -46,7 +46,8 @@ TEST_P(GpuH3Forward, MatchesTheReferenceAndTheCpuProgram) {
 
   auto gpu = h3::CudaH3Transformer::create(*config, h3::host_weight_filler(tensors, nullptr), golden->layout.num_rows);
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  ASSERT_TRUE((*gpu)->prepare(golden->layout, golden->text_states).ok());
+  const Status prepared = (*gpu)->prepare(golden->layout, golden->text_states);
+  ASSERT_TRUE(prepared.ok()) << prepared.to_string();
   auto out = (*gpu)->forward(golden->step);
   ASSERT_TRUE(out.ok()) << out.status().to_string();
 

@@ -8,6 +8,7 @@
 #include "cpu/elementwise.h"
 #include "cuda/attention.h"
 #include "cuda/elementwise.h"
+#include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
 #include "models/h3/synthetic_rule.h"
 
@@ -205,14 +206,21 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
   const H3Config& c = config_;
   const int64_t n = h.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
   VORTEX_ASSIGN_OR_RETURN(Tensor qkv, rows_of(qkv_, n));
-  VORTEX_RETURN_IF_ERROR(linear(b.qkv, h, qkv));
+  {
+    cuda::SectionScope scope(profiler_, "gemm_qkv", stream_);
+    VORTEX_RETURN_IF_ERROR(linear(b.qkv, h, qkv));
+  }
   const TensorView q = heads_view(qkv, 0, heads, d), k = heads_view(qkv, inner, heads, d);
   const TensorView v = heads_view(qkv, 2 * inner, heads, d);
   const TensorView nq = b.norm_q.view(), nk = b.norm_k.view();
   const float eps = static_cast<float>(c.qk_norm_eps);
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &nq, eps, q, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &nk, eps, k, stream_));
+  {
+    cuda::SectionScope scope(profiler_, "qk_norm_rope", stream_);
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &nq, eps, q, stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &nk, eps, k, stream_));
+  }
   if (rope) {
+    cuda::SectionScope scope(profiler_, "qk_norm_rope", stream_);
     VORTEX_ASSIGN_OR_RETURN(Tensor cos, rows_of(rope_cos_, n));
     VORTEX_ASSIGN_OR_RETURN(Tensor sin, rows_of(rope_sin_, n));
     VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos.view(), sin.view(), stream_));
@@ -220,7 +228,11 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(attn_, n));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
+  {
+    cuda::SectionScope scope(profiler_, "attention", stream_);
+    VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
+  }
+  cuda::SectionScope scope(profiler_, "gemm_out", stream_);
   return linear(b.out, attn, out);
 }
 
@@ -228,8 +240,15 @@ Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Te
   const int64_t n = h.size(0);
   VORTEX_ASSIGN_OR_RETURN(Tensor u, rows_of(fc1_, n));
   VORTEX_ASSIGN_OR_RETURN(Tensor p, rows_of(swiglu_, n));
-  VORTEX_RETURN_IF_ERROR(linear(b.fc1, h, u));
-  VORTEX_RETURN_IF_ERROR(cuda::swiglu(u.view(), p.view(), stream_));
+  {
+    cuda::SectionScope scope(profiler_, "gemm_fc1", stream_);
+    VORTEX_RETURN_IF_ERROR(linear(b.fc1, h, u));
+  }
+  {
+    cuda::SectionScope scope(profiler_, "swiglu", stream_);
+    VORTEX_RETURN_IF_ERROR(cuda::swiglu(u.view(), p.view(), stream_));
+  }
+  cuda::SectionScope scope(profiler_, "gemm_fc2", stream_);
   return linear(b.fc2, p, out);
 }
 
@@ -246,27 +265,38 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
     // [T, 18C] viewed as [3T, 6C]: shift, scale, gate for attention, then for the FFN.
     VORTEX_ASSIGN_OR_RETURN(Tensor table, rows_of(mod_table_, num_timesteps_));
     VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
+    cuda::SectionScope scope(profiler_, "gemm_adaln", stream_);
     VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu, table));
     VORTEX_ASSIGN_OR_RETURN(mod, table.reshape({num_timesteps_ * kNumModalities, 6 * C}));
   }
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
-  if (adaln_rows) {
-    VORTEX_RETURN_IF_ERROR(
-        cuda::adaln_modulate(h.view(), columns(mod, 0, C), columns(mod, C, C), i32(*adaln_rows), h.view(), stream_));
+  {
+    cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
+    if (adaln_rows) {
+      VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), columns(mod, 0, C), columns(mod, C, C), i32(*adaln_rows),
+                                                  h.view(), stream_));
+    }
   }
   VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, branch));
-  if (adaln_rows) {
-    VORTEX_RETURN_IF_ERROR(
-        cuda::gated_residual(x.view(), columns(mod, 2 * C, C), i32(*adaln_rows), branch.view(), stream_));
-  } else {
-    VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+  {
+    cuda::SectionScope scope(profiler_, "residual", stream_);
+    if (adaln_rows) {
+      VORTEX_RETURN_IF_ERROR(
+          cuda::gated_residual(x.view(), columns(mod, 2 * C, C), i32(*adaln_rows), branch.view(), stream_));
+    } else {
+      VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+    }
   }
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n2, eps, h.view(), stream_));
-  if (adaln_rows) {
-    VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), columns(mod, 3 * C, C), columns(mod, 4 * C, C),
-                                                i32(*adaln_rows), h.view(), stream_));
+  {
+    cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n2, eps, h.view(), stream_));
+    if (adaln_rows) {
+      VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), columns(mod, 3 * C, C), columns(mod, 4 * C, C),
+                                                  i32(*adaln_rows), h.view(), stream_));
+    }
   }
   VORTEX_RETURN_IF_ERROR(feed_forward(b, h, branch));
+  cuda::SectionScope final_residual(profiler_, "residual", stream_);
   if (adaln_rows) {
     return cuda::gated_residual(x.view(), columns(mod, 5 * C, C), i32(*adaln_rows), branch.view(), stream_);
   }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/profiler.h"
 #include "cuda/runtime.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
@@ -52,6 +53,8 @@ class CudaH3Transformer {
   Result<Tensor> time_embedding_host(const std::vector<float>& timesteps) const;  // [T, TE] F32
   Result<Tensor> download_rope(bool cos) const;                                  // [N, rotary] F32
   Result<Tensor> download_adaln_rows() const;                                    // [N] I32
+  // Brackets every op of the following blocks with events (null: off).
+  void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
 
  private:
   struct Linear {
@@ -73,6 +76,7 @@ class CudaH3Transformer {
   H3Config config_;
   LinearWeights time_linear_1_, time_linear_2_;  // host F32: the time MLP runs on the host
   cudaStream_t stream_ = nullptr;
+  cuda::SectionProfiler* profiler_ = nullptr;
   cuda::DeviceArena weights_arena_, activations_;
   std::unique_ptr<cuda::GemmRunner> gemm_;
   Linear proj_in_, audio_proj_in_, context_embedder_, norm_out_linear_, proj_out_, audio_proj_out_;
