@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cpu/gemm.h"
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
@@ -120,6 +121,7 @@ int run_generate(const GenerateArgs& args) {
       {"model", source},
       {"config", config.to_json()},
       {"backend", "cpu"},
+      {"cpu_gemm", cpu::gemm_variant_name(cpu::default_gemm_variant())},
       {"dtype", dtype_name(dtype)},
       {"request",
        {{"height", args.height}, {"width", args.width}, {"frames", args.frames}, {"steps", args.steps},

@@ -66,7 +66,9 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   const double gemm_flops = 2 * n * C * (3 * inner) + 2 * n * inner * C + 2 * n * C * (2 * f) + 2 * n * f * C;
   const double attn_flops = 4 * n * n * config.num_attention_heads * config.attention_head_dim;
   m.derived = {{"tflops", (gemm_flops + attn_flops) / (samples.median() * 1e-3) / 1e12},
-               {"flops", gemm_flops + attn_flops}};
+               {"flops", gemm_flops + attn_flops},
+               {"device_bytes",
+                {{"weights", model->weight_bytes()}, {"activations_arena", model->activation_peak_bytes()}}}};
   m.workload_section = {{"name", "h3-block"},
                         {"rows", N},
                         {"text_rows", layout.num_text},
