@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
 #include "formats/safetensors.h"
 #if defined(VORTEX_HAVE_CUDA)
@@ -19,6 +21,7 @@ struct BenchArgs {
   int repetitions = 10;
   uint64_t seed = 0;
   std::string out_dir;
+  std::string json_path;
   std::string peer;
   std::string work_dir = "/tmp/vortex-bench";
   std::string commit = "unknown";
@@ -59,6 +62,13 @@ int run_bench(const BenchArgs& args) {
       std::printf("  manifest: %s\n", path.c_str());
     }
   }
+  if (!args.json_path.empty()) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const auto& m : *manifests) all.push_back(m.to_json());
+    Status s = write_file_atomically(args.json_path, (all.size() == 1 ? all[0] : all).dump(2) + "\n");
+    if (!s.ok()) return report_error(s);
+    std::printf("  manifest: %s\n", args.json_path.c_str());
+  }
   return all_passed ? 0 : 3;
 #else
   return report_error(unimplemented("vortex bench needs the CUDA backend; this build has none"));
@@ -76,6 +86,7 @@ void add_bench_command(CLI::App& app, Action& action) {
   cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
   cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();
+  cmd->add_option("--json", args->json_path, "Write the manifest here (an array when a workload measures several items)");
   cmd->add_option("--json-dir", args->out_dir, "Write one manifest per measured item into this folder");
   cmd->add_option("--peer", args->peer, "Peer command run in the same call (e.g. 'python3 bench/peers/pytorch_h3.py')");
   cmd->add_option("--work-dir", args->work_dir, "Scratch folder for the dumps the peer reads")->capture_default_str();

@@ -4,7 +4,7 @@
 //
 // with bf16 q, k, v, fp32 scores, softmax and accumulation, and a bf16 output rounded once.
 //
-// Variants (VORTEX_VARIANT_ATTENTION selects; v0 ships):
+// Variants (VORTEX_VARIANT_ATTENTION=v0|v1 selects; v1 ships where it applies):
 //   v0  FlashAttention-2 style, one CTA per (block of kBlockQ queries, head). Each of its warps
 //       owns 16 query rows for the whole key sweep, so the online softmax never leaves the
 //       registers. K/V tiles of kBlockK keys stream through shared memory, two stages deep
@@ -15,9 +15,13 @@
 //       written with 16-byte stores into the strided out view. Head dims 64 and 128 (template).
 //       Rounding P to bf16 is the only rounding beyond the contract's; with the output's own
 //       rounding it leaves ~2e-3 rel-L2 against the fp32 reference.
+//   v1  FlashAttention-3 style on wgmma + TMA for head dim 128 (attention_wgmma.cu), the default
+//       for D = 128 on 16-byte aligned views; the same numerics. Every other case runs v0's path.
+// This file holds v0 and the dispatch (argument checks, variant choice) for the family.
 #include "cuda/attention.h"
 
 #include "cuda/attention_fallback.h"
+#include "cuda/attention_wgmma.h"
 
 #include <cuda_bf16.h>
 
@@ -347,16 +351,27 @@ bool chunk_aligned(const TensorView& t) {
 
 }  // namespace
 
+Result<AttentionVariant> attention_variant_from_env() {
+  const char* variant = std::getenv("VORTEX_VARIANT_ATTENTION");
+  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v1") return AttentionVariant::kV1;
+  if (std::string(variant) == "v0") return AttentionVariant::kV0;
+  return unimplemented(std::string("cuda attention: VORTEX_VARIANT_ATTENTION=") + variant +
+                       " is not a variant of this build (v0, v1)");
+}
+
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
                  cudaStream_t stream) {
+  VORTEX_ASSIGN_OR_RETURN(const AttentionVariant variant, attention_variant_from_env());
+  return attention_variant(variant, q, k, v, out, scale, stream);
+}
+
+Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, float scale, cudaStream_t stream, AttentionVariant* ran) {
   const auto bad = [&](const std::string& what) {
     return invalid_argument("cuda attention: " + what + " (" + describe_view("q", q) + ", " + describe_view("k", k) +
                             ", " + describe_view("v", v) + ", " + describe_view("out", out) + ")");
   };
-  if (const char* variant = std::getenv("VORTEX_VARIANT_ATTENTION"); variant && std::string(variant) != "v0") {
-    return unimplemented(std::string("cuda attention: VORTEX_VARIANT_ATTENTION=") + variant +
-                         " is not a variant of this build (v0)");
-  }
+  if (ran != nullptr) *ran = AttentionVariant::kV0;
   bool aligned = true;
   for (const TensorView* t : {&q, &k, &v, &out}) {
     if (t->device != Device::kCuda || t->dtype != DType::kBF16) return bad("every operand must be BF16 on the device");
@@ -369,10 +384,19 @@ Status attention(const TensorView& q, const TensorView& k, const TensorView& v, 
   }
   if (nq < 1 || nk < 1 || heads < 1) return bad("Nq, Nk and H must be >= 1");
   if (!(scale > 0.0f) || !std::isfinite(scale)) return bad("scale must be finite and > 0, got " + std::to_string(scale));
-  // The tensor-core kernel takes head dims 64 and 128 on 16-byte aligned rows; anything else (the
+  // The tensor-core kernels take head dims 64 and 128 on 16-byte aligned rows; anything else (the
   // small test models, odd views) goes to the warp-per-row fallback with the same numerics.
   if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
   if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
+
+  if (variant == AttentionVariant::kV1 && d == 128) {
+    const Status status = attention_wgmma(q, k, v, out, scale, stream);
+    // unimplemented: no tensor-map encoder, or views it cannot describe; nothing was launched.
+    if (status.code() != StatusCode::kUnimplemented) {
+      if (status.ok() && ran != nullptr) *ran = AttentionVariant::kV1;
+      return status;
+    }
+  }
 
   AttentionParams params{};
   params.q = static_cast<const __nv_bfloat16*>(q.data);

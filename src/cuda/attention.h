@@ -3,11 +3,15 @@
 //
 //   out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
 //
-// Variants (VORTEX_VARIANT_ATTENTION selects; v0 ships):
+// Variants (VORTEX_VARIANT_ATTENTION=v0|v1 selects; v1 ships):
 //   v0  tiled flash-style kernel on tensor cores (mma.sync bf16), online softmax in fp32,
 //       P rounded to bf16 for the PV product as every flash kernel does. Head dim 64 and 128 on
 //       16-byte aligned rows; other head dims (<= 256) and unaligned views take the warp-per-row
 //       fallback (attention_fallback.h) with the same numerics.
+//   v1  (default) Hopper kernel for head dim 128 on 16-byte aligned views (attention_wgmma.h):
+//       TMA producer warpgroup, two wgmma consumer warpgroups, FlashAttention-3 style; the same
+//       numerics. Every other case (head dim 64, odd dims, unaligned views, a driver without
+//       tensor-map support) runs v0's path.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,9 +24,22 @@ namespace vortex::cuda {
 // q, out: [Nq, H, D]; k, v: [Nk, H, D]; all BF16 device views with unit stride in D and any
 // strides on N and H (the q/k/v column slices of a fused QKV output [N, 3·H·D] are the normal case;
 // out is typically a [N, H·D] buffer viewed as [N, H, D]). D <= 256. Nq, Nk >= 1, any value. The
-// fast path needs D in {64, 128} and every pointer and N / H stride a multiple of 16 bytes.
+// tensor-core kernels need D in {64, 128} (v1: 128) and every pointer and N / H stride a multiple
+// of 16 bytes. The variant is read from VORTEX_VARIANT_ATTENTION on every call.
 // scale must be finite and > 0; otherwise invalid_argument. out must not overlap q, k, v.
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
                  cudaStream_t stream);
+
+enum class AttentionVariant { kV0, kV1 };
+
+// The variant VORTEX_VARIANT_ATTENTION names ("v0", "v1"), v1 when it is unset or empty;
+// unimplemented for any other value.
+Result<AttentionVariant> attention_variant_from_env();
+
+// attention() with the variant given instead of read from the environment (tests run every variant
+// on the same inputs). `ran`, when given, receives the variant whose kernel actually ran: kV1 only
+// when the wgmma kernel did.
+Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, float scale, cudaStream_t stream, AttentionVariant* ran = nullptr);
 
 }  // namespace vortex::cuda

@@ -1,6 +1,7 @@
 #include "cuda/runtime.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace vortex::cuda {
 
@@ -51,6 +52,39 @@ Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream
   const Tensor src = host.contiguous();
   VORTEX_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(), cudaMemcpyHostToDevice, stream));
   // The source may be a temporary: wait before it goes away.
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return ok_status();
+}
+
+Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t stream) {
+  if (host.device() != Device::kCpu || dst.device() != Device::kCuda || host.shape() != dst.shape() ||
+      host.dtype() != dst.dtype() || !dst.is_contiguous()) {
+    return invalid_argument("copy_to_device_staged: " + host.describe() + " into " + dst.describe());
+  }
+  constexpr size_t kHalf = 32u << 20;
+  struct Staging {
+    void* pinned = nullptr;
+    cudaEvent_t done[2] = {nullptr, nullptr};
+  };
+  // One staging area per process, made on first use and kept: weight loading is the only caller.
+  static Staging staging;
+  if (!staging.pinned) {
+    VORTEX_CUDA_CHECK(cudaMallocHost(&staging.pinned, 2 * kHalf));
+    for (auto& e : staging.done) VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  const Tensor src = host.contiguous();
+  const char* in = static_cast<const char*>(src.data());
+  char* out = static_cast<char*>(dst.data());
+  const size_t total = src.nbytes();
+  for (size_t offset = 0, chunk = 0; offset < total; offset += kHalf, ++chunk) {
+    const size_t half = chunk % 2, bytes = std::min(kHalf, total - offset);
+    char* buffer = static_cast<char*>(staging.pinned) + half * kHalf;
+    VORTEX_CUDA_CHECK(cudaEventSynchronize(staging.done[half]));  // the copy that last used this half
+    std::memcpy(buffer, in + offset, bytes);
+    VORTEX_CUDA_CHECK(cudaMemcpyAsync(out + offset, buffer, bytes, cudaMemcpyHostToDevice, stream));
+    VORTEX_CUDA_CHECK(cudaEventRecord(staging.done[half], stream));
+  }
+  // The source may be a temporary (a dtype conversion): finish before it goes away.
   VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
   return ok_status();
 }

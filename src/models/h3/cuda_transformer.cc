@@ -53,7 +53,7 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
     if (host.dtype() != dst.dtype()) {
       VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
     }
-    return cuda::copy_to_device(host, dst, stream);
+    return cuda::copy_to_device_staged(host, dst, stream);
   };
 }
 

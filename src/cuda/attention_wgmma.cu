@@ -1,0 +1,630 @@
+// Exact attention on Hopper tensor cores, variant v1 of the attention family (contract in
+// attention.h, entry in attention_wgmma.h): for each head h and query i,
+//
+//   out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
+//
+// with bf16 q, k, v, fp32 scores, softmax and accumulation, P rounded to bf16 for the P·V product,
+// and a bf16 output rounded once — the numerics of v0 (attention.cu), on wgmma instead of mma.sync.
+//
+//   v1  FlashAttention-3 structure, head dim 128 only. One CTA per (block of 128 queries, head),
+//       three warpgroups:
+//       - producer (warpgroup 0, one thread): TMA loads of the CTA's Q tile once and of K / V tiles
+//         of 128 keys into a two-stage ring, each stage guarded by a full and an empty mbarrier;
+//       - consumers (warpgroups 1, 2), 64 query rows each, per K/V tile:
+//           S = Q·Kᵀ (wgmma m64n128k16, both operands from shared memory) → mask tail keys →
+//           online softmax in fp32 on the accumulator registers → P packed to bf16 in registers →
+//           O += P·V (wgmma m64n128k16, A = P from registers, B = V from shared memory).
+//         Within a warpgroup the softmax of tile j runs while the tensor cores do Q·Kᵀ of tile j
+//         and P·V of tile j−1 (intra-warpgroup overlap); across the two warpgroups a pair of named
+//         barriers makes them issue their products in turn, so one's softmax overlaps the other's
+//         matrix work (ping-pong).
+//       - epilogue: O / row sum → bf16 → the warpgroup's own rows of the Q tile → 16-byte stores
+//         into the strided out view (tail queries skipped).
+//       Q, K, V tiles are [rows, 64 channels] boxes with the 128-byte swizzle, two per 128-channel
+//       tile; TMA writes them in exactly the layout the wgmma descriptors describe.
+#include "cuda/attention_wgmma.h"
+
+#include <cuda.h>          // CUtensorMap and its enums (types only: the encoder comes via the runtime)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/runtime.h"
+
+namespace vortex::cuda {
+namespace {
+
+// ---- tile configuration ---------------------------------------------------------------------------
+
+constexpr int kHeadDim = 128;
+// wgmma's M: one warpgroup owns 64 query rows for the whole key sweep, so its row statistics stay
+// in registers (S and O are 64 fp32 registers per thread each at N = 128).
+constexpr int kRowsPerConsumer = 64;
+// Two consumer warpgroups share each K/V tile: 128 queries per CTA keep the L2→SM traffic for
+// re-reading K and V at N²·H·D·4 B / 128 (~2.8 TB/s at the v0 rate; 64 rows would double it).
+constexpr int kConsumers = 2;
+constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
+// 128 keys per tile: wgmma's N for Q·Kᵀ (the largest whose S fits beside O and P in 240
+// registers) and the K extent of eight k16 steps of P·V.
+constexpr int kBlockK = 128;
+// Two stages: the loads of tile j+1 run under the products of tile j; with Q (32 KB) the ring
+// uses 160 KB of the 227 KB.
+constexpr int kStages = 2;
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
+// setmaxnreg budgets: the producer only computes coordinates and barrier addresses; the consumers
+// hold S (64) + O (64) + P (32) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+              "register budgets exceed the register file");
+
+// The 128-byte swizzle takes boxes at most 128 bytes wide: 64 bf16 channels. A 128-channel tile is
+// two such column halves back to back, each [rows, 64] with 128-byte rows; 8 rows (1024 bytes) are
+// one swizzle period, which is also the descriptors' stride between 8-row core-matrix groups.
+constexpr int kSwizzleBytes = 128;
+constexpr int kHalfChannels = kSwizzleBytes / 2;
+constexpr int kHalves = kHeadDim / kHalfChannels;
+constexpr int kSwizzlePeriodBytes = 8 * kSwizzleBytes;
+constexpr int kQHalfBytes = kBlockQ * kSwizzleBytes;
+constexpr int kKVHalfBytes = kBlockK * kSwizzleBytes;
+constexpr int kQTileBytes = kHalves * kQHalfBytes;
+constexpr int kKVTileBytes = kHalves * kKVHalfBytes;
+
+// Shared memory, from a 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes, and
+// the descriptors assume tiles start on a period): Q [2 halves][128 rows][64], K and V
+// [kStages][2 halves][128 keys][64], then the mbarriers.
+constexpr int kSmemQ = 0;
+constexpr int kSmemK = kSmemQ + kQTileBytes;
+constexpr int kSmemV = kSmemK + kStages * kKVTileBytes;
+constexpr int kSmemBarriers = kSmemV + kStages * kKVTileBytes;
+enum MbarrierIndex : int {
+  kFullQ = 0,
+  kFullK = 1,                      // [kStages]: K tile landed (TMA transaction bytes)
+  kFullV = kFullK + kStages,       // [kStages]: V tile landed
+  kEmptyK = kFullV + kStages,      // [kStages]: every consumer warp has finished reading the K tile
+  kEmptyV = kEmptyK + kStages,     // [kStages]: ... the V tile
+  kMbarrierCount = kEmptyV + kStages
+};
+constexpr int kSmemAlignment = 1024;
+constexpr int kSmemBytes = kSmemBarriers + kMbarrierCount * 8 + kSmemAlignment;  // slack to align the base
+
+// Named barriers (0 is __syncthreads). Consumer c waits on kBarrierSchedule + c before issuing its
+// products and then releases the other consumer's; kBarrierEpilogue + c orders one consumer's
+// shared-memory staging of O before its global stores.
+constexpr int kBarrierSchedule = 1;
+constexpr int kBarrierEpilogue = kBarrierSchedule + kConsumers;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---- params --------------------------------------------------------------------------------------
+
+struct WgmmaParams {
+  __nv_bfloat16* out;  // [Nq, H, 128]
+  int64_t out_row, out_head;  // strides, elements
+  int nq, nk;
+  float scale_log2;  // scale · log2(e): softmax by exp2
+};
+
+// ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and to the CTA.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Returns once the barrier's phase with this parity has completed. A fresh barrier is in phase 0,
+// so waiting for parity 1 returns at once: the producer's first pass over the empty ring.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// One [rows, 64 channels] box at (channel, head, row) of a [N, H, D] tensor map into shared memory,
+// completing on `bar`. Rows past N arrive as zeros (and still count in the transaction bytes).
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int channel, int head, int row,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// ---- PTX wrappers: wgmma -------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets (all >> 4, 14
+// bits each, at bits 0, 16 and 32), base offset 0 (tiles start on a 1024-byte period), swizzle
+// mode 1 = 128-byte at bits 62-63.
+//   K-major operands (Q and K: the contraction dim D is contiguous): rows in 8-row groups 1024
+//   bytes apart (stride offset); the leading offset is unused under a swizzle (encoded 1).
+//   The k16 step s of D lies at byte 32·(s % 4) of column half s / 4: added to the start address,
+//   the hardware applies the swizzle to the final address, as TMA did.
+//   MN-major operand (V for P·V: the contraction dim is the key, D is contiguous; transpose bit
+//   set in the instruction): the leading offset steps between 64-channel column halves, the stride
+//   offset between 8-key groups.
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t address) {
+  return smem_descriptor(address, 16, kSwizzlePeriodBytes);
+}
+__device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t address) {
+  return smem_descriptor(address, kKVHalfBytes, kSwizzlePeriodBytes);
+}
+// Descriptor increment (16-byte units) to k16 step s of a K-major operand with 128 channels.
+__device__ __forceinline__ constexpr uint64_t k_major_step(int s, int half_bytes) {
+  return static_cast<uint64_t>(((s / 4) * half_bytes + (s % 4) * 32) >> 4);
+}
+
+#define VORTEX_WGMMA_D                                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63}"
+#define VORTEX_WGMMA_D_OPERANDS(c)                                                                        \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),     \
+      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), \
+      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), \
+      c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), c(d[37]), c(d[38]), c(d[39]), c(d[40]), \
+      c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]), \
+      c(d[51]), c(d[52]), c(d[53]), c(d[54]), c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), \
+      c(d[61]), c(d[62]), c(d[63])
+
+// d = a·b, a [64, 16] and b [16, 128] both K-major in shared memory (scale-d false: d is not read).
+__device__ __forceinline__ void wgmma_ss_first(float (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : VORTEX_WGMMA_D_OPERANDS("=f")
+      : "l"(a), "l"(b), "r"(0));
+}
+// d += a·b, as above.
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : VORTEX_WGMMA_D_OPERANDS("+f")
+      : "l"(a), "l"(b), "r"(1));
+}
+// d += a·b, a [64, 16] bf16 in registers (the accumulator layout of a k16 column slice, packed),
+// b [16, 128] MN-major in shared memory (transpose bit 1).
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : VORTEX_WGMMA_D_OPERANDS("+f")
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+#undef VORTEX_WGMMA_D
+#undef VORTEX_WGMMA_D_OPERANDS
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The compiler sees a wgmma's registers written when it is issued, not when it completes: these
+// empty statements "rewrite" them after a wgmma_wait, so reads of accumulators stay below the wait
+// and registers an in-flight wgmma still reads (P) are not reused before it.
+template <int N>
+__device__ __forceinline__ void pin_after_wait(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_after_wait(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ---- softmax helpers ------------------------------------------------------------------------------
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = 0, as masking needs
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two fp32 → one bf16x2 register, RNE; `lo` (the smaller column index) in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Accumulator layout of m64nNk16 (fp32): thread t of the warpgroup holds rows 16·(t/32) + (t%32)/4
+// (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns 8j + 2·(t%4) and + 1, for j < N/8.
+
+// Keys at or past nk (only in the last tile) get −inf scores, hence zero weights.
+__device__ __forceinline__ void mask_tail_keys(float (&s)[64], int key0, int nk, int lane) {
+#pragma unroll
+  for (int j = 0; j < kBlockK / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (key0 + 8 * j + 2 * (lane % 4) + (e % 2) >= nk) s[4 * j + e] = -INFINITY;
+    }
+  }
+}
+
+// Online softmax of one tile for this thread's two rows: new running max (over the quad's 4
+// lanes), alpha = exp2((m_old − m_new)·scale·log2e) to rescale what came before (0 on the first
+// tile), S → P = exp2(S·scale·log2e − m_new·scale·log2e) in place, and this lane's share of the row
+// sum (the quad's four shares are added once, in the epilogue).
+__device__ __forceinline__ void online_softmax(float (&s)[64], float (&row_max)[2], float (&row_sum)[2],
+                                               float (&alpha)[2], float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float max0 = row_max[r], max1 = row_max[r];  // two chains: half the dependent latency
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+      max0 = fmaxf(max0, s[4 * j + 2 * r]);
+      max1 = fmaxf(max1, s[4 * j + 2 * r + 1]);
+    }
+    float new_max = fmaxf(max0, max1);
+    new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 1));
+    new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 2));
+    // Finite from the first tile on: key 0 of every tile is valid and a valid score is finite.
+    alpha[r] = fast_exp2((row_max[r] - new_max) * scale_log2);
+    row_max[r] = new_max;
+    const float offset = -new_max * scale_log2;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+      s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, offset));
+      s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, offset));
+      sum0 += s[4 * j + 2 * r];
+      sum1 += s[4 * j + 2 * r + 1];
+    }
+    row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
+  }
+}
+
+// P (fp32, accumulator layout) → bf16 A fragments of P·V. Key step s (keys 16s..16s+15) takes
+// accumulator columns j = 2s, 2s+1; wgmma's A layout for a warp's 16 rows is {row g, k 2q..2q+1},
+// {g+8, same}, {g, k+8}, {g+8, k+8} — elements 8s..8s+7 in order, so register i packs s[2i], s[2i+1].
+__device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[32]) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
+}
+
+__device__ __forceinline__ void rescale(float (&o)[64], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j) {
+    o[4 * j] *= alpha[0];
+    o[4 * j + 1] *= alpha[0];
+    o[4 * j + 2] *= alpha[1];
+    o[4 * j + 3] *= alpha[1];
+  }
+}
+
+// ---- consumer products ----------------------------------------------------------------------------
+
+// S = Q·Kᵀ for this warpgroup's 64 rows and one 128-key tile: 8 k16 steps over D. Committed as one
+// group.
+__device__ __forceinline__ void issue_qk(float (&s)[64], uint64_t q_desc, uint64_t k_desc) {
+  wgmma_fence();
+  wgmma_ss_first(s, q_desc, k_desc);
+#pragma unroll
+  for (int step = 1; step < kHeadDim / 16; ++step) {
+    wgmma_ss(s, q_desc + k_major_step(step, kQHalfBytes), k_desc + k_major_step(step, kKVHalfBytes));
+  }
+  wgmma_commit();
+}
+
+// O += P·V for one 128-key tile: 8 k16 steps over the keys, 16 keys = 2048 bytes of V each.
+__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[32], uint64_t v_desc) {
+  wgmma_fence();
+#pragma unroll
+  for (int step = 0; step < kBlockK / 16; ++step) {
+    wgmma_rs(o, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3],
+             v_desc + static_cast<uint64_t>((step * 16 * kSwizzleBytes) >> 4));
+  }
+  wgmma_commit();
+}
+
+// ---- producer: global → shared (TMA) ---------------------------------------------------------------
+
+__device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                        uint32_t smem, uint32_t bars, int q0, int head, int tiles) {
+  prefetch_tensor_map(q_map);
+  prefetch_tensor_map(k_map);
+  prefetch_tensor_map(v_map);
+  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, kQTileBytes);
+  for (int h = 0; h < kHalves; ++h) {
+    tma_load(smem + kSmemQ + h * kQHalfBytes, q_map, h * kHalfChannels, head, q0, bars + 8 * kFullQ);
+  }
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % kStages;
+    const uint32_t parity = (tile / kStages) & 1;
+    const int key0 = tile * kBlockK;
+    // Wait for both consumers to have released this stage's previous occupant (tile − kStages).
+    mbarrier_wait(bars + 8 * (kEmptyK + stage), parity ^ 1);
+    mbarrier_arrive_expect_tx(bars + 8 * (kFullK + stage), kKVTileBytes);
+    for (int h = 0; h < kHalves; ++h) {
+      tma_load(smem + kSmemK + stage * kKVTileBytes + h * kKVHalfBytes, k_map, h * kHalfChannels, head, key0,
+               bars + 8 * (kFullK + stage));
+    }
+    mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
+    mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kKVTileBytes);
+    for (int h = 0; h < kHalves; ++h) {
+      tma_load(smem + kSmemV + stage * kKVTileBytes + h * kKVHalfBytes, v_map, h * kHalfChannels, head, key0,
+               bars + 8 * (kFullV + stage));
+    }
+  }
+}
+
+// ---- consumer: the key sweep -------------------------------------------------------------------------
+
+__device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* smem_ptr, uint32_t smem, uint32_t bars,
+                                        int q0, int head, int tiles, int consumer) {
+  const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
+  const int warp = thread / 32, lane = thread % 32;
+  const int schedule_mine = kBarrierSchedule + consumer, schedule_other = kBarrierSchedule + (1 - consumer);
+  constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
+
+  const uint64_t q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes);
+  const auto k_desc = [&](int stage) { return k_major_descriptor(smem + kSmemK + stage * kKVTileBytes); };
+  const auto v_desc = [&](int stage) { return mn_major_descriptor(smem + kSmemV + stage * kKVTileBytes); };
+  const auto release = [&](int barrier) {
+    if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+  };
+
+  float s[64];   // S, then P in fp32: [64 rows, 128 keys] of the warpgroup
+  float o[64];   // O: [64 rows, 128 channels]
+  uint32_t pk[32];  // P in bf16: A fragments of P·V
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2];
+
+  // Ping-pong: consumer 0 issues first; consumer c's k-th issue slot waits for the other's
+  // (k−1)-th (consumer 1's first arrival stands in for consumer 0's slot −1). Consumer 1 skips
+  // its last arrival, which nobody would wait for, so both barriers end balanced.
+  if (consumer == 1) named_barrier_arrive(schedule_other, kScheduleThreads);
+  const auto end_slot = [&](int slot) {
+    if (consumer == 0 || slot + 1 < tiles) named_barrier_arrive(schedule_other, kScheduleThreads);
+  };
+
+  mbarrier_wait(bars + 8 * kFullQ, 0);
+
+  // Tile 0: S only.
+  mbarrier_wait(bars + 8 * kFullK, 0);
+  named_barrier_sync(schedule_mine, kScheduleThreads);
+  issue_qk(s, q_desc, k_desc(0));
+  end_slot(0);
+  wgmma_wait<0>();
+  pin_after_wait(s);
+  release(kEmptyK);
+  if (kBlockK > p.nk) mask_tail_keys(s, 0, p.nk, lane);
+  online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
+  pack_p(s, pk);
+
+  // Tile t: S_t = Q·K_tᵀ and O += P_{t−1}·V_{t−1} in flight together; softmax of S_t under P·V.
+  for (int tile = 1; tile < tiles; ++tile) {
+    const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
+    mbarrier_wait(bars + 8 * (kFullK + stage), (tile / kStages) & 1);
+    mbarrier_wait(bars + 8 * (kFullV + prev_stage), ((tile - 1) / kStages) & 1);
+    named_barrier_sync(schedule_mine, kScheduleThreads);
+    issue_qk(s, q_desc, k_desc(stage));
+    rescale(o, alpha);  // O to the running max of tile t − 1, before P_{t−1}·V_{t−1} lands in it
+    issue_pv(o, pk, v_desc(prev_stage));
+    end_slot(tile);
+    wgmma_wait<1>();  // S_t done; P·V may still run
+    pin_after_wait(s);
+    release(kEmptyK + stage);
+    const int key0 = tile * kBlockK;
+    if (key0 + kBlockK > p.nk) mask_tail_keys(s, key0, p.nk, lane);
+    online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
+    wgmma_wait<0>();  // P_{t−1}·V_{t−1} done: its P registers and V stage are free
+    pin_after_wait(o);
+    pin_after_wait(pk);
+    release(kEmptyV + prev_stage);
+    pack_p(s, pk);
+  }
+
+  // The last tile's P·V.
+  const int last = tiles - 1;
+  mbarrier_wait(bars + 8 * (kFullV + last % kStages), (last / kStages) & 1);
+  rescale(o, alpha);
+  issue_pv(o, pk, v_desc(last % kStages));
+  wgmma_wait<0>();
+  pin_after_wait(o);
+
+  // ---- epilogue: O / row sum → bf16 → this warpgroup's rows of the Q tile → global ----
+  float inverse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inverse[r] = 1.0f / sum;
+  }
+  // Staging in Q's own layout (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8)): the quad
+  // of a row writes one chunk, the 8 rows of a warp's store land in 8 different chunks (no bank
+  // conflicts). This warpgroup's QK products have completed, and no one else reads these rows.
+  unsigned char* rows = smem_ptr + kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes;
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp * 16 + lane / 4 + 8 * r;
+      const int half = j / 8, chunk = j % 8;
+      *reinterpret_cast<uint32_t*>(rows + half * kQHalfBytes + row * kSwizzleBytes + ((chunk ^ (row % 8)) * 16) +
+                                   4 * (lane % 4)) =
+          pack_bf16x2(o[4 * j + 2 * r] * inverse[r], o[4 * j + 2 * r + 1] * inverse[r]);
+    }
+  }
+  named_barrier_sync(kBarrierEpilogue + consumer, kWarpgroupThreads);
+  constexpr int kChunksPerRow = kHeadDim / 8;
+#pragma unroll
+  for (int i = 0; i < kRowsPerConsumer * kChunksPerRow / kWarpgroupThreads; ++i) {
+    const int c = thread + i * kWarpgroupThreads;
+    const int row = c / kChunksPerRow, column_chunk = c % kChunksPerRow;
+    const int query = q0 + consumer * kRowsPerConsumer + row;
+    if (query < p.nq) {
+      const int half = column_chunk / 8, chunk = column_chunk % 8;
+      const uint4 value =
+          *reinterpret_cast<const uint4*>(rows + half * kQHalfBytes + row * kSwizzleBytes + ((chunk ^ (row % 8)) * 16));
+      *reinterpret_cast<uint4*>(p.out + static_cast<int64_t>(query) * p.out_row + head * p.out_head +
+                                column_chunk * 8) = value;
+    }
+  }
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_wgmma_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                           const __grid_constant__ CUtensorMap v_map, const WgmmaParams p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_address(smem_raw);
+  const uint32_t smem = (raw + kSmemAlignment - 1) & ~static_cast<uint32_t>(kSmemAlignment - 1);
+  unsigned char* smem_ptr = smem_raw + (smem - raw);
+  const uint32_t bars = smem + kSmemBarriers;
+  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
+  const int head = static_cast<int>(blockIdx.y);
+  const int tiles = (p.nk + kBlockK - 1) / kBlockK;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(bars + 8 * kFullQ, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrier_init(bars + 8 * (kFullK + stage), 1);  // the producer's arrive.expect_tx
+      mbarrier_init(bars + 8 * (kFullV + stage), 1);
+      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps);  // one arrival per consumer warp
+      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the producer's idle warps exit below
+
+  if (warpgroup == 0) {
+    release_registers<kProducerRegisters>();
+    if (threadIdx.x == 0) produce(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles);
+  } else {
+    claim_registers<kConsumerRegisters>();
+    consume(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
+  }
+}
+
+// ---- host: tensor maps and launch -------------------------------------------------------------------
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the library does not link
+// libcuda); null when the driver lacks it.
+EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled encoder = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return static_cast<EncodeTiled>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encoder;
+}
+
+// A [N, H, 128] bf16 view as a 3-d tensor map {D, H, N} with [box_rows, 64] boxes and the 128-byte
+// swizzle. The stride of a size-1 dim is never applied; it is given a valid value.
+Status encode_view(EncodeTiled encode, CUtensorMap* map, const char* name, const TensorView& t, int box_rows) {
+  const int64_t rows = t.shape[0], heads = t.shape[1];
+  const int64_t head_bytes = heads == 1 ? kHeadDim * 2 : t.strides[1] * 2;
+  const int64_t row_bytes = rows == 1 ? heads * head_bytes : t.strides[0] * 2;
+  if (head_bytes <= 0 || row_bytes <= 0) return unimplemented(std::string("attention v1: ") + name + " has a non-positive stride");
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kHalfChannels), 1, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.data, dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return unimplemented(std::string("attention v1: the driver rejects the tensor map of ") + name + " (CUresult " +
+                         std::to_string(static_cast<int>(result)) + ")");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                       float scale, cudaStream_t stream) {
+  if (q.shape[2] != kHeadDim) return invalid_argument("attention v1: head dim must be 128");
+  const EncodeTiled encode = tensor_map_encoder();
+  if (encode == nullptr) return unimplemented("attention v1: the driver offers no cuTensorMapEncodeTiled");
+  CUtensorMap q_map, k_map, v_map;
+  VORTEX_RETURN_IF_ERROR(encode_view(encode, &q_map, "q", q, kBlockQ));
+  VORTEX_RETURN_IF_ERROR(encode_view(encode, &k_map, "k", k, kBlockK));
+  VORTEX_RETURN_IF_ERROR(encode_view(encode, &v_map, "v", v, kBlockK));
+
+  WgmmaParams params{};
+  params.out = static_cast<__nv_bfloat16*>(out.data);
+  params.out_row = out.strides[0];
+  params.out_head = out.strides[1];
+  params.nq = static_cast<int>(q.shape[0]);
+  params.nk = static_cast<int>(k.shape[0]);
+  params.scale_log2 = scale * kLog2e;
+
+  VORTEX_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2.
+  const dim3 grid((params.nq + kBlockQ - 1) / kBlockQ, static_cast<unsigned>(q.shape[1]));
+  attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+}  // namespace vortex::cuda

@@ -1,0 +1,19 @@
+// Exact attention, variant v1 (internal to the attention family; callers use attention.h): the
+// Hopper kernel — TMA producer warpgroup, two wgmma consumer warpgroups — for head dim 128.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda {
+
+// Same contract and numerics as attention() (attention.h) for operands it has already validated,
+// restricted to D = 128 with every pointer and N / H stride a multiple of 16 bytes. Returns
+// unimplemented, having launched nothing, when the driver offers no tensor-map encoder or rejects
+// the views' tensor maps; the caller then runs v0.
+Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                       float scale, cudaStream_t stream);
+
+}  // namespace vortex::cuda
