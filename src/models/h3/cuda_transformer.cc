@@ -11,26 +11,12 @@
 #include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
 #include "models/h3/synthetic_rule.h"
+#include "models/h3/tensor_views.h"
 
 namespace vortex::h3 {
 
 namespace {
 
-// A [N, heads, head_dim] view of columns [column, column + heads * head_dim) of a 2-D tensor.
-TensorView heads_view(const Tensor& t, int64_t column, int64_t heads, int64_t head_dim) {
-  TensorView v = t.view();
-  v.data = static_cast<char*>(v.data) + column * static_cast<int64_t>(dtype_size(t.dtype()));
-  v.shape = Shape({t.size(0), heads, head_dim});
-  v.strides = Shape({t.strides()[0], head_dim, 1});
-  return v;
-}
-
-TensorView columns(const Tensor& t, int64_t column, int64_t width) {
-  TensorView v = t.view();
-  v.data = static_cast<char*>(v.data) + column * static_cast<int64_t>(dtype_size(t.dtype()));
-  v.shape = Shape({t.size(0), width});
-  return v;
-}
 
 Result<Tensor> rows_of(const Tensor& t, int64_t rows) { return t.slice(0, 0, rows); }
 
