@@ -17,7 +17,6 @@ namespace vortex::h3 {
 
 namespace {
 
-
 Result<Tensor> rows_of(const Tensor& t, int64_t rows) { return t.slice(0, 0, rows); }
 
 const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }

@@ -13,7 +13,6 @@ namespace vortex::h3 {
 
 namespace {
 
-
 // out[index[i]] = src[i] (with dtype conversion: the reference's `.to(text dtype)` before the
 // scatter into the packed buffer).
 void scatter_rows(const Tensor& src, const std::vector<int64_t>& index, Tensor& out) {
