@@ -119,7 +119,8 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
                         {"dtype", "bf16"}, {"qkv_layout", "column slices of a fused [N, 3*H*D] buffer"},
                         {"seed", o.seed}};
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
-  m.implementation = {{"backend", "cuda"}, {"attention", "exact, vortex v0 flash kernel (mma.sync bf16)"}};
+  VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
+  m.implementation = {{"backend", "cuda"}, {"attention", cuda::attention_variant_description(variant)}};
   // Correctness: CPU attention for 16 sampled query rows of the full sequence, all heads.
   VORTEX_ASSIGN_OR_RETURN(Tensor qkv_host, cuda::download(qkv, nullptr));
   const std::vector<int64_t> rows = sampled_rows(kRows, 16);

@@ -84,9 +84,10 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
                         {"seed", o.seed}};
   m.protocol = protocol_json(o);
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant attn_variant, cuda::attention_variant_from_env());
   m.implementation = {{"backend", "cuda"},
                       {"recipe", "bf16"},
-                      {"attention", "exact (vortex v0 flash kernel)"},
+                      {"attention", cuda::attention_variant_description(attn_variant)},
                       {"gemm", "cuBLASLt bf16, fp32 accumulate"},
                       {"fusions", "none"}};
 

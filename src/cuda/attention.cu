@@ -359,6 +359,11 @@ Result<AttentionVariant> attention_variant_from_env() {
                        " is not a variant of this build (v0, v1)");
 }
 
+const char* attention_variant_description(AttentionVariant variant) {
+  return variant == AttentionVariant::kV0 ? "exact, vortex v0 flash kernel (mma.sync bf16)"
+                                          : "exact, vortex v1 FlashAttention-3 style kernel (TMA + wgmma bf16)";
+}
+
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
                  cudaStream_t stream) {
   VORTEX_ASSIGN_OR_RETURN(const AttentionVariant variant, attention_variant_from_env());

@@ -36,6 +36,9 @@ enum class AttentionVariant { kV0, kV1 };
 // unimplemented for any other value.
 Result<AttentionVariant> attention_variant_from_env();
 
+// For manifests: what the variant runs at the block's shapes (head dim 128, aligned views).
+const char* attention_variant_description(AttentionVariant variant);
+
 // attention() with the variant given instead of read from the environment (tests run every variant
 // on the same inputs). `ran`, when given, receives the variant whose kernel actually ran: kV1 only
 // when the wgmma kernel did.

@@ -253,16 +253,18 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
 
-// The compiler sees a wgmma's registers written when it is issued, not when it completes: these
-// empty statements "rewrite" them after a wgmma_wait, so reads of accumulators stay below the wait
-// and registers an in-flight wgmma still reads (P) are not reused before it.
+// The compiler sees a wgmma's registers written when it is issued, not when it completes, and
+// does not know that wgmma.fence orders register accesses. These empty statements "rewrite"
+// registers at a fixed point among the volatile wgmma statements: after a wgmma_wait, so reads of
+// accumulators stay below the wait and registers an in-flight wgmma still reads (P) are not reused
+// before it; before a wgmma_fence, so the writes it must order (rescaled O, packed P) precede it.
 template <int N>
-__device__ __forceinline__ void pin_after_wait(float (&r)[N]) {
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 template <int N>
-__device__ __forceinline__ void pin_after_wait(uint32_t (&r)[N]) {
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
 }
@@ -361,7 +363,9 @@ __device__ __forceinline__ void issue_qk(float (&s)[64], uint64_t q_desc, uint64
 }
 
 // O += P·V for one 128-key tile: 8 k16 steps over the keys, 16 keys = 2048 bytes of V each.
-__device__ __forceinline__ void issue_pv(float (&o)[64], const uint32_t (&p)[32], uint64_t v_desc) {
+__device__ __forceinline__ void issue_pv(float (&o)[64], uint32_t (&p)[32], uint64_t v_desc) {
+  pin_registers(o);
+  pin_registers(p);
   wgmma_fence();
 #pragma unroll
   for (int step = 0; step < kBlockK / 16; ++step) {
@@ -441,7 +445,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   issue_qk(s, q_desc, k_desc(0));
   end_slot(0);
   wgmma_wait<0>();
-  pin_after_wait(s);
+  pin_registers(s);
   release(kEmptyK);
   if (kBlockK > p.nk) mask_tail_keys(s, 0, p.nk, lane);
   online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
@@ -458,14 +462,14 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     issue_pv(o, pk, v_desc(prev_stage));
     end_slot(tile);
     wgmma_wait<1>();  // S_t done; P·V may still run
-    pin_after_wait(s);
+    pin_registers(s);
     release(kEmptyK + stage);
     const int key0 = tile * kBlockK;
     if (key0 + kBlockK > p.nk) mask_tail_keys(s, key0, p.nk, lane);
     online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
     wgmma_wait<0>();  // P_{t−1}·V_{t−1} done: its P registers and V stage are free
-    pin_after_wait(o);
-    pin_after_wait(pk);
+    pin_registers(o);
+    pin_registers(pk);
     release(kEmptyV + prev_stage);
     pack_p(s, pk);
   }
@@ -476,7 +480,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   rescale(o, alpha);
   issue_pv(o, pk, v_desc(last % kStages));
   wgmma_wait<0>();
-  pin_after_wait(o);
+  pin_registers(o);
 
   // ---- epilogue: O / row sum → bf16 → this warpgroup's rows of the Q tile → global ----
   float inverse[2];

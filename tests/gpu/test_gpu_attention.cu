@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -40,6 +41,7 @@ constexpr double kV1VsV0RelL2 = 5e-3;
 constexpr cuda::AttentionVariant kVariants[] = {cuda::AttentionVariant::kV0, cuda::AttentionVariant::kV1};
 
 const char* variant_name(cuda::AttentionVariant v) { return v == cuda::AttentionVariant::kV0 ? "v0" : "v1"; }
+
 // The output view starts 8 elements into each padded [D + kOutPad] row: 16-byte aligned as the
 // kernel requires, with padding on both sides to catch stray writes.
 constexpr int64_t kOutPad = 16, kOutCol0 = 8;
@@ -163,6 +165,25 @@ TEST_F(GpuAttention, RejectsBadOperands) {
   TensorView k_short = k;
   k_short.shape = Shape({8, 2, 128});
   EXPECT_EQ(cuda::attention(q, k_short, v, o, 0.1f, stream_).code(), StatusCode::kInvalidArgument);  // k vs v
+}
+
+TEST(GpuAttentionVariant, ReadFromTheEnvironment) {
+  // v1 ships; v0 stays selectable; anything else is refused (restores the caller's setting).
+  const char* saved = std::getenv("VORTEX_VARIANT_ATTENTION");
+  const std::string saved_value = saved ? saved : "";
+  unsetenv("VORTEX_VARIANT_ATTENTION");
+  EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV1);
+  setenv("VORTEX_VARIANT_ATTENTION", "v0", 1);
+  EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV0);
+  setenv("VORTEX_VARIANT_ATTENTION", "v1", 1);
+  EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV1);
+  setenv("VORTEX_VARIANT_ATTENTION", "v2", 1);
+  EXPECT_EQ(cuda::attention_variant_from_env().status().code(), StatusCode::kUnimplemented);
+  if (saved) {
+    setenv("VORTEX_VARIANT_ATTENTION", saved_value.c_str(), 1);
+  } else {
+    unsetenv("VORTEX_VARIANT_ATTENTION");
+  }
 }
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 -------------------------------------------------
