@@ -19,6 +19,16 @@ namespace {
 
 Result<Tensor> rows_of(const Tensor& t, int64_t rows) { return t.slice(0, 0, rows); }
 
+// A tensor of another shape and dtype over bytes [byte_offset, ...) of `buffer` (same storage).
+Result<Tensor> alias(const Tensor& buffer, const Shape& shape, DType dtype, size_t byte_offset) {
+  const size_t esize = dtype_size(dtype);
+  const size_t start = static_cast<size_t>(buffer.offset()) * dtype_size(buffer.dtype()) + byte_offset;
+  if (byte_offset + static_cast<size_t>(shape.numel()) * esize > buffer.nbytes() || start % esize != 0) {
+    return internal_error("alias of " + shape.to_string() + " does not fit in " + buffer.describe());
+  }
+  return Tensor::from_storage(buffer.storage(), shape, dtype, static_cast<int64_t>(start / esize));
+}
+
 const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
 const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
 
@@ -147,10 +157,20 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   const auto bytes = [](int64_t n, int64_t w, int64_t esize) { return static_cast<size_t>(n * w * esize) + 256; };
   size_t total = 0;
   total += 3 * bytes(N, C, 2) + bytes(N, 3 * inner, 2) + bytes(N, inner, 2) + bytes(N, 2 * F, 2) + bytes(N, F, 2);
-  total += 2 * bytes(N, c.rotary_dim(), 4) + bytes(N, c.text_dim, 2) + bytes(N, C, 2);
+  total += 2 * bytes(N, c.rotary_dim(), 4) + bytes(N, C, 2);
   total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);
   total += bytes(kMaxTimesteps, c.time_embed_dim, 2) + bytes(kMaxTimesteps, 18 * C, 2) + bytes(kMaxTimesteps, 2 * C, 2);
-  total += 2 * (bytes(N, c.video_patch_dim(), 4) + bytes(N, C, 4)) + 2 * (bytes(N, c.audio_in_channels, 4) + bytes(N, C, 4));
+  total += 2 * bytes(N, c.video_patch_dim(), 4) + 2 * bytes(N, c.audio_in_channels, 4);
+  // Buffers live only outside the block stack alias the FFN's when they fit (they do for the
+  // released shapes: 2C <= F, text_dim <= F; small test models get their own): the fp32 patch
+  // embeddings and head inputs (before / after the blocks) sit in the FC1 output, the raw text
+  // states (read only by the context embedder, before the refiner's FFN runs) in the SwiGLU
+  // output. This keeps the arena 2 GB smaller at the canonical shape.
+  const size_t embed_bytes = static_cast<size_t>(N * C) * 4, embed_slot = (embed_bytes + 255) / 256 * 256;
+  const bool embeds_alias = embed_slot + embed_bytes <= static_cast<size_t>(N * 2 * F) * 2;
+  const bool text_alias = c.text_dim <= F;
+  if (!embeds_alias) total += 2 * bytes(N, C, 4);
+  if (!text_alias) total += bytes(N, c.text_dim, 2);
   total += (64u << 20) + (1u << 20);  // GEMM workspace and slack
   VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(total));
   cuda::DeviceArena& a = activations_;
@@ -163,7 +183,6 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(rope_sin_, a.alloc({N, c.rotary_dim()}, DType::kF32));
-  VORTEX_ASSIGN_OR_RETURN(text_in_, a.alloc({N, c.text_dim}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(text_tokens_, a.alloc({N, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(text_idx_, a.alloc({N}, DType::kI64));
   VORTEX_ASSIGN_OR_RETURN(audio_idx_, a.alloc({N}, DType::kI64));
@@ -174,11 +193,21 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(mod_table_, a.alloc({kMaxTimesteps, 18 * C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(out_mod_, a.alloc({kMaxTimesteps, 2 * C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(video_in_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
-  VORTEX_ASSIGN_OR_RETURN(video_embed_, a.alloc({N, C}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(audio_in_, a.alloc({N, c.audio_in_channels}, DType::kF32));
-  VORTEX_ASSIGN_OR_RETURN(audio_embed_, a.alloc({N, C}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(video_out_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(audio_out_, a.alloc({N, c.audio_in_channels}, DType::kF32));
+  if (embeds_alias) {
+    VORTEX_ASSIGN_OR_RETURN(video_embed_, alias(fc1_, {N, C}, DType::kF32, 0));
+    VORTEX_ASSIGN_OR_RETURN(audio_embed_, alias(fc1_, {N, C}, DType::kF32, embed_slot));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(video_embed_, a.alloc({N, C}, DType::kF32));
+    VORTEX_ASSIGN_OR_RETURN(audio_embed_, a.alloc({N, C}, DType::kF32));
+  }
+  if (text_alias) {
+    VORTEX_ASSIGN_OR_RETURN(text_in_, alias(swiglu_, {N, c.text_dim}, DType::kBF16, 0));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(text_in_, a.alloc({N, c.text_dim}, DType::kBF16));
+  }
   return ok_status();
 }
 
