@@ -13,6 +13,9 @@
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
+#if defined(VORTEX_HAVE_CUDA)
+#include "models/h3/cuda_transformer.h"
+#endif
 
 namespace vortex::cli {
 
@@ -23,6 +26,7 @@ struct GenerateArgs {
   std::string synthetic_preset;
   uint64_t weights_seed = 0;
   std::string dtype = "bf16";
+  std::string device = "cpu";
   std::string text_path;
   std::string text_key;
   int text_tokens = 32;
@@ -64,6 +68,14 @@ Result<Tensor> read_text_states(const GenerateArgs& args, int text_dim) {
   return t;
 }
 
+// Owns whichever model runs the steps.
+struct LoadedStepModel {
+  std::unique_ptr<h3::H3Transformer> cpu;
+  std::unique_ptr<h3::CpuStepModel> cpu_steps;
+  std::unique_ptr<h3::StepModel> device;
+  h3::StepModel& steps() { return device ? *device : *cpu_steps; }
+};
+
 Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const GenerateArgs& args, DType dtype,
                                                            std::string& source) {
   if (!args.model_path.empty()) {
@@ -76,6 +88,62 @@ Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const GenerateArgs& 
   VORTEX_ASSIGN_OR_RETURN(h3::H3Weights weights, h3::assemble_weights(tensors, config, dtype));
   source = "synthetic preset '" + args.synthetic_preset + "' (weights seed " + std::to_string(args.weights_seed) + ")";
   return h3::H3Transformer::create(std::move(weights));
+}
+
+#if defined(VORTEX_HAVE_CUDA)
+// The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
+Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const GenerateArgs& args, int64_t rows, std::string& source) {
+  if (args.dtype != "bf16") return invalid_argument("--device cuda runs the bf16 program; use --dtype bf16");
+  if (!args.model_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));
+    VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
+    VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(args.model_path, checkpoint));
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::read_all(checkpoint));
+    if (layout == h3::CheckpointLayout::kOriginal) {
+      VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
+    }
+    VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
+    source = args.model_path + " (" + h3::layout_name(layout) + " layout, cuda)";
+    VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr), rows));
+    return std::unique_ptr<h3::StepModel>(std::move(model));
+  }
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(args.synthetic_preset));
+  source = "synthetic preset '" + args.synthetic_preset + "' (weights seed " + std::to_string(args.weights_seed) +
+           ", made on the device)";
+  VORTEX_ASSIGN_OR_RETURN(auto model,
+                          h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(args.weights_seed, nullptr), rows));
+  return std::unique_ptr<h3::StepModel>(std::move(model));
+}
+#endif
+
+// Rows of the packed sequence a request needs, for sizing the device arena up front.
+Result<int64_t> request_rows(const GenerateArgs& args, const h3::H3Config& config, int64_t text_rows) {
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({args.height, args.width, args.frames}, config));
+  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(text_rows, g, config));
+  return layout.num_rows;
+}
+
+Result<LoadedStepModel> load_step_model(const GenerateArgs& args, DType dtype, int64_t text_rows, std::string& source) {
+  LoadedStepModel loaded;
+  if (args.device == "cuda") {
+#if defined(VORTEX_HAVE_CUDA)
+    h3::H3Config config;
+    if (!args.model_path.empty()) {
+      VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));
+      VORTEX_ASSIGN_OR_RETURN(config, h3::resolve_config(args.model_path, checkpoint));
+    } else {
+      VORTEX_ASSIGN_OR_RETURN(config, h3::config_preset(args.synthetic_preset));
+    }
+    VORTEX_ASSIGN_OR_RETURN(int64_t rows, request_rows(args, config, text_rows));
+    VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(args, rows, source));
+    return loaded;
+#else
+    return unimplemented("--device cuda: this build has no CUDA backend");
+#endif
+  }
+  VORTEX_ASSIGN_OR_RETURN(loaded.cpu, load_transformer(args, dtype, source));
+  loaded.cpu_steps = std::make_unique<h3::CpuStepModel>(*loaded.cpu);
+  return loaded;
 }
 
 // One line per step when stderr is not a terminal (logs), a redrawn bar when it is.
@@ -100,19 +168,27 @@ int run_generate(const GenerateArgs& args) {
   const DType dtype = args.dtype == "f32" ? DType::kF32 : DType::kBF16;
   std::string source;
   const auto load_start = std::chrono::steady_clock::now();
-  auto model = load_transformer(args, dtype, source);
+  // The text states come first: their row count sizes the device arena.
+  auto preset_or_file_config = [&]() -> Result<h3::H3Config> {
+    if (args.model_path.empty()) return h3::config_preset(args.synthetic_preset);
+    VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));
+    return h3::resolve_config(args.model_path, checkpoint);
+  };
+  auto early_config = preset_or_file_config();
+  if (!early_config.ok()) return report_error(early_config.status());
+  auto text = read_text_states(args, early_config->text_dim);
+  if (!text.ok()) return report_error(text.status());
+  auto model = load_step_model(args, dtype, text->size(0), source);
   if (!model.ok()) return report_error(model.status());
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
-  const h3::H3Config& config = (*model)->config();
-  auto text = read_text_states(args, config.text_dim);
-  if (!text.ok()) return report_error(text.status());
+  const h3::H3Config& config = model->steps().config();
 
   h3::GenerateOptions options;
   options.video = {args.height, args.width, args.frames};
   options.steps = args.steps;
   options.seed = args.seed;
-  auto result = h3::generate_t2va(**model, *text, options, progress_printer());
+  auto result = h3::generate_t2va(model->steps(), *text, options, progress_printer());
   if (!result.ok()) return report_error(result.status());
 
   const h3::LatentChecksum video = h3::latent_checksum(result->video_latents);
@@ -120,7 +196,7 @@ int run_generate(const GenerateArgs& args) {
   nlohmann::json summary = {
       {"model", source},
       {"config", config.to_json()},
-      {"backend", "cpu"},
+      {"backend", args.device},
       {"cpu_gemm", cpu::gemm_variant_name(cpu::default_gemm_variant())},
       {"dtype", dtype_name(dtype)},
       {"request",
@@ -154,12 +230,15 @@ int run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from text states (t2va, CPU)");
+  CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from text states (t2va)");
   auto* model = cmd->add_option("--model", args->model_path, "Checkpoint: .safetensors file, index JSON or folder");
   auto* synthetic = cmd->add_option("--synthetic", args->synthetic_preset,
                                     "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
   model->excludes(synthetic);
   cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--device", args->device, "Where the transformer runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--dtype", args->dtype, "Activation and weight dtype")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();

@@ -17,7 +17,7 @@ Result<DeviceArena> DeviceArena::create(size_t bytes) {
     cudaGetLastError();  // clear the sticky-free error so later calls are not blamed for it
     return out_of_memory("device arena of " + std::to_string(bytes) + " bytes does not fit on the device");
   }
-  VORTEX_CUDA_CHECK(error);
+  if (error != cudaSuccess) return cuda_status(error, "cudaMalloc (device arena)", __FILE__, __LINE__);
   DeviceArena arena;
   arena.storage_ = std::make_shared<Storage>();
   arena.storage_->data = p;

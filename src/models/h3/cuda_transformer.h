@@ -15,6 +15,7 @@
 #include "cuda/gemm.h"
 #include "cuda/profiler.h"
 #include "cuda/runtime.h"
+#include "models/h3/step_model.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
 
@@ -28,20 +29,21 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
 
-class CudaH3Transformer {
+class CudaH3Transformer : public StepModel {
  public:
   static Result<std::unique_ptr<CudaH3Transformer>> create(const H3Config& config, const WeightFiller& fill,
                                                            int64_t max_rows, cudaStream_t stream = nullptr);
 
-  const H3Config& config() const { return config_; }
+  const H3Config& config() const override { return config_; }
   size_t weight_bytes() const { return weights_arena_.used(); }
   size_t activation_peak_bytes() const { return activations_.peak(); }
   cudaStream_t stream() const { return stream_; }
 
   // Uploads the layout (indices, tags, RoPE tables) and runs context embedder + refiner.
-  Status prepare(const PackedLayout& layout, const Tensor& text_states);
+  Status prepare(const PackedLayout& layout, const Tensor& text_states) override;
   // One forward over the prepared request; inputs and outputs are host tensors.
   Result<StepOutputs> forward(const StepInputs& inputs);
+  Result<StepOutputs> step(const StepInputs& inputs) override { return forward(inputs); }
 
   // Device-level pieces for the bench and the GPU tests. After upload_step_tables, run_block
   // applies one transformer block in place to the packed residual stream [N, C] bf16.

@@ -34,6 +34,13 @@ LatentChecksum latent_checksum(const Tensor& t) {
 Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayout& layout, const Tensor& text_states,
                                    Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
                                    const ProgressCallback& progress) {
+  CpuStepModel cpu(model);
+  return denoise_t2va(cpu, layout, text_states, std::move(video_rows), std::move(audio_rows), options, progress);
+}
+
+Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout, const Tensor& text_states,
+                                   Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
+                                   const ProgressCallback& progress) {
   auto video_sigmas = sampling::sigma_grid(options.steps, options.video_shift);
   if (!video_sigmas.ok()) return video_sigmas.status();
   auto audio_sigmas = sampling::sigma_grid(options.steps, options.audio_shift);
@@ -48,7 +55,7 @@ Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayou
                             ") for " + std::to_string(options.steps) + " steps");
   }
   const auto start = std::chrono::steady_clock::now();
-  VORTEX_ASSIGN_OR_RETURN(PreparedRequest request, model.prepare(layout, text_states));
+  VORTEX_RETURN_IF_ERROR(model.prepare(layout, text_states));
   DenoiseResult result;
   result.video_rows = video_rows.contiguous();
   result.audio_rows = audio_rows.contiguous();
@@ -58,7 +65,7 @@ Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayou
     in.video_rows = result.video_rows;
     in.audio_rows = result.audio_rows;
     in.timesteps = assign_row_timesteps(layout, video_t[i], audio_t[i]);
-    VORTEX_ASSIGN_OR_RETURN(StepOutputs out, model.forward(request, in));
+    VORTEX_ASSIGN_OR_RETURN(StepOutputs out, model.step(in));
     VORTEX_RETURN_IF_ERROR(sampling::euler_step(result.video_rows, out.video_velocity, video_t[i], (*video_sigmas)[i],
                                                 (*video_sigmas)[i + 1]));
     VORTEX_RETURN_IF_ERROR(sampling::euler_step(result.audio_rows, out.audio_velocity, audio_t[i], (*audio_sigmas)[i],
@@ -75,6 +82,12 @@ Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayou
 
 Result<GenerateResult> generate_t2va(const H3Transformer& model, const Tensor& text_states,
                                      const GenerateOptions& options, const ProgressCallback& progress) {
+  CpuStepModel cpu(model);
+  return generate_t2va(cpu, text_states, options, progress);
+}
+
+Result<GenerateResult> generate_t2va(StepModel& model, const Tensor& text_states, const GenerateOptions& options,
+                                     const ProgressCallback& progress) {
   const H3Config& config = model.config();
   GenerateResult out;
   VORTEX_ASSIGN_OR_RETURN(out.geometry, resolve_geometry(options.video, config));

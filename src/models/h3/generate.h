@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "models/h3/layout.h"
+#include "models/h3/step_model.h"
 #include "models/h3/transformer.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -43,6 +44,9 @@ struct DenoiseResult {
 };
 
 // The loop alone, from given initial rows (used by generate_t2va and by the trajectory test).
+Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout, const Tensor& text_states,
+                                   Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
+                                   const ProgressCallback& progress = nullptr);
 Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayout& layout, const Tensor& text_states,
                                    Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
                                    const ProgressCallback& progress = nullptr);
@@ -56,6 +60,8 @@ struct GenerateResult {
 };
 
 // text_states: [Nt, text_dim] (F32 or BF16), finite.
+Result<GenerateResult> generate_t2va(StepModel& model, const Tensor& text_states, const GenerateOptions& options,
+                                     const ProgressCallback& progress = nullptr);
 Result<GenerateResult> generate_t2va(const H3Transformer& model, const Tensor& text_states,
                                      const GenerateOptions& options, const ProgressCallback& progress = nullptr);
 

@@ -1,0 +1,38 @@
+// One sampling step's forward, whatever runs it: the loop in generate.h drives the CPU reference
+// and the CUDA model through this interface.
+#pragma once
+
+#include "models/h3/layout.h"
+#include "models/h3/transformer.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::h3 {
+
+class StepModel {
+ public:
+  virtual ~StepModel() = default;
+  virtual const H3Config& config() const = 0;
+  // Per request: the layout's tables and the refined text stream. `layout` must outlive the steps.
+  virtual Status prepare(const PackedLayout& layout, const Tensor& text_states) = 0;
+  // Per step: host rows in, host velocities out.
+  virtual Result<StepOutputs> step(const StepInputs& inputs) = 0;
+};
+
+// The CPU reference behind the interface.
+class CpuStepModel : public StepModel {
+ public:
+  explicit CpuStepModel(const H3Transformer& model) : model_(model) {}
+  const H3Config& config() const override { return model_.config(); }
+  Status prepare(const PackedLayout& layout, const Tensor& text_states) override {
+    VORTEX_ASSIGN_OR_RETURN(request_, model_.prepare(layout, text_states));
+    return ok_status();
+  }
+  Result<StepOutputs> step(const StepInputs& inputs) override { return model_.forward(request_, inputs); }
+
+ private:
+  const H3Transformer& model_;
+  PreparedRequest request_;
+};
+
+}  // namespace vortex::h3
