@@ -4,7 +4,7 @@
 //
 // with bf16 q, k, v, fp32 scores, softmax and accumulation, and a bf16 output rounded once.
 //
-// Variants (VORTEX_VARIANT_ATTENTION=v0|v1 selects; v1 ships where it applies):
+// Variants (VORTEX_VARIANT_ATTENTION=v0|v1|v2 selects; v1 ships where it applies):
 //   v0  FlashAttention-2 style, one CTA per (block of kBlockQ queries, head). Each of its warps
 //       owns 16 query rows for the whole key sweep, so the online softmax never leaves the
 //       registers. K/V tiles of kBlockK keys stream through shared memory, two stages deep
@@ -17,11 +17,14 @@
 //       rounding it leaves ~2e-3 rel-L2 against the fp32 reference.
 //   v1  FlashAttention-3 style on wgmma + TMA for head dim 128 (attention_wgmma.cu), the default
 //       for D = 128 on 16-byte aligned views; the same numerics. Every other case runs v0's path.
+//   v2  v1 on a persistent grid with 176-key tiles where they pad no more keys than 128
+//       (attention_wgmma_v2.cu); the same numerics and the same fallback to v0.
 // This file holds v0 and the dispatch (argument checks, variant choice) for the family.
 #include "cuda/attention.h"
 
 #include "cuda/attention_fallback.h"
 #include "cuda/attention_wgmma.h"
+#include "cuda/attention_wgmma_v2.h"
 
 #include <cuda_bf16.h>
 
@@ -355,13 +358,21 @@ Result<AttentionVariant> attention_variant_from_env() {
   const char* variant = std::getenv("VORTEX_VARIANT_ATTENTION");
   if (variant == nullptr || *variant == '\0' || std::string(variant) == "v1") return AttentionVariant::kV1;
   if (std::string(variant) == "v0") return AttentionVariant::kV0;
+  if (std::string(variant) == "v2") return AttentionVariant::kV2;
   return unimplemented(std::string("cuda attention: VORTEX_VARIANT_ATTENTION=") + variant +
-                       " is not a variant of this build (v0, v1)");
+                       " is not a variant of this build (v0, v1, v2)");
 }
 
 const char* attention_variant_description(AttentionVariant variant) {
-  return variant == AttentionVariant::kV0 ? "exact, vortex v0 flash kernel (mma.sync bf16)"
-                                          : "exact, vortex v1 FlashAttention-3 style kernel (TMA + wgmma bf16)";
+  switch (variant) {
+    case AttentionVariant::kV0:
+      return "exact, vortex v0 flash kernel (mma.sync bf16)";
+    case AttentionVariant::kV1:
+      return "exact, vortex v1 FlashAttention-3 style kernel (TMA + wgmma bf16)";
+    case AttentionVariant::kV2:
+      return "exact, vortex v2 FlashAttention-3 style kernel (TMA + wgmma bf16, persistent, 176-key tiles)";
+  }
+  return "exact, unknown variant";
 }
 
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
@@ -394,11 +405,12 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
   if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
   if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
 
-  if (variant == AttentionVariant::kV1 && d == 128) {
-    const Status status = attention_wgmma(q, k, v, out, scale, stream);
+  if ((variant == AttentionVariant::kV1 || variant == AttentionVariant::kV2) && d == 128) {
+    const Status status = variant == AttentionVariant::kV1 ? attention_wgmma(q, k, v, out, scale, stream)
+                                                           : attention_wgmma_v2(q, k, v, out, scale, stream);
     // unimplemented: no tensor-map encoder, or views it cannot describe; nothing was launched.
     if (status.code() != StatusCode::kUnimplemented) {
-      if (status.ok() && ran != nullptr) *ran = AttentionVariant::kV1;
+      if (status.ok() && ran != nullptr) *ran = variant;
       return status;
     }
   }

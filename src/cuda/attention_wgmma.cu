@@ -24,18 +24,18 @@
 //       tile; TMA writes them in exactly the layout the wgmma descriptors describe.
 #include "cuda/attention_wgmma.h"
 
-#include <cuda.h>          // CUtensorMap and its enums (types only: the encoder comes via the runtime)
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
-#include <string>
 
+#include "cuda/hopper_primitives.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
 namespace {
+
+using namespace hopper;
 
 // ---- tile configuration ---------------------------------------------------------------------------
 
@@ -67,10 +67,8 @@ static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRe
 // The 128-byte swizzle takes boxes at most 128 bytes wide: 64 bf16 channels. A 128-channel tile is
 // two such column halves back to back, each [rows, 64] with 128-byte rows; 8 rows (1024 bytes) are
 // one swizzle period, which is also the descriptors' stride between 8-row core-matrix groups.
-constexpr int kSwizzleBytes = 128;
 constexpr int kHalfChannels = kSwizzleBytes / 2;
 constexpr int kHalves = kHeadDim / kHalfChannels;
-constexpr int kSwizzlePeriodBytes = 8 * kSwizzleBytes;
 constexpr int kQHalfBytes = kBlockQ * kSwizzleBytes;
 constexpr int kKVHalfBytes = kBlockK * kSwizzleBytes;
 constexpr int kQTileBytes = kHalves * kQHalfBytes;
@@ -111,177 +109,10 @@ struct WgmmaParams {
   float scale_log2;  // scale · log2(e): softmax by exp2
 };
 
-// ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
+// ---- descriptors and softmax helpers ---------------------------------------------------------------
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and to the CTA.
-__device__ __forceinline__ void mbarrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Returns once the barrier's phase with this parity has completed. A fresh barrier is in phase 0,
-// so waiting for parity 1 returns at once: the producer's first pass over the empty ring.
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-// One [rows, 64 channels] box at (channel, head, row) of a [N, H, D] tensor map into shared memory,
-// completing on `bar`. Rows past N arrive as zeros (and still count in the transaction bytes).
-__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int channel, int head, int row,
-                                         uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
-          "r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar)
-      : "memory");
-}
-
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-template <int kRegisters>
-__device__ __forceinline__ void release_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-template <int kRegisters>
-__device__ __forceinline__ void claim_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-
-// ---- PTX wrappers: wgmma -------------------------------------------------------------------------
-
-// Shared-memory matrix descriptor: start address, leading and stride byte offsets (all >> 4, 14
-// bits each, at bits 0, 16 and 32), base offset 0 (tiles start on a 1024-byte period), swizzle
-// mode 1 = 128-byte at bits 62-63.
-//   K-major operands (Q and K: the contraction dim D is contiguous): rows in 8-row groups 1024
-//   bytes apart (stride offset); the leading offset is unused under a swizzle (encoded 1).
-//   The k16 step s of D lies at byte 32·(s % 4) of column half s / 4: added to the start address,
-//   the hardware applies the swizzle to the final address, as TMA did.
-//   MN-major operand (V for P·V: the contraction dim is the key, D is contiguous; transpose bit
-//   set in the instruction): the leading offset steps between 64-channel column halves, the stride
-//   offset between 8-key groups.
-__device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16) |
-         (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
-}
-__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t address) {
-  return smem_descriptor(address, 16, kSwizzlePeriodBytes);
-}
-__device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t address) {
-  return smem_descriptor(address, kKVHalfBytes, kSwizzlePeriodBytes);
-}
-// Descriptor increment (16-byte units) to k16 step s of a K-major operand with 128 channels.
-__device__ __forceinline__ constexpr uint64_t k_major_step(int s, int half_bytes) {
-  return static_cast<uint64_t>(((s / 4) * half_bytes + (s % 4) * 32) >> 4);
-}
-
-#define VORTEX_WGMMA_D                                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
-  "%62, %63}"
-#define VORTEX_WGMMA_D_OPERANDS(c)                                                                        \
-  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),     \
-      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), \
-      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), \
-      c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), c(d[37]), c(d[38]), c(d[39]), c(d[40]), \
-      c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]), \
-      c(d[51]), c(d[52]), c(d[53]), c(d[54]), c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), \
-      c(d[61]), c(d[62]), c(d[63])
-
-// d = a·b, a [64, 16] and b [16, 128] both K-major in shared memory (scale-d false: d is not read).
-__device__ __forceinline__ void wgmma_ss_first(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : VORTEX_WGMMA_D_OPERANDS("=f")
-      : "l"(a), "l"(b), "r"(0));
-}
-// d += a·b, as above.
-__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : VORTEX_WGMMA_D_OPERANDS("+f")
-      : "l"(a), "l"(b), "r"(1));
-}
-// d += a·b, a [64, 16] bf16 in registers (the accumulator layout of a k16 column slice, packed),
-// b [16, 128] MN-major in shared memory (transpose bit 1).
-__device__ __forceinline__ void wgmma_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D
-      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-      : VORTEX_WGMMA_D_OPERANDS("+f")
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-}
-#undef VORTEX_WGMMA_D
-#undef VORTEX_WGMMA_D_OPERANDS
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-
-// The compiler sees a wgmma's registers written when it is issued, not when it completes, and
-// does not know that wgmma.fence orders register accesses. These empty statements "rewrite"
-// registers at a fixed point among the volatile wgmma statements: after a wgmma_wait, so reads of
-// accumulators stay below the wait and registers an in-flight wgmma still reads (P) are not reused
-// before it; before a wgmma_fence, so the writes it must order (rescaled O, packed P) precede it.
-template <int N>
-__device__ __forceinline__ void pin_registers(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
-
-// ---- softmax helpers ------------------------------------------------------------------------------
-
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = 0, as masking needs
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// Two fp32 → one bf16x2 register, RNE; `lo` (the smaller column index) in the low half.
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
+// V for P·V is MN-major: its two 64-channel column halves are one K/V half apart.
+__device__ __forceinline__ uint64_t v_descriptor(uint32_t address) { return mn_major_descriptor(address, kKVHalfBytes); }
 
 // Accumulator layout of m64nNk16 (fp32): thread t of the warpgroup holds rows 16·(t/32) + (t%32)/4
 // (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns 8j + 2·(t%4) and + 1, for j < N/8.
@@ -354,10 +185,10 @@ __device__ __forceinline__ void rescale(float (&o)[64], const float (&alpha)[2])
 // group.
 __device__ __forceinline__ void issue_qk(float (&s)[64], uint64_t q_desc, uint64_t k_desc) {
   wgmma_fence();
-  wgmma_ss_first(s, q_desc, k_desc);
+  wgmma_ss<0>(s, q_desc, k_desc);
 #pragma unroll
   for (int step = 1; step < kHeadDim / 16; ++step) {
-    wgmma_ss(s, q_desc + k_major_step(step, kQHalfBytes), k_desc + k_major_step(step, kKVHalfBytes));
+    wgmma_ss<1>(s, q_desc + k_major_step(step, kQHalfBytes), k_desc + k_major_step(step, kKVHalfBytes));
   }
   wgmma_commit();
 }
@@ -369,7 +200,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], uint32_t (&p)[32], uint
   wgmma_fence();
 #pragma unroll
   for (int step = 0; step < kBlockK / 16; ++step) {
-    wgmma_rs(o, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3],
+    wgmma_m64n128k16_rs(o, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3],
              v_desc + static_cast<uint64_t>((step * 16 * kSwizzleBytes) >> 4));
   }
   wgmma_commit();
@@ -417,7 +248,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
   const uint64_t q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes);
   const auto k_desc = [&](int stage) { return k_major_descriptor(smem + kSmemK + stage * kKVTileBytes); };
-  const auto v_desc = [&](int stage) { return mn_major_descriptor(smem + kSmemV + stage * kKVTileBytes); };
+  const auto v_desc = [&](int stage) { return v_descriptor(smem + kSmemV + stage * kKVTileBytes); };
   const auto release = [&](int barrier) {
     if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
   };
@@ -561,47 +392,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host: tensor maps and launch -------------------------------------------------------------------
 
-using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (the library does not link
-// libcuda); null when the driver lacks it.
-EncodeTiled tensor_map_encoder() {
-  static const EncodeTiled encoder = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<EncodeTiled>(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(fn);
-  }();
-  return encoder;
-}
-
-// A [N, H, 128] bf16 view as a 3-d tensor map {D, H, N} with [box_rows, 64] boxes and the 128-byte
-// swizzle. The stride of a size-1 dim is never applied; it is given a valid value.
-Status encode_view(EncodeTiled encode, CUtensorMap* map, const char* name, const TensorView& t, int box_rows) {
-  const int64_t rows = t.shape[0], heads = t.shape[1];
-  const int64_t head_bytes = heads == 1 ? kHeadDim * 2 : t.strides[1] * 2;
-  const int64_t row_bytes = rows == 1 ? heads * head_bytes : t.strides[0] * 2;
-  if (head_bytes <= 0 || row_bytes <= 0) return unimplemented(std::string("attention v1: ") + name + " has a non-positive stride");
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(kHeadDim), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(row_bytes)};
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kHalfChannels), 1, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[3] = {1, 1, 1};
-  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.data, dims, strides, box, element_strides,
-                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (result != CUDA_SUCCESS) {
-    return unimplemented(std::string("attention v1: the driver rejects the tensor map of ") + name + " (CUresult " +
-                         std::to_string(static_cast<int>(result)) + ")");
-  }
-  return ok_status();
-}
-
 }  // namespace
 
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -610,9 +400,9 @@ Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorVie
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention v1: the driver offers no cuTensorMapEncodeTiled");
   CUtensorMap q_map, k_map, v_map;
-  VORTEX_RETURN_IF_ERROR(encode_view(encode, &q_map, "q", q, kBlockQ));
-  VORTEX_RETURN_IF_ERROR(encode_view(encode, &k_map, "k", k, kBlockK));
-  VORTEX_RETURN_IF_ERROR(encode_view(encode, &v_map, "v", v, kBlockK));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &q_map, "attention v1", "q", q, kHeadDim, kBlockQ));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &k_map, "attention v1", "k", k, kHeadDim, kBlockK));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v1", "v", v, kHeadDim, kBlockK));
 
   WgmmaParams params{};
   params.out = static_cast<__nv_bfloat16*>(out.data);

@@ -50,6 +50,8 @@ def rows():
     newest = {}
     for path in sorted((ROOT / "bench" / "results").glob("*/*/*.json")):
         manifest, literal = load(path)
+        if manifest.get("schema") != "vortex.bench.v1":
+            continue  # e.g. a `vortex generate` summary kept beside the manifests
         if not verified(literal):
             sys.exit(f"{path}: section digests do not verify")
         run = manifest["run"]

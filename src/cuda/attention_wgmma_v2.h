@@ -1,0 +1,22 @@
+// Exact attention, variant v2 (internal to the attention family; callers use attention.h): v1's
+// Hopper kernel on a persistent grid, with 176-key K/V tiles where they pad no more keys than 128.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda {
+
+// Same contract and numerics as attention() (attention.h) for operands it has already validated,
+// restricted to D = 128 with every pointer and N / H stride a multiple of 16 bytes. Returns
+// unimplemented, having launched nothing, when the driver offers no tensor-map encoder, rejects
+// the views' tensor maps, or the work does not fit its int32 item count; the caller then runs v0.
+Status attention_wgmma_v2(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                          float scale, cudaStream_t stream);
+
+// The key-tile size v2 takes for nk keys (128 or 176): 176 unless it pads more keys than 128.
+int attention_v2_key_tile(int64_t nk);
+
+}  // namespace vortex::cuda

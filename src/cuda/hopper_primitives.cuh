@@ -1,0 +1,299 @@
+// Hopper (sm_90a) building blocks shared by the attention kernels v1 (attention_wgmma.cu) and v2
+// (attention_wgmma_v2.cu): shared-memory mbarriers, TMA tensor loads, named barriers, setmaxnreg,
+// 128-byte-swizzle wgmma descriptors, the bf16 wgmma shapes the kernels issue, and the host-side
+// tensor-map encoding of a strided [N, H, D] bf16 view. Device code only for translation units
+// compiled for sm_90a (wgmma and setmaxnreg do not exist before it).
+#pragma once
+
+#include <cuda.h>          // CUtensorMap and its enums (types only: the encoder comes via the runtime)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda::hopper {
+
+// ---- shared memory, mbarriers, TMA ----------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and to the CTA.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Returns once the barrier's phase with this parity has completed. A fresh barrier is in phase 0,
+// so waiting for parity 1 returns at once: the producer's first pass over an empty ring.
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// One [rows, 64 channels] box at (channel, head, row) of a [N, H, D] tensor map into shared memory,
+// completing on `bar`. Rows past N arrive as zeros (and still count in the transaction bytes).
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int channel, int head, int row,
+                                         uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
+          "r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// ---- named barriers, register budgets --------------------------------------------------------------
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// ---- wgmma descriptors (128-byte swizzle) ------------------------------------------------------------
+
+// The 128-byte swizzle repeats every 8 rows of 128 bytes; tiles start on such a period (base
+// offset 0), and 8-row core-matrix groups of a K-major operand are one period apart.
+constexpr int kSwizzleBytes = 128;
+constexpr int kSwizzlePeriodBytes = 8 * kSwizzleBytes;
+
+// Shared-memory matrix descriptor: start address, leading and stride byte offsets (all >> 4, 14
+// bits each, at bits 0, 16 and 32), base offset 0, swizzle mode 1 = 128-byte at bits 62-63.
+__device__ __forceinline__ uint64_t smem_descriptor(uint32_t address, uint32_t leading_bytes, uint32_t stride_bytes) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<uint64_t>((stride_bytes >> 4) & 0x3FFF) << 32) | (uint64_t{1} << 62);
+}
+// K-major operand (the contraction dim is contiguous): rows in 8-row groups one period apart;
+// the leading offset is unused under a swizzle (encoded 1).
+__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t address) {
+  return smem_descriptor(address, 16, kSwizzlePeriodBytes);
+}
+// MN-major operand (the contraction dim is the row; transpose bit set in the instruction): the
+// leading offset steps between 64-channel column halves, the stride offset between 8-row groups.
+__device__ __forceinline__ uint64_t mn_major_descriptor(uint32_t address, uint32_t half_bytes) {
+  return smem_descriptor(address, half_bytes, kSwizzlePeriodBytes);
+}
+// Descriptor increment (16-byte units) to k16 step s of a K-major operand of 128 channels stored
+// as two [rows, 64] column halves `half_bytes` apart: byte 32·(s % 4) of half s / 4. Added to the
+// start address; the hardware applies the swizzle to the final address, as TMA did.
+__device__ __forceinline__ constexpr uint64_t k_major_step(int s, int half_bytes) {
+  return static_cast<uint64_t>(((s / 4) * half_bytes + (s % 4) * 32) >> 4);
+}
+
+// ---- wgmma ----------------------------------------------------------------------------------------
+
+#define VORTEX_WGMMA_D64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+    "%59, %60, %61, %62, %63}"
+#define VORTEX_WGMMA_D64_OPERANDS(c) \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), \
+    c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), \
+    c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), \
+    c(d[28]), c(d[29]), c(d[30]), c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), \
+    c(d[37]), c(d[38]), c(d[39]), c(d[40]), c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), \
+    c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]), c(d[51]), c(d[52]), c(d[53]), c(d[54]), \
+    c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), c(d[61]), c(d[62]), c(d[63])
+#define VORTEX_WGMMA_D88 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, " \
+    "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, " \
+    "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, " \
+    "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87}"
+#define VORTEX_WGMMA_D88_OPERANDS(c) \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), \
+    c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), \
+    c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), \
+    c(d[28]), c(d[29]), c(d[30]), c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), \
+    c(d[37]), c(d[38]), c(d[39]), c(d[40]), c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), \
+    c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]), c(d[51]), c(d[52]), c(d[53]), c(d[54]), \
+    c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), c(d[61]), c(d[62]), c(d[63]), \
+    c(d[64]), c(d[65]), c(d[66]), c(d[67]), c(d[68]), c(d[69]), c(d[70]), c(d[71]), c(d[72]), \
+    c(d[73]), c(d[74]), c(d[75]), c(d[76]), c(d[77]), c(d[78]), c(d[79]), c(d[80]), c(d[81]), \
+    c(d[82]), c(d[83]), c(d[84]), c(d[85]), c(d[86]), c(d[87])
+
+
+// d = a·b (scale_d 0: d is not read) or d += a·b (scale_d 1), a [64, 16] and b [16, N] both
+// K-major in shared memory, fp32 accumulators in the m64nNk16 layout: thread t of the warpgroup
+// holds rows 16·(t/32) + (t%32)/4 (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns
+// 8j + 2·(t%4) and + 1, for j < N/8.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t a, uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("=f")
+        : "l"(a), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("+f")
+        : "l"(a), "l"(b), "r"(1));
+  }
+}
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_m64n176k16_ss(float (&d)[88], uint64_t a, uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 " VORTEX_WGMMA_D88 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
+        : VORTEX_WGMMA_D88_OPERANDS("=f")
+        : "l"(a), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %90, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n176k16.f32.bf16.bf16 " VORTEX_WGMMA_D88 ", %88, %89, p, 1, 1, 0, 0;\n}\n"
+        : VORTEX_WGMMA_D88_OPERANDS("+f")
+        : "l"(a), "l"(b), "r"(1));
+  }
+}
+// The S = Q·Kᵀ shape of an N-key tile, picked by its accumulator count (N / 2 per thread).
+template <int kScaleD, int kAccumulators>
+__device__ __forceinline__ void wgmma_ss(float (&d)[kAccumulators], uint64_t a, uint64_t b) {
+  static_assert(kAccumulators == 64 || kAccumulators == 88, "S tiles of 128 or 176 keys");
+  if constexpr (kAccumulators == 64) {
+    wgmma_m64n128k16_ss<kScaleD>(d, a, b);
+  } else {
+    wgmma_m64n176k16_ss<kScaleD>(d, a, b);
+  }
+}
+
+// d += a·b, a [64, 16] bf16 in registers (the accumulator layout of a k16 column slice, packed:
+// {row g, k 2q..2q+1}, {g+8, same}, {g, k+8}, {g+8, k+8}), b [16, 128] MN-major in shared memory
+// (transpose bit 1).
+__device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                    uint32_t a3, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D64
+      ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : VORTEX_WGMMA_D64_OPERANDS("+f")
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+#undef VORTEX_WGMMA_D64
+#undef VORTEX_WGMMA_D64_OPERANDS
+#undef VORTEX_WGMMA_D88
+#undef VORTEX_WGMMA_D88_OPERANDS
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The compiler sees a wgmma's registers written when it is issued, not when it completes, and
+// does not know that wgmma.fence orders register accesses. These empty statements "rewrite"
+// registers at a fixed point among the volatile wgmma statements: after a wgmma_wait, so reads of
+// accumulators stay below the wait and registers an in-flight wgmma still reads (P) are not reused
+// before it; before a wgmma_fence, so the writes it must order (rescaled O, packed P) precede it.
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ---- softmax arithmetic ------------------------------------------------------------------------------
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = 0, as masking needs
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two fp32 → one bf16x2 register, RNE; `lo` (the smaller column index) in the low half.
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// ---- host: tensor maps ------------------------------------------------------------------------------
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the library does not link
+// libcuda); null when the driver lacks it.
+inline EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled encoder = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return static_cast<EncodeTiled>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encoder;
+}
+
+// A [N, H, head_dim] bf16 view as a 3-d tensor map {D, H, N} with [box_rows, 64] boxes (64 bf16 =
+// the 128-byte swizzle's widest box) and the 128-byte swizzle. The stride of a size-1 dim is never
+// applied; it is given a valid value. `who` prefixes messages ("attention v2").
+inline Status encode_head_view(EncodeTiled encode, CUtensorMap* map, const char* who, const char* name,
+                               const TensorView& t, int head_dim, int box_rows) {
+  const int64_t rows = t.shape[0], heads = t.shape[1];
+  const int64_t head_bytes = heads == 1 ? int64_t{head_dim} * 2 : t.strides[1] * 2;
+  const int64_t row_bytes = rows == 1 ? heads * head_bytes : t.strides[0] * 2;
+  if (head_bytes <= 0 || row_bytes <= 0) {
+    return unimplemented(std::string(who) + ": " + name + " has a non-positive stride");
+  }
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(head_dim), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[2] = {static_cast<cuuint64_t>(head_bytes), static_cast<cuuint64_t>(row_bytes)};
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(kSwizzleBytes / 2), 1, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 3, t.data, dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return unimplemented(std::string(who) + ": the driver rejects the tensor map of " + name + " (CUresult " +
+                         std::to_string(static_cast<int>(result)) + ")");
+  }
+  return ok_status();
+}
+
+}  // namespace vortex::cuda::hopper
