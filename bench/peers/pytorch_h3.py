@@ -3,6 +3,8 @@
 
     python3 bench/peers/pytorch_h3.py --workload h3-block --io DUMP --out REPORT [--warmup 3 --reps 10]
 
+h3-forward the diffusers MiniMaxH3Transformer3DModel at the canonical shape, eager bf16 with cuDNN
+           attention, its own random weights (timing only).
 h3-block   the reference diffusers MiniMaxH3TransformerBlock (bring diffusers' src as .ref and put it
            on PYTHONPATH) on vortex's dumped weights and inputs: eager bf16 with cuDNN attention, and
            torch.compile of the same block. Checks vortex's output against the eager result.
@@ -88,6 +90,36 @@ def h3_block(args):
     return {"correctness": correctness, "peers": reports}
 
 
+def h3_forward(args):
+    """The diffusers transformer at the canonical shape with its own random bf16 weights: the same
+    shapes, layout and attention backend as vortex's forward, timed; no output check is possible
+    (vortex's 62 GB of synthetic weights cannot be handed over)."""
+    import safetensors
+    from safetensors.torch import load_file
+    from diffusers import MiniMaxH3Transformer3DModel
+
+    with safetensors.safe_open(args.io, "pt") as f:
+        config = json.loads(f.metadata()["config"])
+    io = load_file(args.io, device="cuda")
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = MiniMaxH3Transformer3DModel(**config).eval()
+    torch.set_default_dtype(torch.float32)
+    for name, module in model.named_modules():
+        if name and any(part in name for part in ("proj_in", "time_embedder", "proj_out", "rope")):
+            module.to(torch.float32)
+    inputs = {
+        "hidden_states": io["in.hidden_states"][None], "audio_hidden_states": io["in.audio_hidden_states"][None],
+        "encoder_hidden_states": io["in.encoder_hidden_states"][None], "timestep": io["in.timestep"],
+        "timestep_indices": io["in.timestep_indices"], "token_tags": io["in.token_tags"],
+        "position_ids": io["in.position_ids"], "video_indices": io["in.video_indices"],
+        "audio_indices": io["in.audio_indices"], "text_indices": io["in.text_indices"],
+    }
+    with torch.no_grad(), sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+        report = measure(lambda: model(**inputs, return_dict=False), args.warmup, args.reps)
+    return {"peers": [{"name": "diffusers-transformer-eager-cudnn (own random weights)", **report}]}
+
+
 def gemm(args, spec):
     m, k, n = (int(v) for v in spec.split("x"))
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
@@ -115,6 +147,8 @@ def main():
     args = parser.parse_args()
     if args.workload == "h3-block":
         report = h3_block(args)
+    elif args.workload == "h3-forward":
+        report = h3_forward(args)
     elif args.workload.startswith("gemm:"):
         report = gemm(args, args.workload[len("gemm:"):])
     elif args.workload == "attention":

@@ -6,6 +6,7 @@
 #include <cublasLt.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -182,6 +183,35 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
                           "run-to-run: the last timed forward vs a further forward (bitwise expected)", 0.0);
   for (int64_t i = 0; i < first.video_velocity.numel(); ++i) {
     if (!std::isfinite(first.video_velocity.data_as<float>()[i])) m.correctness.passed = false;
+  }
+  if (!o.peer_command.empty()) {
+    // The peer builds the diffusers transformer with its own random weights (62 GB cannot be
+    // handed over), so it times the same shapes and layout but checks nothing; vortex's model is
+    // freed first so that both fit on the device one after the other.
+    std::filesystem::create_directories(o.work_dir);
+    std::vector<double> positions = layout.positions;
+    Tensor pos = Tensor::empty({layout.num_rows, 3}, DType::kF64);
+    std::memcpy(pos.data(), positions.data(), positions.size() * sizeof(double));
+    std::vector<int64_t> tags(layout.tags.begin(), layout.tags.end()), rows(in.timesteps.row_index.begin(),
+                                                                            in.timesteps.row_index.end());
+    Tensor timestep = Tensor::from_f32(in.timesteps.timesteps, {static_cast<int64_t>(in.timesteps.timesteps.size())});
+    const h3::NamedTensors io = {
+        {"in.hidden_states", in.video_rows},
+        {"in.audio_hidden_states", in.audio_rows},
+        {"in.encoder_hidden_states", text},
+        {"in.timestep", timestep},
+        {"in.timestep_indices", Tensor::from_i64(rows, {layout.num_rows})},
+        {"in.token_tags", Tensor::from_i64(tags, {layout.num_rows})},
+        {"in.position_ids", pos},
+        {"in.video_indices", Tensor::from_i64(layout.video_indices, {layout.num_video})},
+        {"in.audio_indices", Tensor::from_i64(layout.audio_indices, {layout.num_audio})},
+        {"in.text_indices", Tensor::from_i64(layout.text_indices, {layout.num_text})},
+    };
+    const std::string path = o.work_dir + "/h3_forward_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json_string()}}));
+    model.reset();
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "h3-forward", path));
+    add_peer_ratios(m, peer);
   }
   return std::vector<Manifest>{m};
 }

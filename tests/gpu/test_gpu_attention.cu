@@ -1,9 +1,10 @@
-// cuda::attention, every variant (v0, v1), against cpu::attention, the fp32 reference, on the same
-// bf16 inputs: q, k and v are the column slices of one fused [N, 3·H·D] buffer, out a strided view
-// inside a padded buffer whose padding must survive. Where v1 applies (D = 128, aligned views) it
-// must actually run (not fall back), and agree with v0 to rel-L2 ≤ 5e-3: both round P to bf16 and
-// the output once, and differ only in summation order and where the running max is taken (tiles
-// of 128 vs 64 keys), so their difference is mostly output-rounding flips (expected ~1e-3).
+// cuda::attention, every variant (v0, v1, v2), against cpu::attention, the fp32 reference, on the
+// same bf16 inputs: q, k and v are the column slices of one fused [N, 3·H·D] buffer, out a strided
+// view inside a padded buffer whose padding must survive. Where v1 / v2 apply (D = 128, aligned
+// views) they must actually run (not fall back), and agree with v0 and with each other to rel-L2
+// ≤ 5e-3: all round P to bf16 and the output once, and differ only in summation order and where
+// the running max is taken (tiles of 64, 128 or 176 keys), so their differences are mostly
+// output-rounding flips (expected ~1e-3).
 //
 // Bound: rel-L2 ≤ 1e-2 per output. Expected about 2e-3 (a host emulation of the kernel gave
 // 1.9e-3 to 2.3e-3 on these kinds of inputs): the kernel rounds each softmax weight P to
@@ -21,11 +22,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/attention.h"
 #include "cuda/attention.h"
+#include "cuda/attention_wgmma_v2.h"
 #include "cuda/runtime.h"
 #include "gpu/gemm_attention_test_util.h"
 #include "gpu/gpu_test_util.h"
@@ -37,10 +41,24 @@ using test::must;
 
 constexpr double kRelL2 = 1e-2;
 constexpr double kMaxAbsOverMaxV = 2e-2;
-constexpr double kV1VsV0RelL2 = 5e-3;
-constexpr cuda::AttentionVariant kVariants[] = {cuda::AttentionVariant::kV0, cuda::AttentionVariant::kV1};
+constexpr double kBetweenVariantsRelL2 = 5e-3;
+constexpr cuda::AttentionVariant kVariants[] = {cuda::AttentionVariant::kV0, cuda::AttentionVariant::kV1,
+                                                cuda::AttentionVariant::kV2};
+constexpr size_t kVariantCount = std::size(kVariants);
+// Pairs (i, j) of kVariants compared on the whole output: v1 and v2 against v0, v2 against v1.
+constexpr std::pair<size_t, size_t> kComparedPairs[] = {{1, 0}, {2, 0}, {2, 1}};
 
-const char* variant_name(cuda::AttentionVariant v) { return v == cuda::AttentionVariant::kV0 ? "v0" : "v1"; }
+const char* variant_name(cuda::AttentionVariant v) {
+  switch (v) {
+    case cuda::AttentionVariant::kV0:
+      return "v0";
+    case cuda::AttentionVariant::kV1:
+      return "v1";
+    case cuda::AttentionVariant::kV2:
+      return "v2";
+  }
+  return "?";
+}
 
 // The output view starts 8 elements into each padded [D + kOutPad] row: 16-byte aligned as the
 // kernel requires, with padding on both sides to catch stray writes.
@@ -87,9 +105,10 @@ void check_attention(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, 
     const Tensor out_full = must(cuda::download(dout_full, stream));
     arena.release_to(mark);
     ASSERT_TRUE(st.ok()) << label << ": " << st.to_string();
-    // v1 covers D = 128 (these views are aligned); everything else is v0's path under either name.
-    const cuda::AttentionVariant expected =
-        variant == cuda::AttentionVariant::kV1 && d == 128 ? cuda::AttentionVariant::kV1 : cuda::AttentionVariant::kV0;
+    // v1 and v2 cover D = 128 (these views are aligned); everything else is v0's path under any name.
+    const cuda::AttentionVariant expected = variant != cuda::AttentionVariant::kV0 && d == 128
+                                                ? variant
+                                                : cuda::AttentionVariant::kV0;
     EXPECT_EQ(variant_name(ran), std::string(variant_name(expected))) << label << ": the wrong kernel ran";
 
     const auto* bytes = static_cast<const unsigned char*>(out_full.data());
@@ -112,10 +131,14 @@ void check_attention(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, 
     std::printf("%-48s rel-L2 %.3e  max-abs %.3e\n", label.c_str(), cmp.rel_l2, cmp.max_abs);
     results.push_back(got);
   }
-  const test::Comparison between = test::compare(results[1], results[0]);
-  EXPECT_EQ(between.nonfinite, 0) << "v1 vs v0 " << shape << ": " << between.summary();
-  EXPECT_LE(between.rel_l2, kV1VsV0RelL2) << "v1 vs v0 " << shape << ": " << between.summary();
-  std::printf("%-48s rel-L2 %.3e\n", ("v1 vs v0 " + shape).c_str(), between.rel_l2);
+  for (const auto& [i, j] : kComparedPairs) {
+    const std::string label =
+        std::string(variant_name(kVariants[i])) + " vs " + variant_name(kVariants[j]) + " " + shape;
+    const test::Comparison between = test::compare(results[i], results[j]);
+    EXPECT_EQ(between.nonfinite, 0) << label << ": " << between.summary();
+    EXPECT_LE(between.rel_l2, kBetweenVariantsRelL2) << label << ": " << between.summary();
+    std::printf("%-48s rel-L2 %.3e\n", label.c_str(), between.rel_l2);
+  }
 }
 
 TEST_F(GpuAttention, MatchesCpuOnFusedQkvSlices) {
@@ -139,6 +162,30 @@ TEST_F(GpuAttention, UnequalLengthsAndPeakedScores) {
     check_attention(arena_, stream_, 77, 300, 2, d, 1.0f, seed++);
     check_attention(arena_, stream_, 300, 77, 2, d, 1.0f, seed++);
     check_attention(arena_, stream_, 130, 1, 3, d, 0.125f, seed++);
+  }
+}
+
+TEST_F(GpuAttention, PersistentGridLoopsOverItems) {
+  // v2 runs one CTA per SM over (query block, head) items: these shapes give each CTA of a
+  // 132-SM H200 two or more items, so the K/V ring, the Q release and the ping-pong barriers
+  // carry across items. 1,400 keys take 176-key tiles (8 × 176 = 11 × 128, the last tile 168
+  // keys); 100 keys one 128-key tile per item (Q released after the item's only Q·Kᵀ).
+  ASSERT_EQ(cuda::attention_v2_key_tile(1400), 176);
+  ASSERT_EQ(cuda::attention_v2_key_tile(100), 128);
+  check_attention(arena_, stream_, 1400, 1400, 24, 128, 1.0f / std::sqrt(128.0f), 200);
+  check_attention(arena_, stream_, 5000, 100, 30, 128, 0.3f, 201);
+}
+
+TEST(GpuAttentionVariant, V2KeyTileNeverPadsMoreThan128) {
+  // 176 where it pads no more keys than 128; 128 otherwise. The canonical and small timing shapes.
+  EXPECT_EQ(cuda::attention_v2_key_tile(37810), 176);  // 37,840 padded keys vs 37,888
+  EXPECT_EQ(cuda::attention_v2_key_tile(4608), 128);   // 4,752 vs 4,608
+  EXPECT_EQ(cuda::attention_v2_key_tile(4097), 176);   // 4,224 either way
+  EXPECT_EQ(cuda::attention_v2_key_tile(300), 176);    // 352 vs 384
+  EXPECT_EQ(cuda::attention_v2_key_tile(1), 128);
+  for (int64_t nk = 1; nk < 5000; ++nk) {
+    const int64_t tile = cuda::attention_v2_key_tile(nk);
+    EXPECT_LE((nk + tile - 1) / tile * tile, (nk + 127) / 128 * 128) << "nk " << nk;
   }
 }
 
@@ -168,7 +215,7 @@ TEST_F(GpuAttention, RejectsBadOperands) {
 }
 
 TEST(GpuAttentionVariant, ReadFromTheEnvironment) {
-  // v1 ships; v0 stays selectable; anything else is refused (restores the caller's setting).
+  // v1 ships; v0 and v2 stay selectable; anything else is refused (restores the caller's setting).
   const char* saved = std::getenv("VORTEX_VARIANT_ATTENTION");
   const std::string saved_value = saved ? saved : "";
   unsetenv("VORTEX_VARIANT_ATTENTION");
@@ -178,6 +225,8 @@ TEST(GpuAttentionVariant, ReadFromTheEnvironment) {
   setenv("VORTEX_VARIANT_ATTENTION", "v1", 1);
   EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV1);
   setenv("VORTEX_VARIANT_ATTENTION", "v2", 1);
+  EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV2);
+  setenv("VORTEX_VARIANT_ATTENTION", "v3", 1);
   EXPECT_EQ(cuda::attention_variant_from_env().status().code(), StatusCode::kUnimplemented);
   if (saved) {
     setenv("VORTEX_VARIANT_ATTENTION", saved_value.c_str(), 1);
@@ -194,8 +243,8 @@ constexpr int64_t kSmallTokens = 4608, kSmallHeads = 24;
 
 class GpuAttentionCanonical : public test::GpuTest {
  protected:
-  // fused 1.63 GB + two outs (v0, v1) 2 × 0.54 GB + the small shape's 0.11 GB
-  size_t arena_bytes() const override { return size_t{2800} << 20; }
+  // fused 1.63 GB + three outs (v0, v1, v2) 3 × 0.54 GB + the small shape's 0.11 GB
+  size_t arena_bytes() const override { return size_t{3600} << 20; }
 
   // Fills the fused QKV buffer (unit-variance entries) and allocates out [N, H·D] per variant.
   void SetUp() override {
@@ -214,11 +263,11 @@ class GpuAttentionCanonical : public test::GpuTest {
   }
 
   const float kScale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
-  Tensor fused_, out_[2];
+  Tensor fused_, out_[kVariantCount];
 };
 
 TEST_F(GpuAttentionCanonical, SampledRowsOfTwoHeadsMatchCpu) {
-  for (size_t i = 0; i < 2; ++i) {
+  for (size_t i = 0; i < kVariantCount; ++i) {
     EXPECT_EQ(cudaMemsetAsync(out_[i].data(), kSentinel, out_[i].nbytes(), stream_), cudaSuccess);
     cuda::AttentionVariant ran = kVariants[i];
     must(run(i, &ran));
@@ -246,7 +295,7 @@ TEST_F(GpuAttentionCanonical, SampledRowsOfTwoHeadsMatchCpu) {
     }
     Tensor ref = Tensor::empty({kSampled, 1, kHeadDim}, DType::kF32);
     must(cpu::attention(q.view(), k.view(), v.view(), ref.view(), kScale));
-    for (size_t variant = 0; variant < 2; ++variant) {
+    for (size_t variant = 0; variant < kVariantCount; ++variant) {
       Tensor got = Tensor::empty({kSampled, 1, kHeadDim}, DType::kBF16);
       for (int64_t i = 0; i < kSampled; ++i) {
         const Tensor gr = test::download_2d(out_[variant].data(), DType::kBF16, kHeads * kHeadDim, rows[i], 1,
@@ -265,28 +314,33 @@ TEST_F(GpuAttentionCanonical, SampledRowsOfTwoHeadsMatchCpu) {
                      std::to_string(cmp.rel_l2));
     }
   }
-  // v1 against v0 on the whole output (271M elements; every element written: the sentinel fill
-  // would show as a large difference).
-  const Tensor v0 = must(cuda::download(out_[0], stream_));
-  const Tensor v1 = must(cuda::download(out_[1], stream_));
-  const uint16_t* a = v0.data_as<uint16_t>();
-  const uint16_t* b = v1.data_as<uint16_t>();
-  double num = 0.0, den = 0.0;
-  int64_t nonfinite = 0;
-  for (int64_t i = 0; i < v0.numel(); ++i) {
-    const double x = bf16_bits_to_f32(a[i]), y = bf16_bits_to_f32(b[i]);
-    if (!std::isfinite(x) || !std::isfinite(y)) {
-      ++nonfinite;
-      continue;
+  // The variants against each other on the whole output (271M elements; every element written:
+  // the sentinel fill would show as a large difference).
+  std::vector<Tensor> outs;
+  for (const Tensor& out : out_) outs.push_back(must(cuda::download(out, stream_)));
+  for (const auto& [i, j] : kComparedPairs) {
+    const std::string label = std::string(variant_name(kVariants[i])) + " vs " + variant_name(kVariants[j]);
+    const uint16_t* a = outs[j].data_as<uint16_t>();
+    const uint16_t* b = outs[i].data_as<uint16_t>();
+    double num = 0.0, den = 0.0;
+    int64_t nonfinite = 0;
+    for (int64_t e = 0; e < outs[j].numel(); ++e) {
+      const double x = bf16_bits_to_f32(a[e]), y = bf16_bits_to_f32(b[e]);
+      if (!std::isfinite(x) || !std::isfinite(y)) {
+        ++nonfinite;
+        continue;
+      }
+      num += (y - x) * (y - x);
+      den += x * x;
     }
-    num += (y - x) * (y - x);
-    den += x * x;
+    const double rel_l2 = std::sqrt(num / den);
+    EXPECT_EQ(nonfinite, 0) << label << " at 37810x56x128";
+    EXPECT_LE(rel_l2, kBetweenVariantsRelL2) << label << " at 37810x56x128";
+    std::printf("%s 37810x56x128, all %lld outputs: rel-L2 %.3e\n", label.c_str(),
+                static_cast<long long>(outs[j].numel()), rel_l2);
+    RecordProperty(std::string(variant_name(kVariants[i])) + "_vs_" + variant_name(kVariants[j]) + "_rel_l2",
+                   std::to_string(rel_l2));
   }
-  const double rel_l2 = std::sqrt(num / den);
-  EXPECT_EQ(nonfinite, 0) << "v1 vs v0 at 37810x56x128";
-  EXPECT_LE(rel_l2, kV1VsV0RelL2) << "v1 vs v0 at 37810x56x128";
-  std::printf("v1 vs v0 37810x56x128, all %lld outputs: rel-L2 %.3e\n", static_cast<long long>(v0.numel()), rel_l2);
-  RecordProperty("v1_vs_v0_rel_l2", std::to_string(rel_l2));
 }
 
 // Median of kRepeats launches (after kWarmup) of `launch`, in ms, by CUDA events.
@@ -311,7 +365,7 @@ double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
 }
 
 // A quick look at the rates, not the benchmark (the bench owns protocol and manifests): run with
-// --gtest_also_run_disabled_tests --gtest_filter='*TimeCanonicalShape'. Both variants at the
+// --gtest_also_run_disabled_tests --gtest_filter='*TimeCanonicalShape'. Every variant at the
 // canonical shape and at 4,608 × 24 × 128 (its own fused buffer, filled the same way).
 TEST_F(GpuAttentionCanonical, DISABLED_TimeCanonicalShape) {
   const Tensor small_fused = must(arena_.alloc({kSmallTokens, 3 * kSmallHeads * kHeadDim}, DType::kBF16));
@@ -320,12 +374,12 @@ TEST_F(GpuAttentionCanonical, DISABLED_TimeCanonicalShape) {
   struct Shape3 {
     int64_t n, h;
     const Tensor* fused;
-    const Tensor* out[2];
+    const Tensor* out[kVariantCount];
   };
-  const Shape3 shapes[] = {{kTokens, kHeads, &fused_, {&out_[0], &out_[1]}},
-                           {kSmallTokens, kSmallHeads, &small_fused, {&small_out, &small_out}}};
+  const Shape3 shapes[] = {{kTokens, kHeads, &fused_, {&out_[0], &out_[1], &out_[2]}},
+                           {kSmallTokens, kSmallHeads, &small_fused, {&small_out, &small_out, &small_out}}};
   for (const Shape3& shape : shapes) {
-    for (size_t i = 0; i < 2; ++i) {
+    for (size_t i = 0; i < kVariantCount; ++i) {
       const cuda::AttentionVariant variant = kVariants[i];
       cuda::AttentionVariant ran = variant;
       const auto launch = [&]() {

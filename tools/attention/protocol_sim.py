@@ -1,7 +1,10 @@
-# Random-interleaving simulation of attention v1's synchronisation: mbarrier phases/parity, the
-# two-stage K/V ring, per-warp releases, asynchronous TMA completion, warpgroup-collective wgmma
-# with commit/wait groups, and the ping-pong named barriers. Checks: no deadlock, every wgmma reads
-# the tile it expects, no TMA write lands in a stage an in-flight wgmma reads, barriers end balanced.
+# Random-interleaving simulation of attention v1's and v2's synchronisation: mbarrier phases/parity,
+# the two-stage K/V ring, per-warp releases, asynchronous TMA completion (each box on its own),
+# warpgroup-collective wgmma with commit/wait groups, and the ping-pong named barriers. v2 adds the
+# persistent loop: several items per CTA, the ring and the issue slots carried across items, Q
+# reloaded per item behind an empty barrier that each consumer warp releases after its item's last
+# Q·Kᵀ, and the last V stage of each item released. Checks: no deadlock, every wgmma reads the Q /
+# K / V it expects, no TMA write lands in a buffer an in-flight wgmma reads, barriers end balanced.
 # Run: python3 tools/attention/protocol_sim.py (prints the number of failing runs; 0 expected).
 import random
 import sys
@@ -27,31 +30,39 @@ class Named:
             assert all(v == 128 for v in s.by.values()) and len(s.by) == 2, ("mixed generations", s.by)
             s.arrived, s.by, s.gen = 0, {}, s.gen + 1
 
-def simulate(tiles, seed):
+def simulate(tiles, seed, items=1, v2=False):
     rnd = random.Random(seed)
-    full_q = MBar(1); full_k = [MBar(1) for _ in range(STAGES)]; full_v = [MBar(1) for _ in range(STAGES)]
+    full_q = MBar(1); empty_q = MBar(CONSUMERS * WARPS)
+    full_k = [MBar(1) for _ in range(STAGES)]; full_v = [MBar(1) for _ in range(STAGES)]
     empty_k = [MBar(CONSUMERS * WARPS) for _ in range(STAGES)]; empty_v = [MBar(CONSUMERS * WARPS) for _ in range(STAGES)]
-    stage_k = [None] * STAGES; stage_v = [None] * STAGES
+    # buffer state per (kind, stage): [tag of the latest load, boxes still in flight]
+    state = {('q', 0): [None, 0]}
+    for st in range(STAGES): state[('k', st)] = [None, 0]; state[('v', st)] = [None, 0]
     sched = [Named(), Named()]
-    inflight_tma = []   # (kind, stage, tile, barrier)
-    # wgmma ops per consumer WG: list of dicts {reads:[(kind,stage,tile)], issued:set(warps), done}
+    inflight_tma = []   # (kind, stage, tag, barrier), one per 64-channel box
+    # wgmma ops per consumer WG: list of dicts {reads:[(kind,stage,tag)], issued:set(warps), done}
     wg_ops = [[] for _ in range(CONSUMERS)]
-    warp_groups = [[[] for _ in range(WARPS)] for _ in range(CONSUMERS)]  # per warp: list of committed groups (op indices)
+    warp_groups = [[[] for _ in range(WARPS)] for _ in range(CONSUMERS)]  # per warp: committed groups (op indices)
     errors = []
 
-    def tma(kind, stage, tile, bar):
-        inflight_tma.append((kind, stage, tile, bar))
-        (stage_k if kind == 'k' else stage_v)[stage] = ('writing', tile)
+    def tma(kind, stage, tag, bar):  # two boxes (column halves), landing independently
+        bar.expect_tx(2)
+        state[(kind, stage)] = [tag, 2]
+        inflight_tma.append((kind, stage, tag, bar)); inflight_tma.append((kind, stage, tag, bar))
 
     def producer():
         yield from wait(lambda: True)
-        full_q.expect_tx(2); inflight_tma.append(('q', 0, 0, full_q)); inflight_tma.append(('q', 0, 0, full_q))
-        for t in range(tiles):
-            st, par = t % STAGES, (t // STAGES) & 1
-            yield from wait(lambda: empty_k[st].ready(par ^ 1))
-            full_k[st].expect_tx(2); tma('k', st, t, full_k[st]); inflight_tma.append(('k2', st, t, full_k[st]))
-            yield from wait(lambda: empty_v[st].ready(par ^ 1))
-            full_v[st].expect_tx(2); tma('v', st, t, full_v[st]); inflight_tma.append(('v2', st, t, full_v[st]))
+        ring = 0
+        for n in range(items):
+            if v2: yield from wait(lambda: empty_q.ready((n & 1) ^ 1))
+            tma('q', 0, n, full_q)
+            for t in range(tiles):
+                st, par = ring % STAGES, (ring // STAGES) & 1
+                yield from wait(lambda: empty_k[st].ready(par ^ 1))
+                tma('k', st, ring, full_k[st])
+                yield from wait(lambda: empty_v[st].ready(par ^ 1))
+                tma('v', st, ring, full_v[st])
+                ring += 1
 
     def wait(cond):
         while not cond(): yield 'blocked'
@@ -73,30 +84,39 @@ def simulate(tiles, seed):
         def wgwait(n):
             grp = warp_groups[c][w]
             yield from wait(lambda: all(wg_ops[c][i]['done'] for i in grp[:len(grp) - n]))
-        def end_slot(slot):
-            if c == 0 or slot + 1 < tiles: other.add(me)
         # every warp of consumer 1 pre-arrives on consumer 0's barrier
         if c == 1: other.add(me)
-        yield from wait(lambda: full_q.ready(0))
-        yield from wait(lambda: full_k[0].ready(0))
-        yield from nsync(mine)
-        issue([('k', 0, 0)]); end_slot(0)
-        yield from wgwait(0)
-        empty_k[0].arrive()
-        for t in range(1, tiles):
-            st, pst = t % STAGES, (t - 1) % STAGES
-            yield from wait(lambda: full_k[st].ready((t // STAGES) & 1))
-            yield from wait(lambda: full_v[pst].ready(((t - 1) // STAGES) & 1))
+        ring = 0
+        for n in range(items):
+            last_item = n + 1 == items
+            def end_slot(slot):
+                if c == 0 or not last_item or slot + 1 < tiles: other.add(me)
+            def after_qk(t):
+                empty_k[(ring + t) % STAGES].arrive()
+                if v2 and t + 1 == tiles: empty_q.arrive()
+            yield from wait(lambda: full_q.ready(n & 1))
+            yield from wait(lambda: full_k[ring % STAGES].ready((ring // STAGES) & 1))
             yield from nsync(mine)
-            issue([('k', st, t)]); issue([('v', pst, t - 1)]); end_slot(t)
-            yield from wgwait(1)
-            empty_k[st].arrive()
+            issue([('q', 0, n), ('k', ring % STAGES, ring)]); end_slot(0)
             yield from wgwait(0)
-            empty_v[pst].arrive()
-        last = tiles - 1
-        yield from wait(lambda: full_v[last % STAGES].ready((last // STAGES) & 1))
-        issue([('v', last % STAGES, last)])
-        yield from wgwait(0)
+            after_qk(0)
+            for t in range(1, tiles):
+                cur, prev = ring + t, ring + t - 1
+                st, pst = cur % STAGES, prev % STAGES
+                yield from wait(lambda: full_k[st].ready((cur // STAGES) & 1))
+                yield from wait(lambda: full_v[pst].ready((prev // STAGES) & 1))
+                yield from nsync(mine)
+                issue([('q', 0, n), ('k', st, cur)]); issue([('v', pst, prev)]); end_slot(t)
+                yield from wgwait(1)
+                after_qk(t)
+                yield from wgwait(0)
+                empty_v[pst].arrive()
+            last = ring + tiles - 1
+            yield from wait(lambda: full_v[last % STAGES].ready((last // STAGES) & 1))
+            issue([('v', last % STAGES, last)])
+            yield from wgwait(0)
+            if v2: empty_v[last % STAGES].arrive()
+            ring += tiles
 
     actors = [('P', producer())] + [((c, w), consumer(c, w)) for c in range(CONSUMERS) for w in range(WARPS)]
     alive = dict(actors)
@@ -108,20 +128,19 @@ def simulate(tiles, seed):
         if not events: break
         e = rnd.choice(events)
         if e == 'tma':
-            kind, st, tile, bar = inflight_tma.pop(rnd.randrange(len(inflight_tma)))
-            if kind in ('k', 'v'):
-                for c in range(CONSUMERS):
-                    for op in wg_ops[c]:
-                        if not op['done'] and op['issued'] and any(r[0] == kind and r[1] == st for r in op['reads']):
-                            errors.append(f"TMA {kind}{tile} lands in stage {st} under an in-flight wgmma {op['reads']}")
-                (stage_k if kind == 'k' else stage_v)[st] = ('ready', tile)
+            kind, st, tag, bar = inflight_tma.pop(rnd.randrange(len(inflight_tma)))
+            for c in range(CONSUMERS):
+                for op in wg_ops[c]:
+                    if not op['done'] and op['issued'] and any(r[0] == kind and r[1] == st for r in op['reads']):
+                        errors.append(f"TMA {kind}{tag} lands in stage {st} under an in-flight wgmma {op['reads']}")
+            state[(kind, st)][1] -= 1
             bar.complete_tx(1)
             stuck = 0
         elif isinstance(e, tuple) and e[0] == 'op':
             _, c, i = e; op = wg_ops[c][i]
-            for kind, st, tile in op['reads']:
-                have = (stage_k if kind == 'k' else stage_v)[st]
-                if have != ('ready', tile): errors.append(f"WG{c} reads {kind}{tile} from stage {st} holding {have}")
+            for kind, st, tag in op['reads']:
+                have = state[(kind, st)]
+                if have != [tag, 0]: errors.append(f"WG{c} reads {kind}{tag} from stage {st} holding {have}")
             op['done'] = True; stuck = 0
         else:
             try:
@@ -137,11 +156,21 @@ def simulate(tiles, seed):
     return errors
 
 bad = 0
+runs = 0
 for tiles in (1, 2, 3, 4, 7):
     for seed in range(300):
+        runs += 1
         errs = simulate(tiles, seed)
         if errs:
             bad += 1
-            if bad < 5: print(tiles, seed, errs[:3])
-print("runs with errors:", bad)
+            if bad < 5: print('v1', tiles, seed, errs[:3])
+for items in (1, 2, 3, 5):
+    for tiles in (1, 2, 3, 4, 5):
+        for seed in range(120):
+            runs += 1
+            errs = simulate(tiles, seed, items=items, v2=True)
+            if errs:
+                bad += 1
+                if bad < 5: print('v2', items, tiles, seed, errs[:3])
+print("runs:", runs, "runs with errors:", bad)
 sys.exit(1 if bad else 0)

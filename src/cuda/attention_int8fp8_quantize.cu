@@ -1,0 +1,309 @@
+// The quantize pass of the int8fp8 attention mode (contract in attention_int8fp8.h; the math is
+// cpu/attention_int8fp8.h's, operation for operation, so the codes and scales are bit-identical
+// to the CPU reference's):
+//
+//   stats      grid (chunks, H): column sums of K in fp64 over a chunk of rows (fixed order) →
+//              k_partial; column maxima of |V| → atomicMax on the float bits (order-free).
+//   finalize   grid H: mean = fp32(Σ_chunks k_partial / Nk) in chunk order; v_scale = amax / 448.
+//   rows       grid (Npad / rows, H): one Q block (64 rows) or K block (128 rows, minus the mean):
+//              amax → scale = amax / 127, codes = rint(x · (127 / amax)) → int8 rows [H, Npad, 128].
+//   vt         grid (Nk_pad / 128, H): e4m3(v · (448 / amax)) for 128 keys, transposed through
+//              shared memory into Vᵀ rows [H, 128, Nk_pad] at the permuted key slots.
+// Every pass reads the strided bf16 views with 16-byte loads (8 channels) and writes padding rows
+// as zeros, so the attention kernel never reads past what this pass wrote.
+#include "cuda/attention_int8fp8.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace vortex::cuda {
+namespace {
+
+constexpr int kD = kInt8Fp8HeadDim;
+constexpr int kThreads = 256;
+// A thread owns 8 consecutive channels (one 16-byte load); 16 threads cover a row, so a block
+// of 256 threads works on 16 rows at a time.
+constexpr int kLanesPerRow = kD / 8;
+constexpr int kRowsInFlight = kThreads / kLanesPerRow;
+constexpr int kMaxChunks = 64;
+constexpr float kP8Max = 448.0f;
+
+struct RowsView {
+  const __nv_bfloat16* data;
+  int64_t row, head;  // strides, elements
+};
+
+RowsView rows_view(const TensorView& t) {
+  return {static_cast<const __nv_bfloat16*>(t.data), t.strides[0], t.strides[1]};
+}
+
+// Channels [8·lane, 8·lane + 8) of row r of head h, widened to fp32.
+__device__ __forceinline__ void load8(const RowsView& t, int64_t r, int h, int lane, float (&x)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(t.data + r * t.row + h * t.head + 8 * lane);
+  const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[2 * i] = bf16_bits_to_f32(static_cast<uint16_t>(w[i] & 0xFFFFu));
+    x[2 * i + 1] = bf16_bits_to_f32(static_cast<uint16_t>(w[i] >> 16));
+  }
+}
+
+// ---- stats: K column sums (fp64 per chunk), V column maxima ------------------------------------------
+
+__global__ void __launch_bounds__(kThreads) int8fp8_stats_kernel(RowsView k, RowsView v, int nk, int chunks,
+                                                                 double* k_partial, uint32_t* v_amax) {
+  __shared__ double sums[kRowsInFlight][kD];
+  __shared__ float maxima[kRowsInFlight][kD];
+  const int chunk = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), heads = static_cast<int>(gridDim.y);
+  const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
+  const int per_chunk = (nk + chunks - 1) / chunks;
+  const int r0 = chunk * per_chunk, r1 = min(nk, r0 + per_chunk);
+  double s[8] = {};
+  float m[8] = {};
+  for (int r = r0 + slot; r < r1; r += kRowsInFlight) {
+    float x[8];
+    load8(k, r, h, lane, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i] += static_cast<double>(x[i]);
+    load8(v, r, h, lane, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m[i] = fmaxf(m[i], fabsf(x[i]));
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    sums[slot][8 * lane + i] = s[i];
+    maxima[slot][8 * lane + i] = m[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < kD) {
+    const int c = static_cast<int>(threadIdx.x);
+    double total = 0.0;
+    float amax = 0.0f;
+    for (int i = 0; i < kRowsInFlight; ++i) {
+      total += sums[i][c];
+      amax = fmaxf(amax, maxima[i][c]);
+    }
+    k_partial[(static_cast<int64_t>(chunk) * heads + h) * kD + c] = total;
+    // Non-negative floats order like their bits: the maximum is the same in any arrival order.
+    atomicMax(v_amax + h * kD + c, __float_as_uint(amax));
+  }
+}
+
+__global__ void int8fp8_finalize_kernel(const double* k_partial, const uint32_t* v_amax, int nk, int chunks,
+                                        float* k_mean, float* v_scale) {
+  const int h = static_cast<int>(blockIdx.x), heads = static_cast<int>(gridDim.x), c = static_cast<int>(threadIdx.x);
+  double total = 0.0;
+  for (int i = 0; i < chunks; ++i) total += k_partial[(static_cast<int64_t>(i) * heads + h) * kD + c];
+  k_mean[h * kD + c] = static_cast<float>(total / static_cast<double>(nk));
+  v_scale[h * kD + c] = __uint_as_float(v_amax[h * kD + c]) / kP8Max;
+}
+
+// ---- rows: int8 Q / K blocks -------------------------------------------------------------------------------
+
+template <int kRows, bool kSmooth>
+__global__ void __launch_bounds__(kThreads) int8fp8_rows_kernel(RowsView src, int n, int64_t n_pad,
+                                                                const float* mean, int8_t* codes, float* scales) {
+  constexpr int kPerThread = kRows / kRowsInFlight;
+  __shared__ float warp_max[kThreads / 32];
+  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
+  float mu[8] = {};
+  if (kSmooth) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mu[i] = mean[h * kD + 8 * lane + i];
+  }
+  float x[kPerThread][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kPerThread; ++p) {
+    const int r = block * kRows + slot + p * kRowsInFlight;
+    if (r < n) {
+      load8(src, r, h, lane, x[p]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[p][i] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (kSmooth && r < n) x[p][i] = x[p][i] - mu[i];
+      amax = fmaxf(amax, fabsf(x[p][i]));
+    }
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
+  __syncthreads();
+  amax = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
+  const float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
+  if (threadIdx.x == 0) scales[static_cast<int64_t>(h) * (n_pad / kRows) + block] = amax / 127.0f;
+#pragma unroll
+  for (int p = 0; p < kPerThread; ++p) {
+    const int r = block * kRows + slot + p * kRowsInFlight;
+    uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int code = min(127, max(-127, __float2int_rn(x[p][i] * inverse)));
+      packed[i / 4] |= (static_cast<uint32_t>(code) & 0xFFu) << (8 * (i % 4));
+    }
+    *reinterpret_cast<uint2*>(codes + (static_cast<int64_t>(h) * n_pad + r) * kD + 8 * lane) =
+        make_uint2(packed[0], packed[1]);
+  }
+}
+
+// ---- vt: e4m3 Vᵀ, keys at their permuted slots ---------------------------------------------------------------
+
+constexpr int kVtKeys = kInt8Fp8KBlock;
+constexpr int kVtPitch = kVtKeys + 16;  // bytes per staged channel row: 16-byte aligned, staggered banks
+
+__global__ void __launch_bounds__(kThreads) int8fp8_vt_kernel(RowsView v, int nk, int64_t nk_pad,
+                                                              const uint32_t* v_amax, uint8_t* vt) {
+  __shared__ __align__(16) uint8_t tile[kD * kVtPitch];  // [channel][slot]
+  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
+  float inverse[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const float amax = __uint_as_float(v_amax[h * kD + 8 * lane + i]);
+    inverse[i] = amax > 0.0f ? kP8Max / amax : 0.0f;
+  }
+#pragma unroll
+  for (int p = 0; p < kVtKeys / kRowsInFlight; ++p) {
+    const int key = slot + p * kRowsInFlight;
+    const int r = block * kVtKeys + key;
+    float x[8] = {};
+    if (r < nk) load8(v, r, h, lane, x);
+    const int column = int8fp8_vt_slot(key);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) tile[(8 * lane + i) * kVtPitch + column] = f32_to_e4m3_bits(x[i] * inverse[i]);
+  }
+  __syncthreads();
+  constexpr int kChunksPerRow = kVtKeys / 16;
+#pragma unroll
+  for (int i = 0; i < kD * kChunksPerRow / kThreads; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int c = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
+    const uint4 value = *reinterpret_cast<const uint4*>(tile + c * kVtPitch + 16 * chunk);
+    *reinterpret_cast<uint4*>(vt + (static_cast<int64_t>(h) * kD + c) * nk_pad + static_cast<int64_t>(block) * kVtKeys +
+                              16 * chunk) = value;
+  }
+}
+
+// ---- host -------------------------------------------------------------------------------------------------
+
+constexpr size_t kPartAlignment = 256;
+
+size_t align_up(size_t x) { return (x + kPartAlignment - 1) / kPartAlignment * kPartAlignment; }
+int64_t pad_rows(int64_t n) { return (n + kInt8Fp8RowPad - 1) / kInt8Fp8RowPad * kInt8Fp8RowPad; }
+int stats_chunks(int64_t nk) { return static_cast<int>(std::clamp<int64_t>((nk + 255) / 256, 1, kMaxChunks)); }
+
+// Byte offsets of the parts, in the order of Int8Fp8Workspace; the last entry is the total.
+struct Layout {
+  size_t q, k, vt, q_scale, k_scale, v_scale, k_mean, k_partial, v_amax, total;
+};
+
+Layout layout(int64_t nq, int64_t nk, int64_t heads) {
+  const size_t nq_pad = static_cast<size_t>(pad_rows(nq)), nk_pad = static_cast<size_t>(pad_rows(nk));
+  const size_t h = static_cast<size_t>(heads);
+  Layout l{};
+  size_t at = 0;
+  const auto take = [&](size_t bytes) {
+    const size_t here = at;
+    at += align_up(bytes);
+    return here;
+  };
+  l.q = take(h * nq_pad * kD);
+  l.k = take(h * nk_pad * kD);
+  l.vt = take(h * nk_pad * kD);
+  l.q_scale = take(h * (nq_pad / kInt8Fp8QBlock) * sizeof(float));
+  l.k_scale = take(h * (nk_pad / kInt8Fp8KBlock) * sizeof(float));
+  l.v_scale = take(h * kD * sizeof(float));
+  l.k_mean = take(h * kD * sizeof(float));
+  l.k_partial = take(static_cast<size_t>(stats_chunks(nk)) * h * kD * sizeof(double));
+  l.v_amax = take(h * kD * sizeof(uint32_t));
+  l.total = at;
+  return l;
+}
+
+std::string describe_view(const char* name, const TensorView& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string();
+}
+
+// BF16 [rows, heads, 128] on the device, unit stride on D, 16-byte aligned rows.
+Status check_input(const char* name, const TensorView& t, int64_t rows, int64_t heads) {
+  const std::string what = "attention_int8fp8: " + describe_view(name, t);
+  if (t.device != Device::kCuda || t.dtype != DType::kBF16) return invalid_argument(what + " must be BF16 on the device");
+  if (t.rank() != 3 || t.shape[0] != rows || t.shape[1] != heads || t.shape[2] != kD || t.strides[2] != 1) {
+    return invalid_argument(what + " must be [" + std::to_string(rows) + ", " + std::to_string(heads) +
+                            ", 128] with unit stride on D");
+  }
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && (t.shape[0] == 1 || t.strides[0] % 8 == 0) &&
+                       (t.shape[1] == 1 || t.strides[1] % 8 == 0);
+  if (!aligned) return invalid_argument(what + ": the pointer and N / H strides must be multiples of 16 bytes");
+  return ok_status();
+}
+
+}  // namespace
+
+size_t int8fp8_workspace_bytes(int64_t nq, int64_t nk, int64_t heads) { return layout(nq, nk, heads).total; }
+
+Result<Int8Fp8Workspace> int8fp8_workspace(DeviceArena& arena, int64_t nq, int64_t nk, int64_t heads) {
+  if (nq < 1 || nk < 1 || heads < 1 || heads > 65535 || nq > INT32_MAX - kInt8Fp8RowPad ||
+      nk > INT32_MAX - kInt8Fp8RowPad) {
+    return invalid_argument("attention_int8fp8: unsupported sizes Nq=" + std::to_string(nq) + " Nk=" +
+                            std::to_string(nk) + " H=" + std::to_string(heads));
+  }
+  const Layout l = layout(nq, nk, heads);
+  VORTEX_ASSIGN_OR_RETURN(const Tensor block, arena.alloc({static_cast<int64_t>(l.total)}, DType::kU8));
+  char* base = static_cast<char*>(block.data());
+  Int8Fp8Workspace ws;
+  ws.nq = nq, ws.nk = nk, ws.heads = heads;
+  ws.nq_pad = pad_rows(nq), ws.nk_pad = pad_rows(nk);
+  ws.chunks = stats_chunks(nk);
+  ws.q = reinterpret_cast<int8_t*>(base + l.q);
+  ws.k = reinterpret_cast<int8_t*>(base + l.k);
+  ws.vt = reinterpret_cast<uint8_t*>(base + l.vt);
+  ws.q_scale = reinterpret_cast<float*>(base + l.q_scale);
+  ws.k_scale = reinterpret_cast<float*>(base + l.k_scale);
+  ws.v_scale = reinterpret_cast<float*>(base + l.v_scale);
+  ws.k_mean = reinterpret_cast<float*>(base + l.k_mean);
+  ws.k_partial = reinterpret_cast<double*>(base + l.k_partial);
+  ws.v_amax = reinterpret_cast<uint32_t*>(base + l.v_amax);
+  return ws;
+}
+
+Status quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws,
+                        cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_input("q", q, ws.nq, ws.heads));
+  VORTEX_RETURN_IF_ERROR(check_input("k", k, ws.nk, ws.heads));
+  VORTEX_RETURN_IF_ERROR(check_input("v", v, ws.nk, ws.heads));
+  const unsigned heads = static_cast<unsigned>(ws.heads);
+  const int nq = static_cast<int>(ws.nq), nk = static_cast<int>(ws.nk);
+
+  VORTEX_CUDA_CHECK(cudaMemsetAsync(ws.v_amax, 0, static_cast<size_t>(ws.heads) * kD * sizeof(uint32_t), stream));
+  int8fp8_stats_kernel<<<dim3(ws.chunks, heads), kThreads, 0, stream>>>(rows_view(k), rows_view(v), nk, ws.chunks,
+                                                                         ws.k_partial, ws.v_amax);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  int8fp8_finalize_kernel<<<heads, kD, 0, stream>>>(ws.k_partial, ws.v_amax, nk, ws.chunks, ws.k_mean, ws.v_scale);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  int8fp8_rows_kernel<kInt8Fp8QBlock, false>
+      <<<dim3(static_cast<unsigned>(ws.nq_pad / kInt8Fp8QBlock), heads), kThreads, 0, stream>>>(
+          rows_view(q), nq, ws.nq_pad, nullptr, ws.q, ws.q_scale);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  int8fp8_rows_kernel<kInt8Fp8KBlock, true>
+      <<<dim3(static_cast<unsigned>(ws.nk_pad / kInt8Fp8KBlock), heads), kThreads, 0, stream>>>(
+          rows_view(k), nk, ws.nk_pad, ws.k_mean, ws.k, ws.k_scale);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  int8fp8_vt_kernel<<<dim3(static_cast<unsigned>(ws.nk_pad / kVtKeys), heads), kThreads, 0, stream>>>(
+      rows_view(v), nk, ws.nk_pad, ws.v_amax, ws.vt);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+}  // namespace vortex::cuda

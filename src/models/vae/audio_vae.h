@@ -1,0 +1,123 @@
+// The H3 audio VAE decoder on the CPU (fp32), at parity with diffusers' AutoencoderKLMiniMaxH3Audio.
+//
+// Weights: the diffusers state dict, whose names are the original checkpoint's (the conversion is
+// a passthrough): weight-normed convolutions as `weight_g` / `weight_v` (a fused `weight` in their
+// place is accepted too), the resamplers' Kaiser-sinc `filter` buffers, the frozen
+// `zero_k_bias`. The schema covers the whole autoencoder; the decoder's tensors are required, the
+// encoder side (encoder, pre_block, mean_proj, logs_proj) may be absent as a whole, and what is
+// present is checked: a missing or unexpected tensor or a wrong shape is a one-line error naming it.
+//
+// decode_audio runs what the reference pipeline runs after the denoise loop:
+//   rows [2, A, C] (stereo channel-major, as the transformer emits them; [2·A, C] reshaped)
+//   → de-normalise x·std + mean per latent channel
+//   → dec_in_proj (1x1 conv C → latent_dim)
+//   → BigVGAN: conv_pre (k7); per stage i: ups[i] (transposed conv, stride rate_i, kernel k_i,
+//     padding (k_i - rate_i)/2), then the mean of the AMP blocks of every resblock kernel size
+//     (summed in order, divided by their count); an AMP block is, per dilation d,
+//     h += conv2(act2(conv1_d(act1(h)))) with conv1_d of dilation d and "same" padding
+//     (k·d - d)/2 and conv2 of dilation 1, each act an alias-free SnakeBeta (upsample 2x,
+//     snake_beta, downsample 2x)
+//   → alias-free SnakeBeta → conv_post (k7, one channel, no bias) → clamp to [-1, 1]
+//   → waveform [2, samples], samples = A · hop (800 at 32 kHz in the release).
+// Internally activations are time-major [B, T, C], so the decoder input needs no transpose.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "models/vae/activations.h"
+#include "models/vae/audio_vae_config.h"
+#include "models/vae/conv1d.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::vae {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// ---- schema ------------------------------------------------------------------------------------
+
+enum class AudioVaePart { kEncoder, kDecoder };
+
+struct AudioVaeTensorSpec {
+  std::string name;  // state-dict name
+  Shape shape;
+  AudioVaePart part;
+};
+
+// Every tensor of the autoencoder's state dict for `config`, in module order.
+std::vector<AudioVaeTensorSpec> audio_vae_schema(const AudioVaeConfig& config);
+
+// Checks names and shapes (see the file comment). Float dtypes only (F32, BF16, F16).
+Status validate_audio_vae_tensors(const NamedTensors& tensors, const AudioVaeConfig& config);
+
+// ---- weights -----------------------------------------------------------------------------------
+
+// Upsample 2x → SnakeBeta → downsample 2x.
+struct AliasFreeSnake {
+  SnakeParams snake;
+  std::vector<float> up_filter;    // upsample.filter
+  std::vector<float> down_filter;  // downsample.lowpass.filter
+};
+
+struct AmpBlock {
+  std::vector<int> dilations;
+  std::vector<Conv1d> convs1, convs2;  // one pair per dilation
+  std::vector<AliasFreeSnake> acts;    // 2 per dilation: act1 before convs1, act2 before convs2
+};
+
+struct AudioDecoderWeights {
+  Conv1d dec_in_proj;
+  Conv1d conv_pre;
+  std::vector<ConvTranspose1d> ups;
+  std::vector<AmpBlock> resblocks;  // stage-major: resblocks[i * num_kernels + j]
+  AliasFreeSnake activation_post;
+  Conv1d conv_post;
+};
+
+struct AudioVae {
+  AudioVaeConfig config;
+  AudioDecoderWeights decoder;
+};
+
+// Builds the decoder from state-dict tensors (validated first). Weight norm is fused here.
+Result<AudioVae> assemble_audio_vae(const NamedTensors& tensors, const AudioVaeConfig& config);
+
+// The config for a checkpoint at `path` (a .safetensors file or its folder): a diffusers
+// config.json beside it, else the original pair metadata.json + config.json, else the `config`
+// metadata key of the file.
+Result<AudioVaeConfig> resolve_audio_vae_config(const std::string& path, const SafetensorsFile& file);
+
+// Opens a .safetensors file, or a folder holding diffusion_pytorch_model.safetensors (diffusers)
+// or model.safetensors (original), resolves its config and assembles the decoder.
+Result<AudioVae> load_audio_vae(const std::string& path);
+
+// Deterministic random weights in the state-dict layout (for tests and benchmarks): fan-in-scaled
+// normal convolutions, weight_g near 1, small biases and snake parameters, and the reference's
+// own Kaiser-sinc filters.
+NamedTensors synthetic_audio_vae_tensors(const AudioVaeConfig& config, uint64_t seed, bool with_encoder = true);
+
+// ---- forward -----------------------------------------------------------------------------------
+
+// Called with every intermediate the decoder produces, time-major [B, T, C] (the reference's
+// [B, C, T] transposed), named after the reference module that produced it: "latents" (the
+// de-normalised decoder input), "dec_in_proj", "decoder.conv_pre", "decoder.ups.<i>",
+// "decoder.resblocks.<n>" (and, inside them, "...activations.<a>.upsample", "...act",
+// "...activations.<a>"), "decoder.stage.<i>" (the mean of stage i's AMP blocks),
+// "decoder.activation_post", "decoder.conv_post" (before the clamp) and "waveform" ([B, S]).
+// The tensor is only valid during the call.
+using AudioVaeObserver = std::function<void(const std::string& name, const Tensor& value)>;
+
+// Decodes de-normalised latents x[B, T, C] (time-major); returns the waveform [B, samples].
+Result<Tensor> decode_audio_latents(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer = nullptr);
+
+// latents: [2, A, latent_channels] (F32 or BF16), stereo channel-major rows as the transformer
+// emits them. Returns the stereo waveform F32 [2, A · hop] at config.sampling_rate, in [-1, 1].
+// A wrong rank, stereo count or channel count, or a non-finite value, is invalid_argument naming
+// the field.
+Result<Tensor> decode_audio(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer = nullptr);
+
+}  // namespace vortex::vae
