@@ -288,7 +288,8 @@ __device__ __forceinline__ void store_output(const V2Params& p, const float (&o)
     __nv_bfloat16* row = p.out + static_cast<int64_t>(query) * p.out_row + w.head * p.out_head + 2 * (lane % 4);
 #pragma unroll
     for (int j = 0; j < kHeadDim / 8; ++j) {
-      *reinterpret_cast<uint32_t*>(row + 8 * j) = pack_bf16x2(o[4 * j + 2 * r] * inverse[r], o[4 * j + 2 * r + 1] * inverse[r]);
+      *reinterpret_cast<uint32_t*>(row + 8 * j) =
+          pack_bf16x2(o[4 * j + 2 * r] * inverse[r], o[4 * j + 2 * r + 1] * inverse[r]);
     }
   }
 }
@@ -442,7 +443,8 @@ Status launch_v2(const TensorView& q, const TensorView& k, const TensorView& v, 
   VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &k_map, "attention v2", "k", k, kHeadDim, kBlockK));
   VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v2", "v", v, kHeadDim, kBlockK));
   params.tiles = (params.nk + kBlockK - 1) / kBlockK;
-  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(attention_v2_kernel<kBlockK>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  VORTEX_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_v2_kernel<kBlockK>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   attention_v2_kernel<kBlockK><<<grid, kThreads, kSmem, stream>>>(q_map, k_map, v_map, params);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
