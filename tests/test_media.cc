@@ -279,9 +279,10 @@ const nlohmann::json* stream_of(const nlohmann::json& info, const std::string& t
 
 double number(const nlohmann::json& j, const std::string& key) { return std::stod(j.value(key, "nan")); }
 
-// Durations must come out at frames / fps. The tolerance is 1 ms: mov's audio time base is the
-// sample rate and the video's a multiple of fps, so both are exact up to ffprobe's printing.
-constexpr double kDurationTolerance = 1e-3;
+// Durations must come out at frames / fps. The tolerance is 0.1 ms: the audio is a whole number
+// of samples (29333 for 22 frames at 32 kHz, 10 us short of 22/24 s), the video exact in mov's
+// 1/12288 time base, and ffprobe prints microseconds. The audio sample count is checked exactly.
+constexpr double kDurationTolerance = 1e-4;
 
 TEST(MediaMp4, SyntheticClipProbesAsH264AndStereoAacOfTheRightLength) {
   if (!have_ffprobe()) GTEST_SKIP() << "ffprobe not installed";
@@ -314,6 +315,7 @@ TEST(MediaMp4, SyntheticClipProbesAsH264AndStereoAacOfTheRightLength) {
   EXPECT_EQ(a->value("channels", 0), 2);
   EXPECT_EQ(a->value("sample_rate", ""), "32000");  // kept: AAC allows 32 kHz
   EXPECT_NEAR(number(*a, "duration"), 22.0 / kFps, kDurationTolerance);
+  EXPECT_EQ(a->value("duration_ts", 0), 29333) << "samples at 1/32000";
   EXPECT_NEAR(number(info["format"], "duration"), 22.0 / kFps, kDurationTolerance);
   EXPECT_EQ(info["format"].value("format_name", "").find("mp4"), 4u) << "mov,mp4,m4a,...";
   // faststart: the index (moov) comes before the media data (mdat).
@@ -336,6 +338,7 @@ TEST(MediaMp4, OddRateIsResampledMonoAndSilentVideoWork) {
   EXPECT_EQ(a->value("channels", 0), 1);
   EXPECT_EQ(a->value("sample_rate", ""), "44100");
   EXPECT_NEAR(number(*a, "duration"), 6.0 / kFps, kDurationTolerance);
+  EXPECT_EQ(a->value("duration_ts", 0), 11025) << "samples at 1/44100";
 
   media::Mp4Options fast;
   fast.preset = "ultrafast";

@@ -22,6 +22,7 @@ extern "C" {
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <vector>
 
 #include "media/media_common.h"
@@ -162,6 +163,7 @@ struct Track {
   AVStream* stream = nullptr;
   FramePtr frame;
   int64_t next_pts = 0;  // in codec->time_base: frames for video, samples for audio
+  int64_t end_pts = 0;   // where the track's last packet must end: frames, or samples
   bool done = false;
 };
 
@@ -255,6 +257,12 @@ Status encode(const std::string& path, AVFormatContext* oc, Track* track, AVPack
     // Every video packet is one frame; not every encoder says so, and the muxer needs it for the
     // last frame's duration (the video then lasts frames / fps, not one frame less).
     if (packet->duration == 0 && track->codec->codec_type == AVMEDIA_TYPE_VIDEO) packet->duration = 1;
+    // The aac encoder pads a short last frame to a multiple of 32 samples and says so in the
+    // packet's duration, which the muxer's edit list would then play as up to 31 samples of
+    // extra silence: end the track exactly where its input ended.
+    if (packet->pts != AV_NOPTS_VALUE && packet->pts + packet->duration > track->end_pts) {
+      packet->duration = std::max<int64_t>(0, track->end_pts - packet->pts);
+    }
     av_packet_rescale_ts(packet, track->codec->time_base, track->stream->time_base);
     packet->stream_index = track->stream->index;
     err = av_interleaved_write_frame(oc, packet);  // takes the packet's reference
@@ -289,6 +297,7 @@ Status encode_file(const std::string& path, const std::string& url, const Tensor
     return unimplemented(path + ": no H.264 encoder could be opened" + (tried.empty() ? "" : " (" + tried + ")"));
   }
   VORTEX_RETURN_IF_ERROR(add_stream(path, oc.get(), &vid));
+  vid.end_pts = frames;
   vid.stream->avg_frame_rate = AVRational{fps, 1};
   vid.frame->format = AV_PIX_FMT_YUV420P;
   vid.frame->width = width;
@@ -318,6 +327,7 @@ Status encode_file(const std::string& path, const std::string& url, const Tensor
     if (global_header) aud.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
     if ((err = avcodec_open2(aud.codec.get(), aac, nullptr)) < 0) return av_failure(path, "avcodec_open2(aac)", err);
     VORTEX_RETURN_IF_ERROR(add_stream(path, oc.get(), &aud));
+    aud.end_pts = sound->samples();
   } else {
     aud.done = true;
   }
@@ -325,6 +335,12 @@ Status encode_file(const std::string& path, const std::string& url, const Tensor
   if ((err = avio_open(&oc->pb, url.c_str(), AVIO_FLAG_WRITE)) < 0) return av_failure(path, "avio_open", err);
   AVDictionary* raw_mux = nullptr;
   av_dict_set(&raw_mux, "movflags", "+faststart", 0);
+  // The edit lists, which say how long each track plays, count in the movie time scale, 1/1000 s
+  // by default and rounded up: 22 frames at 24 fps would last 0.917 s. A scale that both the
+  // frame rate and the sample rate divide (and 1000, the usual one) makes every duration exact;
+  // with fps <= 1000 and AAC's rates <= 96 kHz it stays below 2^31.
+  const int64_t timescale = std::lcm(std::lcm<int64_t>(1000, fps), sound != nullptr ? sound->rate : 1);
+  av_dict_set_int(&raw_mux, "movie_timescale", timescale, 0);
   err = avformat_write_header(oc.get(), &raw_mux);
   av_dict_free(&raw_mux);
   if (err < 0) return av_failure(path, "avformat_write_header", err);
