@@ -1,0 +1,672 @@
+// The attention pass of the int8fp8 mode on Hopper (contract in attention_int8fp8.h; numerics of
+// cpu/attention_int8fp8.h). Variant v0 (the only one): the FlashAttention-3 structure of the exact
+// kernel (attention_wgmma.cu) on 8-bit operands.
+//
+//   One CTA per (128 queries, head), three warpgroups:
+//   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
+//     int8 Q tile [128 rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
+//     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring (full / empty mbarriers).
+//     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span.
+//   - consumers (warpgroups 1, 2), 64 query rows each (one Q scale), per tile t:
+//       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory)
+//       issued together with P_{t−1}·V_{t−1} (wgmma m64n128k32 .f32.e4m3.e4m3, A = P8 from registers,
+//       B = Vᵀ K-major in shared memory) into a fresh per-tile accumulator;
+//       softmax of S_t: exact int32 → fp32 (|S| < 2^21: one integer add and one float subtract of
+//       1.5·2^23, no conversion unit), scores · (q_scale·k_scale·scale·log2 e), running max, P =
+//       exp2(·) · 448 folded into the exponent, row sums of the unquantized P;
+//       then O = O·alpha_{t−1} + (P·V)_{t−1} in fp32 (the fp8 products never accumulate across
+//       tiles inside the tensor core) and P_t packed to e4m3 A fragments.
+//     Keys are permuted within 16-key groups in Vᵀ (int8fp8_vt_slot) so that the S accumulator's
+//     columns pack into the A fragment without shuffles. The two consumers take turns issuing
+//     their products (named barriers, as in the exact kernel) so one's softmax runs under the
+//     other's tensor-core work.
+//   - epilogue: O · v_scale[channel] / row sum → bf16, 4-byte stores straight from the accumulator
+//     layout into the strided out view (tail queries skipped).
+#include "cuda/attention_int8fp8.h"
+
+#include <cuda.h>          // CUtensorMap and its enums (types only: the encoder comes via the runtime)
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+namespace vortex::cuda {
+namespace {
+
+// ---- tile configuration ---------------------------------------------------------------------------
+
+constexpr int kHeadDim = kInt8Fp8HeadDim;
+// wgmma's M: one warpgroup owns 64 query rows (one Q scale block) for the whole sweep.
+constexpr int kRowsPerConsumer = 64;
+static_assert(kRowsPerConsumer == kInt8Fp8QBlock, "one Q scale per consumer");
+constexpr int kConsumers = 2;
+constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
+// 128 keys per tile: wgmma's N for Q·Kᵀ, four k32 steps of P·V, and one K scale.
+constexpr int kBlockK = 128;
+static_assert(kBlockK == kInt8Fp8KBlock, "one K scale per tile");
+// Three stages: 8-bit tiles are 16 KB, so a deeper ring is cheap (Q 16 KB + 3 × 32 KB).
+constexpr int kStages = 3;
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
+// setmaxnreg budgets: the consumers hold S (64) + O (64) + the per-tile P·V accumulator (64) +
+// P8 (16) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+              "register budgets exceed the register file");
+
+// Every tile row is 128 bytes (128 int8 channels, or 128 e4m3 keys): one 128-byte swizzle span,
+// 8 rows (1024 bytes) per swizzle period and per core-matrix group of the descriptors.
+constexpr int kRowBytes = 128;
+constexpr int kSwizzlePeriodBytes = 8 * kRowBytes;
+constexpr int kQTileBytes = kBlockQ * kRowBytes;
+constexpr int kKTileBytes = kBlockK * kRowBytes;
+constexpr int kVTileBytes = kHeadDim * kRowBytes;
+
+// Shared memory from a 1024-byte aligned base: Q [128 rows][128 B], K [kStages][128 keys][128 B],
+// Vᵀ [kStages][128 channels][128 B], then the mbarriers.
+constexpr int kSmemQ = 0;
+constexpr int kSmemK = kSmemQ + kQTileBytes;
+constexpr int kSmemV = kSmemK + kStages * kKTileBytes;
+constexpr int kSmemBarriers = kSmemV + kStages * kVTileBytes;
+enum MbarrierIndex : int {
+  kFullQ = 0,
+  kFullK = 1,                      // [kStages]: K tile landed (TMA transaction bytes)
+  kFullV = kFullK + kStages,       // [kStages]: Vᵀ tile landed
+  kEmptyK = kFullV + kStages,      // [kStages]: every consumer warp has finished reading the K tile
+  kEmptyV = kEmptyK + kStages,     // [kStages]: ... the Vᵀ tile
+  kMbarrierCount = kEmptyV + kStages
+};
+constexpr int kSmemAlignment = 1024;
+constexpr int kSmemBytes = kSmemBarriers + kMbarrierCount * 8 + kSmemAlignment;  // slack to align the base
+
+// Named barriers (0 is __syncthreads): consumer c waits on kBarrierSchedule + c before issuing its
+// products and then releases the other consumer's.
+constexpr int kBarrierSchedule = 1;
+
+// exp2 scaled by 448: P8 = e4m3(448 · P) puts the row's largest weight on e4m3's largest value.
+constexpr float kLog2PScale = 8.80735492205760410f;  // log2(448), cpu::kInt8Fp8Log2PScale
+constexpr float kLog2e = 1.4426950408889634f;
+// int32 → fp32 exactly for |x| < 2^22: the bits of 1.5·2^23 + x, minus 1.5·2^23.
+constexpr uint32_t kMagicBits = 0x4B400000u;
+constexpr float kMagic = 12582912.0f;
+
+// ---- params --------------------------------------------------------------------------------------
+
+struct Int8Fp8Params {
+  __nv_bfloat16* out;          // [Nq, H, 128]
+  int64_t out_row, out_head;   // strides, elements
+  const float* q_scale;        // [H, Nq_pad / 64]
+  const float* k_scale;        // [H, Nk_pad / 128]
+  const float* v_scale;        // [H, 128]
+  int nq, nk;
+  int q_blocks, k_blocks;      // per head: Nq_pad / 64, Nk_pad / 128
+  int nq_pad, nk_pad;
+  float scale_log2;            // softmax scale · log2(e)
+};
+
+// ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
+
+__device__ __forceinline__ uint32_t smem_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and to the CTA.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Returns once the barrier's phase with this parity has completed (a fresh barrier is in phase 0,
+// so waiting for parity 1 returns at once: the producer's first pass over the empty ring).
+__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+// One [128 rows, 128 bytes] box at (column, row) of a 2-d byte tensor map, completing on `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int column, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// ---- PTX wrappers: wgmma -------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor, K-major with the 128-byte swizzle (mode 1 at bits 62-63): start
+// address, leading offset unused under the swizzle (encoded 1), stride offset 1024 bytes between
+// 8-row core-matrix groups, base offset 0 (tiles start on a 1024-byte period). All three operands
+// (Q, K, Vᵀ) are [rows, 128 bytes] with the contraction dim contiguous; the k32 step s is the
+// 32 bytes at 32·s of each row, reached by adding 32·s to the start address (the hardware applies
+// the swizzle to the final address, as TMA did when writing).
+__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t address) {
+  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{16 >> 4} << 16) |
+         (static_cast<uint64_t>(kSwizzlePeriodBytes >> 4) << 32) | (uint64_t{1} << 62);
+}
+__device__ __forceinline__ constexpr uint64_t k32_step(int s) { return static_cast<uint64_t>((32 * s) >> 4); }
+
+#define VORTEX_WGMMA_D                                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
+  "%62, %63}"
+#define VORTEX_WGMMA_D_OPERANDS(c)                                                                        \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),     \
+      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), \
+      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), \
+      c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), c(d[37]), c(d[38]), c(d[39]), c(d[40]), \
+      c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]), \
+      c(d[51]), c(d[52]), c(d[53]), c(d[54]), c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), \
+      c(d[61]), c(d[62]), c(d[63])
+
+// d (s32) = a·b, a [64, 32] and b [32, 128] int8, both K-major in shared memory (scale-d false).
+__device__ __forceinline__ void wgmma_s8_first(uint32_t (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " VORTEX_WGMMA_D ", %64, %65, p;\n}\n"
+      : VORTEX_WGMMA_D_OPERANDS("=r")
+      : "l"(a), "l"(b), "r"(0));
+}
+// d (s32) += a·b, as above.
+__device__ __forceinline__ void wgmma_s8(uint32_t (&d)[64], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " VORTEX_WGMMA_D ", %64, %65, p;\n}\n"
+      : VORTEX_WGMMA_D_OPERANDS("+r")
+      : "l"(a), "l"(b), "r"(1));
+}
+// d (f32) = a·b (first = true) or d += a·b: a [64, 32] e4m3 in registers (4 × 4 bytes: rows g / g+8,
+// k 4t..4t+3 and 16+4t..16+4t+3), b [32, 128] e4m3 K-major in shared memory.
+template <bool kFirst>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t b) {
+  if constexpr (kFirst) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D
+        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D_OPERANDS("=f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D
+        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D_OPERANDS("+f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+  }
+}
+#undef VORTEX_WGMMA_D
+#undef VORTEX_WGMMA_D_OPERANDS
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The compiler sees a wgmma's registers written when it is issued, not when it completes. These
+// empty statements "rewrite" registers at a fixed point among the volatile wgmma statements: after
+// a wgmma_wait, so reads of accumulators stay below the wait and registers an in-flight wgmma still
+// reads (P8) are not reused before it; before a wgmma_fence, so the writes it orders precede it.
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// ---- softmax helpers ------------------------------------------------------------------------------
+
+__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = 0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Two fp32 → e4m3x2 (RNE, saturating at ±448), `lo` in the low byte.
+__device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Accumulator layout of m64nNk32 (s32 or f32): thread t of the warpgroup holds rows 16·(t/32) +
+// (t%32)/4 (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns 8j + 2·(t%4) and + 1, for j < N/8.
+
+// Online softmax of one tile for this thread's two rows, in place: s holds the exact int32 scores
+// on entry and the bits of P·448 (fp32) on return (one register set for both: S, O, the per-tile
+// P·V and P8 already take 208 of the 240 registers). c: the tile's factor
+// q_scale·k_scale·scale·log2 e. Keys at or past nk (only when kMask) get weight 0 and stay out of
+// the max; alpha = exp2(m_old − m_new) (0 on the first tile); row_sum is this lane's share (the
+// quad's four shares are added in the epilogue).
+template <bool kMask>
+__device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
+                                               float (&alpha)[2], int key0, int nk, int lane) {
+  float x[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) x[i] = __uint_as_float(s[i] + kMagicBits) - kMagic;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float max0 = -INFINITY, max1 = -INFINITY;  // two chains: half the dependent latency
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+      const int key = key0 + 8 * j + 2 * (lane % 4);
+      max0 = fmaxf(max0, (!kMask || key < nk) ? x[4 * j + 2 * r] : -INFINITY);
+      max1 = fmaxf(max1, (!kMask || key + 1 < nk) ? x[4 * j + 2 * r + 1] : -INFINITY);
+    }
+    float tile_max = fmaxf(max0, max1);
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    // Finite: key 0 of every tile is valid. The max of fp32(acc)·c is fp32(max acc)·c (c >= 0).
+    const float new_max = fmaxf(row_max[r], tile_max * c);
+    alpha[r] = fast_exp2(row_max[r] - new_max);
+    row_max[r] = new_max;
+    const float offset = kLog2PScale - new_max;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+      float p0 = fast_exp2(fmaf(x[4 * j + 2 * r], c, offset));
+      float p1 = fast_exp2(fmaf(x[4 * j + 2 * r + 1], c, offset));
+      if (kMask) {
+        const int key = key0 + 8 * j + 2 * (lane % 4);
+        p0 = key < nk ? p0 : 0.0f;
+        p1 = key + 1 < nk ? p1 : 0.0f;
+      }
+      x[4 * j + 2 * r] = p0;
+      x[4 * j + 2 * r + 1] = p1;
+      sum0 += p0;
+      sum1 += p1;
+    }
+    row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
+  }
+#pragma unroll
+  for (int i = 0; i < 64; ++i) s[i] = __float_as_uint(x[i]);
+}
+
+// P·448 (fp32 bits, accumulator layout) → e4m3 A fragments of P·V. For k32 step s, register 4s + r + 2h
+// holds row g + 8r, keys (in Vᵀ slot order) 32s + 16h + 4t .. +3, which are the accumulator's
+// columns 8j + 2t, 8j + 2t + 1 for j = 4s + 2h and j = 4s + 2h + 1 (int8fp8_vt_slot's permutation).
+__device__ __forceinline__ void pack_p(const uint32_t (&s)[64], uint32_t (&p)[16]) {
+  const auto x = [&](int i) { return __uint_as_float(s[i]); };
+#pragma unroll
+  for (int step = 0; step < kBlockK / 32; ++step) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int j = 4 * step + 2 * h;
+        p[4 * step + r + 2 * h] = pack_e4m3x2(x(4 * j + 2 * r), x(4 * j + 2 * r + 1)) |
+                               (pack_e4m3x2(x(4 * (j + 1) + 2 * r), x(4 * (j + 1) + 2 * r + 1)) << 16);
+      }
+    }
+  }
+}
+
+// O = O·alpha + (P·V) of the tile just finished: the two-level accumulation.
+__device__ __forceinline__ void accumulate(float (&o)[64], const float (&o_tile)[64], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 8; ++j) {
+    o[4 * j] = fmaf(o[4 * j], alpha[0], o_tile[4 * j]);
+    o[4 * j + 1] = fmaf(o[4 * j + 1], alpha[0], o_tile[4 * j + 1]);
+    o[4 * j + 2] = fmaf(o[4 * j + 2], alpha[1], o_tile[4 * j + 2]);
+    o[4 * j + 3] = fmaf(o[4 * j + 3], alpha[1], o_tile[4 * j + 3]);
+  }
+}
+
+// ---- consumer products ----------------------------------------------------------------------------
+
+// S = Q8·K8ᵀ for this warpgroup's 64 rows and one 128-key tile: 4 k32 steps over D.
+__device__ __forceinline__ void issue_qk(uint32_t (&s)[64], uint64_t q_desc, uint64_t k_desc) {
+  wgmma_fence();
+  wgmma_s8_first(s, q_desc, k_desc);
+#pragma unroll
+  for (int step = 1; step < kHeadDim / 32; ++step) wgmma_s8(s, q_desc + k32_step(step), k_desc + k32_step(step));
+  wgmma_commit();
+}
+
+// o_tile = P8·V8 for one 128-key tile: 4 k32 steps over the keys (32 bytes of each Vᵀ row each).
+__device__ __forceinline__ void issue_pv(float (&o_tile)[64], uint32_t (&p)[16], uint64_t v_desc) {
+  pin_registers(p);
+  wgmma_fence();
+  wgmma_e4m3<true>(o_tile, p[0], p[1], p[2], p[3], v_desc);
+#pragma unroll
+  for (int step = 1; step < kBlockK / 32; ++step) {
+    wgmma_e4m3<false>(o_tile, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], v_desc + k32_step(step));
+  }
+  wgmma_commit();
+}
+
+// ---- producer: global → shared (TMA) ---------------------------------------------------------------
+
+__device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
+                                        uint32_t smem, uint32_t bars, int q_row0, int k_row0, int v_row0, int tiles) {
+  prefetch_tensor_map(q_map);
+  prefetch_tensor_map(k_map);
+  prefetch_tensor_map(v_map);
+  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, kQTileBytes);
+  tma_load(smem + kSmemQ, q_map, 0, q_row0, bars + 8 * kFullQ);
+  for (int tile = 0; tile < tiles; ++tile) {
+    const int stage = tile % kStages;
+    const uint32_t parity = (tile / kStages) & 1;
+    // Wait for both consumers to have released this stage's previous occupant (tile − kStages).
+    mbarrier_wait(bars + 8 * (kEmptyK + stage), parity ^ 1);
+    mbarrier_arrive_expect_tx(bars + 8 * (kFullK + stage), kKTileBytes);
+    tma_load(smem + kSmemK + stage * kKTileBytes, k_map, 0, k_row0 + tile * kBlockK, bars + 8 * (kFullK + stage));
+    mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
+    mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kVTileBytes);
+    tma_load(smem + kSmemV + stage * kVTileBytes, v_map, tile * kBlockK, v_row0, bars + 8 * (kFullV + stage));
+  }
+}
+
+// ---- consumer: the key sweep -------------------------------------------------------------------------
+
+__device__ __forceinline__ void consume(const Int8Fp8Params& p, uint32_t smem, uint32_t bars, int q0, int head,
+                                        int tiles, int consumer) {
+  const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
+  const int warp = thread / 32, lane = thread % 32;
+  const int schedule_mine = kBarrierSchedule + consumer, schedule_other = kBarrierSchedule + (1 - consumer);
+  constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
+
+  const uint64_t q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
+  const auto k_desc = [&](int stage) { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); };
+  const auto v_desc = [&](int stage) { return k_major_descriptor(smem + kSmemV + stage * kVTileBytes); };
+  const auto release = [&](int barrier) {
+    if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+  };
+  const float q_factor = p.q_scale[head * p.q_blocks + q0 / kRowsPerConsumer + consumer] * p.scale_log2;
+  const float* k_scale = p.k_scale + head * p.k_blocks;
+
+  uint32_t s[64];      // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
+  float o[64];         // O: [64 rows, 128 channels]
+  float o_tile[64];    // P·V of one tile
+  uint32_t pk[16];     // P8: e4m3 A fragments of P·V
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_prev[2];
+
+  // Ping-pong (as the exact kernel): consumer 0 issues first; consumer c's k-th issue slot waits for
+  // the other's (k−1)-th. Consumer 1 skips its last arrival, which nobody would wait for.
+  if (consumer == 1) named_barrier_arrive(schedule_other, kScheduleThreads);
+  const auto end_slot = [&](int slot) {
+    if (consumer == 0 || slot + 1 < tiles) named_barrier_arrive(schedule_other, kScheduleThreads);
+  };
+
+  mbarrier_wait(bars + 8 * kFullQ, 0);
+
+  // Tile 0: S only.
+  float c = q_factor * __ldg(k_scale);
+  mbarrier_wait(bars + 8 * kFullK, 0);
+  named_barrier_sync(schedule_mine, kScheduleThreads);
+  issue_qk(s, q_desc, k_desc(0));
+  end_slot(0);
+  wgmma_wait<0>();
+  pin_registers(s);
+  release(kEmptyK);
+  if (kBlockK > p.nk) {
+    online_softmax<true>(s, c, row_max, row_sum, alpha, 0, p.nk, lane);
+  } else {
+    online_softmax<false>(s, c, row_max, row_sum, alpha, 0, p.nk, lane);
+  }
+  pack_p(s, pk);
+  alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
+
+  // Tile t: S_t = Q·K_tᵀ and (P·V)_{t−1} in flight together; softmax of S_t under P·V.
+  for (int tile = 1; tile < tiles; ++tile) {
+    const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
+    c = q_factor * __ldg(k_scale + tile);
+    mbarrier_wait(bars + 8 * (kFullK + stage), (tile / kStages) & 1);
+    mbarrier_wait(bars + 8 * (kFullV + prev_stage), ((tile - 1) / kStages) & 1);
+    named_barrier_sync(schedule_mine, kScheduleThreads);
+    issue_qk(s, q_desc, k_desc(stage));
+    issue_pv(o_tile, pk, v_desc(prev_stage));
+    end_slot(tile);
+    wgmma_wait<1>();  // S_t done; P·V may still run
+    pin_registers(s);
+    release(kEmptyK + stage);
+    const int key0 = tile * kBlockK;
+    if (key0 + kBlockK > p.nk) {
+      online_softmax<true>(s, c, row_max, row_sum, alpha, key0, p.nk, lane);
+    } else {
+      online_softmax<false>(s, c, row_max, row_sum, alpha, key0, p.nk, lane);
+    }
+    wgmma_wait<0>();  // (P·V)_{t−1} done: its P registers and Vᵀ stage are free
+    pin_registers(o_tile);
+    pin_registers(pk);
+    release(kEmptyV + prev_stage);
+    accumulate(o, o_tile, alpha_prev);
+    alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
+    pack_p(s, pk);
+  }
+
+  // The last tile's P·V.
+  const int last = tiles - 1;
+  mbarrier_wait(bars + 8 * (kFullV + last % kStages), (last / kStages) & 1);
+  issue_pv(o_tile, pk, v_desc(last % kStages));
+  wgmma_wait<0>();
+  pin_registers(o_tile);
+  accumulate(o, o_tile, alpha_prev);
+
+  // ---- epilogue: (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout ----
+  float inverse[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float sum = row_sum[r];
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    inverse[r] = 1.0f / sum;
+  }
+  const float* v_scale = p.v_scale + head * kHeadDim;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
+    if (query >= p.nq) continue;
+    __nv_bfloat16* row = p.out + static_cast<int64_t>(query) * p.out_row + static_cast<int64_t>(head) * p.out_head;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      const int channel = 8 * j + 2 * (lane % 4);
+      const float2 vs = __ldg(reinterpret_cast<const float2*>(v_scale + channel));
+      *reinterpret_cast<uint32_t*>(row + channel) =
+          pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
+    }
+  }
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                             const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw = smem_address(smem_raw);
+  const uint32_t smem = (raw + kSmemAlignment - 1) & ~static_cast<uint32_t>(kSmemAlignment - 1);
+  const uint32_t bars = smem + kSmemBarriers;
+  const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
+  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
+  const int head = static_cast<int>(blockIdx.y);
+  const int tiles = p.nk_pad / kBlockK;
+
+  if (threadIdx.x == 0) {
+    mbarrier_init(bars + 8 * kFullQ, 1);
+    for (int stage = 0; stage < kStages; ++stage) {
+      mbarrier_init(bars + 8 * (kFullK + stage), 1);  // the producer's arrive.expect_tx
+      mbarrier_init(bars + 8 * (kFullV + stage), 1);
+      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps);  // one arrival per consumer warp
+      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();  // the last CTA-wide barrier: the producer's idle warps exit below
+
+  if (warpgroup == 0) {
+    release_registers<kProducerRegisters>();
+    if (threadIdx.x == 0) {
+      produce(&q_map, &k_map, &v_map, smem, bars, head * p.nq_pad + q0, head * p.nk_pad, head * kHeadDim, tiles);
+    }
+  } else {
+    claim_registers<kConsumerRegisters>();
+    consume(p, smem, bars, q0, head, tiles, warpgroup - 1);
+  }
+}
+
+// ---- host: tensor maps and launch -------------------------------------------------------------------
+
+using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point (the library does not link
+// libcuda); null when the driver lacks it.
+EncodeTiled tensor_map_encoder() {
+  static const EncodeTiled encoder = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
+            cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return static_cast<EncodeTiled>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(fn);
+  }();
+  return encoder;
+}
+
+// A [rows, width] byte matrix (rows `width` bytes apart) as a 2-d tensor map {width, rows} with
+// [128, 128] boxes and the 128-byte swizzle.
+Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void* data, int64_t width, int64_t rows) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(width)};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kRowBytes), 128};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, data, dims, strides, box, element_strides,
+                                 CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                 CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (result != CUDA_SUCCESS) {
+    return unimplemented(std::string("attention_int8fp8: the driver rejects the tensor map of ") + name +
+                         " (CUresult " + std::to_string(static_cast<int>(result)) + ")");
+  }
+  return ok_status();
+}
+
+std::string describe_view(const char* name, const TensorView& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string();
+}
+
+}  // namespace
+
+Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
+                                   cudaStream_t stream) {
+  const std::string what = "attention_int8fp8: " + describe_view("out", out);
+  if (out.device != Device::kCuda || out.dtype != DType::kBF16) return invalid_argument(what + " must be BF16 on the device");
+  if (out.rank() != 3 || out.shape[0] != ws.nq || out.shape[1] != ws.heads || out.shape[2] != kHeadDim ||
+      out.strides[2] != 1) {
+    return invalid_argument(what + " must be [" + std::to_string(ws.nq) + ", " + std::to_string(ws.heads) +
+                            ", 128] with unit stride on D");
+  }
+  if (reinterpret_cast<uintptr_t>(out.data) % 4 != 0 || (out.shape[0] > 1 && out.strides[0] % 2 != 0) ||
+      (out.shape[1] > 1 && out.strides[1] % 2 != 0)) {
+    return invalid_argument(what + ": the pointer and N / H strides must be multiples of 4 bytes");
+  }
+  if (!(scale > 0.0f) || !std::isfinite(scale)) {
+    return invalid_argument("attention_int8fp8: scale must be finite and > 0, got " + std::to_string(scale));
+  }
+  const EncodeTiled encode = tensor_map_encoder();
+  if (encode == nullptr) return unimplemented("attention_int8fp8: the driver offers no cuTensorMapEncodeTiled");
+  CUtensorMap q_map, k_map, v_map;
+  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad));
+  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &k_map, "k8", ws.k, kHeadDim, ws.heads * ws.nk_pad));
+  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &v_map, "vt8", ws.vt, ws.nk_pad, ws.heads * kHeadDim));
+
+  Int8Fp8Params params{};
+  params.out = static_cast<__nv_bfloat16*>(out.data);
+  params.out_row = out.strides[0];
+  params.out_head = out.strides[1];
+  params.q_scale = ws.q_scale;
+  params.k_scale = ws.k_scale;
+  params.v_scale = ws.v_scale;
+  params.nq = static_cast<int>(ws.nq);
+  params.nk = static_cast<int>(ws.nk);
+  params.nq_pad = static_cast<int>(ws.nq_pad);
+  params.nk_pad = static_cast<int>(ws.nk_pad);
+  params.q_blocks = static_cast<int>(ws.nq_pad / kInt8Fp8QBlock);
+  params.k_blocks = static_cast<int>(ws.nk_pad / kInt8Fp8KBlock);
+  params.scale_log2 = scale * kLog2e;
+
+  VORTEX_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_int8fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
+  const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
+  attention_int8fp8_kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                         float scale, DeviceArena& scratch, cudaStream_t stream) {
+  if (q.rank() != 3 || k.rank() != 3) {
+    return invalid_argument("attention_int8fp8: q and k must be [N, H, D], got " + describe_view("q", q) + ", " +
+                            describe_view("k", k));
+  }
+  if (!(scale > 0.0f) || !std::isfinite(scale)) {
+    return invalid_argument("attention_int8fp8: scale must be finite and > 0, got " + std::to_string(scale));
+  }
+  const size_t mark = scratch.mark();
+  const Status status = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Workspace ws, int8fp8_workspace(scratch, q.shape[0], k.shape[0], q.shape[1]));
+    VORTEX_RETURN_IF_ERROR(quantize_int8fp8(q, k, v, ws, stream));
+    return attention_int8fp8_quantized(ws, out, scale, stream);
+  }();
+  scratch.release_to(mark);
+  return status;
+}
+
+}  // namespace vortex::cuda
