@@ -51,8 +51,10 @@ Result<Tensor> amp_block(const AmpBlock& block, const Tensor& x, const Emitter& 
     const std::string act = name + ".activations.";
     VORTEX_ASSIGN_OR_RETURN(Tensor r, alias_free_snake(block.acts[2 * m], h, emit, act + std::to_string(2 * m)));
     VORTEX_ASSIGN_OR_RETURN(r, conv1d(block.convs1[m], r));
+    emit(name + ".convs1." + std::to_string(m), r);
     VORTEX_ASSIGN_OR_RETURN(r, alias_free_snake(block.acts[2 * m + 1], r, emit, act + std::to_string(2 * m + 1)));
     VORTEX_ASSIGN_OR_RETURN(r, conv1d(block.convs2[m], r));
+    emit(name + ".convs2." + std::to_string(m), r);
     if (r.shape() != h.shape()) {
       return internal_error(name + ": residual " + r.describe() + " does not match " + h.describe());
     }
@@ -149,8 +151,8 @@ Result<Tensor> decode_audio(const AudioVae& vae, const Tensor& latents, const Au
                             " must be 2 (left rows then right rows)");
   }
   if (latents.size(2) != c.latent_channels) {
-    return invalid_argument("latents: channel dim (dim 2) of " + latents.describe() + " must be latent_channels = " +
-                            std::to_string(c.latent_channels));
+    return invalid_argument("latents: channel dim (dim 2) of " + latents.describe() +
+                            " must be latent_channels = " + std::to_string(c.latent_channels));
   }
   if (latents.size(1) < 1) return invalid_argument("latents: frame dim (dim 1) of " + latents.describe() + " is empty");
   if (static_cast<int64_t>(c.latents_mean.size()) != c.latent_channels ||

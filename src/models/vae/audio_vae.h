@@ -106,13 +106,14 @@ NamedTensors synthetic_audio_vae_tensors(const AudioVaeConfig& config, uint64_t 
 // [B, C, T] transposed), named after the reference module that produced it: "latents" (the
 // de-normalised decoder input), "dec_in_proj", "decoder.conv_pre", "decoder.ups.<i>",
 // "decoder.resblocks.<n>" (and, inside them, "...activations.<a>.upsample", "...act",
-// "...activations.<a>"), "decoder.stage.<i>" (the mean of stage i's AMP blocks),
+// "...activations.<a>", "...convs1.<m>", "...convs2.<m>"), "decoder.stage.<i>" (the mean of stage i's AMP blocks),
 // "decoder.activation_post", "decoder.conv_post" (before the clamp) and "waveform" ([B, S]).
 // The tensor is only valid during the call.
 using AudioVaeObserver = std::function<void(const std::string& name, const Tensor& value)>;
 
 // Decodes de-normalised latents x[B, T, C] (time-major); returns the waveform [B, samples].
-Result<Tensor> decode_audio_latents(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer = nullptr);
+Result<Tensor> decode_audio_latents(const AudioVae& vae, const Tensor& latents,
+                                    const AudioVaeObserver* observer = nullptr);
 
 // latents: [2, A, latent_channels] (F32 or BF16), stereo channel-major rows as the transformer
 // emits them. Returns the stereo waveform F32 [2, A · hop] at config.sampling_rate, in [-1, 1].

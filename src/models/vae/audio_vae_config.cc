@@ -2,9 +2,8 @@
 
 #include <cmath>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 namespace vortex::vae {
 
@@ -140,8 +139,8 @@ Status AudioVaeConfig::validate() const {
     }
   }
   if ((decoder_dim >> num_upsamples()) < 1) {
-    return invalid_argument(field_error("decoder_dim", "is too small to be halved " +
-                                                           std::to_string(num_upsamples()) + " times"));
+    return invalid_argument(
+        field_error("decoder_dim", "is too small to be halved " + std::to_string(num_upsamples()) + " times"));
   }
   if (resblock_dilation_sizes.size() != resblock_kernel_sizes.size()) {
     return invalid_argument(field_error("resblock_dilation_sizes", "must have one row per resblock kernel size"));
@@ -189,8 +188,8 @@ std::string AudioVaeConfig::to_json_string() const { return to_json().dump(); }
 
 Result<AudioVaeConfig> audio_vae_config_from_json(const nlohmann::json& json) {
   if (!json.is_object()) return invalid_argument("audio VAE config must be a JSON object");
-  if (auto it = json.find("_class_name"); it != json.end() && it->is_string() &&
-                                          it->get<std::string>() != "AutoencoderKLMiniMaxH3Audio") {
+  if (auto it = json.find("_class_name");
+      it != json.end() && it->is_string() && it->get<std::string>() != "AutoencoderKLMiniMaxH3Audio") {
     return invalid_argument("audio VAE config field '_class_name' is '" + it->get<std::string>() +
                             "', not AutoencoderKLMiniMaxH3Audio");
   }
@@ -273,11 +272,12 @@ Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& meta
   VORTEX_RETURN_IF_ERROR(read_int(wrapper, "sample_rate", wrapper_rate));
   if (wrapper_channels != c.latent_channels) {
     return invalid_argument("audio VAE latent width disagreement: metadata.json says " +
-                            std::to_string(c.latent_channels) + ", config.json says " + std::to_string(wrapper_channels));
+                            std::to_string(c.latent_channels) + ", config.json says " +
+                            std::to_string(wrapper_channels));
   }
   if (wrapper_rate != c.sampling_rate) {
-    return invalid_argument("audio VAE sample rate disagreement: metadata.json says " + std::to_string(c.sampling_rate) +
-                            ", config.json says " + std::to_string(wrapper_rate));
+    return invalid_argument("audio VAE sample rate disagreement: metadata.json says " +
+                            std::to_string(c.sampling_rate) + ", config.json says " + std::to_string(wrapper_rate));
   }
   VORTEX_RETURN_IF_ERROR(read_float_list(wrapper, "latents_mean", c.latents_mean));
   VORTEX_RETURN_IF_ERROR(read_float_list(wrapper, "latents_std", c.latents_std));

@@ -10,10 +10,9 @@
 // conversion script does), the `config` metadata key of a safetensors file, or a preset.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "vortex/status.h"
 

@@ -3,11 +3,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <unordered_map>
-
-#include <nlohmann/json.hpp>
 
 #include "core/rng.h"
 #include "models/h3/synthetic_rule.h"
@@ -24,7 +23,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string strip_suffix(const std::string& s, const std::string& suffix) { return s.substr(0, s.size() - suffix.size()); }
+std::string strip_suffix(const std::string& s, const std::string& suffix) {
+  return s.substr(0, s.size() - suffix.size());
+}
 
 std::string idx(int i) { return std::to_string(i); }
 
@@ -105,8 +106,8 @@ std::vector<AudioVaeTensorSpec> audio_vae_schema(const AudioVaeConfig& c) {
   s.plain("dec_in_proj", {c.latent_dim, out, 1}, c.latent_dim);
   s.weight_normed("decoder.conv_pre", {c.decoder_dim, c.latent_dim, 7}, c.decoder_dim);
   for (int i = 0; i < c.num_upsamples(); ++i) {
-    s.weight_normed("decoder.ups." + idx(i) + ".0", {c.stage_channels(i), c.stage_channels(i + 1), c.decoder_kernel_sizes[i]},
-                    c.stage_channels(i + 1));
+    s.weight_normed("decoder.ups." + idx(i) + ".0",
+                    {c.stage_channels(i), c.stage_channels(i + 1), c.decoder_kernel_sizes[i]}, c.stage_channels(i + 1));
   }
   for (int i = 0; i < c.num_upsamples(); ++i) {
     const int64_t ch = c.stage_channels(i + 1);
@@ -368,6 +369,9 @@ NamedTensors synthetic_audio_vae_tensors(const AudioVaeConfig& config, uint64_t 
       float scale = 0.1f, offset = 0.0f;  // snake parameters (log space), q/v biases
       if (ends_with(name, ".bias")) {
         scale = 0.01f;
+      } else if (name == "decoder.conv_post.weight_g") {
+        offset = 0.25f;  // keeps most of the synthetic waveform inside the clamp
+        scale = 0.0f;
       } else if (ends_with(name, ".weight_g")) {
         offset = 1.0f;  // fused rows of norm ~1
       } else if (ends_with(name, ".alpha") && spec.shape.rank() == 3) {

@@ -79,7 +79,8 @@ Result<Conv1d> make_conv1d(const std::string& what, const Tensor& weight, const 
       for (int64_t k = 0; k < K; ++k) dst[o * K * C + k * C + c] = src[(o * C + c) * K + k];
   if (bias.defined()) {
     if (bias.rank() != 1 || bias.size(0) != O) {
-      return invalid_argument("conv1d '" + what + "': bias " + bias.describe() + " must be [" + std::to_string(O) + "]");
+      return invalid_argument("conv1d '" + what + "': bias " + bias.describe() + " must be [" + std::to_string(O) +
+                              "]");
     }
     VORTEX_ASSIGN_OR_RETURN(conv.bias, to_f32(what + " bias", bias));
   }
@@ -101,8 +102,8 @@ Result<Tensor> conv1d(const Conv1d& conv, const Tensor& x, cpu::GemmVariant vari
   const int64_t KC = K * C;
   const bool direct = K == 1 && s.stride == 1 && s.padding == 0;
   const int64_t tile_rows =
-      std::min(T_out, direct ? kMaxTileRows : std::clamp(kTileScratchFloats / std::max<int64_t>(KC, 1), kMinTileRows,
-                                                         kMaxTileRows));
+      std::min(T_out, direct ? kMaxTileRows
+                             : std::clamp(kTileScratchFloats / std::max<int64_t>(KC, 1), kMinTileRows, kMaxTileRows));
   const int64_t row_blocks = (T_out + tile_rows - 1) / tile_rows;
   const int64_t cols_per_block = column_block(B * row_blocks, O);
   const int64_t col_blocks = (O + cols_per_block - 1) / cols_per_block;
@@ -234,8 +235,8 @@ Result<Tensor> fuse_weight_norm(const std::string& what, const Tensor& g, const 
   }
   const int64_t n = v.size(0);
   if (g.numel() != n || g.size(0) != n) {
-    return invalid_argument("weight norm '" + what + "': weight_g " + g.describe() + " must hold one value per row of " +
-                            "weight_v " + v.describe());
+    return invalid_argument("weight norm '" + what + "': weight_g " + g.describe() +
+                            " must hold one value per row of " + "weight_v " + v.describe());
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor gf, to_f32(what + ".weight_g", g));
   VORTEX_ASSIGN_OR_RETURN(Tensor vf, to_f32(what + ".weight_v", v));

@@ -53,8 +53,7 @@ Result<Conv1d> make_conv1d(const std::string& what, const Tensor& weight, const 
                            int64_t dilation, int64_t padding);
 
 // x: F32 [B, T, C] contiguous. Returns y: F32 [B, T_out, O].
-Result<Tensor> conv1d(const Conv1d& conv, const Tensor& x,
-                      cpu::GemmVariant variant = cpu::default_gemm_variant());
+Result<Tensor> conv1d(const Conv1d& conv, const Tensor& x, cpu::GemmVariant variant = cpu::default_gemm_variant());
 
 struct ConvTranspose1dShape {
   int64_t in_channels = 0;
