@@ -32,6 +32,8 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/hopper_primitives.cuh"
+
 namespace vortex::cuda {
 namespace {
 
@@ -111,41 +113,24 @@ struct Int8Fp8Params {
 
 // ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
 
-__device__ __forceinline__ uint32_t smem_address(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+// The PTX wrappers this kernel shares with the exact Hopper kernels.
+using hopper::smem_address;
+using hopper::mbarrier_init;
+using hopper::mbarrier_init_fence;
+using hopper::mbarrier_arrive;
+using hopper::mbarrier_arrive_expect_tx;
+using hopper::mbarrier_wait;
+using hopper::prefetch_tensor_map;
+using hopper::named_barrier_sync;
+using hopper::named_barrier_arrive;
+using hopper::release_registers;
+using hopper::claim_registers;
+using hopper::wgmma_fence;
+using hopper::wgmma_commit;
+using hopper::wgmma_wait;
+using hopper::fast_exp2;
+using hopper::pin_registers;
 
-__device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and to the CTA.
-__device__ __forceinline__ void mbarrier_init_fence() {
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-// Returns once the barrier's phase with this parity has completed (a fresh barrier is in phase 0,
-// so waiting for parity 1 returns at once: the producer's first pass over the empty ring).
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WAIT;\n"
-      "}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
-__device__ __forceinline__ void prefetch_tensor_map(const CUtensorMap* map) {
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
 // One [128 rows, 128 bytes] box at (column, row) of a 2-d byte tensor map, completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int column, int row, uint32_t bar) {
   asm volatile(
@@ -155,21 +140,7 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
-template <int kRegisters>
-__device__ __forceinline__ void release_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
-template <int kRegisters>
-__device__ __forceinline__ void claim_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
-}
 
 // ---- PTX wrappers: wgmma -------------------------------------------------------------------------
 
@@ -239,35 +210,9 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t
 #undef VORTEX_WGMMA_D
 #undef VORTEX_WGMMA_D_OPERANDS
 
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-
-// The compiler sees a wgmma's registers written when it is issued, not when it completes. These
-// empty statements "rewrite" registers at a fixed point among the volatile wgmma statements: after
-// a wgmma_wait, so reads of accumulators stay below the wait and registers an in-flight wgmma still
-// reads (P8) are not reused before it; before a wgmma_fence, so the writes it orders precede it.
-template <int N>
-__device__ __forceinline__ void pin_registers(float (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
-}
-template <int N>
-__device__ __forceinline__ void pin_registers(uint32_t (&r)[N]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(r[i])::"memory");
-}
 
 // ---- softmax helpers ------------------------------------------------------------------------------
 
-__device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Two fp32 → e4m3x2 (RNE, saturating at ±448), `lo` in the low byte.
 __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
