@@ -347,8 +347,10 @@ def write_schedules(out_dir):
 
 def write_canonical_layout(out_dir):
     layout = t2va_layout(100, 124, 48, 84, (1, 2, 2))
-    tensors = {k: layout[k].contiguous() for k in
-               ("position_ids", "token_tags", "video_indices", "audio_indices", "text_indices")}
+    # Positions as the reference builds them (float64) and the tags as bytes; the row indices
+    # follow from the tags, which keeps the file small.
+    tensors = {"position_ids": layout["position_ids"].contiguous(),
+               "token_tags": layout["token_tags"].to(torch.uint8).contiguous()}
     save_file(tensors, os.path.join(out_dir, "layout_canonical.safetensors"),
               metadata={"num_text": "100", "num_frames": "124", "height": "768", "width": "1344"})
 
