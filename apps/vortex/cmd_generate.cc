@@ -35,6 +35,8 @@ struct GenerateArgs {
   int frames = 124;
   int steps = 12;
   uint64_t seed = 0;
+  std::string attention = "exact";
+  std::vector<int> exact_blocks;
   std::string out;
 };
 
@@ -93,6 +95,8 @@ Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const GenerateArgs& 
 #if defined(VORTEX_HAVE_CUDA)
 // The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
 Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const GenerateArgs& args, int64_t rows, std::string& source) {
+  h3::CudaModelOptions model_options;
+  model_options.int8fp8_attention = args.attention == "int8fp8";
   if (args.dtype != "bf16") return invalid_argument("--device cuda runs the bf16 program; use --dtype bf16");
   if (!args.model_path.empty()) {
     VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));
@@ -104,14 +108,16 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const GenerateArgs& args,
     }
     VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
     source = args.model_path + " (" + h3::layout_name(layout) + " layout, cuda)";
-    VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr), rows));
+    VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr),
+                                                                      rows, nullptr, model_options));
     return std::unique_ptr<h3::StepModel>(std::move(model));
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(args.synthetic_preset));
   source = "synthetic preset '" + args.synthetic_preset + "' (weights seed " + std::to_string(args.weights_seed) +
            ", made on the device)";
-  VORTEX_ASSIGN_OR_RETURN(auto model,
-                          h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(args.weights_seed, nullptr), rows));
+  VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(
+                                          config, h3::synthetic_weight_filler(args.weights_seed, nullptr), rows,
+                                          nullptr, model_options));
   return std::unique_ptr<h3::StepModel>(std::move(model));
 }
 #endif
@@ -188,6 +194,9 @@ int run_generate(const GenerateArgs& args) {
   options.video = {args.height, args.width, args.frames};
   options.steps = args.steps;
   options.seed = args.seed;
+  auto plan = h3::AttentionPlan::parse(args.attention, args.exact_blocks, config.num_layers);
+  if (!plan.ok()) return report_error(plan.status());
+  options.attention = *plan;
   auto result = h3::generate_t2va(model->steps(), *text, options, progress_printer());
   if (!result.ok()) return report_error(result.status());
 
@@ -199,6 +208,7 @@ int run_generate(const GenerateArgs& args) {
       {"backend", args.device},
       {"cpu_gemm", cpu::gemm_variant_name(cpu::default_gemm_variant())},
       {"dtype", dtype_name(dtype)},
+      {"attention", {{"mode", args.attention}, {"exact_blocks", args.exact_blocks}}},
       {"request",
        {{"height", args.height}, {"width", args.width}, {"frames", args.frames}, {"steps", args.steps},
         {"seed", args.seed}, {"text_tokens", text->size(0)}, {"text", args.text_path.empty() ? "synthetic" : args.text_path}}},
@@ -252,6 +262,12 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--steps", args->steps, "Sigma grid points including the final 0 (steps - 1 forwards)")
       ->capture_default_str();
   cmd->add_option("--seed", args->seed, "Noise seed (Philox)")->capture_default_str();
+  cmd->add_option("--attention", args->attention,
+                  "Attention mode: exact, or int8fp8 (approximate: ~0.04 rel-L2 vs exact per attention)")
+      ->check(CLI::IsMember({"exact", "int8fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--exact-blocks", args->exact_blocks, "With --attention int8fp8: blocks that stay exact (e.g. 0,1,49)")
+      ->delimiter(',');
   cmd->add_option("--out", args->out, "Output prefix: writes PREFIX.safetensors and PREFIX.json")->required();
   cmd->callback([args, &action, model, synthetic] {
     if (model->count() == 0 && synthetic->count() == 0) {

@@ -7,6 +7,7 @@
 
 #include "cpu/elementwise.h"
 #include "cuda/attention.h"
+#include "cuda/attention_int8fp8.h"
 #include "cuda/elementwise.h"
 #include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
@@ -61,7 +62,8 @@ WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream) {
 }
 
 Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Config& config, const WeightFiller& fill,
-                                                                     int64_t max_rows, cudaStream_t stream) {
+                                                                     int64_t max_rows, cudaStream_t stream,
+                                                                     const CudaModelOptions& options) {
   VORTEX_RETURN_IF_ERROR(config.validate());
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->config_ = config;
@@ -69,6 +71,14 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
   VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
   VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
+  if (options.int8fp8_attention) {
+    if (config.attention_head_dim != cuda::kInt8Fp8HeadDim) {
+      return invalid_argument("int8fp8 attention needs head dim " + std::to_string(cuda::kInt8Fp8HeadDim) +
+                              "; this model's is " + std::to_string(config.attention_head_dim));
+    }
+    const size_t bytes = cuda::int8fp8_workspace_bytes(max_rows, max_rows, config.num_attention_heads) + 4096;
+    VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::create(bytes));
+  }
   return model;
 }
 
@@ -216,7 +226,8 @@ Status CudaH3Transformer::linear(const Linear& l, const Tensor& x, const Tensor&
   return gemm_->linear(x.view(), l.weight.view(), l.bias.defined() ? &bias : nullptr, y.view(), stream_);
 }
 
-Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool rope, const Tensor& out) {
+Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode,
+                                        const Tensor& out) {
   const H3Config& c = config_;
   const int64_t n = h.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
   VORTEX_ASSIGN_OR_RETURN(Tensor qkv, rows_of(qkv_, n));
@@ -244,7 +255,15 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   {
     cuda::SectionScope scope(profiler_, "attention", stream_);
-    VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
+    if (mode == AttentionMode::kInt8Fp8) {
+      if (int8fp8_scratch_.capacity() == 0) {
+        return invalid_argument("int8fp8 attention was not enabled when this model was created");
+      }
+      VORTEX_RETURN_IF_ERROR(
+          cuda::attention_int8fp8(q, k, v, heads_view(attn, 0, heads, d), scale, int8fp8_scratch_, stream_));
+    } else {
+      VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
+    }
   }
   cuda::SectionScope scope(profiler_, "gemm_out", stream_);
   return linear(b.out, attn, out);
@@ -268,7 +287,7 @@ Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Te
 
 // One block in place on x (the first x.size(0) rows). With AdaLN rows it is a transformer block
 // (modulation + gates + RoPE); without, a refiner block (plain pre-norm, no RoPE).
-Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows) {
+Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows, AttentionMode mode) {
   const int64_t n = x.size(0), C = config_.hidden_size;
   const float eps = static_cast<float>(config_.norm_eps);
   VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(h_, n));
@@ -291,7 +310,7 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
                                                   h.view(), stream_));
     }
   }
-  VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, branch));
+  VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, mode, branch));
   {
     cuda::SectionScope scope(profiler_, "residual", stream_);
     if (adaln_rows) {
@@ -392,12 +411,12 @@ Status CudaH3Transformer::upload_step_tables(const RowTimesteps& timesteps) {
   return cuda::copy_to_device(rows_host, rows_dev, stream_);
 }
 
-Status CudaH3Transformer::run_block(int index) {
+Status CudaH3Transformer::run_block(int index, AttentionMode mode) {
   if (!layout_ || index < 0 || index >= static_cast<int>(blocks_.size())) {
     return invalid_argument("run_block " + std::to_string(index) + ": no such block or no prepared request");
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, layout_->num_rows));
-  return block_forward(blocks_[index], x, &adaln_rows_);
+  return block_forward(blocks_[index], x, &adaln_rows_, mode);
 }
 
 Result<NamedTensors> CudaH3Transformer::download_block_weights(int index) const {
@@ -480,7 +499,13 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
   }
 
   // 2. The block stack.
-  for (const Block& b : blocks_) VORTEX_RETURN_IF_ERROR(block_forward(b, x, &adaln_rows_));
+  if (!in.attention.per_block.empty() && in.attention.per_block.size() != blocks_.size()) {
+    return invalid_argument("attention plan names " + std::to_string(in.attention.per_block.size()) +
+                            " blocks; the model has " + std::to_string(blocks_.size()));
+  }
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    VORTEX_RETURN_IF_ERROR(block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i))));
+  }
 
   // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.
   VORTEX_ASSIGN_OR_RETURN(Tensor out_mod, rows_of(out_mod_, num_timesteps_));

@@ -29,10 +29,17 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
 
+struct CudaModelOptions {
+  // Reserve the int8fp8 attention workspace (about 0.8 GB at the canonical shape) so requests may
+  // ask for that mode; it needs head dim 128.
+  bool int8fp8_attention = false;
+};
+
 class CudaH3Transformer : public StepModel {
  public:
   static Result<std::unique_ptr<CudaH3Transformer>> create(const H3Config& config, const WeightFiller& fill,
-                                                           int64_t max_rows, cudaStream_t stream = nullptr);
+                                                           int64_t max_rows, cudaStream_t stream = nullptr,
+                                                           const CudaModelOptions& options = {});
 
   const H3Config& config() const override { return config_; }
   size_t weight_bytes() const { return weights_arena_.used(); }
@@ -49,7 +56,7 @@ class CudaH3Transformer : public StepModel {
   // applies one transformer block in place to the packed residual stream [N, C] bf16.
   const Tensor& residual() const { return x_; }
   Status upload_step_tables(const RowTimesteps& timesteps);
-  Status run_block(int index);
+  Status run_block(int index, AttentionMode mode = AttentionMode::kExact);
   // Host copies, for peers that recompute a block from the same inputs (bench, tests).
   Result<NamedTensors> download_block_weights(int index) const;  // names relative to the block
   Result<Tensor> time_embedding_host(const std::vector<float>& timesteps) const;  // [T, TE] F32
@@ -71,15 +78,17 @@ class CudaH3Transformer : public StepModel {
   Status load_weights(const WeightFiller& fill);
   Status allocate_activations(int64_t max_rows);
   Status linear(const Linear& l, const Tensor& x, const Tensor& y);
-  Status attention_half(const Block& b, const Tensor& h, bool rope, const Tensor& out);
+  Status attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode, const Tensor& out);
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out);
-  Status block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows);
+  Status block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows,
+                       AttentionMode mode = AttentionMode::kExact);
 
   H3Config config_;
   LinearWeights time_linear_1_, time_linear_2_;  // host F32: the time MLP runs on the host
   cudaStream_t stream_ = nullptr;
   cuda::SectionProfiler* profiler_ = nullptr;
   cuda::DeviceArena weights_arena_, activations_;
+  cuda::DeviceArena int8fp8_scratch_;  // empty unless CudaModelOptions::int8fp8_attention
   std::unique_ptr<cuda::GemmRunner> gemm_;
   Linear proj_in_, audio_proj_in_, context_embedder_, norm_out_linear_, proj_out_, audio_proj_out_;
   Tensor refiner_final_norm_, norm_out_norm_;

@@ -65,6 +65,7 @@ Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout,
     in.video_rows = result.video_rows;
     in.audio_rows = result.audio_rows;
     in.timesteps = assign_row_timesteps(layout, video_t[i], audio_t[i]);
+    in.attention = options.attention;
     VORTEX_ASSIGN_OR_RETURN(StepOutputs out, model.step(in));
     VORTEX_RETURN_IF_ERROR(sampling::euler_step(result.video_rows, out.video_velocity, video_t[i], (*video_sigmas)[i],
                                                 (*video_sigmas)[i + 1]));

@@ -26,6 +26,7 @@ struct GenerateOptions {
   uint64_t seed = 0;
   float video_shift = 12.0f;
   float audio_shift = 3.0f;
+  AttentionPlan attention;  // exact unless asked otherwise
 };
 
 struct StepProgress {

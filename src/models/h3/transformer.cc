@@ -5,6 +5,7 @@
 
 #include "core/dtype.h"
 #include "cpu/attention.h"
+#include "cpu/attention_int8fp8.h"
 #include "cpu/elementwise.h"
 #include "cpu/norm.h"
 #include "models/h3/tensor_views.h"
@@ -144,8 +145,42 @@ void rope_tables(const H3Config& c, const std::vector<double>& positions, Tensor
   }
 }
 
+const char* attention_mode_name(AttentionMode mode) {
+  return mode == AttentionMode::kExact ? "exact" : "int8fp8";
+}
+
+Result<AttentionMode> attention_mode_from_name(const std::string& name) {
+  if (name == "exact") return AttentionMode::kExact;
+  if (name == "int8fp8") return AttentionMode::kInt8Fp8;
+  return invalid_argument("attention mode '" + name + "' (expected exact or int8fp8)");
+}
+
+bool AttentionPlan::uses(AttentionMode m) const {
+  if (per_block.empty()) return mode == m;
+  for (AttentionMode b : per_block) {
+    if (b == m) return true;
+  }
+  return false;
+}
+
+Result<AttentionPlan> AttentionPlan::parse(const std::string& mode, const std::vector<int>& exact_blocks,
+                                           int num_blocks) {
+  AttentionPlan plan;
+  VORTEX_ASSIGN_OR_RETURN(plan.mode, attention_mode_from_name(mode));
+  if (exact_blocks.empty()) return plan;
+  plan.per_block.assign(static_cast<size_t>(num_blocks), plan.mode);
+  for (int b : exact_blocks) {
+    if (b < 0 || b >= num_blocks) {
+      return invalid_argument("exact block " + std::to_string(b) + " outside the model's " + std::to_string(num_blocks) +
+                              " blocks");
+    }
+    plan.per_block[b] = AttentionMode::kExact;
+  }
+  return plan;
+}
+
 Status H3Transformer::attention_half(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin,
-                                     const Tensor& out) const {
+                                     AttentionMode mode, const Tensor& out) const {
   const H3Config& c = config();
   const int64_t n = h.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
   Tensor qkv = Tensor::empty({n, 3 * inner}, dtype());
@@ -161,7 +196,11 @@ Status H3Transformer::attention_half(const Block& b, const Tensor& h, const Tens
   }
   Tensor attn = Tensor::empty({n, inner}, dtype());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  VORTEX_RETURN_IF_ERROR(cpu::attention(q, k, v, heads_view(attn, 0, heads, d), scale));
+  if (mode == AttentionMode::kInt8Fp8) {
+    VORTEX_RETURN_IF_ERROR(cpu::attention_int8fp8(q, k, v, heads_view(attn, 0, heads, d), scale));
+  } else {
+    VORTEX_RETURN_IF_ERROR(cpu::attention(q, k, v, heads_view(attn, 0, heads, d), scale));
+  }
   return linear(b.out, attn, out);
 }
 
@@ -180,7 +219,7 @@ Status H3Transformer::refiner_block(const Block& b, Tensor& x) const {
   Tensor branch = Tensor::empty(x.shape(), dtype());
   const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
   VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &n1, eps, h.view()));
-  VORTEX_RETURN_IF_ERROR(attention_half(b, h, nullptr, nullptr, branch));
+  VORTEX_RETURN_IF_ERROR(attention_half(b, h, nullptr, nullptr, AttentionMode::kExact, branch));
   VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
   VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &n2, eps, h.view()));
   VORTEX_RETURN_IF_ERROR(feed_forward(b, h, branch));
@@ -188,7 +227,8 @@ Status H3Transformer::refiner_block(const Block& b, Tensor& x) const {
 }
 
 Status H3Transformer::transformer_block(const Block& b, Tensor& x, const Tensor& silu_temb,
-                                        const std::vector<int32_t>& rows, const PreparedRequest& request) const {
+                                        const std::vector<int32_t>& rows, const PreparedRequest& request,
+                                        AttentionMode mode) const {
   const int64_t C = config().hidden_size, T = silu_temb.size(0);
   const float eps = static_cast<float>(config().norm_eps);
   // The modulation table: [T, 18C] viewed as [3T, 6C], one row per (timestep, modality), holding
@@ -202,7 +242,7 @@ Status H3Transformer::transformer_block(const Block& b, Tensor& x, const Tensor&
   const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
   VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &n1, eps, h.view()));
   VORTEX_RETURN_IF_ERROR(cpu::adaln_modulate(h.view(), columns(mod, 0, C), columns(mod, C, C), rows, h.view()));
-  VORTEX_RETURN_IF_ERROR(attention_half(b, h, &request.rope_cos, &request.rope_sin, branch));
+  VORTEX_RETURN_IF_ERROR(attention_half(b, h, &request.rope_cos, &request.rope_sin, mode, branch));
   VORTEX_RETURN_IF_ERROR(cpu::gated_residual(x.view(), columns(mod, 2 * C, C), rows, branch.view()));
 
   VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &n2, eps, h.view()));
@@ -260,6 +300,10 @@ Result<StepOutputs> H3Transformer::forward(const PreparedRequest& request, const
     return invalid_argument("audio rows must be f32[" + std::to_string(layout.num_audio) + ", " +
                             std::to_string(c.audio_in_channels) + "], got " + in.audio_rows.describe());
   }
+  if (!in.attention.per_block.empty() && static_cast<int>(in.attention.per_block.size()) != c.num_layers) {
+    return invalid_argument("attention plan names " + std::to_string(in.attention.per_block.size()) +
+                            " blocks; the model has " + std::to_string(c.num_layers));
+  }
   const int64_t T = static_cast<int64_t>(in.timesteps.timesteps.size());
   if (T == 0 || static_cast<int64_t>(in.timesteps.row_index.size()) != N) {
     return invalid_argument("row timesteps must cover all " + std::to_string(N) + " rows");
@@ -296,7 +340,8 @@ Result<StepOutputs> H3Transformer::forward(const PreparedRequest& request, const
 
   // 3. The block stack.
   for (size_t i = 0; i < blocks_.size(); ++i) {
-    VORTEX_RETURN_IF_ERROR(transformer_block(blocks_[i], x, silu_temb, adaln_rows, request));
+    VORTEX_RETURN_IF_ERROR(
+        transformer_block(blocks_[i], x, silu_temb, adaln_rows, request, in.attention.for_block(static_cast<int>(i))));
     if (observer) (*observer)("block_" + std::to_string(i) + "_out", x);
   }
 

@@ -31,10 +31,30 @@ struct PreparedRequest {
   Tensor text_tokens;         // [Nt, C] model dtype: context_embedder + refiner + final norm
 };
 
+// DESIGN section 3's attention modes. `exact` is the default; `int8fp8` (int8 Q/K, e4m3 V and P)
+// is approximate (rel-L2 ~0.04 vs exact on N(0,1) inputs) and only ever runs when asked for.
+enum class AttentionMode { kExact, kInt8Fp8 };
+const char* attention_mode_name(AttentionMode mode);
+Result<AttentionMode> attention_mode_from_name(const std::string& name);
+
+// Which attention each transformer block runs: the request's mode, overridden per block (the
+// refiner, which sees only the text rows, is always exact).
+struct AttentionPlan {
+  AttentionMode mode = AttentionMode::kExact;
+  std::vector<AttentionMode> per_block;  // empty, or one entry per block
+  AttentionMode for_block(int block) const {
+    return block < static_cast<int>(per_block.size()) ? per_block[block] : mode;
+  }
+  bool uses(AttentionMode m) const;
+  // "int8fp8" with "--exact-blocks 0,1,49": every block int8fp8 except the listed ones.
+  static Result<AttentionPlan> parse(const std::string& mode, const std::vector<int>& exact_blocks, int num_blocks);
+};
+
 struct StepInputs {
   Tensor video_rows;  // [Nv, patch_dim] F32, packed order of layout.video_indices
   Tensor audio_rows;  // [Na, audio_in_channels] F32
   RowTimesteps timesteps;
+  AttentionPlan attention;
 };
 
 struct StepOutputs {
@@ -77,12 +97,12 @@ class H3Transformer {
   explicit H3Transformer(H3Weights weights) : weights_(std::move(weights)) {}
   Status pack();
   Status linear(const Linear& l, const Tensor& x, const Tensor& y) const;
-  Status attention_half(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin,
+  Status attention_half(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin, AttentionMode mode,
                         const Tensor& out) const;
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out) const;
   Status refiner_block(const Block& b, Tensor& x) const;
   Status transformer_block(const Block& b, Tensor& x, const Tensor& silu_temb, const std::vector<int32_t>& rows,
-                           const PreparedRequest& request) const;
+                           const PreparedRequest& request, AttentionMode mode) const;
 
   H3Weights weights_;
   Linear proj_in_, audio_proj_in_, context_embedder_;
