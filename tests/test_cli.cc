@@ -204,3 +204,41 @@ TEST(Cli, ConvertSyntheticInBothLayoutsThenInspect) {
 
 }  // namespace
 }  // namespace vortex
+
+namespace vortex {
+namespace {
+
+TEST(CliDecode, SoundtrackToWavAndClearRefusals) {
+  TempDir tmp;
+  const std::string latents = tmp.file("clip");
+  ASSERT_EQ(run_cli("generate --synthetic small --height 128 --width 192 --frames 22 --steps 2 --text-tokens 4 --out " +
+                    q(latents))
+                .code,
+            0);
+  const CliRun wav = run_cli("decode --latents " + q(latents + ".safetensors") +
+                             " --synthetic-audio-vae small --out " + q(tmp.file("clip.wav")));
+  EXPECT_EQ(wav.code, 0) << wav.err;
+  EXPECT_TRUE(fs::exists(tmp.file("clip.wav")));
+  EXPECT_NE(wav.out.find("32000 Hz"), std::string::npos) << wav.out;
+
+  const CliRun mp4 = run_cli("decode --latents " + q(latents + ".safetensors") +
+                             " --synthetic-audio-vae small --out " + q(tmp.file("clip.mp4")));
+  EXPECT_EQ(mp4.code, 1);
+  EXPECT_EQ(std::count(mp4.err.begin(), mp4.err.end(), '\n'), 1) << mp4.err;
+  EXPECT_NE(mp4.err.find("video VAE"), std::string::npos) << mp4.err;
+  EXPECT_FALSE(fs::exists(tmp.file("clip.mp4")));
+
+  // The `test` transformer's audio latents have 6 channels; the `small` audio VAE reads 32.
+  const std::string narrow = tmp.file("narrow");
+  ASSERT_EQ(run_cli("generate --synthetic test --height 64 --width 64 --frames 22 --steps 2 --text-tokens 4 --out " +
+                    q(narrow))
+                .code,
+            0);
+  expect_one_line_error(run_cli("decode --latents " + q(narrow + ".safetensors") +
+                                " --synthetic-audio-vae small --out " + q(tmp.file("narrow.wav"))),
+                        "audio_latents");
+  EXPECT_FALSE(fs::exists(tmp.file("narrow.wav")));
+}
+
+}  // namespace
+}  // namespace vortex

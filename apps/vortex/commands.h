@@ -18,6 +18,7 @@ void add_generate_command(CLI::App& app, Action& action);
 void add_inspect_command(CLI::App& app, Action& action);
 void add_convert_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
+void add_decode_command(CLI::App& app, Action& action);
 
 // Prints "vortex: <message>" on one line to stderr and returns the exit code for a Status:
 // 2 for bad input (invalid argument, not found, corrupt data), 1 otherwise.

@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   vortex::cli::add_generate_command(app, action);
   vortex::cli::add_inspect_command(app, action);
   vortex::cli::add_convert_command(app, action);
+  vortex::cli::add_decode_command(app, action);
   vortex::cli::add_bench_command(app, action);
   try {
     app.parse(argc, argv);
