@@ -1,0 +1,135 @@
+// The H3 video VAE decoder on the CPU (fp32), at parity with diffusers' AutoencoderKLMiniMaxH3
+// decode path and the pipeline's MiniMaxH3VideoDecodeStep.
+//
+// Weights: the diffusers state dict. The decoder's tensors (`post_quant_conv.*`, `decoder.*`)
+// are required and checked by name and shape; encoder-side tensors (`encoder.*`, `quant_conv.*`)
+// are accepted and ignored. A missing or unexpected tensor or a wrong shape is a one-line error
+// naming it.
+//
+// decode_video_chunk (the reference's decoder(post_quant_conv(z)) for one clip or tile):
+//   z [C, T, H, W] → post_quant_conv (1x1x1, C → C) → tokens [T·H·W, C] (t, then h, then w)
+//   → proj_in (C → dim) → append R register tokens and one all-zero token
+//   → 3-axis RoPE: per axis of size S, coordinate 2·(i + 0.5)/S - 1 (registers and the zero token
+//     at 0); inv_freq[k] = 1 / theta^(k · 6 / rope_dim), k < rope_dim / 6; angles 2π · coord ·
+//     inv_freq concatenated (t, h, w) and duplicated, rotating the first rope_dim channels of
+//     each head rotate-half style
+//   → per block: x += scale1 ⊙ attn(rmsnorm1(x)); x += scale2 ⊙ ff(rmsnorm2(x)), RMSNorms with a
+//     weight, attention with biased Q/K/V/out, per-head weightless RMSNorm on q and k before the
+//     RoPE, softmax scale 1/sqrt(head_dim); ff = Linear(dim → 2·ffn, stored [value; gate]) →
+//     value · silu(gate) → Linear(ffn → dim)
+//   → LayerNorm (weight, bias) → proj_out (dim → 3 · pt · p · p) → drop registers
+//   → unpatchify: pixel [c, t·pt + a, h·p + b, w·p + d] = token (t, h, w), value ((c·pt + a)·p + b)·p + d.
+//
+// decode_video (the pipeline after the denoise loop):
+//   latents [C, T, H, W] → x · std + mean → temporal chunks of tokens_chunk_size + token_overlap
+//   latents (stride tokens_chunk_size), each spatially tiled (see VideoTiling), decoded and
+//   stitched with linear blends; each chunk's frames are cut after frame_pre_padding, its tail is
+//   cross-faded into the next chunk over frame_overlap frames → x · imagenet_std + imagenet_mean,
+//   clamped to [0, 1] → F32 [3, F, H·p, W·p], F = 17n + 5 for T = 5n + 2 in the release.
+// The reference pipeline runs the decode under fp16 autocast on CUDA; this is its fp32 math.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpu/gemm.h"
+#include "models/vae/video_vae_config.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::vae {
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// ---- schema ------------------------------------------------------------------------------------
+
+struct VideoVaeTensorSpec {
+  std::string name;  // state-dict name
+  Shape shape;
+};
+
+// The decoder's tensors of the state dict for `config`, in module order.
+std::vector<VideoVaeTensorSpec> video_vae_decoder_schema(const VideoVaeConfig& config);
+
+// Checks names and shapes (see the file comment). Float dtypes only (F32, BF16, F16).
+Status validate_video_vae_tensors(const NamedTensors& tensors, const VideoVaeConfig& config);
+
+// ---- weights -----------------------------------------------------------------------------------
+
+struct VideoLinear {
+  cpu::PackedWeight weight;  // [O, I] fp32
+  Tensor bias;               // [O] fp32
+};
+
+struct VideoVitBlock {
+  Tensor norm1, norm2;  // [dim] fp32
+  VideoLinear to_q, to_k, to_v, to_out;
+  Tensor scale1, scale2;  // [dim] fp32
+  VideoLinear ff_in;      // [2·ffn, dim], [value; gate]
+  VideoLinear ff_out;     // [dim, ffn]
+};
+
+struct VideoVae {
+  VideoVaeConfig config;
+  VideoLinear post_quant_conv;  // the 1x1x1 conv as a [C, C] linear
+  VideoLinear proj_in;
+  Tensor register_tokens;  // [R, dim] fp32
+  std::vector<VideoVitBlock> blocks;
+  Tensor norm_out_weight, norm_out_bias;  // [dim] fp32
+  VideoLinear proj_out;
+};
+
+// Builds the decoder from state-dict tensors (validated first); every weight is widened to fp32.
+Result<VideoVae> assemble_video_vae(const NamedTensors& tensors, const VideoVaeConfig& config);
+
+// Deterministic pseudo-random decoder weights, reproducible bit for bit in Python
+// (tools/golden/make_video_vae_golden.py) so that goldens need not carry them. For the tensor named
+// n and its element e: h = splitmix64(fnv1a64(n) + seed · 0x9E3779B97F4A7C15 + e) (mod 2^64),
+// v = fp32((h >> 40) / 2^23 - 1) in [-1, 1); value = v · fp32(scale) with scale 1/sqrt(fan_in) for
+// matrices (post_quant_conv's fan-in is C), 0.5 for biases, register tokens, scale1 / scale2 and
+// the LayerNorm bias; norm weights are 1 + 0.25 · v.
+NamedTensors synthetic_video_vae_tensors(const VideoVaeConfig& config, uint64_t seed);
+
+// ---- forward -----------------------------------------------------------------------------------
+
+// Called with intermediates, named after the reference module that produced them:
+// decode_video_chunk: "post_quant_conv" [C, T, H, W], "decoder.proj_in" [N, dim] (patch tokens
+// only), "decoder.rope.cos" / "decoder.rope.sin" [N + R + 1, rope_dim], "decoder.transformer_blocks.<i>"
+// [N + R + 1, dim], "decoder.norm_out", "decoder.proj_out" [N + R + 1, 3·pt·p·p], "decoder" [3, T·pt,
+// H·p, W·p]. decode_video: "latents" (de-normalised), "clip.<i>" (chunk i's stitched decode),
+// "decoded" (all frames before the pixel de-normalisation) and "frames". Chunk-level names are
+// emitted for every chunk and tile of a decode_video, in order. Tensors are valid during the call.
+using VideoVaeObserver = std::function<void(const std::string& name, const Tensor& value)>;
+
+// z: F32 [C, T, H, W], de-normalised. Returns the decoder's output F32 [out_channels, T·pt, H·p, W·p]
+// (ImageNet-normalised RGB, unclamped).
+Result<Tensor> decode_video_chunk(const VideoVae& vae, const Tensor& z, const VideoVaeObserver* observer = nullptr);
+
+// The reference's tile layout along one axis of `length` pixels: starts, and the overlap after
+// each tile but the last (see the .cc for the rule).
+struct TileSplit {
+  std::vector<int64_t> starts;
+  int64_t tile = 0;
+  std::vector<int64_t> overlaps;
+};
+TileSplit split_tiles(int64_t length, int64_t tile_size, int64_t min_overlap, int64_t ratio);
+
+// Building blocks, exposed for the op-level tests.
+// LayerNorm over the last dim of x [N, C] (biased variance), fp32.
+Result<Tensor> video_layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
+// The decoder's RoPE tables for a T x H x W latent grid: cos, sin [T·H·W + R + 1, rope_dim].
+std::pair<Tensor, Tensor> video_rope_tables(const VideoVaeConfig& config, int64_t T, int64_t H, int64_t W);
+// b with its first e = min(|a|, |b|, extent) entries along `dim` replaced by
+// a[-e + k] · (1 - k/e) + b[k] · (k/e); a and b contiguous F32 of equal shape but along `dim`.
+Result<Tensor> blend_linear(const Tensor& a, const Tensor& b, int64_t extent, int dim);
+
+// latents: [C, T, H, W] (F32 or BF16), normalised as the transformer produces them. T must be one
+// the reference decodes without padding (5n + 2, n >= 1, in the release); a wrong rank, channel
+// count or frame count, or a non-finite value, is invalid_argument naming the field.
+// Returns F32 [3, F, H·p, W·p] in [0, 1].
+Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents, const VideoTiling& tiling = {},
+                            const VideoVaeObserver* observer = nullptr);
+
+}  // namespace vortex::vae
