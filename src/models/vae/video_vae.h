@@ -84,6 +84,14 @@ struct VideoVae {
 // Builds the decoder from state-dict tensors (validated first); every weight is widened to fp32.
 Result<VideoVae> assemble_video_vae(const NamedTensors& tensors, const VideoVaeConfig& config);
 
+// Loads a decoder from a safetensors file or a folder (diffusion_pytorch_model.safetensors, its
+// sharded .index.json, or model.safetensors). The config is config.json beside the file / inside the
+// folder (diffusers field names), else the file's `config` metadata key. A checkpoint in the original
+// layout (decoder.x_embedder, fused per-head-interleaved attn.to_qkv, attn.to_out, ff.w1 stored
+// [gate; up], ff.w2, decoder.mask_token) is converted as scripts/convert_minimax_h3_to_diffusers.py
+// does. Errors are one line naming the file and the tensor.
+Result<VideoVae> load_video_vae(const std::string& path);
+
 // Deterministic pseudo-random decoder weights, reproducible bit for bit in Python
 // (tools/golden/make_video_vae_golden.py) so that goldens need not carry them. For the tensor named
 // n and its element e: h = splitmix64(fnv1a64(n) + seed · 0x9E3779B97F4A7C15 + e) (mod 2^64),

@@ -1,7 +1,15 @@
-// The video VAE decoder's state-dict schema, its validation, assembly and synthetic weights.
+// The video VAE decoder's state-dict schema, its validation, assembly, loading (with the
+// original checkpoint's key layout converted on the fly) and synthetic weights.
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
 #include <unordered_map>
 
+#include "formats/safetensors.h"
 #include "models/vae/video_vae.h"
 
 namespace vortex::vae {
@@ -177,6 +185,175 @@ NamedTensors synthetic_video_vae_tensors(const VideoVaeConfig& config, uint64_t 
     out.emplace_back(spec.name, std::move(t));
   }
   return out;
+}
+
+namespace {
+
+namespace fs = std::filesystem;
+
+Result<nlohmann::json> read_json(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return not_found(path.string() + ": cannot open");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  nlohmann::json json = nlohmann::json::parse(buffer.str(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return invalid_argument(path.string() + ": not valid JSON");
+  return json;
+}
+
+bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+// The original (pre-conversion) layout is recognised by the keys the conversion removes.
+bool is_original_layout(const NamedTensors& tensors) {
+  for (const auto& [name, t] : tensors) {
+    if (starts_with(name, "decoder.x_embedder.") || contains(name, ".attn.to_qkv.") || contains(name, ".ff.w1.") ||
+        name == "decoder.mask_token") {
+      return true;
+    }
+  }
+  return false;
+}
+
+// The conversion script's _rename_video_vae_key for the decoder side (encoder keys are ignored
+// downstream, so their CompVis spelling is left alone).
+std::string rename_original_key(std::string key) {
+  const auto replace = [&](const std::string& from, const std::string& to) {
+    if (auto at = key.find(from); at != std::string::npos) key.replace(at, from.size(), to);
+  };
+  replace("decoder.x_embedder.", "decoder.proj_in.");
+  replace(".attn.to_out.", ".attn.to_out.0.");
+  replace(".ff.w1.", ".ff.net.0.proj.");
+  replace(".ff.w2.", ".ff.net.2.");
+  return key;
+}
+
+// Row blocks of an F32 [rows, ...] tensor: out rows [dst, dst + count) = in rows [src, src + count).
+void copy_rows(const Tensor& in, Tensor& out, int64_t src, int64_t dst, int64_t count) {
+  const int64_t width = in.numel() / in.size(0);
+  std::copy_n(in.data_as<const float>() + src * width, count * width, out.data_as<float>() + dst * width);
+}
+
+Shape with_rows(const Shape& s, int64_t rows) {
+  Shape out = s;
+  out[0] = rows;
+  return out;
+}
+
+// convert_video_vae_key: drop decoder.mask_token; split the per-head-interleaved fused QKV rows
+// [head0: q k v, head1: q k v, ...] into to_q / to_k / to_v; swap ff.w1's [gate; up] to diffusers'
+// [up; gate]; rename the rest.
+Result<NamedTensors> convert_original_layout(const NamedTensors& in, const VideoVaeConfig& c) {
+  NamedTensors out;
+  const int64_t heads = c.decoder_num_attention_heads, D = c.decoder_attention_head_dim;
+  for (const auto& [name, tensor] : in) {
+    if (name == "decoder.mask_token") continue;
+    const bool qkv = contains(name, ".attn.to_qkv."), w1 = contains(name, ".ff.w1.");
+    if (!qkv && !w1) {
+      out.emplace_back(rename_original_key(name), tensor);
+      continue;
+    }
+    if (tensor.rank() < 1) return invalid_argument("tensor '" + name + "': a scalar, expected rows");
+    Tensor t = tensor.contiguous();
+    if (t.dtype() != DType::kF32) {
+      VORTEX_ASSIGN_OR_RETURN(t, t.to(DType::kF32));
+    }
+    const int64_t rows = t.size(0);
+    if (qkv) {
+      if (rows != 3 * heads * D) {
+        return invalid_argument("tensor '" + name + "': shape " + t.shape().to_string() + " has " +
+                                std::to_string(rows) + " rows, expected " + std::to_string(3 * heads * D) + " = " +
+                                std::to_string(heads) + " heads · 3 · " + std::to_string(D));
+      }
+      const size_t at = name.find(".attn.to_qkv.");
+      const std::string prefix = name.substr(0, at), suffix = name.substr(at + std::string(".attn.to_qkv.").size());
+      const char* parts[3] = {"to_q", "to_k", "to_v"};
+      for (int part = 0; part < 3; ++part) {
+        Tensor dst = Tensor::empty(with_rows(t.shape(), heads * D), DType::kF32);
+        for (int64_t h = 0; h < heads; ++h) copy_rows(t, dst, (h * 3 + part) * D, h * D, D);
+        out.emplace_back(prefix + ".attn." + parts[part] + "." + suffix, std::move(dst));
+      }
+      continue;
+    }
+    if (rows % 2 != 0) {
+      return invalid_argument("tensor '" + name + "': shape " + t.shape().to_string() +
+                              " has an odd row count, expected [gate; up] halves");
+    }
+    Tensor dst = Tensor::empty(t.shape(), DType::kF32);
+    copy_rows(t, dst, rows / 2, 0, rows / 2);  // up first
+    copy_rows(t, dst, 0, rows / 2, rows / 2);  // then gate
+    out.emplace_back(rename_original_key(name), std::move(dst));
+  }
+  return out;
+}
+
+// The safetensors files behind `path`: the file itself, or in a folder a sharded index
+// (diffusion_pytorch_model.safetensors.index.json) or one diffusion_pytorch_model / model file.
+Result<std::vector<std::string>> weight_files(const std::string& path) {
+  if (!fs::is_directory(path)) return std::vector<std::string>{path};
+  const fs::path dir(path);
+  const fs::path index = dir / "diffusion_pytorch_model.safetensors.index.json";
+  if (fs::exists(index)) {
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json json, read_json(index));
+    if (!json.is_object() || !json.contains("weight_map") || !json["weight_map"].is_object()) {
+      return invalid_argument(index.string() + ": no 'weight_map' object");
+    }
+    std::set<std::string> shards;
+    for (const auto& [key, file] : json["weight_map"].items()) {
+      if (!file.is_string()) return invalid_argument(index.string() + ": weight_map['" + key + "'] is not a string");
+      shards.insert((dir / file.get<std::string>()).string());
+    }
+    return std::vector<std::string>(shards.begin(), shards.end());
+  }
+  for (const char* name : {"diffusion_pytorch_model.safetensors", "model.safetensors"}) {
+    if (fs::exists(dir / name)) return std::vector<std::string>{(dir / name).string()};
+  }
+  return not_found(path + ": holds neither diffusion_pytorch_model.safetensors(.index.json) nor model.safetensors");
+}
+
+}  // namespace
+
+Result<VideoVae> load_video_vae(const std::string& path) {
+  VORTEX_ASSIGN_OR_RETURN(std::vector<std::string> files, weight_files(path));
+  NamedTensors tensors;
+  std::unordered_map<std::string, std::string> origin;  // tensor name → file, for the error messages
+  std::optional<VideoVaeConfig> config;
+  const fs::path folder = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  if (fs::exists(folder / "config.json")) {
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json json, read_json(folder / "config.json"));
+    auto c = video_vae_config_from_json(json);
+    if (!c.ok()) return c.status().with_context((folder / "config.json").string());
+    config = *c;
+  }
+  for (const std::string& file_path : files) {
+    VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(file_path));
+    if (!config) {
+      if (auto it = file.metadata().find("config"); it != file.metadata().end()) {
+        auto c = video_vae_config_from_json_string(it->second);
+        if (!c.ok()) return c.status().with_context(file_path + ": metadata 'config'");
+        config = *c;
+      }
+    }
+    for (const auto& name : file.names()) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(name));
+      if (!origin.emplace(name, file_path).second) {
+        return invalid_argument(file_path + ": tensor '" + name + "' also appears in " + origin[name]);
+      }
+      tensors.emplace_back(name, std::move(t));
+    }
+  }
+  // One file names the error; with shards, the first is as good as any for a missing tensor.
+  const std::string where = files.size() == 1 ? files[0] : path;
+  if (!config) {
+    return not_found(where + ": no video VAE config (config.json beside the weights, or a 'config' metadata key)");
+  }
+  if (is_original_layout(tensors)) {
+    auto converted = convert_original_layout(tensors, *config);
+    if (!converted.ok()) return converted.status().with_context(where);
+    tensors = std::move(*converted);
+  }
+  auto vae = assemble_video_vae(tensors, *config);
+  if (!vae.ok()) return vae.status().with_context(where);
+  return vae;
 }
 
 }  // namespace vortex::vae
