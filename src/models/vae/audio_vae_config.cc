@@ -2,16 +2,19 @@
 
 #include <cmath>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "models/vae/config_fields.h"
 
 namespace vortex::vae {
 
 namespace {
 
-std::string field_error(const char* field, const std::string& what) {
-  return std::string("audio VAE config field '") + field + "' " + what;
-}
+const ConfigFields kFields("audio VAE");
+// The reference pipeline indexes the latent statistics unconditionally.
+constexpr const char* kStatisticsRequired = "missing: the H3 pipeline de-normalises latents with it";
 
 int64_t product(const std::vector<int>& v) {
   int64_t p = 1;
@@ -20,67 +23,10 @@ int64_t product(const std::vector<int>& v) {
 }
 
 Status all_positive(const char* field, const std::vector<int>& v) {
-  if (v.empty()) return invalid_argument(field_error(field, "must not be empty"));
+  if (v.empty()) return invalid_argument(kFields.error(field, "must not be empty"));
   for (int x : v) {
-    if (x <= 0) return invalid_argument(field_error(field, "must hold positive integers"));
+    if (x <= 0) return invalid_argument(kFields.error(field, "must hold positive integers"));
   }
-  return ok_status();
-}
-
-// A JSON integer into `out`; an absent or null key keeps the default.
-Status read_int(const nlohmann::json& json, const char* key, int& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_number_integer()) return invalid_argument(field_error(key, "must be an integer"));
-  out = it->get<int>();
-  return ok_status();
-}
-
-Status read_int_list(const nlohmann::json& json, const char* key, std::vector<int>& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_array()) return invalid_argument(field_error(key, "must be a list of integers"));
-  std::vector<int> values;
-  for (const auto& v : *it) {
-    if (!v.is_number_integer()) return invalid_argument(field_error(key, "must be a list of integers"));
-    values.push_back(v.get<int>());
-  }
-  out = std::move(values);
-  return ok_status();
-}
-
-Status read_int_table(const nlohmann::json& json, const char* key, std::vector<std::vector<int>>& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_array()) return invalid_argument(field_error(key, "must be a list of integer lists"));
-  std::vector<std::vector<int>> rows;
-  for (const auto& row : *it) {
-    if (!row.is_array()) return invalid_argument(field_error(key, "must be a list of integer lists"));
-    std::vector<int> values;
-    for (const auto& v : row) {
-      if (!v.is_number_integer()) return invalid_argument(field_error(key, "must be a list of integer lists"));
-      values.push_back(v.get<int>());
-    }
-    rows.push_back(std::move(values));
-  }
-  out = std::move(rows);
-  return ok_status();
-}
-
-// Required: the reference pipeline indexes these unconditionally. JSON numbers are doubles; the
-// reference makes an fp32 tensor of them, i.e. rounds each to nearest, as static_cast does.
-Status read_float_list(const nlohmann::json& json, const char* key, std::vector<float>& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) {
-    return invalid_argument(field_error(key, "is missing: the H3 pipeline de-normalises latents with it"));
-  }
-  if (!it->is_array()) return invalid_argument(field_error(key, "must be a list of numbers"));
-  std::vector<float> values;
-  for (const auto& v : *it) {
-    if (!v.is_number()) return invalid_argument(field_error(key, "must be a list of numbers"));
-    values.push_back(static_cast<float>(v.get<double>()));
-  }
-  out = std::move(values);
   return ok_status();
 }
 
@@ -104,7 +50,7 @@ int64_t AudioVaeConfig::decoded_samples(int64_t frames) const {
 
 Status AudioVaeConfig::validate() const {
   auto positive = [](const char* field, int v) -> Status {
-    if (v <= 0) return invalid_argument(field_error(field, "must be positive"));
+    if (v <= 0) return invalid_argument(kFields.error(field, "must be positive"));
     return ok_status();
   };
   VORTEX_RETURN_IF_ERROR(positive("encoder_dim", encoder_dim));
@@ -118,45 +64,45 @@ Status AudioVaeConfig::validate() const {
   VORTEX_RETURN_IF_ERROR(all_positive("decoder_kernel_sizes", decoder_kernel_sizes));
   VORTEX_RETURN_IF_ERROR(all_positive("resblock_kernel_sizes", resblock_kernel_sizes));
   if (product(decoder_rates) != hop_length()) {
-    return invalid_argument(field_error("decoder_rates", "must upsample by the encoder hop length " +
+    return invalid_argument(kFields.error("decoder_rates", "must upsample by the encoder hop length " +
                                                              std::to_string(hop_length()) + ", got " +
                                                              std::to_string(product(decoder_rates))));
   }
   if (latent_dim % latent_channels != 0) {
-    return invalid_argument(field_error("latent_dim", "(" + std::to_string(latent_dim) +
+    return invalid_argument(kFields.error("latent_dim", "(" + std::to_string(latent_dim) +
                                                           ") must be a multiple of latent_channels (" +
                                                           std::to_string(latent_channels) + ")"));
   }
   if (latent_dim % num_attention_heads != 0) {
-    return invalid_argument(field_error("num_attention_heads", "must divide latent_dim"));
+    return invalid_argument(kFields.error("num_attention_heads", "must divide latent_dim"));
   }
   if (decoder_kernel_sizes.size() != decoder_rates.size()) {
-    return invalid_argument(field_error("decoder_kernel_sizes", "must have one entry per decoder rate"));
+    return invalid_argument(kFields.error("decoder_kernel_sizes", "must have one entry per decoder rate"));
   }
   for (size_t i = 0; i < decoder_rates.size(); ++i) {
     if (decoder_kernel_sizes[i] < decoder_rates[i]) {
-      return invalid_argument(field_error("decoder_kernel_sizes", "must not be smaller than the decoder rate"));
+      return invalid_argument(kFields.error("decoder_kernel_sizes", "must not be smaller than the decoder rate"));
     }
   }
   if ((decoder_dim >> num_upsamples()) < 1) {
     return invalid_argument(
-        field_error("decoder_dim", "is too small to be halved " + std::to_string(num_upsamples()) + " times"));
+        kFields.error("decoder_dim", "is too small to be halved " + std::to_string(num_upsamples()) + " times"));
   }
   if (resblock_dilation_sizes.size() != resblock_kernel_sizes.size()) {
-    return invalid_argument(field_error("resblock_dilation_sizes", "must have one row per resblock kernel size"));
+    return invalid_argument(kFields.error("resblock_dilation_sizes", "must have one row per resblock kernel size"));
   }
   for (int k : resblock_kernel_sizes) {
     // An even kernel's padding (k*d - d)/2 shortens the signal and the residual add has no shape.
-    if (k % 2 == 0) return invalid_argument(field_error("resblock_kernel_sizes", "must be odd"));
+    if (k % 2 == 0) return invalid_argument(kFields.error("resblock_kernel_sizes", "must be odd"));
   }
   for (const auto& row : resblock_dilation_sizes) VORTEX_RETURN_IF_ERROR(all_positive("resblock_dilation_sizes", row));
   const auto stats_ok = [&](const char* field, const std::vector<float>& v) -> Status {
     if (static_cast<int>(v.size()) != latent_channels) {
-      return invalid_argument(field_error(field, "has " + std::to_string(v.size()) + " entries, latent_channels is " +
+      return invalid_argument(kFields.error(field, "has " + std::to_string(v.size()) + " entries, latent_channels is " +
                                                      std::to_string(latent_channels)));
     }
     for (float x : v) {
-      if (!std::isfinite(x)) return invalid_argument(field_error(field, "must hold finite numbers"));
+      if (!std::isfinite(x)) return invalid_argument(kFields.error(field, "must hold finite numbers"));
     }
     return ok_status();
   };
@@ -194,19 +140,19 @@ Result<AudioVaeConfig> audio_vae_config_from_json(const nlohmann::json& json) {
                             "', not AutoencoderKLMiniMaxH3Audio");
   }
   AudioVaeConfig c;
-  VORTEX_RETURN_IF_ERROR(read_int(json, "encoder_dim", c.encoder_dim));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "encoder_rates", c.encoder_rates));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "latent_dim", c.latent_dim));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "latent_channels", c.latent_channels));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "num_attention_heads", c.num_attention_heads));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "decoder_dim", c.decoder_dim));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "decoder_rates", c.decoder_rates));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "decoder_kernel_sizes", c.decoder_kernel_sizes));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "resblock_kernel_sizes", c.resblock_kernel_sizes));
-  VORTEX_RETURN_IF_ERROR(read_int_table(json, "resblock_dilation_sizes", c.resblock_dilation_sizes));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "sampling_rate", c.sampling_rate));
-  VORTEX_RETURN_IF_ERROR(read_float_list(json, "latents_mean", c.latents_mean));
-  VORTEX_RETURN_IF_ERROR(read_float_list(json, "latents_std", c.latents_std));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "encoder_dim", c.encoder_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "encoder_rates", c.encoder_rates));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "latent_dim", c.latent_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "latent_channels", c.latent_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "num_attention_heads", c.num_attention_heads));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "decoder_dim", c.decoder_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "decoder_rates", c.decoder_rates));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "decoder_kernel_sizes", c.decoder_kernel_sizes));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "resblock_kernel_sizes", c.resblock_kernel_sizes));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_table(json, "resblock_dilation_sizes", c.resblock_dilation_sizes));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "sampling_rate", c.sampling_rate));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(json, "latents_mean", c.latents_mean, kStatisticsRequired));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(json, "latents_std", c.latents_std, kStatisticsRequired));
   VORTEX_RETURN_IF_ERROR(c.validate());
   return c;
 }
@@ -258,18 +204,18 @@ Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& meta
                           "decoder_rates", "sampling_rate"}) {
     if (renamed[key].is_null()) return invalid_argument(std::string("audio VAE metadata lacks '") + key + "'");
   }
-  VORTEX_RETURN_IF_ERROR(read_int(renamed, "encoder_dim", c.encoder_dim));
-  VORTEX_RETURN_IF_ERROR(read_int_list(renamed, "encoder_rates", c.encoder_rates));
-  VORTEX_RETURN_IF_ERROR(read_int(renamed, "latent_dim", c.latent_dim));
-  VORTEX_RETURN_IF_ERROR(read_int(renamed, "latent_channels", c.latent_channels));
-  VORTEX_RETURN_IF_ERROR(read_int(renamed, "decoder_dim", c.decoder_dim));
-  VORTEX_RETURN_IF_ERROR(read_int_list(renamed, "decoder_rates", c.decoder_rates));
-  VORTEX_RETURN_IF_ERROR(read_int(renamed, "sampling_rate", c.sampling_rate));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "encoder_dim", c.encoder_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(renamed, "encoder_rates", c.encoder_rates));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "latent_dim", c.latent_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "latent_channels", c.latent_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "decoder_dim", c.decoder_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(renamed, "decoder_rates", c.decoder_rates));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "sampling_rate", c.sampling_rate));
   c.decoder_kernel_sizes.clear();
   for (int r : c.decoder_rates) c.decoder_kernel_sizes.push_back(2 * r - (r % 2));
   int wrapper_channels = -1, wrapper_rate = -1;
-  VORTEX_RETURN_IF_ERROR(read_int(wrapper, "latent_channels", wrapper_channels));
-  VORTEX_RETURN_IF_ERROR(read_int(wrapper, "sample_rate", wrapper_rate));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(wrapper, "latent_channels", wrapper_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(wrapper, "sample_rate", wrapper_rate));
   if (wrapper_channels != c.latent_channels) {
     return invalid_argument("audio VAE latent width disagreement: metadata.json says " +
                             std::to_string(c.latent_channels) + ", config.json says " +
@@ -279,8 +225,8 @@ Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& meta
     return invalid_argument("audio VAE sample rate disagreement: metadata.json says " +
                             std::to_string(c.sampling_rate) + ", config.json says " + std::to_string(wrapper_rate));
   }
-  VORTEX_RETURN_IF_ERROR(read_float_list(wrapper, "latents_mean", c.latents_mean));
-  VORTEX_RETURN_IF_ERROR(read_float_list(wrapper, "latents_std", c.latents_std));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(wrapper, "latents_mean", c.latents_mean, kStatisticsRequired));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(wrapper, "latents_std", c.latents_std, kStatisticsRequired));
   VORTEX_RETURN_IF_ERROR(c.validate());
   return c;
 }

@@ -3,13 +3,13 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "models/vae/config_fields.h"
+
 namespace vortex::vae {
 
 namespace {
 
-std::string field_error(const char* field, const std::string& what) {
-  return std::string("video VAE config field '") + field + "' " + what;
-}
+const ConfigFields kFields("video VAE");
 
 int product(const std::vector<int>& v) {
   int p = 1;
@@ -18,57 +18,6 @@ int product(const std::vector<int>& v) {
 }
 
 int positive_mod(int a, int m) { return ((a % m) + m) % m; }
-
-Status read_int(const nlohmann::json& json, const char* key, int& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_number_integer()) return invalid_argument(field_error(key, "must be an integer"));
-  out = it->get<int>();
-  return ok_status();
-}
-
-Status read_float(const nlohmann::json& json, const char* key, float& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_number()) return invalid_argument(field_error(key, "must be a number"));
-  out = static_cast<float>(it->get<double>());
-  return ok_status();
-}
-
-Status read_string(const nlohmann::json& json, const char* key, std::string& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_string()) return invalid_argument(field_error(key, "must be a string"));
-  out = it->get<std::string>();
-  return ok_status();
-}
-
-Status read_int_list(const nlohmann::json& json, const char* key, std::vector<int>& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_array()) return invalid_argument(field_error(key, "must be a list of integers"));
-  std::vector<int> values;
-  for (const auto& v : *it) {
-    if (!v.is_number_integer()) return invalid_argument(field_error(key, "must be a list of integers"));
-    values.push_back(v.get<int>());
-  }
-  out = std::move(values);
-  return ok_status();
-}
-
-// JSON numbers are doubles; the reference makes an fp32 tensor of them (round to nearest).
-Status read_float_list(const nlohmann::json& json, const char* key, std::vector<float>& out) {
-  auto it = json.find(key);
-  if (it == json.end() || it->is_null()) return ok_status();
-  if (!it->is_array()) return invalid_argument(field_error(key, "must be a list of numbers"));
-  std::vector<float> values;
-  for (const auto& v : *it) {
-    if (!v.is_number()) return invalid_argument(field_error(key, "must be a list of numbers"));
-    values.push_back(static_cast<float>(v.get<double>()));
-  }
-  out = std::move(values);
-  return ok_status();
-}
 
 void fill_identity_statistics(VideoVaeConfig& c) {
   c.latents_mean.assign(c.latent_channels, 0.0f);
@@ -103,7 +52,7 @@ int64_t VideoVaeConfig::decoded_frames(int64_t latent_frames) const {
 
 Status VideoVaeConfig::validate() const {
   auto positive = [](const char* field, int v) -> Status {
-    if (v <= 0) return invalid_argument(field_error(field, "must be positive"));
+    if (v <= 0) return invalid_argument(kFields.error(field, "must be positive"));
     return ok_status();
   };
   VORTEX_RETURN_IF_ERROR(positive("out_channels", out_channels));
@@ -114,29 +63,29 @@ Status VideoVaeConfig::validate() const {
   VORTEX_RETURN_IF_ERROR(positive("decoder_ffn_mult", decoder_ffn_mult));
   VORTEX_RETURN_IF_ERROR(positive("clip_length", clip_length));
   if (decoder_num_register_tokens < 0) {
-    return invalid_argument(field_error("decoder_num_register_tokens", "must not be negative"));
+    return invalid_argument(kFields.error("decoder_num_register_tokens", "must not be negative"));
   }
-  if (token_drop < 0) return invalid_argument(field_error("token_drop", "must not be negative"));
+  if (token_drop < 0) return invalid_argument(kFields.error("token_drop", "must not be negative"));
   for (const auto* list : {&spatial_downsample_factors, &temporal_downsample_factors}) {
-    if (list->empty()) return invalid_argument(field_error("spatial/temporal_downsample_factors", "must not be empty"));
+    if (list->empty()) return invalid_argument(kFields.error("spatial/temporal_downsample_factors", "must not be empty"));
     for (int x : *list) {
-      if (x <= 0) return invalid_argument(field_error("spatial/temporal_downsample_factors", "must be positive"));
+      if (x <= 0) return invalid_argument(kFields.error("spatial/temporal_downsample_factors", "must be positive"));
     }
   }
   const int r = rope_dim();
   if (r < 0 || r % 6 != 0 || r > decoder_attention_head_dim) {
-    return invalid_argument(field_error("decoder_rope_dim_ratio", "must give a rotary width (head_dim · ratio = " +
+    return invalid_argument(kFields.error("decoder_rope_dim_ratio", "must give a rotary width (head_dim · ratio = " +
                                                                      std::to_string(r) +
                                                                      ") that is a multiple of 6 within the head"));
   }
-  if (!(decoder_rope_theta > 0.0f)) return invalid_argument(field_error("decoder_rope_theta", "must be positive"));
-  if (!(decoder_norm_eps > 0.0f)) return invalid_argument(field_error("decoder_norm_eps", "must be positive"));
+  if (!(decoder_rope_theta > 0.0f)) return invalid_argument(kFields.error("decoder_rope_theta", "must be positive"));
+  if (!(decoder_norm_eps > 0.0f)) return invalid_argument(kFields.error("decoder_norm_eps", "must be positive"));
   if (latents_mean.size() != static_cast<size_t>(latent_channels)) {
-    return invalid_argument(field_error("latents_mean", "must have latent_channels (" +
+    return invalid_argument(kFields.error("latents_mean", "must have latent_channels (" +
                                                             std::to_string(latent_channels) + ") entries"));
   }
   if (latents_std.size() != static_cast<size_t>(latent_channels)) {
-    return invalid_argument(field_error("latents_std", "must have latent_channels (" +
+    return invalid_argument(kFields.error("latents_std", "must have latent_channels (" +
                                                            std::to_string(latent_channels) + ") entries"));
   }
   return ok_status();
@@ -173,29 +122,29 @@ nlohmann::json VideoVaeConfig::to_json() const {
 Result<VideoVaeConfig> video_vae_config_from_json(const nlohmann::json& json) {
   if (!json.is_object()) return invalid_argument("video VAE config: not a JSON object");
   VideoVaeConfig c;
-  VORTEX_RETURN_IF_ERROR(read_int(json, "in_channels", c.in_channels));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "out_channels", c.out_channels));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "latent_channels", c.latent_channels));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "block_out_channels", c.block_out_channels));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "layers_per_block", c.layers_per_block));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "spatial_downsample_factors", c.spatial_downsample_factors));
-  VORTEX_RETURN_IF_ERROR(read_int_list(json, "temporal_downsample_factors", c.temporal_downsample_factors));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "norm_num_groups", c.norm_num_groups));
-  VORTEX_RETURN_IF_ERROR(read_float(json, "norm_eps", c.norm_eps));
-  VORTEX_RETURN_IF_ERROR(read_string(json, "spatial_padding_mode", c.spatial_padding_mode));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "decoder_num_layers", c.decoder_num_layers));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "decoder_num_attention_heads", c.decoder_num_attention_heads));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "decoder_attention_head_dim", c.decoder_attention_head_dim));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "decoder_num_register_tokens", c.decoder_num_register_tokens));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "decoder_ffn_mult", c.decoder_ffn_mult));
-  VORTEX_RETURN_IF_ERROR(read_float(json, "decoder_rope_theta", c.decoder_rope_theta));
-  VORTEX_RETURN_IF_ERROR(read_float(json, "decoder_rope_dim_ratio", c.decoder_rope_dim_ratio));
-  VORTEX_RETURN_IF_ERROR(read_float(json, "decoder_norm_eps", c.decoder_norm_eps));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "clip_length", c.clip_length));
-  VORTEX_RETURN_IF_ERROR(read_int(json, "token_drop", c.token_drop));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "in_channels", c.in_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "out_channels", c.out_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "latent_channels", c.latent_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "block_out_channels", c.block_out_channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "layers_per_block", c.layers_per_block));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "spatial_downsample_factors", c.spatial_downsample_factors));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(json, "temporal_downsample_factors", c.temporal_downsample_factors));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "norm_num_groups", c.norm_num_groups));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float(json, "norm_eps", c.norm_eps));
+  VORTEX_RETURN_IF_ERROR(kFields.read_string(json, "spatial_padding_mode", c.spatial_padding_mode));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "decoder_num_layers", c.decoder_num_layers));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "decoder_num_attention_heads", c.decoder_num_attention_heads));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "decoder_attention_head_dim", c.decoder_attention_head_dim));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "decoder_num_register_tokens", c.decoder_num_register_tokens));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "decoder_ffn_mult", c.decoder_ffn_mult));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float(json, "decoder_rope_theta", c.decoder_rope_theta));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float(json, "decoder_rope_dim_ratio", c.decoder_rope_dim_ratio));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float(json, "decoder_norm_eps", c.decoder_norm_eps));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "clip_length", c.clip_length));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "token_drop", c.token_drop));
   fill_identity_statistics(c);
-  VORTEX_RETURN_IF_ERROR(read_float_list(json, "latents_mean", c.latents_mean));
-  VORTEX_RETURN_IF_ERROR(read_float_list(json, "latents_std", c.latents_std));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(json, "latents_mean", c.latents_mean));
+  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(json, "latents_std", c.latents_std));
   VORTEX_RETURN_IF_ERROR(c.validate());
   return c;
 }

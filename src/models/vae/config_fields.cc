@@ -1,0 +1,91 @@
+#include "models/vae/config_fields.h"
+
+#include <nlohmann/json.hpp>
+
+namespace vortex::vae {
+
+namespace {
+
+// The value at `key`, or null when the key is absent or null (the caller keeps its default).
+const nlohmann::json* find_field(const nlohmann::json& json, const char* key) {
+  auto it = json.find(key);
+  return it == json.end() || it->is_null() ? nullptr : &*it;
+}
+
+}  // namespace
+
+std::string ConfigFields::error(const char* field, const std::string& what) const {
+  return std::string(component_) + " config field '" + field + "' " + what;
+}
+
+Status ConfigFields::read_int(const nlohmann::json& json, const char* key, int& out) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (!v) return ok_status();
+  if (!v->is_number_integer()) return invalid_argument(error(key, "must be an integer"));
+  out = v->get<int>();
+  return ok_status();
+}
+
+Status ConfigFields::read_float(const nlohmann::json& json, const char* key, float& out) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (!v) return ok_status();
+  if (!v->is_number()) return invalid_argument(error(key, "must be a number"));
+  out = static_cast<float>(v->get<double>());
+  return ok_status();
+}
+
+Status ConfigFields::read_string(const nlohmann::json& json, const char* key, std::string& out) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (!v) return ok_status();
+  if (!v->is_string()) return invalid_argument(error(key, "must be a string"));
+  out = v->get<std::string>();
+  return ok_status();
+}
+
+Status ConfigFields::read_int_list(const nlohmann::json& json, const char* key, std::vector<int>& out) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (!v) return ok_status();
+  if (!v->is_array()) return invalid_argument(error(key, "must be a list of integers"));
+  std::vector<int> values;
+  for (const auto& x : *v) {
+    if (!x.is_number_integer()) return invalid_argument(error(key, "must be a list of integers"));
+    values.push_back(x.get<int>());
+  }
+  out = std::move(values);
+  return ok_status();
+}
+
+Status ConfigFields::read_int_table(const nlohmann::json& json, const char* key,
+                                    std::vector<std::vector<int>>& out) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (!v) return ok_status();
+  if (!v->is_array()) return invalid_argument(error(key, "must be a list of integer lists"));
+  std::vector<std::vector<int>> rows;
+  for (const auto& row : *v) {
+    if (!row.is_array()) return invalid_argument(error(key, "must be a list of integer lists"));
+    std::vector<int> values;
+    for (const auto& x : row) {
+      if (!x.is_number_integer()) return invalid_argument(error(key, "must be a list of integer lists"));
+      values.push_back(x.get<int>());
+    }
+    rows.push_back(std::move(values));
+  }
+  out = std::move(rows);
+  return ok_status();
+}
+
+Status ConfigFields::read_float_list(const nlohmann::json& json, const char* key, std::vector<float>& out,
+                                     const char* missing_reason) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (!v) return missing_reason ? invalid_argument(error(key, std::string("is ") + missing_reason)) : ok_status();
+  if (!v->is_array()) return invalid_argument(error(key, "must be a list of numbers"));
+  std::vector<float> values;
+  for (const auto& x : *v) {
+    if (!x.is_number()) return invalid_argument(error(key, "must be a list of numbers"));
+    values.push_back(static_cast<float>(x.get<double>()));
+  }
+  out = std::move(values);
+  return ok_status();
+}
+
+}  // namespace vortex::vae
