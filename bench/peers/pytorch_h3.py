@@ -9,7 +9,7 @@ h3-block   the reference diffusers MiniMaxH3TransformerBlock (bring diffusers' s
            on PYTHONPATH) on vortex's dumped weights and inputs: eager bf16 with cuDNN attention, and
            torch.compile of the same block. Checks vortex's output against the eager result.
 gemm:MxKxN torch.nn.functional.linear, bf16, y = x w^T.
-attention  scaled_dot_product_attention at 37,810 x 56 x 128, cuDNN and flash backends.
+attention  scaled_dot_product_attention at 37,810 x 56 x 128 (or attention:NxHxD), cuDNN and flash backends.
 
 Protocol as vortex's: warm-ups, then timed repetitions with CUDA events, each after a 256 MB L2
 flush; the report holds medians (ms) and, for h3-block, rel-L2 / max-abs of vortex vs the peer.
@@ -153,6 +153,9 @@ def main():
         report = gemm(args, args.workload[len("gemm:"):])
     elif args.workload == "attention":
         report = attention(args)
+    elif args.workload.startswith("attention:"):
+        n, heads, dim = (int(x) for x in args.workload[len("attention:"):].split("x"))
+        report = attention(args, n, heads, dim)
     else:
         raise SystemExit(f"unknown workload {args.workload!r}")
     report["torch"] = torch.__version__

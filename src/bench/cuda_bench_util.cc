@@ -2,6 +2,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -66,6 +67,17 @@ Result<nlohmann::json> environment_json(const BenchOptions& o) {
 }
 
 // rel-L2 / max-abs / max-rel of `a` against the reference `b` (host tensors, any float dtype).
+double cosine_similarity(const Tensor& a, const Tensor& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = element_as_double(a, i), y = element_as_double(b, i);
+    ab += x * y;
+    aa += x * x;
+    bb += y * y;
+  }
+  return ab / std::sqrt(std::max(aa * bb, 1e-300));
+}
+
 Correctness compare(const Tensor& a, const Tensor& b, const std::string& comparator, double bound) {
   Correctness c;
   c.comparator = comparator;

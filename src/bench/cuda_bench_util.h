@@ -36,6 +36,8 @@ nlohmann::json protocol_json(const BenchOptions& o);
 Result<nlohmann::json> environment_json(const BenchOptions& o);
 // rel-L2 / max-abs / max-rel of `a` against the reference `b` (host tensors, any float dtype).
 Correctness compare(const Tensor& a, const Tensor& b, const std::string& comparator, double bound);
+// Cosine similarity of two host tensors with the same element count (any float dtype), in fp64.
+double cosine_similarity(const Tensor& a, const Tensor& b);
 // Runs the peer for `workload` on the dumped inputs; an empty JSON when no peer is configured.
 Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& workload, const std::string& io_path);
 // Appends the peer's entries with ratio_peer_over_vortex = peer median / vortex median.

@@ -1,13 +1,18 @@
 // The kernel-level workloads of `vortex bench`: the four block GEMMs and exact attention at the
 // canonical shape. Correctness is checked against the CPU reference on sampled rows (the full
 // products are too large for the CPU), peers time PyTorch on the same shapes.
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "bench/cuda_bench_util.h"
 #include "cpu/attention.h"
 #include "cpu/gemm.h"
 #include "cuda/attention.h"
+#include "cuda/attention_int8fp8.h"
+#include "cuda/attention_wgmma.h"
+#include "cuda/attention_wgmma_v2.h"
 #include "cuda/gemm.h"
 #include "cuda/synthetic_fill.h"
 #include "formats/safetensors.h"
@@ -95,57 +100,148 @@ Result<std::vector<Manifest>> bench_gemm(const BenchOptions& o) {
   return manifests;
 }
 
+namespace {
+
+struct AttentionShape {
+  int64_t n, heads;
+  const char* suffix;  // workload name suffix: the canonical shape has none
+};
+
+// Registers, spills and shared memory of the kernel that runs, as the manifest reports them.
+nlohmann::json resources_json(const cuda::KernelResources& r) {
+  return {{"registers_per_thread", r.registers},
+          {"spill_bytes_per_thread", r.local_bytes},
+          {"shared_bytes", r.static_shared_bytes + r.dynamic_shared_bytes},
+          {"threads", r.max_threads}};
+}
+
+Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, int64_t n) {
+  cuda::KernelResources r;
+  switch (variant) {
+    case cuda::AttentionVariant::kV1: {
+      VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_wgmma_resources());
+      break;
+    }
+    case cuda::AttentionVariant::kV2: {
+      VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_v2_resources(n));
+      break;
+    }
+    case cuda::AttentionVariant::kV0:
+      return nlohmann::json("see v0 (mma.sync) in src/cuda/attention.cu");
+  }
+  return resources_json(r);
+}
+
+}  // namespace
+
+// Both attention modes at the canonical shape and at a short one (4,608 × 24 heads, where a
+// faster long-sequence kernel must not lose), each against cuDNN and flash from the PyTorch peer
+// in the same run. The int8fp8 manifests also state the mode's error against the exact kernel's
+// output on the same N(0,1) inputs (every element, rel-L2 and cosine).
 Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
-  const int64_t H = 56, D = 128;
-  const size_t bytes = static_cast<size_t>(kRows * 4 * H * D * 2) + 4096;
-  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(bytes));
-  // q, k, v as column slices of one fused [N, 3·H·D] buffer, as the block produces them.
-  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, arena.alloc({kRows, 3 * H * D}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor out, arena.alloc({kRows, H * D}, DType::kBF16));
-  VORTEX_RETURN_IF_ERROR(cuda::fill_scaled_normal(qkv, o.seed, 300, 1.0f, nullptr));
-  auto heads = [&](const Tensor& t, int64_t column) {
-    TensorView v = t.view();
-    v.data = static_cast<char*>(v.data) + column * 2;
-    v.shape = Shape({kRows, H, D});
-    v.strides = Shape({t.strides()[0], D, 1});
-    return v;
-  };
-  const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
-  auto body = [&]() { return cuda::attention(heads(qkv, 0), heads(qkv, H * D), heads(qkv, 2 * H * D), heads(out, 0), scale, nullptr); };
-  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
-  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
-  Manifest m = base_manifest(o, "attention", samples, 4.0 * kRows * kRows * H * D);
-  m.workload_section = {{"name", "attention"}, {"n", kRows}, {"heads", H}, {"head_dim", D}, {"causal", false},
-                        {"dtype", "bf16"}, {"qkv_layout", "column slices of a fused [N, 3*H*D] buffer"},
-                        {"seed", o.seed}};
-  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  const int64_t D = 128;
+  const AttentionShape shapes[] = {{kRows, 56, ""}, {4608, 24, "-4608x24"}};
   VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
-  m.implementation = {{"backend", "cuda"}, {"attention", cuda::attention_variant_description(variant)}};
-  // Correctness: CPU attention for 16 sampled query rows of the full sequence, all heads.
-  VORTEX_ASSIGN_OR_RETURN(Tensor qkv_host, cuda::download(qkv, nullptr));
-  const std::vector<int64_t> rows = sampled_rows(kRows, 16);
-  Tensor q_rows = Tensor::empty({16, H, D}, DType::kBF16);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    std::memcpy(static_cast<char*>(q_rows.data()) + i * H * D * 2,
-                static_cast<const char*>(qkv_host.data()) + rows[i] * 3 * H * D * 2, H * D * 2);
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(nlohmann::json env, environment_json(o));
+  VORTEX_ASSIGN_OR_RETURN(const cuda::KernelResources int8fp8_resources, cuda::attention_int8fp8_resources());
+  std::vector<Manifest> manifests;
+  for (const AttentionShape& shape : shapes) {
+    const int64_t N = shape.n, H = shape.heads;
+    const size_t bytes = static_cast<size_t>(N * 5 * H * D * 2) + 4096;
+    VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(bytes));
+    VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena scratch,
+                            cuda::DeviceArena::create(cuda::int8fp8_workspace_bytes(N, N, H) + 4096));
+    // q, k, v as column slices of one fused [N, 3·H·D] buffer, as the block produces them.
+    VORTEX_ASSIGN_OR_RETURN(Tensor qkv, arena.alloc({N, 3 * H * D}, DType::kBF16));
+    VORTEX_ASSIGN_OR_RETURN(Tensor out_exact, arena.alloc({N, H * D}, DType::kBF16));
+    VORTEX_ASSIGN_OR_RETURN(Tensor out_int8fp8, arena.alloc({N, H * D}, DType::kBF16));
+    VORTEX_RETURN_IF_ERROR(cuda::fill_scaled_normal(qkv, o.seed, 300, 1.0f, nullptr));
+    auto heads = [&](const Tensor& t, int64_t column) {
+      TensorView v = t.view();
+      v.data = static_cast<char*>(v.data) + column * 2;
+      v.shape = Shape({N, H, D});
+      v.strides = Shape({t.strides()[0], D, 1});
+      return v;
+    };
+    const TensorView q = heads(qkv, 0), k = heads(qkv, H * D), v = heads(qkv, 2 * H * D);
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
+    const nlohmann::json workload = {{"n", N}, {"heads", H}, {"head_dim", D}, {"causal", false}, {"dtype", "bf16"},
+                                     {"qkv_layout", "column slices of a fused [N, 3*H*D] buffer"},
+                                     {"inputs", "N(0,1)"}, {"seed", o.seed}};
+    const double flops = 4.0 * N * N * H * D;
+
+    auto exact = [&]() { return cuda::attention(q, k, v, heads(out_exact, 0), scale, nullptr); };
+    VORTEX_ASSIGN_OR_RETURN(Samples exact_samples, timer->measure(o, nullptr, exact));
+    Manifest m_exact = base_manifest(o, std::string("attention") + shape.suffix, exact_samples, flops);
+    m_exact.workload_section = workload;
+    m_exact.workload_section["name"] = m_exact.workload;
+    m_exact.environment = env;
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json exact_resources, exact_kernel_resources(variant, N));
+    m_exact.implementation = {{"backend", "cuda"}, {"mode", "exact"},
+                              {"attention", cuda::attention_variant_description(variant)},
+                              {"kernel", exact_resources}};
+
+    auto int8fp8 = [&]() {
+      return cuda::attention_int8fp8(q, k, v, heads(out_int8fp8, 0), scale, scratch, nullptr);
+    };
+    VORTEX_ASSIGN_OR_RETURN(Samples int8fp8_samples, timer->measure(o, nullptr, int8fp8));
+    Manifest m_int8 = base_manifest(o, std::string("attention-int8fp8") + shape.suffix, int8fp8_samples, flops);
+    m_int8.workload_section = workload;
+    m_int8.workload_section["name"] = m_int8.workload;
+    m_int8.environment = env;
+    m_int8.implementation = {{"backend", "cuda"}, {"mode", "int8fp8"},
+                             {"attention", "int8 QK^T and e4m3 PV wgmma (src/cuda/attention_int8fp8.cu); time "
+                                           "includes the quantize pass"},
+                             {"kernel", resources_json(int8fp8_resources)}};
+
+    // Correctness: both outputs against the CPU's exact attention for 16 sampled query rows (all
+    // heads); the quantized mode against its own bound, and against the exact kernel everywhere.
+    VORTEX_RETURN_IF_ERROR(exact());
+    VORTEX_RETURN_IF_ERROR(int8fp8());
+    VORTEX_ASSIGN_OR_RETURN(Tensor qkv_host, cuda::download(qkv, nullptr));
+    const std::vector<int64_t> rows = sampled_rows(N, 16);
+    Tensor q_rows = Tensor::empty({16, H, D}, DType::kBF16);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(static_cast<char*>(q_rows.data()) + i * H * D * 2,
+                  static_cast<const char*>(qkv_host.data()) + rows[i] * 3 * H * D * 2, H * D * 2);
+    }
+    auto host_heads = [&](int64_t column) {
+      TensorView hv = qkv_host.view();
+      hv.data = static_cast<char*>(hv.data) + column * 2;
+      hv.shape = Shape({N, H, D});
+      hv.strides = Shape({3 * H * D, D, 1});
+      return hv;
+    };
+    Tensor ref = Tensor::empty({16, H, D}, DType::kF32);
+    VORTEX_RETURN_IF_ERROR(cpu::attention(q_rows.view(), host_heads(H * D), host_heads(2 * H * D), ref.view(), scale));
+    VORTEX_ASSIGN_OR_RETURN(Tensor ref2, ref.reshape({16, H * D}));
+    VORTEX_ASSIGN_OR_RETURN(Tensor got_exact, download_rows(out_exact, rows));
+    VORTEX_ASSIGN_OR_RETURN(Tensor got_int8, download_rows(out_int8fp8, rows));
+    m_exact.correctness =
+        compare(got_exact, ref2, "CPU reference attention (fp32) on 16 sampled query rows, all heads", 1e-2);
+    m_int8.correctness = compare(got_int8, ref2,
+                                 "CPU exact attention (fp32) on 16 sampled query rows, all heads; the int8fp8 "
+                                 "mode's bound",
+                                 0.06);
+    VORTEX_ASSIGN_OR_RETURN(Tensor all_exact, cuda::download(out_exact, nullptr));
+    VORTEX_ASSIGN_OR_RETURN(Tensor all_int8, cuda::download(out_int8fp8, nullptr));
+    const Correctness vs_exact = compare(all_int8, all_exact, "exact kernel", 1.0);
+    m_int8.derived["error_vs_exact"] = {{"rel_l2", vs_exact.rel_l2},
+                                        {"cosine", cosine_similarity(all_int8, all_exact)},
+                                        {"max_abs", vs_exact.max_abs},
+                                        {"inputs", "N(0,1) q, k, v; every output element"}};
+    if (!o.peer_command.empty()) {
+      VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "attention:" + std::to_string(N) + "x" +
+                                                                    std::to_string(H) + "x" + std::to_string(D),
+                                                            ""));
+      add_peer_ratios(m_exact, peer);
+      add_peer_ratios(m_int8, peer);
+    }
+    manifests.push_back(std::move(m_exact));
+    manifests.push_back(std::move(m_int8));
   }
-  auto host_heads = [&](int64_t column) {
-    TensorView v = qkv_host.view();
-    v.data = static_cast<char*>(v.data) + column * 2;
-    v.shape = Shape({kRows, H, D});
-    v.strides = Shape({3 * H * D, D, 1});
-    return v;
-  };
-  Tensor ref = Tensor::empty({16, H, D}, DType::kF32);
-  VORTEX_RETURN_IF_ERROR(cpu::attention(q_rows.view(), host_heads(H * D), host_heads(2 * H * D), ref.view(), scale));
-  VORTEX_ASSIGN_OR_RETURN(Tensor got, download_rows(out, rows));
-  VORTEX_ASSIGN_OR_RETURN(Tensor ref2, ref.reshape({16, H * D}));
-  m.correctness = compare(got, ref2, "CPU reference attention (fp32) on 16 sampled query rows, all heads", 1e-2);
-  if (!o.peer_command.empty()) {
-    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "attention", ""));
-    add_peer_ratios(m, peer);
-  }
-  return std::vector<Manifest>{m};
+  return manifests;
 }
 
 }  // namespace vortex::bench

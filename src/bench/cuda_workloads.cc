@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "cpu/attention.h"
 #include "cpu/gemm.h"
 #include "cuda/attention.h"
+#include "cuda/attention_int8fp8.h"
 #include "cuda/gemm.h"
 #include "cuda/runtime.h"
 #include "cuda/synthetic_fill.h"
@@ -31,14 +33,47 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kCanonicalText = 100;
 
+// The int8fp8 mode's error against exact attention on what a real block feeds it: the q, k, v the
+// model's last block run produced (synthetic weights, after QK norm and RoPE), every element.
+Result<nlohmann::json> int8fp8_error_on_block_activations(const h3::CudaH3Transformer& model,
+                                                          const h3::H3Config& config) {
+  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, model.attention_inputs());
+  const int64_t N = qkv.size(0), H = config.num_attention_heads, D = config.attention_head_dim, inner = H * D;
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena,
+                          cuda::DeviceArena::create(static_cast<size_t>(2 * N * inner * 2) + 4096 +
+                                                    cuda::int8fp8_workspace_bytes(N, N, H)));
+  VORTEX_ASSIGN_OR_RETURN(Tensor exact, arena.alloc({N, inner}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor quantized, arena.alloc({N, inner}, DType::kBF16));
+  auto heads = [&](const Tensor& t, int64_t column) {
+    TensorView v = t.view();
+    v.data = static_cast<char*>(v.data) + column * 2;
+    v.shape = Shape({N, H, D});
+    v.strides = Shape({t.strides()[0], D, 1});
+    return v;
+  };
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  VORTEX_RETURN_IF_ERROR(
+      cuda::attention(heads(qkv, 0), heads(qkv, inner), heads(qkv, 2 * inner), heads(exact, 0), scale, nullptr));
+  VORTEX_RETURN_IF_ERROR(cuda::attention_int8fp8(heads(qkv, 0), heads(qkv, inner), heads(qkv, 2 * inner),
+                                                 heads(quantized, 0), scale, arena, nullptr));
+  VORTEX_ASSIGN_OR_RETURN(Tensor a, cuda::download(quantized, nullptr));
+  VORTEX_ASSIGN_OR_RETURN(Tensor b, cuda::download(exact, nullptr));
+  const Correctness c = compare(a, b, "exact attention", 1.0);
+  return nlohmann::json{{"rel_l2", c.rel_l2}, {"cosine", cosine_similarity(a, b)},
+                        {"max_abs", c.max_abs},
+                        {"inputs", "block 0's q, k, v (synthetic weights, seeded residual stream)"}};
+}
+
 Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   h3::H3Config config = *h3::config_preset("h3");
   config.num_layers = 1;  // block 0 of the canonical model: same synthetic weights as in the full model
   config.num_refiner_layers = 0;
   VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry geometry, h3::resolve_geometry({768, 1344, 124}, config));
   VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(kCanonicalText, geometry, config));
+  h3::CudaModelOptions options;
+  options.int8fp8_attention = true;  // the int8fp8 block is measured too
   VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
-                                                                    layout.num_rows));
+                                                                    layout.num_rows, nullptr, options));
   const Tensor text = h3::seeded_normal({kCanonicalText, config.text_dim}, o.seed, h3::kSyntheticTextStream);
   VORTEX_RETURN_IF_ERROR(model->prepare(layout, text));
   // A mid-trajectory step: video and audio at different noise levels (two AdaLN timesteps).
@@ -103,6 +138,7 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   for (const auto& [name, ms] : profiler.totals()) breakdown[name] = ms;
   m.derived["breakdown_ms"] = breakdown;
   VORTEX_ASSIGN_OR_RETURN(Tensor x_out, cuda::download(x, nullptr));
+  VORTEX_ASSIGN_OR_RETURN(nlohmann::json attention_error, int8fp8_error_on_block_activations(*model, config));
   m.correctness.comparator = "none (no peer run)";
   if (!o.peer_command.empty()) {
     fs::create_directories(o.work_dir);
@@ -132,7 +168,24 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
     }
     add_peer_ratios(m, peer);
   }
-  return std::vector<Manifest>{m};
+
+  // The same block with int8fp8 attention: its time, and its output against the exact block's.
+  VORTEX_ASSIGN_OR_RETURN(Samples int8_samples,
+                          timer->measure(o, restore, [&] { return model->run_block(0, h3::AttentionMode::kInt8Fp8); }));
+  VORTEX_RETURN_IF_ERROR(restore());
+  VORTEX_RETURN_IF_ERROR(model->run_block(0, h3::AttentionMode::kInt8Fp8));
+  VORTEX_ASSIGN_OR_RETURN(Tensor x_int8, cuda::download(x, nullptr));
+  Manifest q = m;
+  q.workload = "h3-block-int8fp8";
+  q.samples = int8_samples;
+  q.workload_section["name"] = q.workload;
+  q.derived = {{"tflops", (gemm_flops + attn_flops) / (int8_samples.median() * 1e-3) / 1e12},
+               {"attention_error_on_block_activations", attention_error}};
+  q.implementation["attention"] = "int8fp8 (src/cuda/attention_int8fp8.cu, quantize pass included)";
+  q.correctness = compare(x_int8, x_out, "the exact-attention block's output (bf16 residual stream)", 0.05);
+  m.derived["int8fp8_attention_error_on_block_activations"] = attention_error;
+  for (nlohmann::json& peer : q.peers) peer["ratio_peer_over_vortex"] = peer.value("median_ms", 0.0) / int8_samples.median();
+  return std::vector<Manifest>{m, q};
 }
 
 // The whole transformer at the canonical shape: refiner (prepared once, as generate does), 50

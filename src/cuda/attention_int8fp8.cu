@@ -614,4 +614,8 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
+Result<KernelResources> attention_int8fp8_resources() {
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel), kSmemBytes);
+}
+
 }  // namespace vortex::cuda

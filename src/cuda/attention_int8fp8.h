@@ -80,4 +80,7 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                          float scale, DeviceArena& scratch, cudaStream_t stream);
 
+// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
+Result<KernelResources> attention_int8fp8_resources();
+
 }  // namespace vortex::cuda

@@ -421,4 +421,8 @@ Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorVie
   return ok_status();
 }
 
+Result<KernelResources> attention_wgmma_resources() {
+  return kernel_resources(reinterpret_cast<const void*>(attention_wgmma_kernel), kSmemBytes);
+}
+
 }  // namespace vortex::cuda

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/runtime.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -15,5 +16,8 @@ namespace vortex::cuda {
 // the views' tensor maps; the caller then runs v0.
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                        float scale, cudaStream_t stream);
+
+// Registers, spills and shared memory of the v1 kernel (for bench manifests).
+Result<KernelResources> attention_wgmma_resources();
 
 }  // namespace vortex::cuda

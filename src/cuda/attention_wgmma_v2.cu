@@ -492,4 +492,13 @@ Status attention_wgmma_v2(const TensorView& q, const TensorView& k, const Tensor
              : launch_v2<kShortKeyTile>(q, k, v, params, encode, grid, stream);
 }
 
+Result<KernelResources> attention_v2_resources(int64_t nk) {
+  if (attention_v2_key_tile(nk) == kLongKeyTile) {
+    return kernel_resources(reinterpret_cast<const void*>(attention_v2_kernel<kLongKeyTile>),
+                            KeyTile<kLongKeyTile>::kSmemBytes);
+  }
+  return kernel_resources(reinterpret_cast<const void*>(attention_v2_kernel<kShortKeyTile>),
+                          KeyTile<kShortKeyTile>::kSmemBytes);
+}
+
 }  // namespace vortex::cuda

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/runtime.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -18,5 +19,8 @@ Status attention_wgmma_v2(const TensorView& q, const TensorView& k, const Tensor
 
 // The key-tile size v2 takes for nk keys (128 or 176): 176 unless it pads more keys than 128.
 int attention_v2_key_tile(int64_t nk);
+
+// Registers, spills and shared memory of the v2 kernel with the key tile used for `nk` keys.
+Result<KernelResources> attention_v2_resources(int64_t nk);
 
 }  // namespace vortex::cuda

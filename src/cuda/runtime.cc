@@ -121,4 +121,16 @@ Result<DeviceInfo> device_info(int device) {
   return info;
 }
 
+Result<KernelResources> kernel_resources(const void* kernel, size_t dynamic_shared_bytes) {
+  cudaFuncAttributes attributes{};
+  VORTEX_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+  KernelResources r;
+  r.registers = attributes.numRegs;
+  r.static_shared_bytes = attributes.sharedSizeBytes;
+  r.dynamic_shared_bytes = dynamic_shared_bytes;
+  r.local_bytes = attributes.localSizeBytes;
+  r.max_threads = attributes.maxThreadsPerBlock;
+  return r;
+}
+
 }  // namespace vortex::cuda

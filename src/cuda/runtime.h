@@ -78,4 +78,13 @@ struct DeviceInfo {
 };
 Result<DeviceInfo> device_info(int device = 0);
 
+// What ptxas gave a kernel (registers per thread, spills as local memory) and the shared memory it
+// launches with, for manifests: the resources decide occupancy and explain a kernel's speed.
+struct KernelResources {
+  int registers = 0;
+  size_t static_shared_bytes = 0, dynamic_shared_bytes = 0, local_bytes = 0;
+  int max_threads = 0;
+};
+Result<KernelResources> kernel_resources(const void* kernel, size_t dynamic_shared_bytes);
+
 }  // namespace vortex::cuda

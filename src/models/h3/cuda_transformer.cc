@@ -456,6 +456,11 @@ Result<Tensor> CudaH3Transformer::download_rope(bool cos) const {
   return cuda::download(t, stream_);
 }
 
+Result<Tensor> CudaH3Transformer::attention_inputs() const {
+  if (!layout_) return invalid_argument("attention_inputs before prepare");
+  return rows_of(qkv_, layout_->num_rows);
+}
+
 Result<Tensor> CudaH3Transformer::download_adaln_rows() const {
   if (!layout_) return invalid_argument("no prepared request");
   VORTEX_ASSIGN_OR_RETURN(Tensor t, rows_of(adaln_rows_, layout_->num_rows));

@@ -62,6 +62,9 @@ class CudaH3Transformer : public StepModel {
   Result<Tensor> time_embedding_host(const std::vector<float>& timesteps) const;  // [T, TE] F32
   Result<Tensor> download_rope(bool cos) const;                                  // [N, rotary] F32
   Result<Tensor> download_adaln_rows() const;                                    // [N] I32
+  // q, k, v of the last block run as its attention read them (after QK norm and RoPE), columns
+  // [0, inner), [inner, 2·inner), [2·inner, 3·inner) of a device [N, 3·inner] BF16 tensor.
+  Result<Tensor> attention_inputs() const;
   // Brackets every op of the following blocks with events (null: off).
   void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
 
