@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -265,6 +266,78 @@ TEST(AudioVaeLoad, DiffusersAndOriginalFolders) {
   EXPECT_EQ(vae::load_audio_vae(empty.path().string()).status().code(), StatusCode::kNotFound);
 }
 
+// The original pair is read strictly: a kwarg or wrapper key the conversion script does not map is
+// refused, naming the file and the field; the wrapper's own file names are honoured.
+TEST(AudioVaeConfig, OriginalRefusesWhatItCannotMapNamingFileAndField) {
+  const AudioVaeConfig h3 = with_statistics(preset("h3"));
+  nlohmann::json wrapper = original_wrapper(h3);
+  wrapper["auto_map"] = {{"AutoModel", "modeling_audio_vae.AudioVae"}};
+  wrapper["source_config_path"] = "model_config.yaml";
+  wrapper["source_metadata_path"] = "metadata.json";
+  wrapper["source_safetensors_path"] = "model.safetensors";
+  wrapper["_note"] = "bookkeeping keys are skipped";
+  ASSERT_TRUE(vae::audio_vae_config_from_original(original_metadata(), wrapper).ok());
+
+  struct Case {
+    bool in_metadata;
+    std::function<void(nlohmann::json&)> edit;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {true, [](auto& m) { m["metadata"]["kwargs"]["n_codebooks"] = 9; }, "'metadata.kwargs.n_codebooks' is not one"},
+      {true, [](auto& m) { m["metadata"]["kwargs"].erase("attn_proj"); }, "'metadata.kwargs.attn_proj' is missing"},
+      {true, [](auto& m) { m["metadata"]["kwargs"]["attn_proj"] = false; }, "'metadata.kwargs.attn_proj' is false"},
+      {true, [](auto& m) { m["metadata"]["kwargs"]["decoder_dim"] = "1024"; }, "'metadata.kwargs.decoder_dim' must be"},
+      {true, [](auto& m) { m["metadata"].erase("kwargs"); }, "no 'metadata.kwargs' object"},
+      {false, [](auto& w) { w["hop_length"] = 800; }, "'hop_length' is not one"},
+      {false, [](auto& w) { w.erase("latent_channels"); }, "'latent_channels' is missing"},
+      {false, [](auto& w) { w["latent_channels"] = 16; }, "latent width disagreement"},
+      {false, [](auto& w) { w.erase("latents_mean"); }, "'latents_mean' is missing"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json meta = original_metadata(), w = original_wrapper(h3);
+    c.edit(c.in_metadata ? meta : w);
+    auto r = vae::audio_vae_config_from_original(meta, w, "ckpt/audio_vae/metadata.json", "ckpt/audio_vae/config.json");
+    ASSERT_FALSE(r.ok()) << c.expect;
+    const std::string m = r.status().message();
+    EXPECT_NE(m.find(c.expect), std::string::npos) << "expected '" << c.expect << "' in: " << m;
+    const std::string file = c.in_metadata ? "ckpt/audio_vae/metadata.json: " : "ckpt/audio_vae/config.json: ";
+    EXPECT_EQ(m.rfind(file, 0), 0u) << m;
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+  }
+}
+
+TEST(AudioVaeLoad, OriginalWrapperNamesItsFiles) {
+  const AudioVaeConfig c = with_statistics(preset("small"));
+  test_util::TempDir dir;
+  fs::create_directories(dir.path() / "weights");
+  fs::create_directories(dir.path() / "meta");
+  ASSERT_TRUE(write_safetensors(dir.file("weights/vae.safetensors"), vae::synthetic_audio_vae_tensors(c, 4)).ok());
+  nlohmann::json meta = original_metadata();
+  auto& kwargs = meta["metadata"]["kwargs"];
+  kwargs["encoder_dim"] = c.encoder_dim;
+  kwargs["encoder_rates"] = c.encoder_rates;
+  kwargs["latent_dim"] = c.latent_dim;
+  kwargs["decoder_dim"] = c.decoder_dim;
+  kwargs["decoder_rates"] = c.decoder_rates;
+  test_util::write_bytes(dir.file("meta/kwargs.json"), meta.dump());
+  nlohmann::json wrapper = original_wrapper(c);
+  wrapper["source_metadata_path"] = "meta/kwargs.json";
+  wrapper["source_safetensors_path"] = "weights/vae.safetensors";
+  test_util::write_bytes(dir.file("config.json"), wrapper.dump());
+  auto v = vae::load_audio_vae(dir.path().string());
+  ASSERT_TRUE(v.ok()) << v.status().to_string();
+  EXPECT_EQ(v->config.decoder_rates, c.decoder_rates);
+  EXPECT_EQ(v->config.latents_std, c.latents_std);
+
+  // Without its metadata the wrapper is not read as a diffusers config with default fields.
+  fs::remove(dir.file("meta/kwargs.json"));
+  auto missing = vae::load_audio_vae(dir.path().string());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("meta/kwargs.json"), std::string::npos) << missing.status().message();
+}
+
 // ---- decode: bad input -------------------------------------------------------------------------
 
 TEST(AudioVaeDecode, BadInputIsInvalidArgumentNamingTheField) {
@@ -283,12 +356,15 @@ TEST(AudioVaeDecode, BadInputIsInvalidArgumentNamingTheField) {
   inf.data_as<float>()[4 * C] = std::numeric_limits<float>::infinity();
   const std::vector<Case> cases = {
       {test::random_tensor(rng, {8, C}), "rank 3"},
+      {test::random_tensor(rng, {8, C}), "packed [2·A, " + std::to_string(C) + "] rows"},
+      {test::random_tensor(rng, {4, 2, C}), "frame-major"},
+      {test::random_tensor(rng, {2, C, 4}), "channel-first"},
       {test::random_tensor(rng, {1, 4, C}), "stereo dim"},
       {test::random_tensor(rng, {3, 4, C}), "stereo dim"},
       {test::random_tensor(rng, {2, 4, C + 1}), "channel dim"},
       {test::random_tensor(rng, {2, 0, C}), "frame dim"},
-      {nan, "non-finite value nan at [0, 1, 3]"},
-      {inf, "non-finite value inf at [1, 0, 0]"},
+      {nan, "non-finite value nan at [0, 1, 3] (left channel, latent frame 1 of 4)"},
+      {inf, "non-finite value inf at [1, 0, 0] (right channel, latent frame 0 of 4)"},
       {Tensor::zeros({2, 4, C}, DType::kI32), "F32, BF16 or F16"},
       {Tensor(), "undefined"},
   };

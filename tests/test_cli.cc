@@ -4,11 +4,14 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -228,16 +231,13 @@ TEST(CliDecode, SoundtrackToWavAndClearRefusals) {
   EXPECT_FALSE(fs::exists(tmp.file("clip.mp4")));
 #if defined(VORTEX_HAVE_MEDIA)
   // The small audio VAE hops 20 samples per latent, not 800: its soundtrack is too short for the
-  // clip, which the MP4 writer refuses; the released shape (synthetic weights) fits.
+  // clip, which is refused before either decoder runs.
   expect_one_line_error(run_cli("decode --latents " + q(latents + ".safetensors") +
                                 " --synthetic-audio-vae small --synthetic-video-vae test --out " +
                                 q(tmp.file("short.mp4"))),
                         "do not match the video's 22 frames");
-  const CliRun mp4 = run_cli("decode --latents " + q(latents + ".safetensors") +
-                             " --synthetic-audio-vae h3 --synthetic-video-vae test --out " + q(tmp.file("clip.mp4")));
-  EXPECT_EQ(mp4.code, 0) << mp4.err;
-  EXPECT_TRUE(fs::exists(tmp.file("clip.mp4")));
-  EXPECT_NE(mp4.out.find("22 frames"), std::string::npos) << mp4.out;
+  // A decode to MP4 that succeeds: CliGenerate.MediaIsTheDecodeOfTheWrittenLatents (the full-size
+  // audio VAE is the slow part of this suite, so it runs there once).
 #endif
 
   // The `test` transformer's audio latents have 6 channels; the `small` audio VAE reads 32.
@@ -250,6 +250,177 @@ TEST(CliDecode, SoundtrackToWavAndClearRefusals) {
                                 " --synthetic-audio-vae small --out " + q(tmp.file("narrow.wav"))),
                         "audio_latents");
   EXPECT_FALSE(fs::exists(tmp.file("narrow.wav")));
+}
+
+}  // namespace
+}  // namespace vortex
+
+namespace vortex {
+namespace {
+
+// The files of `dir`, sorted: what a refused command must leave as it was.
+std::vector<std::string> listing(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Tensor normal(std::initializer_list<int64_t> dims, uint64_t seed) {
+  const Shape shape(dims);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (float& f : v) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    f = static_cast<float>(static_cast<double>(x >> 40) / 8388608.0 - 1.0);
+  }
+  return Tensor::from_f32(v, shape);
+}
+
+// A latents file as `vortex generate` writes it; an undefined tensor is left out.
+void write_latents(const std::string& path, const Tensor& video, const Tensor& audio) {
+  h3::NamedTensors tensors;
+  if (video.defined()) tensors.emplace_back("video_latents", video);
+  if (audio.defined()) tensors.emplace_back("audio_latents", audio);
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+}
+
+// Every refusal: exit 2, one stderr line naming the tensor / field / flag, and nothing written
+// (neither the output nor a temp file) in the output folder.
+TEST(CliDecode, BadLatentsAndRequestsLeaveNoFile) {
+  TempDir tmp;
+  const fs::path out_dir = tmp.path() / "out";
+  fs::create_directory(out_dir);
+  const std::string wav = q((out_dir / "clip.wav").string()), mp4 = q((out_dir / "clip.mp4").string());
+  const std::string small_audio = " --synthetic-audio-vae small";
+  const Tensor video = normal({24, 7, 2, 2}, 1), audio = normal({2, 37, 32}, 2);
+  struct Case {
+    Tensor video, audio;
+    std::string flags, needle;
+  };
+  Tensor nan_video = video.clone();
+  nan_video.data_as<float>()[((3 * 7 + 4) * 2 + 1) * 2 + 0] = std::nanf("");
+  Tensor inf_audio = audio.clone();
+  inf_audio.data_as<float>()[(37 + 5) * 32 + 3] = std::numeric_limits<float>::infinity();
+  std::vector<Case> cases = {
+      {video, normal({2, 37, 31}, 3), small_audio + " --out " + wav,
+       "'audio_latents': shape [2, 37, 31]: channel dim (dim 2) must be latent_channels = 32"},
+      {video, normal({37, 2, 32}, 3), small_audio + " --out " + wav, "frame-major"},
+      {video, normal({74, 32}, 3), small_audio + " --out " + wav, "packed [2·A, 32] rows"},
+      {video, inf_audio, small_audio + " --out " + wav,
+       "'audio_latents': non-finite value inf at [1, 5, 3] (right channel, latent frame 5 of 37)"},
+      {video, Tensor(), small_audio + " --out " + wav, "no tensor 'audio_latents'"},
+      {video, audio, small_audio + " --synthetic-video-vae test --out " + wav, "a WAV holds no picture"},
+      {video, audio, small_audio + " --out " + q((tmp.path() / "none" / "clip.wav").string()), "does not exist"},
+      {video, audio, small_audio + " --out " + q((out_dir / "clip.ogg").string()), "must end in .wav or .mp4"},
+      {video, audio, small_audio + " --audio-vae " + q(tmp.file("vae")) + " --out " + wav, "exclude each other"},
+      {video, audio, " --audio-vae " + q(tmp.file("no_vae")) + " --out " + wav, "no_vae"},
+      {video, audio, " --synthetic-audio-vae tiny --out " + wav, "unknown audio VAE preset 'tiny'"},
+  };
+#if defined(VORTEX_HAVE_MEDIA)
+  const std::string both = small_audio + " --synthetic-video-vae test --out " + mp4;
+  const std::vector<Case> picture = {
+      {normal({24, 6, 2, 2}, 4), audio, both, "'video_latents': shape [24, 6, 2, 2] has frames 6 (dim 1), not 5n + 2"},
+      {normal({23, 7, 2, 2}, 4), audio, both, "has 23 channels (dim 0) but the video VAE has 24"},
+      {normal({24, 7, 2}, 4), audio, both, "must be [C, T, H, W]"},
+      {Tensor::zeros({24, 7, 0, 2}, DType::kF32), audio, both, "empty height or width"},
+      {nan_video, audio, both, "'video_latents': non-finite value nan at [3, 4, 1, 0] (latent frame 4 of 7)"},
+      {Tensor(), audio, both, "no tensor 'video_latents'"},
+      {video, audio, both, "do not match the video's 22 frames"},
+      {video, audio, small_audio + " --out " + mp4, "--video-vae"},
+  };
+  cases.insert(cases.end(), picture.begin(), picture.end());
+#endif
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    const std::string latents = tmp.file("latents" + std::to_string(i) + ".safetensors");
+    write_latents(latents, c.video, c.audio);
+    SCOPED_TRACE(c.needle);
+    const CliRun run = run_cli("decode --latents " + q(latents) + c.flags);
+    expect_one_line_error(run, c.needle);
+    if (c.needle.find("latents'") != std::string::npos) EXPECT_NE(run.err.find(latents), std::string::npos) << run.err;
+    EXPECT_TRUE(listing(out_dir).empty()) << listing(out_dir)[0];
+  }
+}
+
+// The original checkpoint's video VAE config is read by the CLI too; what it cannot map is refused
+// naming the file and the field, before any decoding.
+TEST(CliDecode, OriginalVideoVaeConfigRefusalNamesTheFileAndField) {
+#if defined(VORTEX_HAVE_MEDIA)
+  TempDir tmp;
+  const fs::path vae_dir = tmp.path() / "video_vae";
+  fs::create_directories(vae_dir / "source");
+  test_util::write_bytes((vae_dir / "config.json").string(),
+                         R"({"source_path": "source", "source_safetensors_path": "model.safetensors",
+                             "vae_chunking": 2})");
+  test_util::write_bytes((vae_dir / "source" / "config.json").string(), "{}");
+  write_latents(tmp.file("l.safetensors"), normal({24, 7, 2, 2}, 1), normal({2, 37, 32}, 2));
+  const CliRun run = run_cli("decode --latents " + q(tmp.file("l.safetensors")) +
+                             " --synthetic-audio-vae small --video-vae " + q(vae_dir.string()) + " --out " +
+                             q(tmp.file("o.mp4")));
+  expect_one_line_error(run, (vae_dir / "config.json").string() + ": video VAE config field 'vae_chunking'");
+  EXPECT_FALSE(fs::exists(tmp.file("o.mp4")));
+#else
+  GTEST_SKIP() << "no MP4 writer in this build";
+#endif
+}
+
+// generate --media: the latents files, then the very bytes `vortex decode` writes from them.
+TEST(CliGenerate, MediaIsTheDecodeOfTheWrittenLatents) {
+  TempDir tmp;
+  const std::string request = "generate --synthetic small --height 128 --width 192 --frames 22 --steps 2 "
+                              "--text-tokens 4 --weights-seed 3 --out " + q(tmp.file("g"));
+  const CliRun wav = run_cli(request + " --media " + q(tmp.file("g.wav")) + " --synthetic-audio-vae small");
+  ASSERT_EQ(wav.code, 0) << wav.err;
+  EXPECT_TRUE(fs::exists(tmp.file("g.safetensors")) && fs::exists(tmp.file("g.json")));
+  EXPECT_NE(wav.err.find("decode: sound: audio VAE on latents [2, 37, 32]"), std::string::npos) << wav.err;
+  EXPECT_NE(wav.out.find("wrote " + tmp.file("g.wav")), std::string::npos) << wav.out;
+  const CliRun decoded = run_cli("decode --latents " + q(tmp.file("g.safetensors")) +
+                                 " --synthetic-audio-vae small --weights-seed 3 --out " + q(tmp.file("d.wav")));
+  ASSERT_EQ(decoded.code, 0) << decoded.err;
+  EXPECT_EQ(test_util::read_bytes(tmp.file("g.wav")), test_util::read_bytes(tmp.file("d.wav")));
+#if defined(VORTEX_HAVE_MEDIA)
+  const CliRun mp4 = run_cli(request + " --media " + q(tmp.file("g.mp4")) +
+                             " --synthetic-audio-vae h3 --synthetic-video-vae test");
+  ASSERT_EQ(mp4.code, 0) << mp4.err;
+  for (const char* stage : {"decode: picture: video VAE on latents [24, 7, 8, 12] -> 22 frames of 48x32",
+                            "decode: sound: ", "decode: writing "}) {
+    EXPECT_NE(mp4.err.find(stage), std::string::npos) << stage << " in: " << mp4.err;
+  }
+  const CliRun d = run_cli("decode --latents " + q(tmp.file("g.safetensors")) +
+                           " --synthetic-audio-vae h3 --synthetic-video-vae test --weights-seed 3 --out " +
+                           q(tmp.file("d.mp4")));
+  ASSERT_EQ(d.code, 0) << d.err;
+  EXPECT_NE(d.out.find("22 frames of 48x32 at 24 fps with a 32000 Hz stereo soundtrack"), std::string::npos) << d.out;
+  EXPECT_EQ(test_util::read_bytes(tmp.file("g.mp4")), test_util::read_bytes(tmp.file("d.mp4")));
+#endif
+}
+
+// What generate --media would refuse after denoising is refused before it: no latents are written.
+TEST(CliGenerate, MediaRefusalsComeBeforeDenoising) {
+  TempDir tmp;
+  const std::string small = "generate --synthetic small --height 128 --width 192 --frames 22 --steps 2 "
+                            "--text-tokens 4 --out " + q(tmp.file("r"));
+  const std::string narrow = "generate --synthetic test --height 64 --width 64 --frames 22 --steps 2 "
+                             "--text-tokens 4 --out " + q(tmp.file("r"));
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {small + " --synthetic-audio-vae small", "--media PATH.wav|PATH.mp4, which is not given"},
+      {small + " --media " + q(tmp.file("r.ogg")) + " --synthetic-audio-vae small", "must end in .wav or .mp4"},
+      {small + " --media " + q(tmp.file("r.wav")), "--audio-vae"},
+      {narrow + " --media " + q(tmp.file("r.wav")) + " --synthetic-audio-vae small",
+       "--media " + tmp.file("r.wav") + ": audio latents: shape [2, 37, 6]: channel dim (dim 2)"},
+  };
+#if defined(VORTEX_HAVE_MEDIA)
+  cases.push_back({small + " --media " + q(tmp.file("r.mp4")) + " --synthetic-audio-vae small --synthetic-video-vae test",
+                   "do not match the video's 22 frames"});
+  cases.push_back({small + " --media " + q(tmp.file("r.mp4")) + " --synthetic-audio-vae h3 --synthetic-video-vae nope",
+                   "unknown video VAE preset 'nope'"});
+#endif
+  for (const auto& [command, needle] : cases) {
+    SCOPED_TRACE(needle);
+    expect_one_line_error(run_cli(command), needle);
+    EXPECT_TRUE(listing(tmp.path()).empty()) << listing(tmp.path())[0];
+  }
 }
 
 }  // namespace

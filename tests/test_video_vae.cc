@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numbers>
@@ -206,6 +207,65 @@ TEST(VideoVaeDecode, ShapesRangeTilingAndBadInput) {
   Tensor nan = test::random_tensor(rng, {24, 7, 2, 2});
   nan.data_as<float>()[30] = std::nanf("");
   expect_bad(nan, "non-finite");
+}
+
+// The checks every decoder of these latents shares: one line naming the tensor and the dim, or the
+// element and latent frame of the first non-finite value, in any float dtype.
+TEST(VideoVaeDecode, LatentChecksNameTheDimAndTheElement) {
+  const auto c = test_config();
+  const auto error = [&](const Tensor& t) {
+    const Status st = vae::validate_video_latents(c, t, "tensor 'video_latents'");
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.to_string();
+    EXPECT_EQ(st.message().rfind("tensor 'video_latents': ", 0), 0u) << st.message();
+    EXPECT_EQ(st.message().find('\n'), std::string::npos);
+    return st.message();
+  };
+  std::mt19937 rng(41);
+  EXPECT_NE(error(test::random_tensor(rng, {24, 7, 2})).find("must be [C, T, H, W] = [24, frames, height / 4"),
+            std::string::npos);
+  EXPECT_NE(error(test::random_tensor(rng, {7, 24, 2, 2})).find("has 7 channels (dim 0)"), std::string::npos);
+  EXPECT_NE(error(test::random_tensor(rng, {24, 8, 2, 2})).find("frames 8 (dim 1), not 5n + 2"), std::string::npos);
+  EXPECT_NE(error(test::random_tensor(rng, {24, 2, 2, 2})).find("frames 2"), std::string::npos);
+  EXPECT_NE(error(Tensor::zeros({24, 7, 0, 2}, DType::kF32)).find("empty height or width"), std::string::npos);
+  EXPECT_NE(error(Tensor::zeros({24, 7, 2, 2}, DType::kI32)).find("F32, BF16 or F16"), std::string::npos);
+  EXPECT_NE(error(Tensor()).find("undefined"), std::string::npos);
+
+  Tensor nan = test::random_tensor(rng, {24, 12, 2, 3});
+  nan.data_as<float>()[((5 * 12 + 9) * 2 + 1) * 3 + 2] = std::nanf("");
+  EXPECT_NE(error(nan).find("non-finite value nan at [5, 9, 1, 2] (latent frame 9 of 12)"), std::string::npos);
+  Tensor inf = test::random_tensor(rng, {24, 7, 2, 2});
+  inf.data_as<float>()[inf.numel() - 1] = -std::numeric_limits<float>::infinity();
+  auto inf16 = inf.to(DType::kF16);
+  ASSERT_TRUE(inf16.ok());
+  EXPECT_NE(error(*inf16).find("-inf at [23, 6, 1, 1] (latent frame 6 of 7)"), std::string::npos);
+
+  auto fine = test::random_tensor(rng, {24, 7, 1, 1}).to(DType::kBF16);
+  ASSERT_TRUE(fine.ok());
+  EXPECT_TRUE(vae::validate_video_latents(c, *fine).ok());
+  EXPECT_TRUE(vae::check_video_latent_shape(c, Shape{24, 17, 48, 84}).ok());
+}
+
+// The soundtrack must last as long as the picture, within one frame (the MP4 writer's rule), and
+// tile sizes must fall on latent cells; both are known before anything is decoded.
+TEST(VideoVaeDecode, SoundtrackLengthAndTilingAreCheckedUpFront) {
+  const auto video = *vae::video_vae_config_preset("h3");
+  const auto audio = *vae::audio_vae_config_preset("h3");
+  // The canonical clip: 37 latent frames -> 124 frames at 24 fps; 207 audio latents -> 165600 samples.
+  EXPECT_TRUE(vae::check_soundtrack_length(video, 37, audio, 207, 24).ok());
+  EXPECT_TRUE(vae::check_soundtrack_length(video, 7, audio, 37, 24).ok());  // 22 frames
+  const Status off = vae::check_soundtrack_length(video, 37, audio, 180, 24);
+  ASSERT_FALSE(off.ok());
+  EXPECT_NE(off.message().find("180 audio latents decode to 144000 samples at 32000 Hz"), std::string::npos)
+      << off.message();
+  EXPECT_NE(off.message().find("the video's 124 frames at 24 fps (expected 165333 samples"), std::string::npos)
+      << off.message();
+
+  EXPECT_TRUE(vae::validate_tiling({true, 256, 256, 64, 64}, 16).ok());
+  EXPECT_TRUE(vae::validate_tiling({false, 0, 0, 0, 0}, 16).ok());
+  EXPECT_NE(vae::validate_tiling({true, 250, 256, 64, 64}, 16).message().find("multiples of the spatial ratio 16"),
+            std::string::npos);
+  EXPECT_NE(vae::validate_tiling({true, 256, 256, 64, 256}, 16).message().find("width tile 256 px with overlap 256"),
+            std::string::npos);
 }
 
 // ---- parity with the diffusers reference -------------------------------------------------------

@@ -1,14 +1,17 @@
-// vortex generate: t2va denoising to latents, with per-modality checksums.
+// vortex generate: t2va denoising to latents, with per-modality checksums; with --media, the
+// latents are then decoded to a WAV or an MP4 exactly as `vortex decode` does (decode_media).
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "cpu/gemm.h"
+#include "decode_media.h"
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
@@ -38,6 +41,7 @@ struct GenerateArgs {
   std::string attention = "exact";
   std::vector<int> exact_blocks;
   std::string out;
+  MediaRequest media;  // media.out is --media; empty: latents only
 };
 
 Result<Tensor> read_text_states(const GenerateArgs& args, int text_dim) {
@@ -170,6 +174,27 @@ h3::ProgressCallback progress_printer() {
   };
 }
 
+// With --media, the decoders, loaded and checked against the latent shapes this request will
+// produce before any denoising time is spent.
+Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args, const h3::H3Config& config) {
+  const MediaRequest& m = args.media;
+  if (m.out.empty()) {
+    if (!m.audio_vae_path.empty() || !m.synthetic_audio_vae.empty() || !m.video_vae_path.empty() ||
+        !m.synthetic_video_vae.empty()) {
+      return invalid_argument("the VAE options decode the latents into --media PATH.wav|PATH.mp4, which is not given");
+    }
+    return std::optional<MediaDecoder>();
+  }
+  // The cheap checks before a checkpoint is read.
+  VORTEX_RETURN_IF_ERROR(check_media_request(m));
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({args.height, args.width, args.frames}, config));
+  VORTEX_ASSIGN_OR_RETURN(MediaDecoder decoder, MediaDecoder::load(m));
+  const Shape video{config.in_channels, g.latent_frames, g.latent_height, g.latent_width};
+  const Shape audio{h3::kAudioChannels, g.audio_latents, config.audio_in_channels};
+  VORTEX_RETURN_IF_ERROR(decoder.check_shapes(video, audio, "--media " + m.out));
+  return std::optional<MediaDecoder>(std::move(decoder));
+}
+
 int run_generate(const GenerateArgs& args) {
   const DType dtype = args.dtype == "f32" ? DType::kF32 : DType::kBF16;
   std::string source;
@@ -184,6 +209,8 @@ int run_generate(const GenerateArgs& args) {
   if (!early_config.ok()) return report_error(early_config.status());
   auto text = read_text_states(args, early_config->text_dim);
   if (!text.ok()) return report_error(text.status());
+  auto media = load_media_decoder(args, *early_config);
+  if (!media.ok()) return report_error(media.status());
   auto model = load_step_model(args, dtype, text->size(0), source);
   if (!model.ok()) return report_error(model.status());
   const double load_seconds =
@@ -233,6 +260,11 @@ int run_generate(const GenerateArgs& args) {
               audio.sha256.c_str(), audio.sum);
   std::printf("%d forwards over %lld rows in %.2f s; wrote %s.safetensors and %s.json\n", result->run.forwards,
               static_cast<long long>(result->layout.num_rows), result->run.seconds, args.out.c_str(), args.out.c_str());
+  if (*media) {
+    std::fflush(stdout);  // the latents lines before the decode's progress
+    written = (*media)->decode(&result->video_latents, result->audio_latents, args.out + ".safetensors");
+    if (!written.ok()) return report_error(written);
+  }
   return 0;
 }
 
@@ -245,7 +277,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   auto* synthetic = cmd->add_option("--synthetic", args->synthetic_preset,
                                     "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
   model->excludes(synthetic);
-  cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic weights (transformer and VAEs)")
+      ->capture_default_str();
   cmd->add_option("--device", args->device, "Where the transformer runs")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
@@ -269,11 +302,18 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--exact-blocks", args->exact_blocks, "With --attention int8fp8: blocks that stay exact (e.g. 0,1,49)")
       ->delimiter(',');
   cmd->add_option("--out", args->out, "Output prefix: writes PREFIX.safetensors and PREFIX.json")->required();
+  args->media.out_flag = "--media";
+  cmd->add_option("--media", args->media.out,
+                  "Then decode the latents to PATH.wav (soundtrack) or PATH.mp4 (picture and sound), as vortex decode");
+  add_vae_options(cmd, args->media);
   cmd->callback([args, &action, model, synthetic] {
     if (model->count() == 0 && synthetic->count() == 0) {
       throw CLI::ValidationError("generate", "one of --model or --synthetic is required");
     }
-    action = [args] { return run_generate(*args); };
+    action = [args] {
+      args->media.weights_seed = args->weights_seed;
+      return run_generate(*args);
+    };
   });
 }
 

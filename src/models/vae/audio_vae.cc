@@ -64,20 +64,6 @@ Result<Tensor> amp_block(const AmpBlock& block, const Tensor& x, const Emitter& 
   return h;
 }
 
-Status check_finite(const Tensor& x, const char* field) {
-  const float* d = x.data_as<const float>();
-  const int64_t n = x.numel();
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(d[i])) {
-      const int64_t C = x.size(-1), T = x.size(-2);
-      return invalid_argument(std::string(field) + ": non-finite value " + std::to_string(d[i]) + " at [" +
-                              std::to_string(i / (T * C)) + ", " + std::to_string(i / C % T) + ", " +
-                              std::to_string(i % C) + "]");
-    }
-  }
-  return ok_status();
-}
-
 }  // namespace
 
 Result<Tensor> decode_audio_latents(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer) {
@@ -136,31 +122,59 @@ Result<Tensor> decode_audio_latents(const AudioVae& vae, const Tensor& latents, 
   return wave;
 }
 
+Status check_audio_latent_shape(const AudioVaeConfig& c, const Shape& shape, const std::string& name) {
+  const int64_t C = c.latent_channels;
+  const std::string expected = "[2 (stereo), A (frames), " + std::to_string(C) + " (latent channels)]";
+  const std::string is = name + ": shape " + shape.to_string();
+  if (shape.rank() != 3) {
+    if (shape.rank() == 2 && shape[1] == C && shape[0] % 2 == 0) {
+      return invalid_argument(is + " must have rank 3: " + expected + "; these look like the packed [2·A, " +
+                              std::to_string(C) + "] rows, to be reshaped to [2, A, " + std::to_string(C) + "]");
+    }
+    return invalid_argument(is + " must have rank 3: " + expected);
+  }
+  if (shape[0] != 2) {
+    const std::string hint = shape[1] == 2 ? " (it looks frame-major [A, 2, C]; stereo comes first)" : "";
+    return invalid_argument(is + ": stereo dim (dim 0) must be 2 (left rows then right rows), expected " + expected +
+                            hint);
+  }
+  if (shape[2] != C) {
+    const std::string hint = shape[1] == C ? " (it looks channel-first [2, C, A]; channels come last)" : "";
+    return invalid_argument(is + ": channel dim (dim 2) must be latent_channels = " + std::to_string(C) + hint);
+  }
+  if (shape[1] < 1) return invalid_argument(is + ": frame dim (dim 1) is empty");
+  return ok_status();
+}
+
+Status validate_audio_latents(const AudioVaeConfig& c, const Tensor& latents, const std::string& name) {
+  if (!latents.defined()) return invalid_argument(name + ": undefined tensor");
+  if (latents.device() != Device::kCpu || !dtype_is_float(latents.dtype()) || latents.dtype() == DType::kF64) {
+    return invalid_argument(name + ": " + latents.describe() + " must be an F32, BF16 or F16 CPU tensor");
+  }
+  VORTEX_RETURN_IF_ERROR(check_audio_latent_shape(c, latents.shape(), name));
+  const Tensor x = latents.dtype() == DType::kF32 ? latents.contiguous() : latents.contiguous().to(DType::kF32).value();
+  const int64_t A = x.size(1), C = x.size(2);
+  const float* d = x.data_as<const float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (!std::isfinite(d[i])) {
+      const int64_t s = i / (A * C), a = i / C % A;
+      return invalid_argument(name + ": non-finite value " + std::to_string(d[i]) + " at [" + std::to_string(s) + ", " +
+                              std::to_string(a) + ", " + std::to_string(i % C) + "] (" +
+                              (s == 0 ? "left" : "right") + " channel, latent frame " + std::to_string(a) + " of " +
+                              std::to_string(A) + ")");
+    }
+  }
+  return ok_status();
+}
+
 Result<Tensor> decode_audio(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer) {
   const AudioVaeConfig& c = vae.config;
-  if (!latents.defined()) return invalid_argument("latents: undefined tensor");
-  if (latents.device() != Device::kCpu || !dtype_is_float(latents.dtype()) || latents.dtype() == DType::kF64) {
-    return invalid_argument("latents: " + latents.describe() + " must be an F32, BF16 or F16 CPU tensor");
-  }
-  if (latents.rank() != 3) {
-    return invalid_argument("latents: " + latents.describe() + " must have rank 3: [2 (stereo), A (frames), " +
-                            std::to_string(c.latent_channels) + " (latent channels)]");
-  }
-  if (latents.size(0) != 2) {
-    return invalid_argument("latents: stereo dim (dim 0) of " + latents.describe() +
-                            " must be 2 (left rows then right rows)");
-  }
-  if (latents.size(2) != c.latent_channels) {
-    return invalid_argument("latents: channel dim (dim 2) of " + latents.describe() +
-                            " must be latent_channels = " + std::to_string(c.latent_channels));
-  }
-  if (latents.size(1) < 1) return invalid_argument("latents: frame dim (dim 1) of " + latents.describe() + " is empty");
+  VORTEX_RETURN_IF_ERROR(validate_audio_latents(c, latents));
   if (static_cast<int64_t>(c.latents_mean.size()) != c.latent_channels ||
       static_cast<int64_t>(c.latents_std.size()) != c.latent_channels) {
     return invalid_argument("audio VAE config: latents_mean / latents_std must have latent_channels entries");
   }
   Tensor x = latents.dtype() == DType::kF32 ? latents.clone() : latents.contiguous().to(DType::kF32).value();
-  VORTEX_RETURN_IF_ERROR(check_finite(x, "latents"));
   // The pipeline's de-normalisation, in fp32: one rounding for the product, one for the sum.
   const int64_t C = c.latent_channels;
   float* xd = x.data_as<float>();

@@ -86,13 +86,15 @@ struct AudioVae {
 // Builds the decoder from state-dict tensors (validated first). Weight norm is fused here.
 Result<AudioVae> assemble_audio_vae(const NamedTensors& tensors, const AudioVaeConfig& config);
 
-// The config for a checkpoint at `path` (a .safetensors file or its folder): a diffusers
-// config.json beside it, else the original pair metadata.json + config.json, else the `config`
-// metadata key of the file.
+// The config for a checkpoint at `path` (a .safetensors file or its folder): config.json beside
+// it, read as diffusers' when it is, else as the original wrapper together with the metadata file
+// it names (source_metadata_path, default metadata.json; see audio_vae_config_from_original), else
+// the `config` metadata key of the file.
 Result<AudioVaeConfig> resolve_audio_vae_config(const std::string& path, const SafetensorsFile& file);
 
-// Opens a .safetensors file, or a folder holding diffusion_pytorch_model.safetensors (diffusers)
-// or model.safetensors (original), resolves its config and assembles the decoder.
+// Opens a .safetensors file, or a folder holding the weights an original wrapper config.json names
+// (source_safetensors_path), diffusion_pytorch_model.safetensors (diffusers) or model.safetensors
+// (original), resolves its config and assembles the decoder.
 Result<AudioVae> load_audio_vae(const std::string& path);
 
 // Deterministic random weights in the state-dict layout (for tests and benchmarks): fan-in-scaled
@@ -115,10 +117,20 @@ using AudioVaeObserver = std::function<void(const std::string& name, const Tenso
 Result<Tensor> decode_audio_latents(const AudioVae& vae, const Tensor& latents,
                                     const AudioVaeObserver* observer = nullptr);
 
-// latents: [2, A, latent_channels] (F32 or BF16), stereo channel-major rows as the transformer
-// emits them. Returns the stereo waveform F32 [2, A · hop] at config.sampling_rate, in [-1, 1].
-// A wrong rank, stereo count or channel count, or a non-finite value, is invalid_argument naming
-// the field.
+// ---- input checks, shared by every decoder of these latents (CPU and CUDA) ---------------------
+// Errors are invalid_argument "<name>: ...", naming the dim or element at fault; a tensor in a
+// layout that is merely transposed or flattened ([2·A, C] rows, [A, 2, C], [2, C, A]) is told so.
+
+// [2 (stereo), A >= 1 (latent frames), latent_channels].
+Status check_audio_latent_shape(const AudioVaeConfig& config, const Shape& shape, const std::string& name = "latents");
+
+// The shape as above, an F32, BF16 or F16 CPU tensor, and every value finite: the first NaN or
+// infinity is named by its element [s, a, c], stereo channel and latent frame.
+Status validate_audio_latents(const AudioVaeConfig& config, const Tensor& latents, const std::string& name = "latents");
+
+// latents: [2, A, latent_channels] (F32, BF16 or F16), stereo channel-major rows as the transformer
+// emits them; checked with validate_audio_latents first. Returns the stereo waveform F32
+// [2, A · hop] at config.sampling_rate, in [-1, 1].
 Result<Tensor> decode_audio(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer = nullptr);
 
 }  // namespace vortex::vae

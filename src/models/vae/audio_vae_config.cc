@@ -173,7 +173,17 @@ Result<AudioVaeConfig> audio_vae_config_from_file(const std::string& path) {
   return config;
 }
 
-Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& metadata, const nlohmann::json& wrapper) {
+bool is_original_audio_vae_wrapper(const nlohmann::json& json) {
+  if (!json.is_object() || json.contains("_class_name")) return false;
+  return json.contains("sample_rate") || json.contains("source_metadata_path") ||
+         json.contains("source_safetensors_path");
+}
+
+namespace {
+
+const ConfigFields kKwargs("audio VAE", "metadata.kwargs.");
+
+Status read_original_kwargs(const nlohmann::json& metadata, AudioVaeConfig& c) {
   const nlohmann::json* kwargs = nullptr;
   if (metadata.is_object()) {
     auto m = metadata.find("metadata");
@@ -182,52 +192,67 @@ Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& meta
       if (k != m->end() && k->is_object()) kwargs = &*k;
     }
   }
-  if (kwargs == nullptr) return invalid_argument("audio VAE metadata.json has no 'metadata.kwargs' object");
-  if (!wrapper.is_object()) return invalid_argument("audio VAE config.json must be a JSON object");
-  if (auto it = kwargs->find("decoder_type"); it == kwargs->end() || !it->is_string() || *it != "bigvgan") {
-    return invalid_argument("audio VAE metadata field 'decoder_type' must be \"bigvgan\"");
+  if (kwargs == nullptr) return invalid_argument("audio VAE metadata has no 'metadata.kwargs' object");
+  // The constructor arguments the conversion script reads; any other one would configure a
+  // decoder the converted checkpoint does not describe.
+  VORTEX_RETURN_IF_ERROR(kKwargs.only_known(*kwargs, {"encoder_dim", "encoder_rates", "latent_dim",
+                                                      "vae_latent_channels", "decoder_dim", "decoder_rates",
+                                                      "sample_rate", "decoder_type", "attn_proj"}));
+  for (const char* key : {"encoder_dim", "encoder_rates", "latent_dim", "vae_latent_channels", "decoder_dim",
+                          "decoder_rates", "sample_rate", "decoder_type", "attn_proj"}) {
+    VORTEX_RETURN_IF_ERROR(kKwargs.require(*kwargs, key));
   }
-  if (auto it = kwargs->find("attn_proj"); it == kwargs->end() || !it->is_boolean() || !it->get<bool>()) {
-    return invalid_argument("audio VAE metadata field 'attn_proj' must be true (the causal-attention projection)");
-  }
-  AudioVaeConfig c;  // heads, AMP kernels and dilations: the reference's fixed values (the defaults)
-  nlohmann::json renamed = {
-      {"encoder_dim", (*kwargs).value("encoder_dim", nlohmann::json())},
-      {"encoder_rates", (*kwargs).value("encoder_rates", nlohmann::json())},
-      {"latent_dim", (*kwargs).value("latent_dim", nlohmann::json())},
-      {"latent_channels", (*kwargs).value("vae_latent_channels", nlohmann::json())},
-      {"decoder_dim", (*kwargs).value("decoder_dim", nlohmann::json())},
-      {"decoder_rates", (*kwargs).value("decoder_rates", nlohmann::json())},
-      {"sampling_rate", (*kwargs).value("sample_rate", nlohmann::json())},
-  };
-  for (const char* key : {"encoder_dim", "encoder_rates", "latent_dim", "latent_channels", "decoder_dim",
-                          "decoder_rates", "sampling_rate"}) {
-    if (renamed[key].is_null()) return invalid_argument(std::string("audio VAE metadata lacks '") + key + "'");
-  }
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "encoder_dim", c.encoder_dim));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(renamed, "encoder_rates", c.encoder_rates));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "latent_dim", c.latent_dim));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "latent_channels", c.latent_channels));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "decoder_dim", c.decoder_dim));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int_list(renamed, "decoder_rates", c.decoder_rates));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(renamed, "sampling_rate", c.sampling_rate));
+  VORTEX_RETURN_IF_ERROR(kKwargs.expect_value(*kwargs, "decoder_type", "bigvgan", "the BigVGAN decoder"));
+  VORTEX_RETURN_IF_ERROR(kKwargs.expect_value(*kwargs, "attn_proj", true, "the causal-attention latent projection"));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int(*kwargs, "encoder_dim", c.encoder_dim));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int_list(*kwargs, "encoder_rates", c.encoder_rates));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int(*kwargs, "latent_dim", c.latent_dim));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int(*kwargs, "vae_latent_channels", c.latent_channels));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int(*kwargs, "decoder_dim", c.decoder_dim));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int_list(*kwargs, "decoder_rates", c.decoder_rates));
+  VORTEX_RETURN_IF_ERROR(kKwargs.read_int(*kwargs, "sample_rate", c.sampling_rate));
+  // The reference's BigVGAN tables pair rate r with kernel 2r for even r and 2r - 1 for odd r.
   c.decoder_kernel_sizes.clear();
   for (int r : c.decoder_rates) c.decoder_kernel_sizes.push_back(2 * r - (r % 2));
-  int wrapper_channels = -1, wrapper_rate = -1;
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(wrapper, "latent_channels", wrapper_channels));
-  VORTEX_RETURN_IF_ERROR(kFields.read_int(wrapper, "sample_rate", wrapper_rate));
-  if (wrapper_channels != c.latent_channels) {
+  return ok_status();
+}
+
+Status read_original_wrapper(const nlohmann::json& wrapper, AudioVaeConfig& c) {
+  if (!wrapper.is_object()) return invalid_argument("audio VAE config must be a JSON object");
+  VORTEX_RETURN_IF_ERROR(kFields.only_known(wrapper, {"latent_channels", "sample_rate", "latents_mean", "latents_std",
+                                                      // Where the reference finds its model: no decoder setting.
+                                                      "auto_map", "source_config_path", "source_metadata_path",
+                                                      "source_safetensors_path"}));
+  VORTEX_RETURN_IF_ERROR(kFields.require(wrapper, "latent_channels"));
+  VORTEX_RETURN_IF_ERROR(kFields.require(wrapper, "sample_rate"));
+  int channels = -1, rate = -1;
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(wrapper, "latent_channels", channels));
+  VORTEX_RETURN_IF_ERROR(kFields.read_int(wrapper, "sample_rate", rate));
+  if (channels != c.latent_channels) {
     return invalid_argument("audio VAE latent width disagreement: metadata.json says " +
-                            std::to_string(c.latent_channels) + ", config.json says " +
-                            std::to_string(wrapper_channels));
+                            std::to_string(c.latent_channels) + ", config.json says " + std::to_string(channels));
   }
-  if (wrapper_rate != c.sampling_rate) {
+  if (rate != c.sampling_rate) {
     return invalid_argument("audio VAE sample rate disagreement: metadata.json says " +
-                            std::to_string(c.sampling_rate) + ", config.json says " + std::to_string(wrapper_rate));
+                            std::to_string(c.sampling_rate) + ", config.json says " + std::to_string(rate));
   }
   VORTEX_RETURN_IF_ERROR(kFields.read_float_list(wrapper, "latents_mean", c.latents_mean, kStatisticsRequired));
-  VORTEX_RETURN_IF_ERROR(kFields.read_float_list(wrapper, "latents_std", c.latents_std, kStatisticsRequired));
-  VORTEX_RETURN_IF_ERROR(c.validate());
+  return kFields.read_float_list(wrapper, "latents_std", c.latents_std, kStatisticsRequired);
+}
+
+}  // namespace
+
+Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& metadata, const nlohmann::json& wrapper,
+                                                      const std::string& metadata_name,
+                                                      const std::string& wrapper_name) {
+  AudioVaeConfig c;  // heads, AMP kernels and dilations: the reference's fixed values (the defaults)
+  Status st = read_original_kwargs(metadata, c);
+  if (!st.ok()) return st.with_context(metadata_name);
+  st = read_original_wrapper(wrapper, c);
+  if (!st.ok()) return st.with_context(wrapper_name);
+  // The architecture is the metadata's, the statistics the wrapper's; name both.
+  st = c.validate();
+  if (!st.ok()) return st.with_context(metadata_name + " + " + wrapper_name);
   return c;
 }
 

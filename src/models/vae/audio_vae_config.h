@@ -60,10 +60,20 @@ Result<AudioVaeConfig> audio_vae_config_from_json_string(const std::string& text
 Result<AudioVaeConfig> audio_vae_config_from_file(const std::string& path);
 
 // The original checkpoint's pair: `metadata.json` ({"metadata": {"kwargs": {...}}}: the
-// constructor arguments) and `config.json` (latent width, sample rate and the latent statistics).
-// Kernel sizes follow the rule of the reference's tables (2r for even rate r, 2r - 1 for odd);
-// heads and the AMP tables are the reference's fixed values.
-Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& metadata, const nlohmann::json& config);
+// constructor arguments encoder_dim, encoder_rates, latent_dim, vae_latent_channels, decoder_dim,
+// decoder_rates, sample_rate, decoder_type "bigvgan", attn_proj true, all required) and the wrapper
+// `config.json` (latent_channels and sample_rate, cross-checked, and latents_mean / latents_std;
+// auto_map and source_*_path only say where the reference finds its files). Kernel sizes follow the
+// rule of the reference's tables (2r for even rate r, 2r - 1 for odd); heads and the AMP tables are
+// the reference's fixed values. Any other kwarg or wrapper key is refused: the error names the file
+// (`metadata_name` / `wrapper_name`) and the field.
+Result<AudioVaeConfig> audio_vae_config_from_original(const nlohmann::json& metadata, const nlohmann::json& config,
+                                                      const std::string& metadata_name = "metadata.json",
+                                                      const std::string& wrapper_name = "config.json");
+
+// The original wrapper config.json is recognised by the original `sample_rate` spelling (diffusers
+// writes `sampling_rate`) or its source_*_path keys, without a `_class_name`.
+bool is_original_audio_vae_wrapper(const nlohmann::json& json);
 
 // "h3" (the release; latent statistics 0 / 1 until a config.json provides the real ones),
 // "test" (diffusers' unit-test config) and "small" (the golden config: the release's structure,

@@ -296,22 +296,37 @@ Result<nlohmann::json> read_json(const fs::path& path) {
   return json;
 }
 
+// A string field of the original wrapper naming a file beside it, or `fallback`.
+Result<fs::path> wrapper_file(const nlohmann::json& wrapper, const fs::path& folder, const char* key,
+                              const char* fallback) {
+  auto it = wrapper.find(key);
+  if (it == wrapper.end() || it->is_null()) return folder / fallback;
+  if (!it->is_string()) {
+    return invalid_argument((folder / "config.json").string() + ": audio VAE config field '" + key +
+                            "' must be a string");
+  }
+  return folder / it->get<std::string>();
+}
+
 }  // namespace
 
 Result<AudioVaeConfig> resolve_audio_vae_config(const std::string& path, const SafetensorsFile& file) {
   const fs::path p(path);
   const fs::path folder = fs::is_directory(p) ? p : p.parent_path();
-  const fs::path config_json = folder / "config.json", metadata_json = folder / "metadata.json";
+  const fs::path config_json = folder / "config.json";
   if (fs::exists(config_json)) {
     VORTEX_ASSIGN_OR_RETURN(nlohmann::json config, read_json(config_json));
     // The original checkpoint's config.json only carries the latent statistics; its
-    // architecture lives in metadata.json.
-    const bool diffusers = config.is_object() && (config.contains("_class_name") || config.contains("decoder_dim"));
-    if (!diffusers && fs::exists(metadata_json)) {
+    // architecture lives in the metadata file it names (metadata.json).
+    if (is_original_audio_vae_wrapper(config)) {
+      VORTEX_ASSIGN_OR_RETURN(fs::path metadata_json,
+                              wrapper_file(config, folder, "source_metadata_path", "metadata.json"));
+      if (!fs::exists(metadata_json)) {
+        return not_found(config_json.string() + " is the original audio VAE's wrapper config; its constructor " +
+                         "arguments (" + metadata_json.string() + ") are missing");
+      }
       VORTEX_ASSIGN_OR_RETURN(nlohmann::json metadata, read_json(metadata_json));
-      auto c = audio_vae_config_from_original(metadata, config);
-      if (!c.ok()) return c.status().with_context(metadata_json.string());
-      return c;
+      return audio_vae_config_from_original(metadata, config, metadata_json.string(), config_json.string());
     }
     auto c = audio_vae_config_from_json(config);
     if (!c.ok()) return c.status().with_context(config_json.string());
@@ -325,22 +340,34 @@ Result<AudioVaeConfig> resolve_audio_vae_config(const std::string& path, const S
   return not_found(path + ": no audio VAE config (config.json beside the weights, or a 'config' metadata key)");
 }
 
+namespace {
+
+// The weights file for a folder: the one an original wrapper names, else the diffusers or the
+// original default name.
+Result<std::string> audio_weights_in(const fs::path& folder) {
+  if (fs::exists(folder / "config.json")) {
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json config, read_json(folder / "config.json"));
+    if (is_original_audio_vae_wrapper(config) && config.contains("source_safetensors_path")) {
+      VORTEX_ASSIGN_OR_RETURN(fs::path named, wrapper_file(config, folder, "source_safetensors_path", ""));
+      return named.string();
+    }
+  }
+  for (const char* name : {"diffusion_pytorch_model.safetensors", "model.safetensors"}) {
+    if (fs::exists(folder / name)) return (folder / name).string();
+  }
+  return not_found(folder.string() + ": holds neither diffusion_pytorch_model.safetensors nor model.safetensors");
+}
+
+}  // namespace
+
 Result<AudioVae> load_audio_vae(const std::string& path) {
   std::string file_path = path;
   if (fs::is_directory(path)) {
-    file_path.clear();
-    for (const char* name : {"diffusion_pytorch_model.safetensors", "model.safetensors"}) {
-      if (fs::exists(fs::path(path) / name)) {
-        file_path = (fs::path(path) / name).string();
-        break;
-      }
-    }
-    if (file_path.empty()) {
-      return not_found(path + ": holds neither diffusion_pytorch_model.safetensors nor model.safetensors");
-    }
+    VORTEX_ASSIGN_OR_RETURN(file_path, audio_weights_in(path));
   }
   VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(file_path));
-  VORTEX_ASSIGN_OR_RETURN(AudioVaeConfig config, resolve_audio_vae_config(file_path, file));
+  // A folder's config.json is the config, wherever in the folder its wrapper put the weights.
+  VORTEX_ASSIGN_OR_RETURN(AudioVaeConfig config, resolve_audio_vae_config(path, file));
   NamedTensors tensors;
   for (const auto& name : file.names()) {
     VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(name));

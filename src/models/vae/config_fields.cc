@@ -15,7 +15,33 @@ const nlohmann::json* find_field(const nlohmann::json& json, const char* key) {
 }  // namespace
 
 std::string ConfigFields::error(const char* field, const std::string& what) const {
-  return std::string(component_) + " config field '" + field + "' " + what;
+  return std::string(component_) + " config field '" + prefix_ + field + "' " + what;
+}
+
+Status ConfigFields::only_known(const nlohmann::json& json, std::initializer_list<std::string_view> known) const {
+  for (const auto& [key, value] : json.items()) {
+    if (key.starts_with('_')) continue;
+    bool found = false;
+    for (std::string_view k : known) found = found || k == key;
+    if (!found) {
+      return invalid_argument(error(key.c_str(), "is not one this reader knows; refusing it rather than decoding "
+                                                 "without the setting it asks for"));
+    }
+  }
+  return ok_status();
+}
+
+Status ConfigFields::require(const nlohmann::json& json, const char* key) const {
+  if (find_field(json, key) == nullptr) return invalid_argument(error(key, "is missing"));
+  return ok_status();
+}
+
+Status ConfigFields::expect_value(const nlohmann::json& json, const char* key, const nlohmann::json& accepted,
+                                  const char* why) const {
+  const nlohmann::json* v = find_field(json, key);
+  if (v == nullptr || *v == accepted) return ok_status();
+  return invalid_argument(error(key, "is " + v->dump() + "; only " + accepted.dump() + " maps onto this decoder (" +
+                                         why + ")"));
 }
 
 Status ConfigFields::read_int(const nlohmann::json& json, const char* key, int& out) const {

@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cpu/gemm.h"
+#include "models/vae/audio_vae_config.h"
 #include "models/vae/video_vae_config.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -79,6 +80,8 @@ struct VideoVae {
   std::vector<VideoVitBlock> blocks;
   Tensor norm_out_weight, norm_out_bias;  // [dim] fp32
   VideoLinear proj_out;
+  // The checkpoint's decode tiling: the release's unless an original wrapper config says otherwise.
+  VideoTiling tiling;
 };
 
 // Builds the decoder from state-dict tensors (validated first); every weight is widened to fp32.
@@ -86,10 +89,14 @@ Result<VideoVae> assemble_video_vae(const NamedTensors& tensors, const VideoVaeC
 
 // Loads a decoder from a safetensors file or a folder (diffusion_pytorch_model.safetensors, its
 // sharded .index.json, or model.safetensors). The config is config.json beside the file / inside the
-// folder (diffusers field names), else the file's `config` metadata key. A checkpoint in the original
-// layout (decoder.x_embedder, fused per-head-interleaved attn.to_qkv, attn.to_out, ff.w1 stored
-// [gate; up], ff.w2, decoder.mask_token) is converted as scripts/convert_minimax_h3_to_diffusers.py
-// does. Errors are one line naming the file and the tensor.
+// folder (diffusers field names), else the file's `config` metadata key. The original checkpoint's
+// own configs load too (see OriginalVideoVaeConfig): `path` is then its video_vae folder (holding
+// the wrapper config.json; the weights are source_path/source_safetensors_path), the source model's
+// folder or a weights file in it (the wrapper is read from the folder above). Tensors in the
+// original layout (decoder.x_embedder, fused per-head-interleaved attn.to_qkv, attn.to_out, ff.w1
+// stored [gate; up], ff.w2, decoder.mask_token) are converted as
+// scripts/convert_minimax_h3_to_diffusers.py does. Errors are one line naming the file and the
+// tensor or config field.
 Result<VideoVae> load_video_vae(const std::string& path);
 
 // Deterministic pseudo-random decoder weights, reproducible bit for bit in Python
@@ -133,11 +140,31 @@ std::pair<Tensor, Tensor> video_rope_tables(const VideoVaeConfig& config, int64_
 // a[-e + k] · (1 - k/e) + b[k] · (k/e); a and b contiguous F32 of equal shape but along `dim`.
 Result<Tensor> blend_linear(const Tensor& a, const Tensor& b, int64_t extent, int dim);
 
-// latents: [C, T, H, W] (F32 or BF16), normalised as the transformer produces them. T must be one
-// the reference decodes without padding (5n + 2, n >= 1, in the release); a wrong rank, channel
-// count or frame count, or a non-finite value, is invalid_argument naming the field.
-// Returns F32 [3, F, H·p, W·p] in [0, 1].
-Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents, const VideoTiling& tiling = {},
+// ---- input checks, shared by every decoder of these latents (CPU and CUDA) ---------------------
+// Errors are invalid_argument "<name>: ...", naming the dim or element at fault, so that a caller
+// can check a request before spending any time on it.
+
+// [latent_channels, T, H, W] with T a count the reference decodes without padding (5n + 2,
+// n >= 1, in the release) and H, W >= 1.
+Status check_video_latent_shape(const VideoVaeConfig& config, const Shape& shape,
+                                const std::string& name = "video latents");
+
+// The shape as above, an F32, BF16 or F16 CPU tensor, and every value finite: the first NaN or
+// infinity is named by its element [c, t, h, w] and latent frame.
+Status validate_video_latents(const VideoVaeConfig& config, const Tensor& latents,
+                              const std::string& name = "video latents");
+
+// Whether the soundtrack decoded from `audio_latent_frames` latents fits the picture decoded from
+// `video_latent_frames` latents at `fps`: the MP4 writer's rule (the lengths agree within one
+// video frame), checked before either decoder runs.
+Status check_soundtrack_length(const VideoVaeConfig& video, int64_t video_latent_frames, const AudioVaeConfig& audio,
+                               int64_t audio_latent_frames, int fps);
+
+// latents: [C, T, H, W] (F32, BF16 or F16), normalised as the transformer produces them; checked
+// with validate_video_latents first. Returns F32 [3, F, H·p, W·p] in [0, 1]. Without `tiling`,
+// the checkpoint's own (vae.tiling).
+Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents, const VideoTiling& tiling,
                             const VideoVaeObserver* observer = nullptr);
+Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents);
 
 }  // namespace vortex::vae

@@ -119,8 +119,31 @@ nlohmann::json VideoVaeConfig::to_json() const {
   return j;
 }
 
+Status validate_tiling(const VideoTiling& t, int spatial_ratio) {
+  if (!t.enabled) return ok_status();
+  const auto axis = [&](const char* name, int tile, int overlap) -> Status {
+    if (tile <= 0 || overlap <= 0 || overlap >= tile) {
+      return invalid_argument(std::string("video tiling: ") + name + " tile " + std::to_string(tile) +
+                              " px with overlap " + std::to_string(overlap) + " px (need 0 < overlap < tile)");
+    }
+    if (tile % spatial_ratio != 0 || overlap % spatial_ratio != 0) {
+      return invalid_argument(std::string("video tiling: ") + name + " tile " + std::to_string(tile) +
+                              " px and overlap " + std::to_string(overlap) + " px must be multiples of the " +
+                              "spatial ratio " + std::to_string(spatial_ratio));
+    }
+    return ok_status();
+  };
+  VORTEX_RETURN_IF_ERROR(axis("height", t.tile_height, t.min_overlap_height));
+  return axis("width", t.tile_width, t.min_overlap_width);
+}
+
 Result<VideoVaeConfig> video_vae_config_from_json(const nlohmann::json& json) {
   if (!json.is_object()) return invalid_argument("video VAE config: not a JSON object");
+  if (auto it = json.find("_class_name");
+      it != json.end() && it->is_string() && it->get<std::string>() != "AutoencoderKLMiniMaxH3") {
+    return invalid_argument("video VAE config field '_class_name' is '" + it->get<std::string>() +
+                            "', not AutoencoderKLMiniMaxH3");
+  }
   VideoVaeConfig c;
   VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "in_channels", c.in_channels));
   VORTEX_RETURN_IF_ERROR(kFields.read_int(json, "out_channels", c.out_channels));

@@ -76,8 +76,46 @@ struct VideoTiling {
   int min_overlap_width = 64;
 };
 
+// When enabled: 0 < overlap < tile on both axes, and both multiples of the spatial ratio (tiles
+// are cut from the latents, so their edges must fall on latent cells).
+Status validate_tiling(const VideoTiling& tiling, int spatial_ratio);
+
+// The original (pre-diffusers) checkpoint's video VAE is described by two files:
+//   video_vae/config.json, the wrapper: latents_mean / latents_std (required), the temporal
+//     geometry (vae_clip_length, vae_token_drop), the decode tiling (vae_tile_size,
+//     vae_tile_overlap_min in pixels, vae_decoder_tiling on/off), latent_channels (cross-checked),
+//     and where the source model lives (source_path, source_safetensors_path);
+//   video_vae/<source_path>/config.json, the source model's constructor arguments under their
+//     original names: out_ch, z_channels / embed_dim (must agree), ch x ch_mult, num_res_blocks,
+//     space_down, time_down, padding_mode and vit_decoder_kwargs {num_layers, heads, dim_head,
+//     rope_theta, rope_dim_ratio}.
+// Settings the ViT decoder implements one way only (use_vit_decoder true, causal_decoder false,
+// shift_factor 0, scaling_factor 1, pixel_norm_type "imagenet", and in vit_decoder_kwargs
+// norm_type / qk_norm_type "rms_norm", norm_affine true, qk_norm_affine false, ffn_activation_fn
+// "silu", ffn_use_gated true) are accepted at that value and refused at any other. Settings that
+// only shape the encoder, the CNN decoder the ViT decoder replaces, or how the reference spreads
+// tiles over GPUs are accepted and ignored. Any other key is refused: the error names the file and
+// the field.
+struct OriginalVideoVaeConfig {
+  VideoVaeConfig config;
+  VideoTiling tiling;
+  std::string source_path;              // the source model's folder, relative to the wrapper's
+  std::string source_safetensors_path;  // its weights file, relative to source_path
+};
+
+// The wrapper is recognised by its source_path key, the source config by vit_decoder_kwargs.
+bool is_original_video_vae_wrapper(const nlohmann::json& json);
+bool is_original_video_vae_source(const nlohmann::json& json);
+
+// `wrapper_name` / `source_name` (the files' paths) prefix the errors.
+Result<OriginalVideoVaeConfig> video_vae_config_from_original(const nlohmann::json& wrapper,
+                                                              const nlohmann::json& source,
+                                                              const std::string& wrapper_name = "config.json",
+                                                              const std::string& source_name = "source/config.json");
+
 // Parses a diffusers config.json object. Unknown keys are ignored; absent keys keep the defaults
-// (latent statistics default to 0 / 1); a wrong type or violated constraint names the field.
+// (latent statistics default to 0 / 1); a wrong type or violated constraint names the field, and a
+// `_class_name` other than AutoencoderKLMiniMaxH3 is refused.
 Result<VideoVaeConfig> video_vae_config_from_json(const nlohmann::json& json);
 Result<VideoVaeConfig> video_vae_config_from_json_string(const std::string& text);
 

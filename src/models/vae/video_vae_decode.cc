@@ -2,6 +2,7 @@
 // tiles with linear blends (the reference's layout), ImageNet de-normalisation and the clamp.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "core/parallel.h"
 #include "models/vae/video_vae.h"
@@ -150,46 +151,83 @@ Result<Tensor> blend_linear(const Tensor& a, const Tensor& b, int64_t extent, in
   return out;
 }
 
+Status check_video_latent_shape(const VideoVaeConfig& c, const Shape& shape, const std::string& name) {
+  if (shape.rank() != 4) {
+    return invalid_argument(name + ": shape " + shape.to_string() + " must be [C, T, H, W] = [" +
+                            std::to_string(c.latent_channels) + ", frames, height / " +
+                            std::to_string(c.spatial_ratio()) + ", width / " + std::to_string(c.spatial_ratio()) + "]");
+  }
+  if (shape[0] != c.latent_channels) {
+    return invalid_argument(name + ": shape " + shape.to_string() + " has " + std::to_string(shape[0]) +
+                            " channels (dim 0) but the video VAE has " + std::to_string(c.latent_channels));
+  }
+  if (c.decoded_frames(shape[1]) < 0) {
+    const int chunk = c.tokens_chunk_size();
+    return invalid_argument(name + ": shape " + shape.to_string() + " has frames " + std::to_string(shape[1]) +
+                            " (dim 1), not " + std::to_string(chunk) + "n + " +
+                            std::to_string(chunk - c.token_drop % chunk) + " with n >= 1");
+  }
+  if (shape[2] < 1 || shape[3] < 1) {
+    return invalid_argument(name + ": shape " + shape.to_string() + " has an empty height or width (dims 2, 3)");
+  }
+  return ok_status();
+}
+
+Status validate_video_latents(const VideoVaeConfig& c, const Tensor& latents, const std::string& name) {
+  if (!latents.defined()) return invalid_argument(name + ": undefined tensor");
+  if (latents.device() != Device::kCpu || !dtype_is_float(latents.dtype()) || latents.dtype() == DType::kF64) {
+    return invalid_argument(name + ": " + latents.describe() + " must be an F32, BF16 or F16 CPU tensor");
+  }
+  VORTEX_RETURN_IF_ERROR(check_video_latent_shape(c, latents.shape(), name));
+  const Tensor x = latents.dtype() == DType::kF32 ? latents.contiguous() : latents.contiguous().to(DType::kF32).value();
+  const int64_t T = x.size(1), H = x.size(2), W = x.size(3);
+  const float* d = x.data_as<const float>();
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    if (!std::isfinite(d[i])) {
+      const int64_t t = i / (H * W) % T;
+      return invalid_argument(name + ": non-finite value " + std::to_string(d[i]) + " at [" +
+                              std::to_string(i / (T * H * W)) + ", " + std::to_string(t) + ", " +
+                              std::to_string(i / W % H) + ", " + std::to_string(i % W) + "] (latent frame " +
+                              std::to_string(t) + " of " + std::to_string(T) + ")");
+    }
+  }
+  return ok_status();
+}
+
+Status check_soundtrack_length(const VideoVaeConfig& video, int64_t video_latent_frames, const AudioVaeConfig& audio,
+                               int64_t audio_latent_frames, int fps) {
+  const int64_t frames = video.decoded_frames(video_latent_frames);
+  const int64_t samples = audio.decoded_samples(audio_latent_frames);
+  const int64_t rate = audio.sampling_rate;
+  if (frames < 0 || fps <= 0) return invalid_argument("soundtrack check: no picture length to compare with");
+  // |samples / rate - frames / fps| <= 1 / fps, in integers (samples · fps stays far below 2^63).
+  if (std::llabs(samples * fps - frames * rate) > rate) {
+    const int64_t expected = (frames * rate * 2 + fps) / (2 * int64_t(fps));
+    return invalid_argument("soundtrack: " + std::to_string(audio_latent_frames) + " audio latents decode to " +
+                            std::to_string(samples) + " samples at " + std::to_string(rate) +
+                            " Hz, which do not match the video's " + std::to_string(frames) + " frames at " +
+                            std::to_string(fps) + " fps (expected " + std::to_string(expected) +
+                            " samples, give or take one frame)");
+  }
+  return ok_status();
+}
+
+Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents) {
+  return decode_video(vae, latents, vae.tiling);
+}
+
 Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents, const VideoTiling& tiling,
                             const VideoVaeObserver* observer) {
   const VideoVaeConfig& c = vae.config;
   const Emitter emit{observer};
-  if (latents.rank() != 4) {
-    return invalid_argument("video latents: " + latents.describe() + " must be [C, T, H, W]");
-  }
-  if (latents.size(0) != c.latent_channels) {
-    return invalid_argument("video latents: channels " + std::to_string(latents.size(0)) + " but the VAE has " +
-                            std::to_string(c.latent_channels));
-  }
-  if (latents.dtype() != DType::kF32 && latents.dtype() != DType::kBF16) {
-    return invalid_argument("video latents: dtype " + std::string(dtype_name(latents.dtype())) + " (F32 or BF16)");
-  }
+  VORTEX_RETURN_IF_ERROR(validate_video_latents(c, latents));
+  VORTEX_RETURN_IF_ERROR(validate_tiling(tiling, c.spatial_ratio()));
   const int64_t T = latents.size(1), H = latents.size(2), W = latents.size(3);
-  if (H <= 0 || W <= 0) return invalid_argument("video latents: height and width must be positive");
-  if (c.decoded_frames(T) < 0) {
-    return invalid_argument("video latents: frames " + std::to_string(T) + " is not " +
-                            std::to_string(c.tokens_chunk_size()) + "n + " +
-                            std::to_string(c.tokens_chunk_size() - c.token_drop % c.tokens_chunk_size()) +
-                            " with n >= 1");
-  }
-  if (tiling.enabled && (tiling.tile_height <= 0 || tiling.tile_width <= 0 || tiling.min_overlap_height <= 0 ||
-                         tiling.min_overlap_width <= 0 || tiling.min_overlap_height >= tiling.tile_height ||
-                         tiling.min_overlap_width >= tiling.tile_width)) {
-    return invalid_argument("video tiling: tile sizes and overlaps must be positive, overlap < tile");
-  }
-  Tensor x = latents.dtype() == DType::kF32 ? latents.clone() : latents.to(DType::kF32).value().contiguous();
+  Tensor x = latents.dtype() == DType::kF32 ? latents.clone() : latents.contiguous().to(DType::kF32).value();
   float* xd = x.data_as<float>();
   const int64_t plane = T * H * W;
   for (int64_t ch = 0; ch < c.latent_channels; ++ch) {
-    for (int64_t i = 0; i < plane; ++i) {
-      const float v = xd[ch * plane + i];
-      if (!std::isfinite(v)) {
-        return invalid_argument("video latents: non-finite value " + std::to_string(v) + " at [" + std::to_string(ch) +
-                                ", " + std::to_string(i / (H * W)) + ", " + std::to_string(i / W % H) + ", " +
-                                std::to_string(i % W) + "]");
-      }
-      xd[ch * plane + i] = v * c.latents_std[ch] + c.latents_mean[ch];
-    }
+    for (int64_t i = 0; i < plane; ++i) xd[ch * plane + i] = xd[ch * plane + i] * c.latents_std[ch] + c.latents_mean[ch];
   }
   emit("latents", x);
 

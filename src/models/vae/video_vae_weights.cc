@@ -310,20 +310,78 @@ Result<std::vector<std::string>> weight_files(const std::string& path) {
   return not_found(path + ": holds neither diffusion_pytorch_model.safetensors(.index.json) nor model.safetensors");
 }
 
+// The original checkpoint's pair: the wrapper config.json at `wrapper_dir` and the source
+// model's config.json in its source_path. The weights are `path` when that names a file, else the
+// source model's source_safetensors_path.
+// `from_source_dir`, when the caller was pointed at the source model's folder, must be the folder
+// the wrapper names.
+Result<VideoVae> load_original(const std::string& path, const fs::path& wrapper_dir,
+                               const fs::path& from_source_dir = {}) {
+  const fs::path wrapper_file = wrapper_dir / "config.json";
+  VORTEX_ASSIGN_OR_RETURN(nlohmann::json wrapper, read_json(wrapper_file));
+  if (!is_original_video_vae_wrapper(wrapper)) {
+    return invalid_argument(wrapper_file.string() + ": not the original video VAE wrapper config (no 'source_path')");
+  }
+  const auto source_path = wrapper.find("source_path");
+  if (!source_path->is_string()) {
+    return invalid_argument(wrapper_file.string() + ": video VAE config field 'source_path' must be a string");
+  }
+  const fs::path source_dir = wrapper_dir / source_path->get<std::string>();
+  const fs::path source_file = source_dir / "config.json";
+  std::error_code ec;
+  if (!from_source_dir.empty() && !fs::equivalent(source_dir, from_source_dir, ec)) {
+    return invalid_argument(wrapper_file.string() + ": video VAE config field 'source_path' names " +
+                            source_dir.string() + ", not " + from_source_dir.string());
+  }
+  VORTEX_ASSIGN_OR_RETURN(nlohmann::json source, read_json(source_file));
+  VORTEX_ASSIGN_OR_RETURN(OriginalVideoVaeConfig original, video_vae_config_from_original(wrapper, source,
+                                                                                          wrapper_file.string(),
+                                                                                          source_file.string()));
+  const std::string weights =
+      fs::is_directory(path) ? (source_dir / original.source_safetensors_path).string() : path;
+  VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(weights));
+  NamedTensors tensors;
+  for (const auto& name : file.names()) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(name));
+    tensors.emplace_back(name, std::move(t));
+  }
+  // The source model is the pre-conversion module, so its keys are the original ones; a converted
+  // file put there loads as well.
+  if (is_original_layout(tensors)) {
+    auto converted = convert_original_layout(tensors, original.config);
+    if (!converted.ok()) return converted.status().with_context(weights);
+    tensors = std::move(*converted);
+  }
+  auto vae = assemble_video_vae(tensors, original.config);
+  if (!vae.ok()) return vae.status().with_context(weights);
+  vae->tiling = original.tiling;
+  return vae;
+}
+
 }  // namespace
 
 Result<VideoVae> load_video_vae(const std::string& path) {
-  VORTEX_ASSIGN_OR_RETURN(std::vector<std::string> files, weight_files(path));
-  NamedTensors tensors;
-  std::unordered_map<std::string, std::string> origin;  // tensor name → file, for the error messages
-  std::optional<VideoVaeConfig> config;
   const fs::path folder = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  std::optional<VideoVaeConfig> config;
   if (fs::exists(folder / "config.json")) {
     VORTEX_ASSIGN_OR_RETURN(nlohmann::json json, read_json(folder / "config.json"));
+    if (is_original_video_vae_wrapper(json)) return load_original(path, folder);
+    if (is_original_video_vae_source(json)) {
+      // Pointed at the source model: its statistics and tiling live in the wrapper one folder up.
+      const fs::path parent = fs::absolute(folder).lexically_normal().parent_path();
+      if (!fs::exists(parent / "config.json")) {
+        return not_found((folder / "config.json").string() + " is the original source model's config; the wrapper " +
+                         "config.json with latents_mean / latents_std should be in " + parent.string());
+      }
+      return load_original(path, parent, folder);
+    }
     auto c = video_vae_config_from_json(json);
     if (!c.ok()) return c.status().with_context((folder / "config.json").string());
     config = *c;
   }
+  VORTEX_ASSIGN_OR_RETURN(std::vector<std::string> files, weight_files(path));
+  NamedTensors tensors;
+  std::unordered_map<std::string, std::string> origin;  // tensor name → file, for the error messages
   for (const std::string& file_path : files) {
     VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(file_path));
     if (!config) {
