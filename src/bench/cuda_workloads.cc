@@ -33,6 +33,22 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kCanonicalText = 100;
 
+// VORTEX_VARIANT_BLOCK=unfused runs the block's norms, modulations and residuals as separate
+// launches (the path the fusions are proven bitwise equal to), for A/B runs; "fused" or unset is
+// the default.
+Result<bool> fused_norms_from_env() {
+  const char* v = std::getenv("VORTEX_VARIANT_BLOCK");
+  if (v == nullptr || *v == '\0' || std::string(v) == "fused") return true;
+  if (std::string(v) == "unfused") return false;
+  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected fused or unfused)");
+}
+
+std::string fusions_description(bool fused) {
+  return fused ? "residual + RMSNorm + AdaLN modulation in one pass; QK RMSNorm + RoPE in one pass (bitwise equal "
+                 "to the separate launches)"
+               : "none (separate launches)";
+}
+
 // The int8fp8 mode's error against exact attention on what a real block feeds it: the q, k, v the
 // model's last block run produced (synthetic weights, after QK norm and RoPE), every element.
 Result<nlohmann::json> int8fp8_error_on_block_activations(const h3::CudaH3Transformer& model,
@@ -72,6 +88,7 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(kCanonicalText, geometry, config));
   h3::CudaModelOptions options;
   options.int8fp8_attention = true;  // the int8fp8 block is measured too
+  VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
   VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
                                                                     layout.num_rows, nullptr, options));
   const Tensor text = h3::seeded_normal({kCanonicalText, config.text_dim}, o.seed, h3::kSyntheticTextStream);
@@ -125,7 +142,7 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
                       {"recipe", "bf16"},
                       {"attention", cuda::attention_variant_description(attn_variant)},
                       {"gemm", "cuBLASLt bf16, fp32 accumulate"},
-                      {"fusions", "none"}};
+                      {"fusions", fusions_description(options.fused_norms)}};
 
   // Output for correctness: one more run from x0, with the per-op breakdown recorded, then dump
   // everything the peer needs.
@@ -194,8 +211,10 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
   const h3::H3Config config = *h3::config_preset("h3");
   VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry geometry, h3::resolve_geometry({768, 1344, 124}, config));
   VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(kCanonicalText, geometry, config));
+  h3::CudaModelOptions options;
+  VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
   VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
-                                                                    layout.num_rows));
+                                                                    layout.num_rows, nullptr, options));
   const Tensor text = h3::seeded_normal({kCanonicalText, config.text_dim}, o.seed, h3::kSyntheticTextStream);
   VORTEX_RETURN_IF_ERROR(model->prepare(layout, text));
   h3::StepInputs in;
@@ -229,7 +248,7 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
   m.protocol = protocol_json(o);
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
   m.implementation = {{"backend", "cuda"}, {"recipe", "bf16"}, {"attention", "exact (cuda::attention default)"},
-                      {"gemm", "cuBLASLt bf16, fp32 accumulate"}, {"fusions", "none"}, {"graphs", "no"}};
+                      {"gemm", "cuBLASLt bf16, fp32 accumulate"}, {"fusions", fusions_description(options.fused_norms)}, {"graphs", "no"}};
   // No independent reference runs a 62 GB model here; block parity is the h3-block manifest's.
   // This checks that repeated forwards agree and stay finite.
   m.correctness = compare(first.video_velocity, reference.video_velocity,

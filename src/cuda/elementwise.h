@@ -22,6 +22,22 @@ namespace vortex::cuda {
 // y = R(x * rsqrt(mean(x^2) + eps) * weight) over the last dim; x, y: [N, C] or [N, H, D]; may alias.
 Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream);
 
+// What rms_norm_fused does around the norm (every pointer optional; null skips that step):
+//   before: x = R(x + R(gate[gate_row[i]] * branch)), or x = R(x + branch) without a gate; the
+//           updated x is written back and normalised (branch: [N, C], gate: [R, C], y apart from x)
+//   after:  y = R(R(R(norm) * R(1 + scale[mod_row[i]])) + shift[mod_row[i]])  (shift, scale: [R', C])
+struct NormFusion {
+  const TensorView* branch = nullptr;
+  const TensorView* gate = nullptr;
+  const int32_t* gate_row = nullptr;
+  const TensorView* shift = nullptr;
+  const TensorView* scale = nullptr;
+  const int32_t* mod_row = nullptr;
+};
+// gated_residual / residual_add, rms_norm and adaln_modulate in one pass over [N, C] rows; bitwise
+// equal to those launches in sequence (same rounding points, same reduction order).
+Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, const NormFusion& fusion,
+                      const TensorView& y, cudaStream_t stream);
 // y = R(R(x * R(1 + scale[row[i]])) + shift[row[i]]); x, y: [N, C] (may alias); shift, scale: [R, C]
 // views; row: device int32 [N].
 Status adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale, const int32_t* row,
@@ -37,6 +53,10 @@ Status gated_residual(const TensorView& x, const TensorView& gate, const int32_t
 // x = R(x + branch).
 Status residual_add(const TensorView& x, const TensorView& branch, cudaStream_t stream);
 
+// In place on q and k [N, H, D]: rms_norm over D with their weights, then (cos and sin given)
+// apply_rope; one launch where the shapes allow, else those ops in turn. Bitwise equal either way.
+Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* q_weight, const TensorView* k_weight,
+                    float eps, const TensorView* cos, const TensorView* sin, cudaStream_t stream);
 // In place on x [N, H, D]: x[:rot] = R(R(x * R(cos)) + R(rotate_half(x) * R(sin))); cos, sin: F32 [N, rot].
 Status apply_rope(const TensorView& x, const TensorView& cos, const TensorView& sin, cudaStream_t stream);
 

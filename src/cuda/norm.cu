@@ -2,6 +2,16 @@
 //
 //   rms_norm:        y = R(x * inv * weight),  inv = 1 / sqrt(sum(x^2) / C + eps)
 //   adaln_modulate:  y = R(R(x * R(1 + scale[row])) + shift[row])
+//   rms_norm_fused:  the block-boundary sequence in one pass (NormFusion): an optional residual
+//                    update first (x = R(x + R(gate[row]·branch)), or R(x + branch), written back
+//                    to x), then rms_norm of the updated row, then an optional adaln_modulate of the
+//                    rounded norm output. Each step rounds exactly where the separate op does, and
+//                    the reduction runs in the same threads and order as rms_norm's, so the fused
+//                    pass is bitwise equal to the three launches it replaces.
+//   qk_norm_rope:    the per-head q and k norms and their RoPE in one launch: each (token, head)
+//                    row is normalised as rms_norm's group kernel does (same lanes, same order),
+//                    and the rounded values are rotated in registers, the partner channel fetched
+//                    from the lane that holds it; bitwise equal to rms_norm + apply_rope.
 //
 // rms_norm variants (chosen by row width, not selectable: both compute the same thing):
 //   group  G lanes of a warp per row (G = 1..32, a power of two), for rows of up to 32·4 vectors
@@ -36,11 +46,20 @@ constexpr int kGroupMaxVecs = 4;   // vectors per lane the group variant caches 
 // The block variant's largest block: 512 threads leave each up to 128 registers, room for the
 // 32-value row cache without spills; rows wider than 512 x 32 values take the re-reading path.
 constexpr int kNormBlockMaxThreads = 512;
+// Two such blocks per SM cap the kernel at 64 registers. Without the cap ptxas takes 104, which
+// leaves room for only 2 of the 224-thread blocks the 5376-wide rows launch, and the norm then runs
+// at about 1 TB/s, latency-bound. With the cap, 4 blocks fit.
+constexpr int kNormBlockMinBlocks = 2;
 
-// Register cache of the block variant: 32 fp32 values per thread in 16-byte vectors, 8 scalars
-// (a 32-scalar cache spills: each scalar carries its own 64-bit index and bound check).
+// Register cache of the block variant: 24 fp32 values per thread in 16-byte vectors, 8 scalars
+// (a 32-scalar cache spills: each scalar carries its own 64-bit index and bound check). Three
+// vectors is what a 5376-wide row needs at 224 threads, and it fits the 64-register cap below;
+// four spill there.
 template <int V>
-constexpr int block_cache_vecs() { return V == 1 ? 8 : 32 / V; }
+constexpr int block_cache_vecs() { return V == 1 ? 8 : 24 / V; }
+
+// Residual kinds of a fused norm: the flag is uniform across the grid (as the dtype flags are).
+enum ResidualKind : int { kNoResidual = 0, kPlainResidual = 1, kGatedResidual = 2 };
 
 struct RmsNormParams {
   Operand x, y;        // rank 2: row r is x[r]; rank 3: row r is x[r / inner, r % inner]
@@ -52,6 +71,15 @@ struct RmsNormParams {
   int64_t vecs;        // C / V
   int c;
   float eps;
+  // Fusions (rank 2 only): the residual update before the norm, the modulation after it.
+  int residual;                     // ResidualKind
+  Operand branch, gate;             // branch [N, C]; gate [R, C]
+  const int32_t* gate_row;          // [N]
+  int64_t gate_rows;
+  bool modulate;
+  Operand shift, scale;             // [R', C]
+  const int32_t* mod_row;           // [N]
+  int64_t mod_rows;
 };
 
 __device__ __forceinline__ const char* norm_src(const RmsNormParams& p, int64_t r) {
@@ -79,13 +107,64 @@ __device__ __forceinline__ void load_weight(const RmsNormParams& p, int64_t e, f
   }
 }
 
+// Loads elements [e, e + V) of row r of x; with a fused residual, applies it with
+// gated_residual's / residual_add's operations, writes the rounded row back to x and returns the
+// rounded values (what a separate norm would read). A gate index outside [0, R) gives NaN, as in
+// gated_residual.
 template <int V>
-__device__ __forceinline__ void normalize_store(const RmsNormParams& p, char* dst, int64_t e, const float (&v)[V],
-                                                float inv) {
+__device__ __forceinline__ void load_row(const RmsNormParams& p, const char* src, int64_t r, int64_t e, float (&v)[V]) {
+  detail::load_vec<V>(src, p.x.bf16, e, v);
+  if (p.residual == kNoResidual) return;
+  float b[V];
+  detail::load_vec<V>(detail::row_ptr(p.branch, r), p.branch.bf16, e, b);
+  if (p.residual == kGatedResidual) {
+    const int32_t t = p.gate_row[r];
+    if (t < 0 || t >= p.gate_rows) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = detail::quiet_nan();
+    } else {
+      float g[V];
+      detail::load_vec<V>(detail::row_ptr(p.gate, t), p.gate.bf16, e, g);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        v[k] = detail::round_out(p.x.bf16, __fadd_rn(v[k], detail::round_out(p.x.bf16, __fmul_rn(g[k], b[k]))));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = detail::round_out(p.x.bf16, __fadd_rn(v[k], b[k]));
+  }
+  detail::store_vec<V>(const_cast<char*>(src), p.x.bf16, e, v);
+}
+
+// y = R(x·inv·w), then with a fused modulation y = R(R(y·R(1 + scale)) + shift) as adaln_modulate
+// computes it from the stored (rounded) norm output.
+template <int V>
+__device__ __forceinline__ void normalize_store(const RmsNormParams& p, char* dst, int64_t r, int64_t e,
+                                                const float (&v)[V], float inv) {
   float w[V], out[V];
   load_weight<V>(p, e, w);
 #pragma unroll
   for (int k = 0; k < V; ++k) out[k] = __fmul_rn(__fmul_rn(v[k], inv), w[k]);
+  if (p.modulate) {
+    const bool bf16 = p.y.bf16;
+    const int32_t t = p.mod_row[r];
+    if (t < 0 || t >= p.mod_rows) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) out[k] = detail::quiet_nan();
+    } else {
+      float sh[V], sc[V];
+      detail::load_vec<V>(detail::row_ptr(p.shift, t), p.shift.bf16, e, sh);
+      detail::load_vec<V>(detail::row_ptr(p.scale, t), p.scale.bf16, e, sc);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float normed = detail::round_out(bf16, out[k]);
+        const float one_plus = detail::round_out(bf16, __fadd_rn(1.0f, sc[k]));
+        const float scaled = detail::round_out(bf16, __fmul_rn(normed, one_plus));
+        out[k] = __fadd_rn(scaled, sh[k]);
+      }
+    }
+  }
   detail::store_vec<V>(dst, p.y.bf16, e, out);
 }
 
@@ -113,7 +192,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_group_kernel(RmsNormPar
       for (int q = 0; q < PER_LANE; ++q) {
         const int64_t vec = lane + q * group;
         if (vec < p.vecs) {
-          detail::load_vec<V>(src, p.x.bf16, vec * V, v[q]);
+          load_row<V>(p, src, r, vec * V, v[q]);
           ss = sum_squares<V>(v[q], ss);
         }
       }
@@ -125,7 +204,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_group_kernel(RmsNormPar
 #pragma unroll
       for (int q = 0; q < PER_LANE; ++q) {
         const int64_t vec = lane + q * group;
-        if (vec < p.vecs) normalize_store<V>(p, dst, vec * V, v[q], inv);
+        if (vec < p.vecs) normalize_store<V>(p, dst, r, vec * V, v[q], inv);
       }
     }
   }
@@ -149,7 +228,7 @@ __device__ __forceinline__ float block_sum(float s, float* warp_sums) {
 // otherwise the second pass re-reads x (x may alias y: each element is read and then written by
 // the same thread, after the whole row has been summed).
 template <int V, bool CACHED>
-__global__ void __launch_bounds__(kNormBlockMaxThreads) rms_norm_block_kernel(RmsNormParams p) {
+__global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms_norm_block_kernel(RmsNormParams p) {
   __shared__ float warp_sums[kNormBlockMaxThreads / 32];
   constexpr int kCache = CACHED ? block_cache_vecs<V>() : 1;
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -161,13 +240,13 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads) rms_norm_block_kernel(Rm
       for (int q = 0; q < kCache; ++q) {
         const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
         if (vec < p.vecs) {
-          detail::load_vec<V>(src, p.x.bf16, vec * V, v[q]);
+          load_row<V>(p, src, r, vec * V, v[q]);
           ss = sum_squares<V>(v[q], ss);
         }
       }
     } else {
       for (int64_t vec = threadIdx.x; vec < p.vecs; vec += blockDim.x) {
-        detail::load_vec<V>(src, p.x.bf16, vec * V, v[0]);
+        load_row<V>(p, src, r, vec * V, v[0]);
         ss = sum_squares<V>(v[0], ss);
       }
     }
@@ -177,12 +256,14 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads) rms_norm_block_kernel(Rm
 #pragma unroll
       for (int q = 0; q < kCache; ++q) {
         const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
-        if (vec < p.vecs) normalize_store<V>(p, dst, vec * V, v[q], inv);
+        if (vec < p.vecs) normalize_store<V>(p, dst, r, vec * V, v[q], inv);
       }
     } else {
+      // The second pass re-reads x, which already holds the residual-updated row (each element
+      // was written by this thread in the first pass).
       for (int64_t vec = threadIdx.x; vec < p.vecs; vec += blockDim.x) {
         detail::load_vec<V>(src, p.x.bf16, vec * V, v[0]);
-        normalize_store<V>(p, dst, vec * V, v[0], inv);
+        normalize_store<V>(p, dst, r, vec * V, v[0], inv);
       }
     }
   }
@@ -264,9 +345,129 @@ __global__ void adaln_modulate_kernel(ModulateParams p) {
   }
 }
 
+// Checks the fused operands against x [N, C] and fills their part of the kernel parameters.
+Status set_fusion(const NormFusion& f, const TensorView& x, const TensorView& y, RmsNormParams& p) {
+  const bool any = f.branch || f.gate || f.shift || f.scale;
+  if (!any) return ok_status();
+  if (x.rank() != 2) return invalid_argument("rms_norm_fused: fusions need an [N, C] input, got " + x.shape.to_string());
+  const int64_t n = x.shape[0], c = x.shape[1];
+  auto check_table = [&](const TensorView* t, const int32_t* row, const char* what) -> Status {
+    VORTEX_RETURN_IF_ERROR(detail::check_device_activation(*t, what));
+    if (t->rank() != 2 || t->shape[1] != c) {
+      return invalid_argument(std::string(what) + ": " + t->shape.to_string() + " must be [R, " + std::to_string(c) +
+                              "]");
+    }
+    if (row == nullptr && n > 0) return invalid_argument(std::string(what) + ": null row-index pointer");
+    return ok_status();
+  };
+  if (f.gate && !f.branch) return invalid_argument("rms_norm_fused gate: given without a residual branch");
+  if (f.branch) {
+    VORTEX_RETURN_IF_ERROR(detail::check_device_activation(*f.branch, "rms_norm_fused branch"));
+    if (f.branch->shape != x.shape) {
+      return invalid_argument("rms_norm_fused branch: " + f.branch->shape.to_string() + " does not match input " +
+                              x.shape.to_string());
+    }
+    if (x.data == y.data) return invalid_argument("rms_norm_fused: the residual update needs an output apart from x");
+    p.branch = detail::make_operand(*f.branch);
+    p.residual = kPlainResidual;
+    if (f.gate) {
+      VORTEX_RETURN_IF_ERROR(check_table(f.gate, f.gate_row, "rms_norm_fused gate"));
+      p.residual = kGatedResidual;
+      p.gate = detail::make_operand(*f.gate);
+      p.gate_row = f.gate_row;
+      p.gate_rows = f.gate->shape[0];
+    }
+  }
+  if (static_cast<bool>(f.shift) != static_cast<bool>(f.scale)) {
+    return invalid_argument("rms_norm_fused: modulation needs both shift and scale");
+  }
+  if (f.shift) {
+    VORTEX_RETURN_IF_ERROR(check_table(f.shift, f.mod_row, "rms_norm_fused shift"));
+    VORTEX_RETURN_IF_ERROR(check_table(f.scale, f.mod_row, "rms_norm_fused scale"));
+    if (f.scale->shape != f.shift->shape) {
+      return invalid_argument("rms_norm_fused scale: " + f.scale->shape.to_string() + " must match shift " +
+                              f.shift->shape.to_string());
+    }
+    p.modulate = true;
+    p.shift = detail::make_operand(*f.shift);
+    p.scale = detail::make_operand(*f.scale);
+    p.mod_row = f.mod_row;
+    p.mod_rows = f.shift->shape[0];
+  }
+  return ok_status();
+}
+
+// ---- qk_norm_rope --------------------------------------------------------------------------------
+
+struct QkNormRopeParams {
+  RmsNormParams t;     // q or k: a rank-3 [N, H, D] view, V = kVec, one vector per lane
+  const float* cos;    // [N, rot] contiguous, or null (no RoPE)
+  const float* sin;
+  int rot_vecs;        // rot / 2 / V: lanes [0, r) hold the first half, [r, 2r) its partners
+  int group;           // lanes per row, as rms_norm's group kernel picks for D / V vectors
+};
+
+// Every lane of a warp runs the same iterations (the row loop bound depends only on the block) so
+// the shuffles see full warps; inactive lanes carry garbage that nobody stores. Four blocks per SM
+// cap it at 64 registers (ptxas takes 72 otherwise, and only 3 blocks fit).
+template <int V>
+__global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRopeParams params) {
+  const RmsNormParams& p = params.t;
+  const int group = params.group, lane = threadIdx.x % group;
+  const int64_t rows_per_block = kNormThreads / group;
+  const int r = params.rot_vecs;
+  const int partner = lane < r ? lane + r : (lane < 2 * r ? lane - r : lane);
+  const int partner_lane = static_cast<int>(threadIdx.x % 32) - lane + partner;
+  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < p.rows; r0 += gridDim.x * rows_per_block) {
+    const int64_t row = r0 + threadIdx.x / group;
+    const bool active = row < p.rows && lane < p.vecs;
+    float v[V];
+    float ss = 0.0f;
+    if (active) {
+      detail::load_vec<V>(norm_src(p, row), p.x.bf16, lane * V, v);
+      ss = sum_squares<V>(v, ss);
+    }
+    for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
+    const float inv = inv_rms(ss, p.c, p.eps);
+    float w[V], normed[V];
+    if (active) load_weight<V>(p, lane * V, w);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      normed[k] = active ? detail::round_out(p.y.bf16, __fmul_rn(__fmul_rn(v[k], inv), w[k])) : 0.0f;
+    }
+    float other[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) other[k] = __shfl_sync(0xFFFFFFFFu, normed[k], partner_lane);
+    if (!active) continue;
+    if (params.cos != nullptr && lane < 2 * r) {
+      // apply_rope's operations: x[k] = R(x[k]·R(cos)) + R(-x[k + half]·R(sin)) in the first
+      // half, x[k + half] = R(x[k + half]·R(cos)) + R(x[k]·R(sin)) in the second.
+      const bool bf16 = p.y.bf16;
+      const int64_t token = row / p.inner;
+      const int64_t rot = 2 * static_cast<int64_t>(r) * V;
+      float c[V], sn[V];
+      detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
+      detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
+      const float sign = lane < r ? -1.0f : 1.0f;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float own = detail::round_out(bf16, __fmul_rn(normed[k], detail::round_out(bf16, c[k])));
+        const float cross = detail::round_out(bf16, __fmul_rn(sign * other[k], detail::round_out(bf16, sn[k])));
+        normed[k] = __fadd_rn(own, cross);
+      }
+    }
+    detail::store_vec<V>(norm_dst(p, row), p.y.bf16, lane * V, normed);
+  }
+}
+
 }  // namespace
 
 Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream) {
+  return rms_norm_fused(x, weight, eps, NormFusion{}, y, stream);
+}
+
+Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, const NormFusion& fusion,
+                      const TensorView& y, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, "rms_norm input"));
   VORTEX_RETURN_IF_ERROR(detail::check_device_activation(y, "rms_norm output"));
   if (x.shape != y.shape || (x.rank() != 2 && x.rank() != 3)) {
@@ -297,9 +498,13 @@ Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const 
   p.inner = inner;
   p.c = static_cast<int>(c);
   p.eps = eps;
+  VORTEX_RETURN_IF_ERROR(set_fusion(fusion, x, y, p));
   if (p.rows == 0 || c == 0) return ok_status();
   const bool weight_vec = !weight || (weight->strides[0] == 1 && detail::vec_aligned(*weight));
-  if (c % detail::kVec == 0 && detail::vec_aligned(x) && detail::vec_aligned(y) && weight_vec) {
+  const bool fusion_vec = (!fusion.branch || detail::vec_aligned(*fusion.branch)) &&
+                          (!fusion.gate || detail::vec_aligned(*fusion.gate)) &&
+                          (!fusion.shift || (detail::vec_aligned(*fusion.shift) && detail::vec_aligned(*fusion.scale)));
+  if (c % detail::kVec == 0 && detail::vec_aligned(x) && detail::vec_aligned(y) && weight_vec && fusion_vec) {
     return launch_rms_norm<detail::kVec>(p, stream);
   }
   return launch_rms_norm<1>(p, stream);
@@ -340,6 +545,71 @@ Status adaln_modulate(const TensorView& x, const TensorView& shift, const Tensor
     adaln_modulate_kernel<1><<<l.grid, l.block, 0, stream>>>(p);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* q_weight, const TensorView* k_weight,
+                    float eps, const TensorView* cos, const TensorView* sin, cudaStream_t stream) {
+  if (static_cast<bool>(cos) != static_cast<bool>(sin)) return invalid_argument("qk_norm_rope: cos without sin");
+  // Argument checks and the fallback both come from the separate ops: the fused kernel runs only
+  // where it reproduces them exactly (vector loads, one vector per lane, whole vectors per half).
+  const auto separate = [&]() -> Status {
+    VORTEX_RETURN_IF_ERROR(rms_norm(q, q_weight, eps, q, stream));
+    VORTEX_RETURN_IF_ERROR(rms_norm(k, k_weight, eps, k, stream));
+    if (!cos) return ok_status();
+    VORTEX_RETURN_IF_ERROR(apply_rope(q, *cos, *sin, stream));
+    return apply_rope(k, *cos, *sin, stream);
+  };
+  if (q.rank() != 3 || k.rank() != 3 || q.shape != k.shape || q.device != Device::kCuda ||
+      k.device != Device::kCuda || q.dtype != k.dtype) {
+    return separate();
+  }
+  const int64_t d = q.shape[2], vecs = d / detail::kVec;
+  bool fits = d % detail::kVec == 0 && vecs <= 32 && detail::vec_aligned(q) && detail::vec_aligned(k);
+  for (const TensorView* w : {q_weight, k_weight}) {
+    if (w) {
+      fits = fits && w->device == Device::kCuda && w->rank() == 1 && w->shape[0] == d && w->strides[0] == 1 &&
+             (w->dtype == DType::kF32 || w->dtype == DType::kBF16) && detail::vec_aligned(*w);
+    }
+  }
+  int64_t rot = 0;
+  if (cos) {
+    rot = cos->rank() == 2 ? cos->shape[1] : -1;
+    fits = fits && cos->rank() == 2 && sin->shape == cos->shape && cos->shape[0] == q.shape[0] && rot <= d &&
+           (rot / 2) % detail::kVec == 0 && rot % 2 == 0 && cos->dtype == DType::kF32 && sin->dtype == DType::kF32 &&
+           cos->is_contiguous() && sin->is_contiguous() && cos->device == Device::kCuda;
+  }
+  if (!fits) return separate();
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(q, "qk_norm_rope q"));
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(k, "qk_norm_rope k"));
+  // One launch per tensor: a kernel indexing an array of parameter structs by blockIdx would copy
+  // them to local memory.
+  QkNormRopeParams params{};
+  const TensorView* weights[2] = {q_weight, k_weight};
+  const TensorView* views[2] = {&q, &k};
+  if (q.shape[0] * q.shape[1] == 0 || d == 0) return ok_status();
+  params.cos = cos ? static_cast<const float*>(cos->data) : nullptr;
+  params.sin = sin ? static_cast<const float*>(sin->data) : nullptr;
+  params.rot_vecs = static_cast<int>(rot / 2 / detail::kVec);
+  int group = 1;
+  while (group < 32 && group < vecs) group *= 2;  // rms_norm's choice for this width
+  params.group = group;
+  const int64_t rows_per_block = kNormThreads / group;
+  for (int i = 0; i < 2; ++i) {
+    RmsNormParams& p = params.t;
+    p.x = p.y = detail::make_operand(*views[i]);
+    p.weight = weights[i] ? static_cast<const char*>(weights[i]->data) : nullptr;
+    p.weight_stride = 1;
+    p.weight_bf16 = weights[i] && weights[i]->dtype == DType::kBF16;
+    p.inner = q.shape[1];
+    p.rows = q.shape[0] * p.inner;
+    p.vecs = vecs;
+    p.c = static_cast<int>(d);
+    p.eps = eps;
+    const int64_t grid = std::min(detail::ceil_div(p.rows, rows_per_block), kMaxGrid);
+    qk_norm_rope_kernel<detail::kVec><<<static_cast<unsigned>(grid), kNormThreads, 0, stream>>>(params);
+    VORTEX_CUDA_CHECK_LAUNCH();
+  }
   return ok_status();
 }
 

@@ -68,6 +68,7 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->config_ = config;
   model->stream_ = stream;
+  model->fused_norms_ = options.fused_norms;
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
   VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
   VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
@@ -241,15 +242,23 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
   const float eps = static_cast<float>(c.qk_norm_eps);
   {
     cuda::SectionScope scope(profiler_, "qk_norm_rope", stream_);
-    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &nq, eps, q, stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &nk, eps, k, stream_));
-  }
-  if (rope) {
-    cuda::SectionScope scope(profiler_, "qk_norm_rope", stream_);
-    VORTEX_ASSIGN_OR_RETURN(Tensor cos, rows_of(rope_cos_, n));
-    VORTEX_ASSIGN_OR_RETURN(Tensor sin, rows_of(rope_sin_, n));
-    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos.view(), sin.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(k, cos.view(), sin.view(), stream_));
+    Tensor cos, sin;
+    if (rope) {
+      VORTEX_ASSIGN_OR_RETURN(cos, rows_of(rope_cos_, n));
+      VORTEX_ASSIGN_OR_RETURN(sin, rows_of(rope_sin_, n));
+    }
+    const TensorView cos_view = cos.defined() ? cos.view() : TensorView(), sin_view = sin.defined() ? sin.view() : TensorView();
+    if (fused_norms_) {
+      VORTEX_RETURN_IF_ERROR(
+          cuda::qk_norm_rope(q, k, &nq, &nk, eps, rope ? &cos_view : nullptr, rope ? &sin_view : nullptr, stream_));
+    } else {
+      VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &nq, eps, q, stream_));
+      VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &nk, eps, k, stream_));
+      if (rope) {
+        VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos_view, sin_view, stream_));
+        VORTEX_RETURN_IF_ERROR(cuda::apply_rope(k, cos_view, sin_view, stream_));
+      }
+    }
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(attn_, n));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
@@ -302,38 +311,49 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
     VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu, table));
     VORTEX_ASSIGN_OR_RETURN(mod, table.reshape({num_timesteps_ * kNumModalities, 6 * C}));
   }
-  {
-    cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
-    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
-    if (adaln_rows) {
-      VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), columns(mod, 0, C), columns(mod, C, C), i32(*adaln_rows),
-                                                  h.view(), stream_));
-    }
+  // Transformer blocks: the modulation columns shift, scale, gate for attention, then for the FFN.
+  const int32_t* rows = adaln_rows ? i32(*adaln_rows) : nullptr;
+  TensorView shift1, scale1, gate1, shift2, scale2, gate2;
+  if (adaln_rows) {
+    TensorView* targets[] = {&shift1, &scale1, &gate1, &shift2, &scale2, &gate2};
+    for (int k = 0; k < 6; ++k) *targets[k] = columns(mod, k * C, C);
   }
-  VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, mode, branch));
-  {
-    cuda::SectionScope scope(profiler_, "residual", stream_);
+  const TensorView branch_view = branch.view();
+  if (fused_norms_) {
+    // Two passes instead of five: norm1 + modulation, then the attention residual + norm2 +
+    // modulation (the refiner's plain residual and norms take the same kernels).
+    cuda::NormFusion first, second{&branch_view};
     if (adaln_rows) {
-      VORTEX_RETURN_IF_ERROR(
-          cuda::gated_residual(x.view(), columns(mod, 2 * C, C), i32(*adaln_rows), branch.view(), stream_));
-    } else {
-      VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+      first = {nullptr, nullptr, nullptr, &shift1, &scale1, rows};
+      second = {&branch_view, &gate1, rows, &shift2, &scale2, rows};
     }
-  }
-  {
+    {
+      cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
+      VORTEX_RETURN_IF_ERROR(cuda::rms_norm_fused(x.view(), &n1, eps, first, h.view(), stream_));
+    }
+    VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, mode, branch));
+    cuda::SectionScope scope(profiler_, "residual_norm_modulate", stream_);
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm_fused(x.view(), &n2, eps, second, h.view(), stream_));
+  } else {
+    {
+      cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
+      VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
+      if (adaln_rows) VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), shift1, scale1, rows, h.view(), stream_));
+    }
+    VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, mode, branch));
+    {
+      cuda::SectionScope scope(profiler_, "residual", stream_);
+      VORTEX_RETURN_IF_ERROR(adaln_rows ? cuda::gated_residual(x.view(), gate1, rows, branch_view, stream_)
+                                        : cuda::residual_add(x.view(), branch_view, stream_));
+    }
     cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
     VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n2, eps, h.view(), stream_));
-    if (adaln_rows) {
-      VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), columns(mod, 3 * C, C), columns(mod, 4 * C, C),
-                                                  i32(*adaln_rows), h.view(), stream_));
-    }
+    if (adaln_rows) VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), shift2, scale2, rows, h.view(), stream_));
   }
   VORTEX_RETURN_IF_ERROR(feed_forward(b, h, branch));
   cuda::SectionScope final_residual(profiler_, "residual", stream_);
-  if (adaln_rows) {
-    return cuda::gated_residual(x.view(), columns(mod, 5 * C, C), i32(*adaln_rows), branch.view(), stream_);
-  }
-  return cuda::residual_add(x.view(), branch.view(), stream_);
+  return adaln_rows ? cuda::gated_residual(x.view(), gate2, rows, branch_view, stream_)
+                    : cuda::residual_add(x.view(), branch_view, stream_);
 }
 
 Status CudaH3Transformer::prepare(const PackedLayout& layout, const Tensor& text_states) {

@@ -33,6 +33,10 @@ struct CudaModelOptions {
   // Reserve the int8fp8 attention workspace (about 0.8 GB at the canonical shape) so requests may
   // ask for that mode; it needs head dim 128.
   bool int8fp8_attention = false;
+  // Fuse the residual updates, RMSNorms and AdaLN modulations at the block boundaries
+  // (cuda::rms_norm_fused). Bitwise equal to the separate launches (tests/gpu/test_gpu_h3_fusions.cc
+  // checks the block output and a 2-step trajectory); off runs the separate launches.
+  bool fused_norms = true;
 };
 
 class CudaH3Transformer : public StepModel {
@@ -67,6 +71,8 @@ class CudaH3Transformer : public StepModel {
   Result<Tensor> attention_inputs() const;
   // Brackets every op of the following blocks with events (null: off).
   void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
+  // Switches the block-boundary fusion (CudaModelOptions::fused_norms) for the following forwards.
+  void set_fused_norms(bool on) { fused_norms_ = on; }
 
  private:
   struct Linear {
@@ -107,6 +113,7 @@ class CudaH3Transformer : public StepModel {
   Tensor silu_temb_, mod_table_, out_mod_;
   Tensor video_in_, audio_in_, video_embed_, audio_embed_, video_out_, audio_out_;
   int64_t num_timesteps_ = 0;
+  bool fused_norms_ = true;
 };
 
 }  // namespace vortex::h3

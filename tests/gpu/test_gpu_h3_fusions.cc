@@ -1,0 +1,121 @@
+// The exactness gate of the CUDA model's fusions (DESIGN section 3): with each fusion on, the block
+// output and a 2-step trajectory checksum are BITWISE equal to the unfused path. Two widths: the
+// small golden config (the norms' group kernel) and a 2048-wide config with the released head
+// shape (the block kernel the canonical 5376-wide model runs).
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda/runtime.h"
+#include "cuda/synthetic_fill.h"
+#include "h3_golden_util.h"
+#include "models/h3/cuda_transformer.h"
+#include "models/h3/generate.h"
+#include "models/h3/synthetic.h"
+
+namespace vortex {
+namespace {
+
+bool have_device() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+h3::H3Config wide_config() {
+  h3::H3Config c = *h3::config_preset("h3");
+  c.num_attention_heads = 16;
+  c.hidden_size = 2048;
+  c.num_layers = 2;
+  c.num_refiner_layers = 1;
+  c.ffn_dim = 4096;
+  c.text_dim = 64;
+  c.time_embed_hidden_dim = 256;
+  c.time_embed_dim = 128;
+  return c;
+}
+
+h3::H3Config small_config() {
+  auto c = h3::config_from_file(test::golden_path("h3_small/config.json"));
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return *c;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+class GpuH3Fusions : public ::testing::TestWithParam<int> {
+ protected:
+  h3::H3Config config() const { return GetParam() == 0 ? small_config() : wide_config(); }
+};
+
+TEST_P(GpuH3Fusions, BlockOutputIsBitwiseEqualToTheUnfusedBlock) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config c = config();
+  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
+  ASSERT_TRUE(geometry.ok());
+  auto layout = h3::build_t2va_layout(16, *geometry, c);
+  ASSERT_TRUE(layout.ok());
+  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(11, nullptr), layout->num_rows);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const Tensor text = h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream);
+  ASSERT_TRUE((*model)->prepare(*layout, text).ok());
+  ASSERT_TRUE((*model)->upload_step_tables(h3::assign_row_timesteps(*layout, 0.3f, 0.8f)).ok());
+
+  auto x = (*model)->residual().slice(0, 0, layout->num_rows);
+  ASSERT_TRUE(x.ok());
+  Tensor outputs[2];
+  for (bool fused : {true, false}) {
+    (*model)->set_fused_norms(fused);
+    ASSERT_TRUE(cuda::fill_scaled_normal(*x, 21, 100, 1.0f, nullptr).ok());
+    for (int block = 0; block < c.num_layers; ++block) ASSERT_TRUE((*model)->run_block(block).ok());
+    auto out = cuda::download(*x, nullptr);
+    ASSERT_TRUE(out.ok());
+    outputs[fused ? 0 : 1] = std::move(*out);
+  }
+  for (int64_t i = 0; i < outputs[0].numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(element_as_double(outputs[0], i))) << "non-finite block output at element " << i;
+  }
+  EXPECT_TRUE(bitwise_equal(outputs[0], outputs[1]))
+      << "fused vs unfused block stack: rel-L2 " << test::rel_l2(outputs[0], outputs[1]);
+}
+
+TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config c = config();
+  const Tensor text = h3::seeded_normal({12, c.text_dim}, 3, h3::kSyntheticTextStream);
+  h3::GenerateOptions options;
+  options.video = {128, 192, 22};
+  options.steps = 3;  // grid points including the final 0: two forwards
+  options.seed = 5;
+  auto geometry = h3::resolve_geometry(options.video, c);
+  ASSERT_TRUE(geometry.ok());
+  auto layout = h3::build_t2va_layout(12, *geometry, c);
+  ASSERT_TRUE(layout.ok());
+  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(12, nullptr), layout->num_rows);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  h3::LatentChecksum video[2], audio[2];
+  for (bool fused : {true, false}) {
+    (*model)->set_fused_norms(fused);  // also covers the refiner, which prepare() runs
+    auto r = h3::generate_t2va(**model, text, options);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    video[fused ? 0 : 1] = h3::latent_checksum(r->video_latents);
+    audio[fused ? 0 : 1] = h3::latent_checksum(r->audio_latents);
+  }
+  EXPECT_EQ(video[0].sha256, video[1].sha256) << "video sums " << video[0].sum << " vs " << video[1].sum;
+  EXPECT_EQ(audio[0].sha256, audio[1].sha256) << "audio sums " << audio[0].sum << " vs " << audio[1].sum;
+  std::printf("fused vs unfused 2-step trajectory: video %s, audio %s\n", video[0].sha256.substr(0, 16).c_str(),
+              audio[0].sha256.substr(0, 16).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Widths, GpuH3Fusions, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("small") : std::string("wide2048");
+                         });
+
+}  // namespace
+}  // namespace vortex
