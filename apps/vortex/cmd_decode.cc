@@ -1,7 +1,6 @@
 // vortex decode: latents (as `vortex generate` writes them) to media: the soundtrack through the
-// audio VAE to a WAV, or picture and sound through both VAEs to an H.264 + AAC MP4 (CPU decoders;
-// the video VAE port is unit-tested but not yet checked against the reference, see README). The
-// work is decode_media's, shared with `vortex generate --media`.
+// audio VAE to a WAV, or picture and sound through both VAEs to an H.264 + AAC MP4, on the CPU or
+// the GPU. The work is decode_media's, shared with `vortex generate --media`.
 #include <memory>
 
 #include "commands.h"
@@ -43,6 +42,10 @@ void add_decode_command(CLI::App& app, Action& action) {
   cmd->add_option("--latents", args->latents_path, "Latents file written by vortex generate")->required();
   add_vae_options(cmd, args->media);
   cmd->add_option("--weights-seed", args->media.weights_seed, "Seed of the synthetic VAEs")->capture_default_str();
+  cmd->add_option("--device", args->media.device,
+                  "Where the decoders run: cpu (fp32 reference) or cuda (video VAE bf16, audio VAE fp32)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--out", args->media.out, "Output: PATH.wav (soundtrack) or PATH.mp4 (picture and sound)")
       ->required();
   cmd->callback([args, &action] {

@@ -312,6 +312,7 @@ void add_generate_command(CLI::App& app, Action& action) {
     }
     action = [args] {
       args->media.weights_seed = args->weights_seed;
+      args->media.device = args->device;  // the decoders run where the transformer ran
       return run_generate(*args);
     };
   });

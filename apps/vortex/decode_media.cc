@@ -5,6 +5,10 @@
 #include <filesystem>
 
 #include "media/wav.h"
+#if defined(VORTEX_HAVE_CUDA)
+#include "models/vae/cuda_audio_vae.h"
+#include "models/vae/cuda_video_vae.h"
+#endif
 #include "models/h3/layout.h"
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/mp4.h"
@@ -66,6 +70,10 @@ bool wants_picture(const MediaRequest& r) { return ends_with(r.out, ".mp4"); }
 Status check_media_request(const MediaRequest& r) {
   const bool mp4 = wants_picture(r);
   const std::string out = std::string(r.out_flag) + " " + r.out;
+  if (r.device != "cpu" && r.device != "cuda") return invalid_argument("--device " + r.device + ": expected cpu or cuda");
+#if !defined(VORTEX_HAVE_CUDA)
+  if (r.device == "cuda") return unimplemented("--device cuda: this build has no CUDA backend");
+#endif
   if (!mp4 && !ends_with(r.out, ".wav")) return invalid_argument(out + ": must end in .wav or .mp4");
   const fs::path folder = fs::path(r.out).parent_path();
   if (!folder.empty() && !fs::is_directory(folder)) {
@@ -120,6 +128,28 @@ Status MediaDecoder::check_shapes(const Shape& video, const Shape& audio, const 
   return st.with_context(what);
 }
 
+Result<Tensor> MediaDecoder::decode_picture(const Tensor& latents) const {
+  if (request_.device == "cpu") return vae::decode_video(*video_, latents);
+#if defined(VORTEX_HAVE_CUDA)
+  vae::CudaVideoVaeOptions options;
+  options.dtype = DType::kBF16;
+  VORTEX_ASSIGN_OR_RETURN(auto gpu, vae::CudaVideoVae::create(*video_, options));
+  return gpu->decode(latents);  // the checkpoint's own tiling
+#else
+  return unimplemented("--device cuda: this build has no CUDA backend");
+#endif
+}
+
+Result<Tensor> MediaDecoder::decode_sound(const Tensor& latents) const {
+  if (request_.device == "cpu") return vae::decode_audio(*audio_, latents);
+#if defined(VORTEX_HAVE_CUDA)
+  VORTEX_ASSIGN_OR_RETURN(auto gpu, vae::CudaAudioVae::create(*audio_));
+  return gpu->decode(latents);
+#else
+  return unimplemented("--device cuda: this build has no CUDA backend");
+#endif
+}
+
 Status MediaDecoder::decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source) const {
   const auto start = std::chrono::steady_clock::now();
   Status st = vae::validate_audio_latents(audio_->config, audio_latents, "tensor 'audio_latents'");
@@ -137,13 +167,13 @@ Status MediaDecoder::decode(const Tensor* video_latents, const Tensor& audio_lat
     std::fprintf(stderr, "decode: picture: video VAE on latents %s -> %lld frames of %lldx%lld\n",
                  s.to_string().c_str(), static_cast<long long>(video_->config.decoded_frames(s[1])),
                  static_cast<long long>(s[3] * p), static_cast<long long>(s[2] * p));
-    VORTEX_ASSIGN_OR_RETURN(frames, vae::decode_video(*video_, *video_latents));
+    VORTEX_ASSIGN_OR_RETURN(frames, decode_picture(*video_latents));
   }
   const vae::AudioVaeConfig& ac = audio_->config;
   std::fprintf(stderr, "decode: sound: audio VAE on latents %s -> %lld samples per channel at %d Hz\n",
                audio_latents.shape().to_string().c_str(),
                static_cast<long long>(ac.decoded_samples(audio_latents.size(1))), ac.sampling_rate);
-  VORTEX_ASSIGN_OR_RETURN(Tensor waveform, vae::decode_audio(*audio_, audio_latents));
+  VORTEX_ASSIGN_OR_RETURN(Tensor waveform, decode_sound(audio_latents));
   std::fprintf(stderr, "decode: writing %s\n", request_.out.c_str());
   const double seconds = seconds_since(start);
 

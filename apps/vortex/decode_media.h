@@ -28,6 +28,9 @@ struct MediaRequest {
   uint64_t weights_seed = 0;  // of the synthetic VAEs
   std::string out;            // PATH.wav (soundtrack) or PATH.mp4 (picture and sound)
   const char* out_flag = "--out";  // the option that gave `out`, for the errors
+  // Where the decoders run: "cpu" (the fp32 reference), or "cuda" (the video VAE in bf16 with
+  // fp32 norms, residual stream and stitching; the audio VAE in fp32).
+  std::string device = "cpu";
 };
 
 // Registers --audio-vae, --synthetic-audio-vae, --video-vae and --synthetic-video-vae on `cmd`,
@@ -56,6 +59,9 @@ class MediaDecoder {
   Status decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source) const;
 
  private:
+  // The decoders on request_.device: frames [3, F, H, W] and the waveform [2, S], host F32.
+  Result<Tensor> decode_picture(const Tensor& latents) const;
+  Result<Tensor> decode_sound(const Tensor& latents) const;
   // The picture's and the sound's lengths agree; the picture has even sides.
   Status check_pairing(const Shape& video, const Shape& audio) const;
 

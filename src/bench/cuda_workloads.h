@@ -32,5 +32,7 @@ struct BenchOptions {
 const std::vector<std::string>& cuda_workload_names();
 // One manifest per measured item (gemm yields four).
 Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& options);
+// `vae-decode`: the canonical video and audio VAE decodes, one manifest each (cuda_vae_workloads.cc).
+Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& options);
 
 }  // namespace vortex::bench

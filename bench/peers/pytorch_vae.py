@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""PyTorch peers of `vortex bench vae-decode`, run by it in the same device call.
+
+    python3 bench/peers/pytorch_vae.py --workload vae-video --io DUMP --out REPORT [--warmup 3 --reps 10]
+
+vae-video  diffusers' AutoencoderKLMiniMaxH3 (bring diffusers' src as .ref and put it on PYTHONPATH)
+           built from the dump's config (the release's) with the dump's decoder weights (vortex's
+           synthetic bf16 weights, widened to the checkpoint's fp32; the encoder, which decoding never
+           runs, keeps its random init). It decodes the dump's latents as the pipeline's decode step
+           does: de-normalise, `vae.decode` under float16 autocast over fp32 weights (the release's
+           verified recipe; tiling on, the release's tiles), ImageNet de-normalisation and clamp.
+           Checks vortex's frames against it (both minus the ImageNet mean, so the bound is relative
+           to the decoded signal).
+vae-audio  diffusers' AutoencoderKLMiniMaxH3Audio with the dump's decoder state dict (weight_g /
+           weight_v, filters) in fp32: `audio_vae.decode` of the de-normalised latents, with TF32 off
+           (the checked run and one timing) and with PyTorch's defaults (cuDNN convolutions in TF32).
+
+Protocol as vortex's (measure() of pytorch_h3.py): warm-ups, then timed repetitions with CUDA
+events, each after a 256 MB L2 flush. The report holds medians (ms) and rel-L2 / max-abs of vortex
+vs the peer.
+"""
+
+import argparse
+import json
+
+import safetensors
+import torch
+from safetensors.torch import load_file
+
+from pytorch_h3 import compare, measure
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def load_dump(path):
+    with safetensors.safe_open(path, "pt") as f:
+        config = json.loads(f.metadata()["config"])
+    io = load_file(path, device="cuda")
+    weights = {k: v for k, v in io.items() if not k.startswith(("in.", "out."))}
+    return config, io, weights
+
+
+def constructor_kwargs(config):
+    return {k: v for k, v in config.items() if not k.startswith("_")}
+
+
+def load_decoder(model, weights, encoder_prefixes):
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise SystemExit(f"dump has tensors the model does not: {unexpected[:5]}")
+    stray = [k for k in missing if not k.startswith(encoder_prefixes)]
+    if stray:
+        raise SystemExit(f"dump lacks decoder tensors: {stray[:5]}")
+
+
+def vae_video(args):
+    from diffusers import AutoencoderKLMiniMaxH3
+
+    config, io, weights = load_dump(args.io)
+    with torch.device("cuda"):
+        vae = AutoencoderKLMiniMaxH3(**constructor_kwargs(config)).eval()
+    load_decoder(vae, {k: v.float() for k, v in weights.items()}, ("encoder.", "quant_conv."))
+    del weights
+    latents = io["in.latents"][None]
+    ours = io["out.frames"]
+    shape = (1, -1, 1, 1, 1)
+    mean = torch.tensor(config["latents_mean"], device="cuda").view(shape)
+    std = torch.tensor(config["latents_std"], device="cuda").view(shape)
+    pixel_mean = torch.tensor(IMAGENET_MEAN, device="cuda").view(shape)
+    pixel_std = torch.tensor(IMAGENET_STD, device="cuda").view(shape)
+
+    def decode():
+        with torch.autocast(device_type="cuda", dtype=torch.float16):
+            video = vae.decode(latents * std + mean, return_dict=False)[0]
+        return (video.float() * pixel_std + pixel_mean).clamp(0, 1)
+
+    with torch.no_grad():
+        reference = decode()
+        correctness = compare(ours[None] - pixel_mean, reference - pixel_mean)
+        correctness["comparator"] = ("diffusers AutoencoderKLMiniMaxH3.decode, float16 autocast over fp32 "
+                                     "weights (the pipeline's recipe), same weights and latents; frames minus "
+                                     "the ImageNet mean")
+        del reference, ours
+        report = measure(decode, args.warmup, args.reps)
+    return {"correctness": correctness, "peers": [{"name": "diffusers-vae-fp16-autocast", **report}]}
+
+
+def vae_audio(args):
+    from diffusers import AutoencoderKLMiniMaxH3Audio
+
+    config, io, weights = load_dump(args.io)
+    vae = AutoencoderKLMiniMaxH3Audio(**constructor_kwargs(config)).to("cuda").eval()
+    load_decoder(vae, weights, ("encoder.", "pre_block.", "mean_proj.", "logs_proj."))
+    # vortex's latents are time-major [2, A, C]; the pipeline's decode step takes [2, C, A].
+    latents = io["in.latents"].permute(0, 2, 1).contiguous()
+    ours = io["out.waveform"]
+    mean = torch.tensor(config["latents_mean"], device="cuda").view(1, -1, 1)
+    std = torch.tensor(config["latents_std"], device="cuda").view(1, -1, 1)
+
+    def decode():
+        return vae.decode(latents * std + mean, return_dict=False)[0]
+
+    reports = []
+    with torch.no_grad():
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        reference = decode()[:, 0]
+        correctness = compare(ours, reference)
+        correctness["comparator"] = ("diffusers AutoencoderKLMiniMaxH3Audio.decode, fp32 without TF32, same weights "
+                                     "and latents")
+        reports.append({"name": "diffusers-audio-vae-fp32", **measure(decode, args.warmup, args.reps)})
+        torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions
+        reports.append({"name": "diffusers-audio-vae-default-tf32-convs", **measure(decode, args.warmup, args.reps)})
+    return {"correctness": correctness, "peers": reports}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", required=True, choices=["vae-video", "vae-audio"])
+    parser.add_argument("--io", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    report = vae_video(args) if args.workload == "vae-video" else vae_audio(args)
+    report["torch"] = torch.__version__
+    report["cudnn"] = torch.backends.cudnn.version()
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

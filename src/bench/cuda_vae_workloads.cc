@@ -1,0 +1,233 @@
+// The `vae-decode` workload of `vortex bench`: the canonical decodes of both VAEs on one GPU, one
+// manifest each.
+//
+//   vae-decode-video  latents [24, 37, 48, 84] -> 124 frames of 768 x 1344 (bf16 mode, the release
+//                     config and tiling: 7 chunks x 28 tiles), synthetic weights made on the device;
+//                     timed from host latents to finished frames in device memory (validation,
+//                     de-normalisation and the upload included).
+//   vae-decode-audio  latents [2, 207, 32] -> 2 x 165,600 samples (5.175 s at 32 kHz), fp32,
+//                     synthetic weights (synthetic_audio_vae_tensors); timed likewise.
+//
+// Correctness: the audio waveform against the CPU decoder on the same weights and latents (rel-L2
+// bound 1e-5, as the GPU tests); the video frames run to run (bitwise) when no peer runs, and
+// against the peer's diffusers decode of the same weights and latents when one does (the peer
+// reports rel-L2 of the frames minus the ImageNet mean). Peers (bench/peers/pytorch_vae.py) get
+// the weights, latents and vortex's output in a safetensors dump; the video model is freed before
+// its peer runs. Peak device memory: the three arenas (weights, activations, cuBLASLt workspace)
+// as allocated, the planned sizes, and the device memory in use (cudaMemGetInfo) after the decodes.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "bench/cuda_bench_util.h"
+#include "bench/cuda_workloads.h"
+#include "formats/safetensors.h"
+#include "models/h3/generate.h"
+#include "models/vae/cuda_audio_vae.h"
+#include "models/vae/cuda_video_vae.h"
+
+namespace vortex::bench {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int64_t kVideoLatentFrames = 37, kVideoLatentHeight = 48, kVideoLatentWidth = 84;
+constexpr int64_t kAudioLatentFrames = 207;
+// Philox streams of the benchmark's latents (the weights use the per-tensor name streams).
+constexpr uint64_t kVideoLatentStream = 0x56414556, kAudioLatentStream = 0x56414541;
+// Frames vs the peer's fp16-autocast decode: the bf16 program alone is 2.5e-3 from the fp32
+// decoder on the 4-layer test preset; 36 layers and the reference's own fp16 rounding add to it.
+constexpr double kVideoPeerBound = 3e-2;
+constexpr double kAudioCpuBound = 1e-5;
+
+Result<size_t> device_bytes_in_use() {
+  size_t free_bytes = 0, total_bytes = 0;
+  VORTEX_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes - free_bytes;
+}
+
+bool all_within(const Tensor& t, float lo, float hi) {
+  const float* d = t.data_as<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!(d[i] >= lo && d[i] <= hi)) return false;  // NaN fails too
+  }
+  return true;
+}
+
+void take_peer_correctness(Manifest& m, const nlohmann::json& peer, double bound) {
+  if (!peer.is_object() || !peer.contains("correctness")) return;
+  const auto& c = peer["correctness"];
+  m.correctness.comparator = c.value("comparator", "peer");
+  m.correctness.rel_l2 = c.value("rel_l2", 1.0);
+  m.correctness.max_abs = c.value("max_abs", 0.0);
+  m.correctness.max_rel = c.value("max_rel", 0.0);
+  m.correctness.bound = bound;
+  m.correctness.passed = m.correctness.rel_l2 <= bound && std::isfinite(m.correctness.rel_l2);
+}
+
+// GEMM and attention FLOPs of the video decode: per tile, the blocks' four linears and attention
+// over all N + R + 1 tokens, post_quant_conv / proj_in / proj_out over the N patch tokens.
+double video_flops(const vae::VideoVaeConfig& c, int64_t tiles, int64_t tile_tokens) {
+  const double n = static_cast<double>(tile_tokens), total = n + c.decoder_num_register_tokens + 1;
+  const double dim = c.decoder_dim(), f = c.decoder_ffn_dim(), C = c.latent_channels;
+  const double block = 2 * total * dim * (3 * dim + dim + 2 * f) + 2 * total * f * dim + 4 * total * total * dim;
+  return static_cast<double>(tiles) *
+         (c.decoder_num_layers * block + 2 * n * C * C + 2 * n * C * dim + 2 * n * dim * c.patch_values());
+}
+
+Result<Manifest> bench_video(const BenchOptions& o) {
+  const vae::VideoVaeConfig config = *vae::video_vae_config_preset("h3");
+  const vae::VideoTiling tiling;
+  const Shape shape{config.latent_channels, kVideoLatentFrames, kVideoLatentHeight, kVideoLatentWidth};
+  VORTEX_ASSIGN_OR_RETURN(const vae::CudaVideoVaeMemory planned,
+                          vae::cuda_video_vae_memory(config, DType::kBF16, shape, tiling));
+  VORTEX_ASSIGN_OR_RETURN(auto model, vae::CudaVideoVae::create_synthetic(config, o.seed));
+  const Tensor latents = h3::seeded_normal(shape, o.seed, kVideoLatentStream);
+  Tensor frames;
+  auto body = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(frames, model->decode_on_device(latents, tiling));
+    return ok_status();
+  };
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
+  VORTEX_ASSIGN_OR_RETURN(const size_t in_use, device_bytes_in_use());
+  VORTEX_ASSIGN_OR_RETURN(const Tensor first, cuda::download(frames, model->stream()));
+  VORTEX_RETURN_IF_ERROR(body());
+  VORTEX_ASSIGN_OR_RETURN(const Tensor again, cuda::download(frames, model->stream()));
+
+  Manifest m;
+  m.workload = "vae-decode-video";
+  m.samples = samples;
+  const int64_t r = config.spatial_ratio();
+  const int64_t chunks = (kVideoLatentFrames + config.token_drop) / config.tokens_chunk_size() - 1;
+  const vae::TileSplit rows =
+      vae::split_tiles(kVideoLatentHeight * r, tiling.tile_height, tiling.min_overlap_height, r);
+  const vae::TileSplit cols = vae::split_tiles(kVideoLatentWidth * r, tiling.tile_width, tiling.min_overlap_width, r);
+  const int64_t tiles_per_chunk = static_cast<int64_t>(rows.starts.size() * cols.starts.size());
+  const int64_t tile_tokens = (config.tokens_chunk_size() + config.token_overlap()) * (rows.tile / r) * (cols.tile / r);
+  const double flops = video_flops(config, chunks * tiles_per_chunk, tile_tokens);
+  m.derived = {{"tflops", flops / (samples.median() * 1e-3) / 1e12},
+               {"flops", flops},
+               {"frames_per_second", static_cast<double>(first.size(1)) / (samples.median() * 1e-3)},
+               {"device_bytes",
+                {{"weights", model->weight_bytes()},
+                 {"activations_arena_peak", model->activation_peak_bytes()},
+                 {"workspace", model->workspace_bytes()},
+                 {"planned_total", planned.total()},
+                 {"in_use_after_decodes (cudaMemGetInfo, incl. context and timer's L2-flush buffer)", in_use}}}};
+  m.workload_section = {{"name", m.workload},
+                        {"latents", shape.to_vector()},
+                        {"frames", first.shape().to_vector()},
+                        {"tiling", {{"tile", tiling.tile_height}, {"min_overlap", tiling.min_overlap_height}}},
+                        {"chunks", chunks},
+                        {"tiles_per_chunk", tiles_per_chunk},
+                        {"tokens_per_tile", tile_tokens + config.decoder_num_register_tokens + 1},
+                        {"config", "h3 (release): 36 layers, 32 heads x 64, FFN 8192, patch 4 x 16 x 16"},
+                        {"weights", "synthetic on the device (CudaVideoVae::create_synthetic)"},
+                        {"seed", o.seed}};
+  m.protocol = protocol_json(o);
+  m.protocol["timed"] = "host latents -> frames in device memory (validation, de-normalisation, upload included)";
+  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  m.implementation = {{"backend", "cuda"},
+                      {"recipe", "bf16 block linears and attention, fp32 residual stream, norms and output"},
+                      {"attention", "cuda::attention (head dim 64: v0 mma.sync kernel)"},
+                      {"gemm", "cuBLASLt bf16 (fp32 accumulate); fp32 for post_quant_conv / proj_in"},
+                      {"layout", "tiles decoded one at a time; frames composed per chunk in one kernel"}};
+  m.correctness = compare(again, first, "run-to-run: a further decode vs the last timed one (bitwise expected)", 0.0);
+  if (!all_within(first, 0.0f, 1.0f)) m.correctness.passed = false;
+
+  if (!o.peer_command.empty()) {
+    fs::create_directories(o.work_dir);
+    VORTEX_ASSIGN_OR_RETURN(vae::NamedTensors io, model->download_weights());
+    io.emplace_back("in.latents", latents);
+    io.emplace_back("out.frames", first);
+    const std::string path = o.work_dir + "/vae_video_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json().dump()}}));
+    io.clear();
+    frames = Tensor();  // it holds the activation arena
+    model.reset();      // the peer gets the whole device
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "vae-video", path));
+    take_peer_correctness(m, peer, kVideoPeerBound);
+    add_peer_ratios(m, peer);
+  }
+  return m;
+}
+
+Result<Manifest> bench_audio(const BenchOptions& o) {
+  const vae::AudioVaeConfig config = *vae::audio_vae_config_preset("h3");
+  const vae::NamedTensors tensors = vae::synthetic_audio_vae_tensors(config, o.seed, /*with_encoder=*/false);
+  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVae cpu, vae::assemble_audio_vae(tensors, config));
+  VORTEX_ASSIGN_OR_RETURN(const vae::CudaAudioVaeMemory planned, vae::cuda_audio_vae_memory(cpu, kAudioLatentFrames));
+  VORTEX_ASSIGN_OR_RETURN(auto model, vae::CudaAudioVae::create(cpu));
+  const Tensor latents = h3::seeded_normal({2, kAudioLatentFrames, config.latent_channels}, o.seed, kAudioLatentStream);
+  Tensor wave;
+  auto body = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(wave, model->decode_on_device(latents));
+    return ok_status();
+  };
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
+  VORTEX_ASSIGN_OR_RETURN(const size_t in_use, device_bytes_in_use());
+  VORTEX_ASSIGN_OR_RETURN(const Tensor got, cuda::download(wave, model->stream()));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor want, vae::decode_audio(cpu, latents));
+
+  Manifest m;
+  m.workload = "vae-decode-audio";
+  m.samples = samples;
+  const double seconds = static_cast<double>(got.size(1)) / config.sampling_rate;
+  m.derived = {{"audio_seconds", seconds},
+               {"realtime_factor", seconds / (samples.median() * 1e-3)},
+               {"device_bytes",
+                {{"weights", model->weight_bytes()},
+                 {"activations_arena_peak", model->activation_peak_bytes()},
+                 {"workspace", model->workspace_bytes()},
+                 {"planned_total", planned.total()},
+                 {"in_use_after_decodes (cudaMemGetInfo, incl. context and timer's L2-flush buffer)", in_use}}}};
+  m.workload_section = {{"name", m.workload},
+                        {"latents", latents.shape().to_vector()},
+                        {"waveform", got.shape().to_vector()},
+                        {"sampling_rate", config.sampling_rate},
+                        {"config", "h3 (release): decoder_dim 1024, rates 5 5 2 2 2 2 2, AMP kernels 3 7 11"},
+                        {"weights", "synthetic (synthetic_audio_vae_tensors), weight norm fused"},
+                        {"seed", o.seed}};
+  m.protocol = protocol_json(o);
+  m.protocol["timed"] = "host latents -> waveform in device memory (validation, de-normalisation, upload included)";
+  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  m.implementation = {{"backend", "cuda"},
+                      {"recipe", "fp32 (no TF32)"},
+                      {"convolutions", "im2col + cuBLASLt fp32 GEMM; transposed: GEMM + overlap-add"},
+                      {"activation", "alias-free SnakeBeta fused (upsample, snake, downsample in one kernel)"}};
+  m.correctness = compare(got, want, "CPU decoder (decode_audio), same weights and latents", kAudioCpuBound);
+
+  if (!o.peer_command.empty()) {
+    fs::create_directories(o.work_dir);
+    vae::NamedTensors io = tensors;
+    io.emplace_back("in.latents", latents);
+    io.emplace_back("out.waveform", got);
+    const std::string path = o.work_dir + "/vae_audio_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json_string()}}));
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "vae-audio", path));
+    if (peer.is_object() && peer.contains("correctness")) m.derived["peer_correctness"] = peer["correctness"];
+    add_peer_ratios(m, peer);
+  }
+  return m;
+}
+
+}  // namespace
+
+Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
+  if (o.warmup < 3 || o.repetitions < 10) {
+    return invalid_argument("the protocol needs >= 3 warm-ups and >= 10 repetitions (DESIGN section 4)");
+  }
+  if (o.workload != "vae-decode") return invalid_argument("unknown VAE workload '" + o.workload + "' (vae-decode)");
+  std::vector<Manifest> out;
+  VORTEX_ASSIGN_OR_RETURN(Manifest audio, bench_audio(o));
+  out.push_back(std::move(audio));
+  VORTEX_ASSIGN_OR_RETURN(Manifest video, bench_video(o));
+  out.push_back(std::move(video));
+  return out;
+}
+
+}  // namespace vortex::bench
