@@ -1,0 +1,546 @@
+// e4m3 row quantizers of the `fp8` recipe (contract: cuda/fp8_quantize.h; rule: cpu/fp8_scale.h).
+//
+//   quantize_rows_fp8            h = x
+//   rms_norm_fused_quantize_fp8  x = R(x + R(gate[g]·branch)) or R(x + branch)   (optional, written back)
+//                                h = R((x · inv) · w),  inv = 1 / sqrt(Σx² / C + eps)
+//                                h = R(R(h · R(1 + scale[t])) + shift[t])         (optional)
+//   swiglu_quantize_fp8          h = R(value · R(silu(gate)))
+// and then, per row, codes = e4m3(h · inv_scale) and scale = amax(|h|) / 448 (R rounds to bf16;
+// the residual rounds to x's dtype, as gated_residual does).
+//
+// One kernel template serves the three ops through a "source" that yields h for a vector of
+// elements. A team of T threads owns a row, and thread `lane` owns the vectors lane, lane + T,
+// lane + 2T, ... of V elements (V = 8 with 16-byte loads, or V = 1 for views that are not 16-byte
+// aligned). A row takes up to three passes:
+//   1. norm sources only: the residual update (written back to x) and the sum of squares. The sum
+//      is an fma chain over the thread's vectors in order, then an xor-shuffle tree over
+//      min(T, 32) lanes, then (T > 32) the warp partials added in warp order by every thread. This
+//      is rms_norm's order (norm.cu), and T and V are chosen by its rules (team_launch below and
+//      the vector test in rms_norm_fused_quantize_fp8), so inv, and with it every h, is bitwise
+//      the unfused value.
+//   2. h for each element and the row's amax, taken as the max of |h|'s bits (order-free, and NaN
+//      sorts above everything).
+//   3. scale and reciprocal by fp8_row_scale, codes written as 8-byte words (V = 8 with aligned
+//      codes) or bytes, and the scale written by lane 0.
+// Cached instantiations keep the thread's vectors in registers between passes (norm.cu's register
+// cache: 24 values in vectors, 8 scalars). Rows too wide for that re-read x in passes 2 and 3 (after
+// pass 1 wrote the residual back, so they read the updated row) and recompute the same bits.
+//
+// Teams: T <= 32 lanes share a warp, and 256-thread blocks hold 256 / T rows (narrow rows). Wider
+// rows get one block of T threads per row (T a multiple of 32, up to 512: the 5376-channel rows
+// take 224 threads of 3 vectors each). Rows are grid-strided, and every thread of a block runs
+// the same number of iterations, so the shuffles and barriers are always reached by all.
+#include "cuda/fp8_quantize.h"
+
+#include <algorithm>
+#include <string>
+
+#include "cpu/fp8.h"
+#include "cpu/fp8_scale.h"
+#include "cuda/elementwise.h"
+#include "cuda/row_io.cuh"
+#include "cuda/runtime.h"
+
+namespace vortex::cuda {
+
+namespace {
+
+using detail::Operand;
+
+constexpr int kGroupBlockThreads = 256;  // narrow rows: 256 / T rows per block
+constexpr int kGroupMaxVecs = 4;         // vectors per lane before a row leaves the group layout
+constexpr int kMaxTeam = 512;            // one block per row: up to 16 warps
+constexpr int kMaxWarps = kMaxTeam / 32;
+constexpr int64_t kMaxGrid = 1 << 20;    // grid-stride loops cover the rest
+
+// Register cache per thread: 24 fp32 values in 16-byte vectors, 8 scalars. This is norm.cu's
+// block_cache_vecs, and it decides when a wide row leaves the 256-thread balanced block for 512
+// threads, so it is part of the summation order too.
+template <int V>
+constexpr int cache_vecs() { return V == 1 ? 8 : 24 / V; }
+
+struct CodesOut {
+  uint8_t* codes;  // [N, C]
+  int64_t stride;  // elements (bytes) between rows
+  bool words;      // codes base and row stride are multiples of 8: V = 8 stores one 8-byte word
+  float* scales;   // [N]
+};
+
+// ---- sources ---------------------------------------------------------------------------------------
+
+struct PlainSource {
+  static constexpr bool kNormalizes = false;
+  Operand x;
+
+  struct Row {
+    const char* x;
+  };
+  __device__ Row row(int64_t r) const { return {detail::row_ptr(x, r)}; }
+  template <int V>
+  __device__ void load(const Row& row, int64_t e, float (&v)[V]) const {
+    detail::load_vec<V>(row.x, x.bf16, e, v);
+  }
+  template <int V>
+  __device__ void finish(const Row&, int64_t, float (&)[V], float) const {}
+};
+
+// g / (1 + exp(-g)) with IEEE expf, add and divide: elementwise.cu's silu, operation for operation.
+__device__ __forceinline__ float silu_f32(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
+
+struct SwigluSource {
+  static constexpr bool kNormalizes = false;
+  Operand u;  // [N, 2F]
+  int64_t f;
+
+  struct Row {
+    const char* u;
+  };
+  __device__ Row row(int64_t r) const { return {detail::row_ptr(u, r)}; }
+  template <int V>
+  __device__ void load(const Row& row, int64_t e, float (&v)[V]) const {
+    float gate[V];
+    detail::load_vec<V>(row.u, u.bf16, e, v);
+    detail::load_vec<V>(row.u, u.bf16, f + e, gate);
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = round_bf16(__fmul_rn(v[k], round_bf16(silu_f32(gate[k]))));
+  }
+  template <int V>
+  __device__ void finish(const Row&, int64_t, float (&)[V], float) const {}
+};
+
+// Residual kinds of the fused norm (norm.cu's): the flag is uniform across the grid.
+enum ResidualKind : int { kNoResidual = 0, kPlainResidual = 1, kGatedResidual = 2 };
+
+struct NormSource {
+  static constexpr bool kNormalizes = true;
+  Operand x;                 // [N, C]; a fused residual writes the updated rows back
+  const char* weight;        // [C] or null
+  int64_t weight_stride;
+  bool weight_bf16;
+  int residual;              // ResidualKind
+  Operand branch, gate;      // branch [N, C]; gate [R, C]
+  const int32_t* gate_row;   // [N]
+  int64_t gate_rows;
+  bool modulate;
+  Operand shift, scale;      // [R', C]
+  const int32_t* mod_row;    // [N]
+  int64_t mod_rows;
+  float eps;
+  int c;
+
+  // A table index outside [0, R) makes the row NaN, as gated_residual and adaln_modulate do.
+  struct Row {
+    char* x;
+    const char* branch;
+    const char* gate;
+    const char* shift;
+    const char* scale;
+    bool bad_gate, bad_mod;
+  };
+  __device__ Row row(int64_t r) const {
+    Row out{detail::row_ptr(x, r), nullptr, nullptr, nullptr, nullptr, false, false};
+    if (residual != kNoResidual) out.branch = detail::row_ptr(branch, r);
+    if (residual == kGatedResidual) {
+      const int32_t t = gate_row[r];
+      out.bad_gate = t < 0 || t >= gate_rows;
+      if (!out.bad_gate) out.gate = detail::row_ptr(gate, t);
+    }
+    if (modulate) {
+      const int32_t t = mod_row[r];
+      out.bad_mod = t < 0 || t >= mod_rows;
+      if (!out.bad_mod) {
+        out.shift = detail::row_ptr(shift, t);
+        out.scale = detail::row_ptr(scale, t);
+      }
+    }
+    return out;
+  }
+  // Pass 1: x with the residual applied (gated_residual's / residual_add's operations) and written
+  // back; norm.cu's load_row.
+  template <int V>
+  __device__ void load_first(const Row& row, int64_t e, float (&v)[V]) const {
+    detail::load_vec<V>(row.x, x.bf16, e, v);
+    if (residual == kNoResidual) return;
+    float b[V];
+    detail::load_vec<V>(row.branch, branch.bf16, e, b);
+    if (residual == kGatedResidual) {
+      if (row.bad_gate) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[k] = detail::quiet_nan();
+      } else {
+        float g[V];
+        detail::load_vec<V>(row.gate, gate.bf16, e, g);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          v[k] = detail::round_out(x.bf16, __fadd_rn(v[k], detail::round_out(x.bf16, __fmul_rn(g[k], b[k]))));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = detail::round_out(x.bf16, __fadd_rn(v[k], b[k]));
+    }
+    detail::store_vec<V>(row.x, x.bf16, e, v);
+  }
+  // Passes 2 and 3 of the re-reading kernel: the (already updated) row.
+  template <int V>
+  __device__ void load(const Row& row, int64_t e, float (&v)[V]) const {
+    detail::load_vec<V>(row.x, x.bf16, e, v);
+  }
+  // 1 / sqrt(mean + eps) with norm.cu's correctly rounded operations.
+  __device__ float inv_rms(float sum_sq) const {
+    const float mean = __fdiv_rn(sum_sq, static_cast<float>(c));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+  }
+  // x → h: rms_norm's (x · inv) · w rounded to bf16, then adaln_modulate's three bf16 roundings.
+  template <int V>
+  __device__ void finish(const Row& row, int64_t e, float (&v)[V], float inv) const {
+    float w[V];
+    if (weight == nullptr) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) w[k] = 1.0f;
+    } else if constexpr (V > 1) {
+      detail::load_vec<V>(weight, weight_bf16, e, w);  // V > 1 only for a unit-stride, aligned weight
+    } else {
+      detail::load_vec<1>(weight, weight_bf16, e * weight_stride, w);
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = round_bf16(__fmul_rn(__fmul_rn(v[k], inv), w[k]));
+    if (!modulate) return;
+    if (row.bad_mod) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[k] = detail::quiet_nan();
+      return;
+    }
+    float sh[V], sc[V];
+    detail::load_vec<V>(row.shift, shift.bf16, e, sh);
+    detail::load_vec<V>(row.scale, scale.bf16, e, sc);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const float one_plus = round_bf16(__fadd_rn(1.0f, sc[k]));
+      const float scaled = round_bf16(__fmul_rn(v[k], one_plus));
+      v[k] = round_bf16(__fadd_rn(scaled, sh[k]));
+    }
+  }
+};
+
+// ---- team reductions -------------------------------------------------------------------------------
+
+// rms_norm's sum: xor tree over min(T, 32) lanes; for T > 32 every thread then adds the warp
+// partials in warp order (norm.cu's block_sum). All threads of the block must call it.
+__device__ __forceinline__ float team_sum(float s, int team, float* warp_sums) {
+  const int width = team < 32 ? team : 32;
+  for (int offset = width / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(0xFFFFFFFFu, s, offset);
+  if (team <= 32) return s;
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = s;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < team / 32; ++w) total += warp_sums[w];
+  __syncthreads();  // warp_sums is rewritten by the next row
+  return total;
+}
+
+__device__ __forceinline__ uint32_t team_max(uint32_t m, int team, uint32_t* warp_max) {
+  const int width = team < 32 ? team : 32;
+  for (int offset = width / 2; offset > 0; offset /= 2) m = fp8_max_bits(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
+  if (team <= 32) return m;
+  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
+  __syncthreads();
+  uint32_t total = 0;
+  for (int w = 0; w < team / 32; ++w) total = fp8_max_bits(total, warp_max[w]);
+  __syncthreads();
+  return total;
+}
+
+template <int V>
+__device__ __forceinline__ float sum_squares(const float (&v)[V], float acc) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc = fmaf(v[k], v[k], acc);
+  return acc;
+}
+
+template <int V>
+__device__ __forceinline__ uint32_t amax_bits(const float (&v)[V], uint32_t acc) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc = fp8_max_bits(acc, fp8_abs_bits(v[k]));
+  return acc;
+}
+
+template <int V>
+__device__ __forceinline__ void store_codes(const CodesOut& out, uint8_t* dst, int64_t e, const float (&h)[V],
+                                            const Fp8RowScale& s) {
+  uint8_t q[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) q[k] = fp8_quantize(h[k], s);
+  if constexpr (V == 8) {
+    if (out.words) {
+      uint2 word;
+      word.x = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
+      word.y = q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24);
+      *reinterpret_cast<uint2*>(dst + e) = word;
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < V; ++k) dst[e + k] = q[k];
+}
+
+// ---- the kernel ------------------------------------------------------------------------------------
+
+template <class Source, int V, bool CACHED>
+__global__ void __launch_bounds__(kMaxTeam) fp8_rows_kernel(Source src, CodesOut out, int64_t rows, int64_t vecs,
+                                                            int team) {
+  __shared__ float warp_sums[kMaxWarps];
+  __shared__ uint32_t warp_max[kMaxWarps];
+  // Room for either layout's vectors: kGroupMaxVecs per lane of a team, cache_vecs per thread of
+  // a block (team_launch never gives a thread more).
+  constexpr int kCache = !CACHED ? 1 : (cache_vecs<V>() > kGroupMaxVecs ? cache_vecs<V>() : kGroupMaxVecs);
+  const int lane = static_cast<int>(threadIdx.x) % team;
+  const int64_t rows_per_block = blockDim.x / team;
+  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < rows; r0 += gridDim.x * rows_per_block) {
+    const int64_t r = r0 + threadIdx.x / team;
+    const bool active = r < rows;
+    typename Source::Row row{};
+    if (active) row = src.row(r);
+    float h[kCache][V];
+
+    float inv = 0.0f;
+    if constexpr (Source::kNormalizes) {
+      float ss = 0.0f;
+      if (active) {
+        if constexpr (CACHED) {
+#pragma unroll
+          for (int q = 0; q < kCache; ++q) {
+            const int64_t vec = lane + static_cast<int64_t>(q) * team;
+            if (vec < vecs) {
+              src.load_first(row, vec * V, h[q]);
+              ss = sum_squares<V>(h[q], ss);
+            }
+          }
+        } else {
+          for (int64_t vec = lane; vec < vecs; vec += team) {
+            src.load_first(row, vec * V, h[0]);
+            ss = sum_squares<V>(h[0], ss);
+          }
+        }
+      }
+      inv = src.inv_rms(team_sum(ss, team, warp_sums));
+    }
+
+    uint32_t amax = 0;
+    if (active) {
+      if constexpr (CACHED) {
+#pragma unroll
+        for (int q = 0; q < kCache; ++q) {
+          const int64_t vec = lane + static_cast<int64_t>(q) * team;
+          if (vec < vecs) {
+            if constexpr (!Source::kNormalizes) src.load(row, vec * V, h[q]);
+            src.finish(row, vec * V, h[q], inv);
+            amax = amax_bits<V>(h[q], amax);
+          }
+        }
+      } else {
+        for (int64_t vec = lane; vec < vecs; vec += team) {
+          src.load(row, vec * V, h[0]);
+          src.finish(row, vec * V, h[0], inv);
+          amax = amax_bits<V>(h[0], amax);
+        }
+      }
+    }
+    const Fp8RowScale s = fp8_row_scale(team_max(amax, team, warp_max));
+
+    if (active) {
+      uint8_t* dst = out.codes + r * out.stride;
+      if (lane == 0) out.scales[r] = s.scale;
+      if constexpr (CACHED) {
+#pragma unroll
+        for (int q = 0; q < kCache; ++q) {
+          const int64_t vec = lane + static_cast<int64_t>(q) * team;
+          if (vec < vecs) store_codes<V>(out, dst, vec * V, h[q], s);
+        }
+      } else {
+        for (int64_t vec = lane; vec < vecs; vec += team) {
+          src.load(row, vec * V, h[0]);
+          src.finish(row, vec * V, h[0], inv);
+          store_codes<V>(out, dst, vec * V, h[0], s);
+        }
+      }
+    }
+  }
+}
+
+// ---- launch ----------------------------------------------------------------------------------------
+
+struct TeamLaunch {
+  int team;
+  unsigned block, grid;
+  bool cached;
+};
+
+// norm.cu's launch_rms_norm rules, which the fused norm must share to share its summation order:
+// rows of up to 32 · kGroupMaxVecs vectors get the smallest power-of-two team (<= 32) that covers
+// them; wider rows get a block balanced to as few vectors per thread as 256 threads allow, or 512
+// threads without the register cache when even that is more than the cache holds.
+TeamLaunch team_launch(int64_t rows, int64_t vecs, int v) {
+  TeamLaunch l{};
+  if (vecs <= 32 * kGroupMaxVecs) {
+    int team = 1;
+    while (team < 32 && team < vecs) team *= 2;
+    l.team = team;
+    l.block = kGroupBlockThreads;
+    l.grid = static_cast<unsigned>(std::min(detail::ceil_div(rows, kGroupBlockThreads / team), kMaxGrid));
+    l.cached = true;  // <= kGroupMaxVecs vectors per lane
+    return l;
+  }
+  const int64_t cache = v == 1 ? cache_vecs<1>() : cache_vecs<detail::kVec>();
+  int64_t per_thread = detail::ceil_div(vecs, 256);
+  int64_t threads = detail::ceil_div(detail::ceil_div(vecs, per_thread), 32) * 32;
+  if (per_thread > cache) {
+    threads = kMaxTeam;
+    per_thread = detail::ceil_div(vecs, threads);
+  }
+  l.team = static_cast<int>(threads);
+  l.block = static_cast<unsigned>(threads);
+  l.grid = static_cast<unsigned>(std::min(rows, kMaxGrid));
+  l.cached = per_thread <= cache;
+  return l;
+}
+
+template <class Source, int V>
+void launch_width(const Source& src, const CodesOut& out, int64_t rows, int64_t vecs, const TeamLaunch& l,
+                  cudaStream_t stream) {
+  if (l.cached) {
+    fp8_rows_kernel<Source, V, true><<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.team);
+  } else {
+    fp8_rows_kernel<Source, V, false><<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.team);
+  }
+}
+
+template <class Source>
+Status launch_fp8_rows(const Source& src, const CodesOut& out, int64_t rows, int64_t cols, bool vec,
+                       cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  const int v = vec ? detail::kVec : 1;
+  const int64_t vecs = cols / v;
+  const TeamLaunch l = team_launch(rows, vecs, v);
+  if (vec) {
+    launch_width<Source, detail::kVec>(src, out, rows, vecs, l, stream);
+  } else {
+    launch_width<Source, 1>(src, out, rows, vecs, l, stream);
+  }
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status check_matrix_input(const TensorView& x, const std::string& what) {
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, what.c_str()));
+  if (x.rank() != 2) return invalid_argument(what + ": must be 2-D, got " + x.shape.to_string());
+  if (x.shape[1] < 1) return invalid_argument(what + ": rows must have at least one column");
+  return ok_status();
+}
+
+Result<CodesOut> codes_out(const TensorView& codes, const TensorView& scales, int64_t rows, int64_t cols,
+                           const std::string& op) {
+  VORTEX_RETURN_IF_ERROR(cpu::check_fp8_rows_output(codes, scales, rows, cols, Device::kCuda, op));
+  const bool words = reinterpret_cast<uintptr_t>(codes.data) % 8 == 0 && (rows <= 1 || codes.strides[0] % 8 == 0);
+  return CodesOut{static_cast<uint8_t*>(codes.data), codes.strides[0], words, static_cast<float*>(scales.data)};
+}
+
+}  // namespace
+
+Status quantize_rows_fp8(const TensorView& x, const TensorView& codes, const TensorView& scales,
+                         cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_matrix_input(x, "quantize_rows_fp8 input"));
+  const int64_t n = x.shape[0], c = x.shape[1];
+  VORTEX_ASSIGN_OR_RETURN(const CodesOut out, codes_out(codes, scales, n, c, "quantize_rows_fp8"));
+  const bool vec = c % detail::kVec == 0 && detail::vec_aligned(x);
+  return launch_fp8_rows(PlainSource{detail::make_operand(x)}, out, n, c, vec, stream);
+}
+
+Status rms_norm_fused_quantize_fp8(const TensorView& x, const TensorView* weight, float eps, const NormFusion& fusion,
+                                   const TensorView& codes, const TensorView& scales, cudaStream_t stream) {
+  const std::string op = "rms_norm_fused_quantize_fp8";
+  VORTEX_RETURN_IF_ERROR(check_matrix_input(x, op + " input"));
+  const int64_t n = x.shape[0], c = x.shape[1];
+  if (c > INT32_MAX) return invalid_argument(op + " input: last dim " + std::to_string(c) + " too large");
+  if (weight) {
+    if (weight->device != Device::kCuda || (weight->dtype != DType::kF32 && weight->dtype != DType::kBF16) ||
+        weight->data == nullptr) {
+      return invalid_argument(op + " weight: must be an F32 or BF16 device tensor, got " +
+                              std::string(dtype_name(weight->dtype)) + " on " + device_name(weight->device));
+    }
+    if (weight->rank() != 1 || weight->shape[0] != c) {
+      return invalid_argument(op + " weight: " + weight->shape.to_string() + " does not match last dim " +
+                              std::to_string(c));
+    }
+  }
+  const auto check_table = [&](const TensorView* t, const int32_t* row, const std::string& what) -> Status {
+    VORTEX_RETURN_IF_ERROR(detail::check_device_activation(*t, what.c_str()));
+    if (t->rank() != 2 || t->shape[1] != c) {
+      return invalid_argument(what + ": " + t->shape.to_string() + " must be [R, " + std::to_string(c) + "]");
+    }
+    if (row == nullptr && n > 0) return invalid_argument(what + ": null row-index pointer");
+    return ok_status();
+  };
+  NormSource src{};
+  src.x = detail::make_operand(x);
+  src.weight = weight ? static_cast<const char*>(weight->data) : nullptr;
+  src.weight_stride = weight ? weight->strides[0] : 0;
+  src.weight_bf16 = weight && weight->dtype == DType::kBF16;
+  src.eps = eps;
+  src.c = static_cast<int>(c);
+  if (fusion.gate && !fusion.branch) return invalid_argument(op + " gate: given without a residual branch");
+  if (fusion.branch) {
+    VORTEX_RETURN_IF_ERROR(detail::check_device_activation(*fusion.branch, (op + " branch").c_str()));
+    if (fusion.branch->shape != x.shape) {
+      return invalid_argument(op + " branch: " + fusion.branch->shape.to_string() + " does not match input " +
+                              x.shape.to_string());
+    }
+    src.residual = kPlainResidual;
+    src.branch = detail::make_operand(*fusion.branch);
+    if (fusion.gate) {
+      VORTEX_RETURN_IF_ERROR(check_table(fusion.gate, fusion.gate_row, op + " gate"));
+      src.residual = kGatedResidual;
+      src.gate = detail::make_operand(*fusion.gate);
+      src.gate_row = fusion.gate_row;
+      src.gate_rows = fusion.gate->shape[0];
+    }
+  }
+  if (static_cast<bool>(fusion.shift) != static_cast<bool>(fusion.scale)) {
+    return invalid_argument(op + " shift: modulation needs both shift and scale");
+  }
+  if (fusion.shift) {
+    VORTEX_RETURN_IF_ERROR(check_table(fusion.shift, fusion.mod_row, op + " shift"));
+    VORTEX_RETURN_IF_ERROR(check_table(fusion.scale, fusion.mod_row, op + " scale"));
+    if (fusion.scale->shape != fusion.shift->shape) {
+      return invalid_argument(op + " scale: " + fusion.scale->shape.to_string() + " must match shift " +
+                              fusion.shift->shape.to_string());
+    }
+    src.modulate = true;
+    src.shift = detail::make_operand(*fusion.shift);
+    src.scale = detail::make_operand(*fusion.scale);
+    src.mod_row = fusion.mod_row;
+    src.mod_rows = fusion.shift->shape[0];
+  }
+  VORTEX_ASSIGN_OR_RETURN(const CodesOut out, codes_out(codes, scales, n, c, op));
+  // rms_norm_fused's vector rule, with its (bf16, arena) output taken as aligned.
+  const bool weight_vec = !weight || (weight->strides[0] == 1 && detail::vec_aligned(*weight));
+  const bool fusion_vec = (!fusion.branch || detail::vec_aligned(*fusion.branch)) &&
+                          (!fusion.gate || detail::vec_aligned(*fusion.gate)) &&
+                          (!fusion.shift || (detail::vec_aligned(*fusion.shift) && detail::vec_aligned(*fusion.scale)));
+  const bool vec = c % detail::kVec == 0 && detail::vec_aligned(x) && weight_vec && fusion_vec;
+  return launch_fp8_rows(src, out, n, c, vec, stream);
+}
+
+Status swiglu_quantize_fp8(const TensorView& u, const TensorView& codes, const TensorView& scales,
+                           cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_matrix_input(u, "swiglu_quantize_fp8 input"));
+  if (u.shape[1] % 2 != 0) {
+    return invalid_argument("swiglu_quantize_fp8 input: must be [N, 2F], got " + u.shape.to_string());
+  }
+  const int64_t n = u.shape[0], f = u.shape[1] / 2;
+  VORTEX_ASSIGN_OR_RETURN(const CodesOut out, codes_out(codes, scales, n, f, "swiglu_quantize_fp8"));
+  const bool vec = f % detail::kVec == 0 && detail::vec_aligned(u);
+  return launch_fp8_rows(SwigluSource{detail::make_operand(u), f}, out, n, f, vec, stream);
+}
+
+}  // namespace vortex::cuda

@@ -1,0 +1,327 @@
+// Fp8GemmRunner: the fp8 recipe's linear through cuBLASLt (contract in gemm_fp8.h).
+//
+// As in gemm.cc, the row-major y[M, N] = qa[M, K] · qw[N, K]ᵀ is handed to the column-major
+// library as its transpose:
+//
+//   Yᵀ[N, M] = op(A) · B,  A = qw seen as column-major [K, N] (ld = qw's row stride), op(A) = Aᵀ
+//                          B = qa seen as column-major [K, M] (ld = qa's row stride)
+//                          D = y  seen as column-major [N, M] (ld = y's row stride)
+//
+// so cuBLAS's m = N (output channels), n = M (tokens), k = K, in the (T, N) form that fp8 requires
+// (both operands K-major). With CUBLASLT_MATRIX_SCALE_OUTER_VEC_32F on A and B, cuBLASLt multiplies
+// D[i, j] by A_scale[i] · B_scale[j] for i < m and j < n. A_scale therefore takes the weight's
+// per-channel scales sw (length N), and B_scale takes the activations' per-token scales sa
+// (length M). The descriptor attributes, and why each is set:
+//   COMPUTE_32F, SCALE_TYPE 32F  fp32 accumulation; alpha = 1 and beta = 0 as fp32
+//   TRANSA = T, TRANSB = N       the TN form, the only one cuBLASLt's fp8 kernels implement
+//   A/B_SCALE_MODE = OUTER_VEC   the per-channel / per-token scale vectors of the recipe
+//   A/B_SCALE_POINTER            sw and sa, set on every call (the plan is shared across calls)
+//   FAST_ACCUM = 0               Hopper's fp8 MMA adds with reduced precision inside an
+//                                instruction; without fast accumulation cuBLASLt promotes partial
+//                                sums to fp32 registers regularly, which is what "fp32 accumulate"
+//                                means here (the default, set explicitly so it is visible)
+//   EPILOGUE = BIAS, BIAS_DATA_TYPE = 16BF, BIAS_POINTER
+//                                a bias[N] along D's rows (y's columns). cuBLASLt's fp8 kernels
+//                                take a bf16 bias for bf16 and fp32 outputs alike
+// Plans (descriptors, layouts, the chosen algorithm) are cached per (shape, strides, output
+// dtype, bias, pointer alignments), as in GemmRunner.
+#include "cuda/gemm_fp8.h"
+
+#include <cublasLt.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "cuda/cublas_check.h"
+#include "cuda/fp8_quantize.h"
+
+namespace vortex::cuda {
+namespace {
+
+constexpr int kHeuristicRequests = 8;     // as gemm.cc: the first that fits the workspace is kept
+constexpr uint32_t kMaxAlignment = 256;   // the largest alignment any cuBLASLt kernel asks for
+constexpr int64_t kFp8Alignment = 16;     // bytes: fp8 operands' pointers and leading dimensions
+constexpr int64_t kFp8DimMultiple = 16;   // K and N
+
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 1;
+  while (a < kMaxAlignment && address % (2 * a) == 0) a *= 2;
+  return a;
+}
+
+bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kFp8Alignment == 0; }
+
+struct PlanKey {
+  int64_t m, k, n, lda, ldw, ldy;
+  DType out_dtype;
+  bool has_bias;
+  uint32_t align_a, align_w, align_y, align_bias;
+
+  auto tie() const {
+    return std::tie(m, k, n, lda, ldw, ldy, out_dtype, has_bias, align_a, align_w, align_y, align_bias);
+  }
+  bool operator<(const PlanKey& other) const { return tie() < other.tie(); }
+};
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d) cublasLtMatrixLayoutDestroy(d);
+    if (b) cublasLtMatrixLayoutDestroy(b);
+    if (a) cublasLtMatrixLayoutDestroy(a);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+struct PreferenceHandle {
+  cublasLtMatmulPreference_t pref = nullptr;
+  ~PreferenceHandle() {
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+  }
+};
+
+// The per-call pointers of a plan's descriptor.
+struct CallPointers {
+  const void* sw;    // A_SCALE_POINTER
+  const void* sa;    // B_SCALE_POINTER
+  const void* bias;  // BIAS_POINTER, or null
+};
+
+Status set_pointers(cublasLtMatmulDesc_t desc, const CallPointers& p) {
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &p.sw, sizeof(p.sw)));
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &p.sa, sizeof(p.sa)));
+  if (p.bias) {
+    VORTEX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p.bias, sizeof(p.bias)));
+  }
+  return ok_status();
+}
+
+std::string describe_view(const char* name, const TensorView& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string() +
+         " on " + device_name(t.device);
+}
+
+}  // namespace
+
+// Not thread-safe, one linear at a time (the descriptors' pointers are set per call and the
+// workspace is shared): concurrent streams need one runner each.
+struct Fp8GemmRunner::Impl {
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace_tensor;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+
+  ~Impl() {
+    plans.clear();
+    if (handle) cublasLtDestroy(handle);
+  }
+
+  Result<Plan*> plan_for(const PlanKey& key, const CallPointers& pointers);
+};
+
+Result<Plan*> Fp8GemmRunner::Impl::plan_for(const PlanKey& key, const CallPointers& pointers) {
+  auto found = plans.find(key);
+  if (found != plans.end()) return found->second.get();
+
+  auto plan = std::make_unique<Plan>();
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
+  const int32_t outer_vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer_vec, sizeof(outer_vec)));
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer_vec, sizeof(outer_vec)));
+  const int8_t fast_accum = 0;
+  VORTEX_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
+  if (key.has_bias) {
+    const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
+    VORTEX_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    const int32_t bias_type = CUDA_R_16BF;
+    VORTEX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
+                                                       sizeof(bias_type)));
+  }
+  VORTEX_RETURN_IF_ERROR(set_pointers(plan->desc, pointers));
+  const cudaDataType_t out_type = key.out_dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, CUDA_R_8F_E4M3, key.k, key.n, key.ldw));
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, key.k, key.m, key.lda));
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, key.n, key.m, key.ldy));
+
+  PreferenceHandle pref;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
+  const uint64_t max_workspace = workspace_bytes;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &max_workspace, sizeof(max_workspace)));
+  // A is the weight, B the activations, C = D the output.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y},
+  };
+  for (const auto& [attribute, value] : alignments) {
+    VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, attribute, &value, sizeof(value)));
+  }
+
+  cublasLtMatmulHeuristicResult_t results[kHeuristicRequests] = {};
+  int count = 0;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
+                                                     pref.pref, kHeuristicRequests, results, &count));
+  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
+  for (int r = 0; r < count && !chosen; ++r) {
+    if (results[r].state == CUBLAS_STATUS_SUCCESS && results[r].workspaceSize <= workspace_bytes) chosen = &results[r];
+  }
+  if (!chosen) {
+    return unimplemented("cuBLASLt offers no fp8 algorithm for linear M=" + std::to_string(key.m) +
+                         " K=" + std::to_string(key.k) + " N=" + std::to_string(key.n) + " lda=" +
+                         std::to_string(key.lda) + " ldw=" + std::to_string(key.ldw) + " ldy=" +
+                         std::to_string(key.ldy) + " ->" + dtype_name(key.out_dtype) +
+                         (key.has_bias ? " with bias" : "") + " within " + std::to_string(workspace_bytes) +
+                         " workspace bytes");
+  }
+  plan->algo = chosen->algo;
+  Plan* raw = plan.get();
+  plans.emplace(key, std::move(plan));
+  return raw;
+}
+
+Result<std::unique_ptr<Fp8GemmRunner>> Fp8GemmRunner::create(DeviceArena& arena, size_t workspace_bytes) {
+  auto impl = std::make_unique<Impl>();
+  if (workspace_bytes > 0) {
+    VORTEX_ASSIGN_OR_RETURN(impl->workspace_tensor,
+                            arena.alloc(Shape({static_cast<int64_t>(workspace_bytes)}), DType::kU8));
+    impl->workspace = impl->workspace_tensor.data();
+    impl->workspace_bytes = workspace_bytes;
+  }
+  VORTEX_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
+  return std::unique_ptr<Fp8GemmRunner>(new Fp8GemmRunner(std::move(impl)));
+}
+
+Fp8GemmRunner::Fp8GemmRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Fp8GemmRunner::~Fp8GemmRunner() = default;
+
+size_t Fp8GemmRunner::cached_plans() const { return impl_->plans.size(); }
+
+Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const Fp8Weight& w, const TensorView* bias,
+                             const TensorView& y, cudaStream_t stream) {
+  return linear(qa, sa, w.codes.view(), w.scales.view(), bias, y, stream);
+}
+
+Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
+                             const TensorView* bias, const TensorView& y, cudaStream_t stream) {
+  const auto bad = [&](const std::string& what) {
+    std::string message = "cuda linear_fp8: " + what + " (" + describe_view("qa", qa) + ", " +
+                          describe_view("sa", sa) + ", " + describe_view("qw", qw) + ", " + describe_view("sw", sw) +
+                          ", " + describe_view("y", y);
+    if (bias) message += ", " + describe_view("bias", *bias);
+    return invalid_argument(message + ")");
+  };
+  for (const TensorView* t : {&qa, &sa, &qw, &sw, &y}) {
+    if (t->device != Device::kCuda) return bad("every operand must be on the device");
+  }
+  if (bias && bias->device != Device::kCuda) return bad("every operand must be on the device");
+  // An fp8 operand: [rows, K] e4m3 with unit column stride; then (after the shapes, so that a bad
+  // K is reported as such) a 16-byte aligned base and row stride.
+  const auto fp8_rows_ok = [](const TensorView& t) {
+    return t.dtype == DType::kF8E4M3 && t.rank() == 2 && t.strides[1] == 1 && t.strides[0] >= t.shape[1];
+  };
+  const auto fp8_aligned = [](const TensorView& t) { return t.strides[0] % kFp8Alignment == 0 && aligned(t.data); };
+  if (!fp8_rows_ok(qa)) return bad("activation codes qa must be F8_E4M3 [M, K] with unit column stride");
+  if (!fp8_rows_ok(qw)) return bad("weight codes qw must be F8_E4M3 [N, K] with unit column stride");
+  const int64_t m = qa.shape[0], k = qa.shape[1], n = qw.shape[0];
+  if (qw.shape[1] != k) return bad("weight codes qw and activation codes qa differ in K");
+  if (k < kFp8DimMultiple || k % kFp8DimMultiple != 0) return bad("K must be a positive multiple of 16");
+  if (n < kFp8DimMultiple || n % kFp8DimMultiple != 0) return bad("N (weight rows) must be a positive multiple of 16");
+  if (!fp8_aligned(qa)) return bad("activation codes qa need a 16-byte aligned base and row stride");
+  if (!fp8_aligned(qw)) return bad("weight codes qw need a 16-byte aligned base and row stride");
+  const auto scales_ok = [](const TensorView& t, int64_t len) {
+    return t.dtype == DType::kF32 && t.rank() == 1 && t.shape[0] == len && t.strides[0] == 1 && aligned(t.data);
+  };
+  if (!scales_ok(sa, m)) return bad("activation scales sa must be F32 [M], unit stride, 16-byte aligned");
+  if (!scales_ok(sw, n)) return bad("weight scales sw must be F32 [N], unit stride, 16-byte aligned");
+  if (y.dtype != DType::kBF16 && y.dtype != DType::kF32) return bad("output y must be BF16 or F32");
+  const int64_t y_esize = static_cast<int64_t>(dtype_size(y.dtype));
+  if (y.rank() != 2 || y.shape[0] != m || y.shape[1] != n || y.strides[1] != 1 || y.strides[0] < n ||
+      (y.strides[0] * y_esize) % kFp8Alignment != 0 || !aligned(y.data)) {
+    return bad("output y must be [M, N], unit column stride, 16-byte aligned base and row stride");
+  }
+  if (bias && (bias->dtype != DType::kBF16 || bias->rank() != 1 || bias->shape[0] != n || bias->strides[0] != 1 ||
+               !aligned(bias->data))) {
+    return bad("bias must be BF16 [N], unit stride, 16-byte aligned (cuBLASLt's fp8 epilogue takes a bf16 bias)");
+  }
+  if (m == 0) return ok_status();
+
+  const PlanKey key{m,
+                    k,
+                    n,
+                    qa.strides[0],
+                    qw.strides[0],
+                    y.strides[0],
+                    y.dtype,
+                    bias != nullptr,
+                    alignment_of(qa.data),
+                    alignment_of(qw.data),
+                    alignment_of(y.data),
+                    bias ? alignment_of(bias->data) : kMaxAlignment};
+  const CallPointers pointers{sw.data, sa.data, bias ? bias->data : nullptr};
+  VORTEX_ASSIGN_OR_RETURN(Plan * plan, impl_->plan_for(key, pointers));
+  VORTEX_RETURN_IF_ERROR(set_pointers(plan->desc, pointers));
+  const float alpha = 1.0f, beta = 0.0f;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan->desc, &alpha, qw.data, plan->a, qa.data, plan->b, &beta,
+                                     y.data, plan->d, y.data, plan->d, &plan->algo, impl_->workspace,
+                                     impl_->workspace_bytes, stream));
+  return ok_status();
+}
+
+Result<Fp8Weight> quantize_weight_fp8(const Tensor& w, DeviceArena& arena, cudaStream_t stream) {
+  if (w.rank() != 2 || (w.dtype() != DType::kF32 && w.dtype() != DType::kBF16) || !w.is_contiguous()) {
+    return invalid_argument("quantize_weight_fp8 weight: must be a contiguous F32 or BF16 [O, I], got " + w.describe());
+  }
+  Fp8Weight out;
+  VORTEX_ASSIGN_OR_RETURN(out.codes, arena.alloc(w.shape(), DType::kF8E4M3));
+  VORTEX_ASSIGN_OR_RETURN(out.scales, arena.alloc({w.size(0)}, DType::kF32));
+  if (w.device() == Device::kCuda) {
+    VORTEX_RETURN_IF_ERROR(quantize_rows_fp8(w.view(), out.codes.view(), out.scales.view(), stream)
+                               .with_context("quantize_weight_fp8 weight"));
+    return out;
+  }
+  // The scratch copy sits above the codes and scales, so releasing it leaves them in place.
+  const size_t mark = arena.mark();
+  const auto quantize_from_host = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(Tensor scratch, arena.alloc(w.shape(), w.dtype()));
+    VORTEX_RETURN_IF_ERROR(copy_to_device_staged(w, scratch, stream));
+    VORTEX_RETURN_IF_ERROR(quantize_rows_fp8(scratch.view(), out.codes.view(), out.scales.view(), stream)
+                               .with_context("quantize_weight_fp8 weight"));
+    // The kernel must finish reading the scratch before the arena hands its memory out again.
+    VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return ok_status();
+  };
+  const Status status = quantize_from_host();
+  // After a failure, copies or the kernel may still be in flight into or out of the scratch:
+  // wait for them (best effort; the first error is the one reported) before releasing it.
+  if (!status.ok()) cudaStreamSynchronize(stream);
+  arena.release_to(mark);
+  if (!status.ok()) return status;
+  return out;
+}
+
+}  // namespace vortex::cuda
