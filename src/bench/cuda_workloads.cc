@@ -190,19 +190,70 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(Samples int8_samples,
                           timer->measure(o, restore, [&] { return model->run_block(0, h3::AttentionMode::kInt8Fp8); }));
   VORTEX_RETURN_IF_ERROR(restore());
+  cuda::SectionProfiler int8_profiler;
+  model->set_profiler(&int8_profiler);
   VORTEX_RETURN_IF_ERROR(model->run_block(0, h3::AttentionMode::kInt8Fp8));
+  model->set_profiler(nullptr);
+  nlohmann::json int8_breakdown;
+  for (const auto& [name, ms] : int8_profiler.totals()) int8_breakdown[name] = ms;
   VORTEX_ASSIGN_OR_RETURN(Tensor x_int8, cuda::download(x, nullptr));
   Manifest q = m;
   q.workload = "h3-block-int8fp8";
   q.samples = int8_samples;
   q.workload_section["name"] = q.workload;
   q.derived = {{"tflops", (gemm_flops + attn_flops) / (int8_samples.median() * 1e-3) / 1e12},
-               {"attention_error_on_block_activations", attention_error}};
+               {"attention_error_on_block_activations", attention_error},
+               {"breakdown_ms", int8_breakdown}};
   q.implementation["attention"] = "int8fp8 (src/cuda/attention_int8fp8.cu, quantize pass included)";
   q.correctness = compare(x_int8, x_out, "the exact-attention block's output (bf16 residual stream)", 0.05);
   m.derived["int8fp8_attention_error_on_block_activations"] = attention_error;
   for (nlohmann::json& peer : q.peers) peer["ratio_peer_over_vortex"] = peer.value("median_ms", 0.0) / int8_samples.median();
-  return std::vector<Manifest>{m, q};
+  std::vector<Manifest> manifests{m, q};
+
+  // The fp8 recipe: the same block, weights and input, quantized at load; with exact and with
+  // int8fp8 attention. Its error is stated against the bf16 block's output.
+  model.reset();
+  options.recipe = h3::LinearRecipe::kFp8;
+  VORTEX_ASSIGN_OR_RETURN(auto fp8_model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
+                                                                        layout.num_rows, nullptr, options));
+  VORTEX_RETURN_IF_ERROR(fp8_model->prepare(layout, text));
+  VORTEX_RETURN_IF_ERROR(fp8_model->upload_step_tables(timesteps));
+  VORTEX_ASSIGN_OR_RETURN(Tensor x8, fp8_model->residual().slice(0, 0, N));
+  auto restore8 = [&]() -> Status {
+    VORTEX_CUDA_CHECK(cudaMemcpyAsync(x8.data(), x0.data(), x0.nbytes(), cudaMemcpyDeviceToDevice, nullptr));
+    return ok_status();
+  };
+  for (h3::AttentionMode mode : {h3::AttentionMode::kExact, h3::AttentionMode::kInt8Fp8}) {
+    const bool int8 = mode == h3::AttentionMode::kInt8Fp8;
+    VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, restore8, [&] { return fp8_model->run_block(0, mode); }));
+    VORTEX_RETURN_IF_ERROR(restore8());
+    cuda::SectionProfiler profiler8;
+    fp8_model->set_profiler(&profiler8);
+    VORTEX_RETURN_IF_ERROR(fp8_model->run_block(0, mode));
+    fp8_model->set_profiler(nullptr);
+    nlohmann::json breakdown8;
+    for (const auto& [name, ms] : profiler8.totals()) breakdown8[name] = ms;
+    VORTEX_ASSIGN_OR_RETURN(Tensor out8, cuda::download(x8, nullptr));
+    Manifest f = m;
+    f.workload = int8 ? "h3-block-fp8-int8fp8" : "h3-block-fp8";
+    f.samples = samples;
+    f.workload_section["name"] = f.workload;
+    f.derived = {{"tflops", (gemm_flops + attn_flops) / (samples.median() * 1e-3) / 1e12},
+                 {"breakdown_ms", breakdown8},
+                 {"device_bytes",
+                  {{"weights", fp8_model->weight_bytes()}, {"activations_arena", fp8_model->activation_peak_bytes()}}}};
+    f.implementation["recipe"] = "fp8 (e4m3 weights per output channel, e4m3 activations per token, cuBLASLt "
+                                 "outer-vector scales, fp32 accumulate)";
+    f.implementation["gemm"] = "cuBLASLt fp8 e4m3 x e4m3 -> bf16";
+    if (int8) f.implementation["attention"] = q.implementation["attention"];
+    f.correctness = compare(out8, x_out, "the bf16 block's output (bf16 residual stream): the recipe's error", 0.05);
+    const Correctness branch = compare(out8, x_out, "", 1.0);
+    f.derived["error_vs_bf16_block"] = {{"rel_l2", branch.rel_l2}, {"max_abs", branch.max_abs},
+                                        {"cosine", cosine_similarity(out8, x_out)}};
+    for (nlohmann::json& peer : f.peers) peer["ratio_peer_over_vortex"] = peer.value("median_ms", 0.0) / samples.median();
+    manifests.push_back(std::move(f));
+  }
+  return manifests;
 }
 
 // The whole transformer at the canonical shape: refiner (prepared once, as generate does), 50
@@ -248,7 +299,8 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
   m.protocol = protocol_json(o);
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
   m.implementation = {{"backend", "cuda"}, {"recipe", "bf16"}, {"attention", "exact (cuda::attention default)"},
-                      {"gemm", "cuBLASLt bf16, fp32 accumulate"}, {"fusions", fusions_description(options.fused_norms)}, {"graphs", "no"}};
+                      {"gemm", "cuBLASLt bf16, fp32 accumulate"}, {"fusions", fusions_description(options.fused_norms)},
+                      {"graphs", options.cuda_graphs ? "block stack replayed from one CUDA graph" : "no"}};
   // No independent reference runs a 62 GB model here; block parity is the h3-block manifest's.
   // This checks that repeated forwards agree and stay finite.
   m.correctness = compare(first.video_velocity, reference.video_velocity,

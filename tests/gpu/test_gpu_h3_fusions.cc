@@ -1,5 +1,5 @@
-// The exactness gate of the CUDA model's fusions (DESIGN section 3): with each fusion on, the block
-// output and a 2-step trajectory checksum are BITWISE equal to the unfused path. Two widths: the
+// The exactness gate of the CUDA model's fusions and CUDA graphs (DESIGN section 3): with each on,
+// the block output and a 2-step trajectory checksum are BITWISE equal to the unfused path. Two widths: the
 // small golden config (the norms' group kernel) and a 2048-wide config with the released head
 // shape (the block kernel the canonical 5376-wide model runs).
 #include <gtest/gtest.h>
@@ -98,18 +98,29 @@ TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
   ASSERT_TRUE(layout.ok());
   auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(12, nullptr), layout->num_rows);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  h3::LatentChecksum video[2], audio[2];
-  for (bool fused : {true, false}) {
-    (*model)->set_fused_norms(fused);  // also covers the refiner, which prepare() runs
+  // The default (fused norms, block stack replayed from a CUDA graph), fused with direct launches,
+  // and the reference path: separate launches, no graph. All three must agree bit for bit.
+  struct Path {
+    bool fused, graphs;
+  };
+  const Path paths[] = {{true, true}, {true, false}, {false, false}};
+  h3::LatentChecksum video[3], audio[3];
+  for (int p = 0; p < 3; ++p) {
+    (*model)->set_fused_norms(paths[p].fused);  // also covers the refiner, which prepare() runs
+    (*model)->set_cuda_graphs(paths[p].graphs);
     auto r = h3::generate_t2va(**model, text, options);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
-    video[fused ? 0 : 1] = h3::latent_checksum(r->video_latents);
-    audio[fused ? 0 : 1] = h3::latent_checksum(r->audio_latents);
+    video[p] = h3::latent_checksum(r->video_latents);
+    audio[p] = h3::latent_checksum(r->audio_latents);
   }
-  EXPECT_EQ(video[0].sha256, video[1].sha256) << "video sums " << video[0].sum << " vs " << video[1].sum;
-  EXPECT_EQ(audio[0].sha256, audio[1].sha256) << "audio sums " << audio[0].sum << " vs " << audio[1].sum;
-  std::printf("fused vs unfused 2-step trajectory: video %s, audio %s\n", video[0].sha256.substr(0, 16).c_str(),
-              audio[0].sha256.substr(0, 16).c_str());
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_EQ(video[p].sha256, video[2].sha256) << "path " << p << ": video sums " << video[p].sum << " vs "
+                                                << video[2].sum;
+    EXPECT_EQ(audio[p].sha256, audio[2].sha256) << "path " << p << ": audio sums " << audio[p].sum << " vs "
+                                                << audio[2].sum;
+  }
+  std::printf("2-step trajectory, fused + graph / fused / unfused: video %s, audio %s\n",
+              video[0].sha256.substr(0, 16).c_str(), audio[0].sha256.substr(0, 16).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, GpuH3Fusions, ::testing::Values(0, 1),

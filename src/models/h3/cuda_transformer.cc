@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <tuple>
 #include <unordered_map>
 
@@ -31,6 +32,17 @@ Result<Tensor> alias(const Tensor& buffer, const Shape& shape, DType dtype, size
 }
 
 const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
+
+// The weights the fp8 recipe quantizes: the four linears of every transformer block.
+bool is_block_linear_weight(const std::string& name) {
+  if (name.rfind("transformer_blocks.", 0) != 0) return false;
+  for (const char* suffix : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.to_out.0.weight",
+                             ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
+    const std::string s(suffix);
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
+  }
+  return false;
+}
 const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
 
 }  // namespace
@@ -65,13 +77,28 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
                                                                      int64_t max_rows, cudaStream_t stream,
                                                                      const CudaModelOptions& options) {
   VORTEX_RETURN_IF_ERROR(config.validate());
+  if (options.recipe == LinearRecipe::kFp8) {
+    // cuBLASLt's fp8 GEMMs take K and N in multiples of 16.
+    for (auto [name, width] : {std::pair{"hidden_size", config.hidden_size}, std::pair{"inner dim", config.inner_dim()},
+                               std::pair{"ffn_dim", config.ffn_dim}}) {
+      if (width % 16 != 0) {
+        return invalid_argument(std::string("the fp8 recipe needs ") + name + " to be a multiple of 16, got " +
+                                std::to_string(width));
+      }
+    }
+  }
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->config_ = config;
   model->stream_ = stream;
   model->fused_norms_ = options.fused_norms;
+  model->recipe_ = options.recipe;
+  model->cuda_graphs_ = options.cuda_graphs;
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
   VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
   VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
+  if (options.recipe == LinearRecipe::kFp8) {
+    VORTEX_ASSIGN_OR_RETURN(model->fp8_gemm_, cuda::Fp8GemmRunner::create(model->activations_));
+  }
   if (options.int8fp8_attention) {
     if (config.attention_head_dim != cuda::kInt8Fp8HeadDim) {
       return invalid_argument("int8fp8 attention needs head dim " + std::to_string(cuda::kInt8Fp8HeadDim) +
@@ -85,11 +112,23 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
 
 Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
   const std::vector<TensorSpec> schema = diffusers_schema(config_);
+  const bool fp8 = recipe_ == LinearRecipe::kFp8;
   size_t bytes = 0;
   for (const auto& spec : schema) {
-    bytes += static_cast<size_t>(spec.shape.numel()) * (spec.fp32_island ? 4 : 2) + cuda::DeviceArena::kAlignment;
+    if (fp8 && is_block_linear_weight(spec.name)) {  // e4m3 codes + one fp32 scale per row
+      bytes += static_cast<size_t>(spec.shape.numel() + 4 * spec.shape[0]) + 2 * cuda::DeviceArena::kAlignment;
+    } else {
+      bytes += static_cast<size_t>(spec.shape.numel()) * (spec.fp32_island ? 4 : 2) + cuda::DeviceArena::kAlignment;
+    }
   }
   VORTEX_ASSIGN_OR_RETURN(weights_arena_, cuda::DeviceArena::create(bytes));
+  // fp8: each block linear is filled in bf16 here, then quantized into the weights arena.
+  cuda::DeviceArena staging;
+  if (fp8) {
+    const H3Config& c = config_;
+    const int64_t widest = std::max({3 * c.inner_dim() * c.hidden_size, 2 * c.ffn_dim * c.hidden_size});
+    VORTEX_ASSIGN_OR_RETURN(staging, cuda::DeviceArena::create(static_cast<size_t>(widest) * 2 + 4096));
+  }
   std::unordered_map<std::string, const TensorSpec*> specs;
   for (const auto& spec : schema) specs[spec.name] = &spec;
 
@@ -115,6 +154,18 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
     VORTEX_ASSIGN_OR_RETURN(b.norm2, weight(p + ".norm2.weight"));
     VORTEX_ASSIGN_OR_RETURN(b.norm_q, weight(p + ".attn.norm_q.weight"));
     VORTEX_ASSIGN_OR_RETURN(b.norm_k, weight(p + ".attn.norm_k.weight"));
+    if (fp8 && adaln) {
+      const TensorSpec* qkv[3] = {specs.at(p + ".attn.to_q.weight"), specs.at(p + ".attn.to_k.weight"),
+                                  specs.at(p + ".attn.to_v.weight")};
+      VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, qkv, 3, staging, b.fp8.qkv));
+      for (auto [name, target] : {std::pair{".attn.to_out.0.weight", &b.fp8.out},
+                                  std::pair{".ff.net.0.proj.weight", &b.fp8.fc1}, std::pair{".ff.net.2.weight", &b.fp8.fc2}}) {
+        const TensorSpec* part = specs.at(p + name);
+        VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, &part, 1, staging, *target));
+      }
+      VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
+      return b;
+    }
     // One fused [3 * inner, C] QKV weight: q, k and v fill consecutive row ranges.
     const int64_t inner = config_.inner_dim();
     VORTEX_ASSIGN_OR_RETURN(b.qkv.weight, weights_arena_.alloc({3 * inner, config_.hidden_size}, DType::kBF16));
@@ -159,6 +210,30 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
   return ok_status();
 }
 
+// Fills the parts of one linear (q, k, v stacked for the fused QKV) in bf16 into `staging`, then
+// quantizes them per output channel into the weights arena.
+Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count,
+                                          cuda::DeviceArena& staging, cuda::Fp8Weight& out) {
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) rows += parts[i]->shape[0];
+  const size_t mark = staging.mark();
+  const Status status = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(Tensor w, staging.alloc({rows, parts[0]->shape[1]}, DType::kBF16));
+    int64_t row = 0;
+    for (int i = 0; i < count; ++i) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor slice, w.slice(0, row, row + parts[i]->shape[0]));
+      VORTEX_RETURN_IF_ERROR(fill(*parts[i], slice));
+      row += parts[i]->shape[0];
+    }
+    VORTEX_ASSIGN_OR_RETURN(out, cuda::quantize_weight_fp8(w, weights_arena_, stream_));
+    // The next linear reuses the staging memory: the quantize pass must have read it.
+    VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return ok_status();
+  }();
+  staging.release_to(mark);
+  return status;
+}
+
 Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   if (max_rows < 1) return invalid_argument("max_rows must be >= 1");
   max_rows_ = max_rows;
@@ -182,6 +257,8 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   const bool text_alias = c.text_dim <= F;
   if (!embeds_alias) total += 2 * bytes(N, C, 4);
   if (!text_alias) total += bytes(N, c.text_dim, 2);
+  const int64_t widest_input = std::max({C, inner, F});
+  if (recipe_ == LinearRecipe::kFp8) total += bytes(N, widest_input, 1) + bytes(N, 1, 4) + (64u << 20);
   total += (64u << 20) + (1u << 20);  // GEMM workspace and slack
   VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(total));
   cuda::DeviceArena& a = activations_;
@@ -192,6 +269,10 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(attn_, a.alloc({N, inner}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(fc1_, a.alloc({N, 2 * F}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
+  if (recipe_ == LinearRecipe::kFp8) {
+    VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, widest_input}, DType::kF8E4M3));
+    VORTEX_ASSIGN_OR_RETURN(code_scales_, a.alloc({N}, DType::kF32));
+  }
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(rope_sin_, a.alloc({N, c.rotary_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(text_tokens_, a.alloc({N, C}, DType::kBF16));
@@ -229,13 +310,22 @@ Status CudaH3Transformer::linear(const Linear& l, const Tensor& x, const Tensor&
 
 Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode,
                                         const Tensor& out) {
-  const H3Config& c = config_;
-  const int64_t n = h.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
+  const int64_t n = h.size(0);
   VORTEX_ASSIGN_OR_RETURN(Tensor qkv, rows_of(qkv_, n));
   {
     cuda::SectionScope scope(profiler_, "gemm_qkv", stream_);
     VORTEX_RETURN_IF_ERROR(linear(b.qkv, h, qkv));
   }
+  VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(attn_, n));
+  VORTEX_RETURN_IF_ERROR(attention_core(b, qkv, rope, mode, attn));
+  cuda::SectionScope scope(profiler_, "gemm_out", stream_);
+  return linear(b.out, attn, out);
+}
+
+Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode,
+                                        const Tensor& attn) {
+  const H3Config& c = config_;
+  const int64_t n = qkv.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
   const TensorView q = heads_view(qkv, 0, heads, d), k = heads_view(qkv, inner, heads, d);
   const TensorView v = heads_view(qkv, 2 * inner, heads, d);
   const TensorView nq = b.norm_q.view(), nk = b.norm_k.view();
@@ -260,7 +350,6 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
       }
     }
   }
-  VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(attn_, n));
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
   {
     cuda::SectionScope scope(profiler_, "attention", stream_);
@@ -274,8 +363,7 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
       VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
     }
   }
-  cuda::SectionScope scope(profiler_, "gemm_out", stream_);
-  return linear(b.out, attn, out);
+  return ok_status();
 }
 
 Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Tensor& out) {
@@ -294,9 +382,20 @@ Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Te
   return linear(b.fc2, p, out);
 }
 
+// The block's AdaLN table for this step's timesteps: [T, 18C] viewed as [3T, 6C] (a row per
+// (timestep, modality)): shift, scale, gate for attention, then for the FFN.
+Result<Tensor> CudaH3Transformer::block_modulation(const Block& b) {
+  VORTEX_ASSIGN_OR_RETURN(Tensor table, rows_of(mod_table_, num_timesteps_));
+  VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
+  cuda::SectionScope scope(profiler_, "gemm_adaln", stream_);
+  VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu, table));
+  return table.reshape({num_timesteps_ * kNumModalities, 6 * config_.hidden_size});
+}
+
 // One block in place on x (the first x.size(0) rows). With AdaLN rows it is a transformer block
 // (modulation + gates + RoPE); without, a refiner block (plain pre-norm, no RoPE).
 Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows, AttentionMode mode) {
+  if (recipe_ == LinearRecipe::kFp8 && adaln_rows) return block_forward_fp8(b, x, mode);
   const int64_t n = x.size(0), C = config_.hidden_size;
   const float eps = static_cast<float>(config_.norm_eps);
   VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(h_, n));
@@ -304,12 +403,7 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
   const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
   Tensor mod;
   if (adaln_rows) {
-    // [T, 18C] viewed as [3T, 6C]: shift, scale, gate for attention, then for the FFN.
-    VORTEX_ASSIGN_OR_RETURN(Tensor table, rows_of(mod_table_, num_timesteps_));
-    VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
-    cuda::SectionScope scope(profiler_, "gemm_adaln", stream_);
-    VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu, table));
-    VORTEX_ASSIGN_OR_RETURN(mod, table.reshape({num_timesteps_ * kNumModalities, 6 * C}));
+    VORTEX_ASSIGN_OR_RETURN(mod, block_modulation(b));
   }
   // Transformer blocks: the modulation columns shift, scale, gate for attention, then for the FFN.
   const int32_t* rows = adaln_rows ? i32(*adaln_rows) : nullptr;
@@ -528,8 +622,23 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
     return invalid_argument("attention plan names " + std::to_string(in.attention.per_block.size()) +
                             " blocks; the model has " + std::to_string(blocks_.size()));
   }
-  for (size_t i = 0; i < blocks_.size(); ++i) {
-    VORTEX_RETURN_IF_ERROR(block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i))));
+  const auto block_stack = [&]() -> Status {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      VORTEX_RETURN_IF_ERROR(block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i))));
+    }
+    return ok_status();
+  };
+  if (cuda_graphs_ && profiler_ == nullptr) {
+    // Everything a replay bakes in: the rows, the number of AdaLN rows (the tables' contents are
+    // uploaded before each replay), each block's attention mode, and the norm fusion switch.
+    std::string key = std::to_string(N) + "/" + std::to_string(num_timesteps_) + "/" + (fused_norms_ ? "f" : "u");
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      key += in.attention.for_block(static_cast<int>(i)) == AttentionMode::kInt8Fp8 ? 'q' : 'e';
+    }
+    if (!block_stack_.matches(key)) VORTEX_RETURN_IF_ERROR(block_stack_.capture(key, stream_, block_stack));
+    VORTEX_RETURN_IF_ERROR(block_stack_.launch(stream_));
+  } else {
+    VORTEX_RETURN_IF_ERROR(block_stack());
   }
 
   // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.

@@ -13,8 +13,10 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/gemm_fp8.h"
 #include "cuda/profiler.h"
 #include "cuda/runtime.h"
+#include "models/h3/cuda_graph.h"
 #include "models/h3/step_model.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
@@ -29,6 +31,16 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
 
+// How the four linears of every transformer block compute (DESIGN section 3).
+//   bf16  bf16 weights and activations, fp32 accumulation (the reference program).
+//   fp8   e4m3 weights with one fp32 scale per output channel, quantized at load; e4m3
+//         activations with one scale per token, written by the kernels that produce them (norm +
+//         modulation, SwiGLU, a quantize pass over the attention output); fp32 accumulation in
+//         cuBLASLt, both scales applied in its epilogue. Approximate: its error against bf16 is
+//         measured (bench h3-block), and it runs only when asked for. The refiner, embedders,
+//         AdaLN projections and output heads stay bf16 / fp32.
+enum class LinearRecipe { kBf16, kFp8 };
+
 struct CudaModelOptions {
   // Reserve the int8fp8 attention workspace (about 0.8 GB at the canonical shape) so requests may
   // ask for that mode; it needs head dim 128.
@@ -37,6 +49,11 @@ struct CudaModelOptions {
   // (cuda::rms_norm_fused). Bitwise equal to the separate launches (tests/gpu/test_gpu_h3_fusions.cc
   // checks the block output and a 2-step trajectory); off runs the separate launches.
   bool fused_norms = true;
+  LinearRecipe recipe = LinearRecipe::kBf16;
+  // Replay the block stack of forward() from a CUDA graph captured once per (rows, timesteps,
+  // attention plan); the same kernels with the same arguments, so the outputs are bitwise those
+  // of direct launches (tests/gpu/test_gpu_h3_fusions.cc). Off while a profiler is attached.
+  bool cuda_graphs = true;
 };
 
 class CudaH3Transformer : public StepModel {
@@ -73,6 +90,8 @@ class CudaH3Transformer : public StepModel {
   void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
   // Switches the block-boundary fusion (CudaModelOptions::fused_norms) for the following forwards.
   void set_fused_norms(bool on) { fused_norms_ = on; }
+  // Switches CudaModelOptions::cuda_graphs for the following forwards.
+  void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
 
  private:
   struct Linear {
@@ -80,7 +99,10 @@ class CudaH3Transformer : public StepModel {
   };
   struct Block {
     Tensor norm1, norm2, norm_q, norm_k;
-    Linear qkv, out, fc1, fc2, adaln;
+    Linear qkv, out, fc1, fc2, adaln;  // under the fp8 recipe, qkv / out / fc1 / fc2 hold biases only
+    struct {
+      cuda::Fp8Weight qkv, out, fc1, fc2;
+    } fp8;  // the fp8 recipe's transformer-block weights
   };
 
   CudaH3Transformer() = default;
@@ -88,6 +110,13 @@ class CudaH3Transformer : public StepModel {
   Status allocate_activations(int64_t max_rows);
   Status linear(const Linear& l, const Tensor& x, const Tensor& y);
   Status attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode, const Tensor& out);
+  // QK norm + RoPE in place on the [n, 3·inner] qkv buffer, then attention into attn [n, inner].
+  Status attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode, const Tensor& attn);
+  Result<Tensor> block_modulation(const Block& b);
+  // A transformer block under the fp8 recipe (cuda_block_fp8.cc).
+  Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode);
+  Status load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count, cuda::DeviceArena& staging,
+                         cuda::Fp8Weight& out);
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out);
   Status block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows,
                        AttentionMode mode = AttentionMode::kExact);
@@ -99,6 +128,8 @@ class CudaH3Transformer : public StepModel {
   cuda::DeviceArena weights_arena_, activations_;
   cuda::DeviceArena int8fp8_scratch_;  // empty unless CudaModelOptions::int8fp8_attention
   std::unique_ptr<cuda::GemmRunner> gemm_;
+  std::unique_ptr<cuda::Fp8GemmRunner> fp8_gemm_;  // the fp8 recipe only
+  LinearRecipe recipe_ = LinearRecipe::kBf16;
   Linear proj_in_, audio_proj_in_, context_embedder_, norm_out_linear_, proj_out_, audio_proj_out_;
   Tensor refiner_final_norm_, norm_out_norm_;
   std::vector<Block> refiner_, blocks_;
@@ -107,6 +138,7 @@ class CudaH3Transformer : public StepModel {
   const PackedLayout* layout_ = nullptr;
   // Activations (device).
   Tensor x_, h_, branch_, qkv_, attn_, fc1_, swiglu_;
+  Tensor codes_, code_scales_;  // fp8 recipe: e4m3 [N, max(C, inner, F)] activations, F32 [N] scales
   Tensor rope_cos_, rope_sin_, text_in_, text_tokens_;
   Tensor text_idx_, audio_idx_, video_idx_;  // int64
   Tensor adaln_rows_, timestep_rows_;        // int32
@@ -114,6 +146,8 @@ class CudaH3Transformer : public StepModel {
   Tensor video_in_, audio_in_, video_embed_, audio_embed_, video_out_, audio_out_;
   int64_t num_timesteps_ = 0;
   bool fused_norms_ = true;
+  bool cuda_graphs_ = true;
+  CapturedGraph block_stack_;  // forward()'s blocks, keyed by rows, timesteps and attention plan
 };
 
 }  // namespace vortex::h3
