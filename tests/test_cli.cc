@@ -121,6 +121,13 @@ TEST(Cli, UnexpectedExtraTensor) {
   EXPECT_TRUE(run.out.empty()) << run.out;
 }
 
+TEST(Cli, Fp8RecipeNeedsTheGpu) {
+  TempDir tmp;
+  expect_one_line_error(run_cli("generate --synthetic test --recipe fp8 --out " + q(tmp.file("x"))),
+                        "--recipe fp8 runs on --device cuda only");
+  EXPECT_FALSE(fs::exists(tmp.file("x.safetensors")));
+}
+
 TEST(Cli, ConvertRefusesANonEmptyFolder) {
   TempDir tmp;
   const std::string out = tmp.file("out");

@@ -39,6 +39,7 @@ struct GenerateArgs {
   int steps = 12;
   uint64_t seed = 0;
   std::string attention = "exact";
+  std::string recipe = "bf16";
   std::vector<int> exact_blocks;
   std::string out;
   MediaRequest media;  // media.out is --media; empty: latents only
@@ -101,6 +102,7 @@ Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const GenerateArgs& 
 Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const GenerateArgs& args, int64_t rows, std::string& source) {
   h3::CudaModelOptions model_options;
   model_options.int8fp8_attention = args.attention == "int8fp8";
+  model_options.recipe = args.recipe == "fp8" ? h3::LinearRecipe::kFp8 : h3::LinearRecipe::kBf16;
   if (args.dtype != "bf16") return invalid_argument("--device cuda runs the bf16 program; use --dtype bf16");
   if (!args.model_path.empty()) {
     VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));
@@ -135,6 +137,9 @@ Result<int64_t> request_rows(const GenerateArgs& args, const h3::H3Config& confi
 
 Result<LoadedStepModel> load_step_model(const GenerateArgs& args, DType dtype, int64_t text_rows, std::string& source) {
   LoadedStepModel loaded;
+  if (args.recipe != "bf16" && args.device != "cuda") {
+    return invalid_argument("--recipe " + args.recipe + " runs on --device cuda only (the CPU runs the reference program)");
+  }
   if (args.device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
     h3::H3Config config;
@@ -236,6 +241,7 @@ int run_generate(const GenerateArgs& args) {
       {"cpu_gemm", cpu::gemm_variant_name(cpu::default_gemm_variant())},
       {"dtype", dtype_name(dtype)},
       {"attention", {{"mode", args.attention}, {"exact_blocks", args.exact_blocks}}},
+      {"recipe", args.recipe},
       {"request",
        {{"height", args.height}, {"width", args.width}, {"frames", args.frames}, {"steps", args.steps},
         {"seed", args.seed}, {"text_tokens", text->size(0)}, {"text", args.text_path.empty() ? "synthetic" : args.text_path}}},
@@ -298,6 +304,11 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--attention", args->attention,
                   "Attention mode: exact, or int8fp8 (approximate: ~0.04 rel-L2 vs exact per attention)")
       ->check(CLI::IsMember({"exact", "int8fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--recipe", args->recipe,
+                  "Block linears: bf16, or fp8 (--device cuda; e4m3 weights and activations, approximate: "
+                  "~1.6e-3 rel-L2 vs bf16 per block)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
       ->capture_default_str();
   cmd->add_option("--exact-blocks", args->exact_blocks, "With --attention int8fp8: blocks that stay exact (e.g. 0,1,49)")
       ->delimiter(',');
