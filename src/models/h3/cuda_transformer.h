@@ -31,16 +31,6 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
 
-// How the four linears of every transformer block compute (DESIGN section 3).
-//   bf16  bf16 weights and activations, fp32 accumulation (the reference program).
-//   fp8   e4m3 weights with one fp32 scale per output channel, quantized at load; e4m3
-//         activations with one scale per token, written by the kernels that produce them (norm +
-//         modulation, SwiGLU, a quantize pass over the attention output); fp32 accumulation in
-//         cuBLASLt, both scales applied in its epilogue. Approximate: its error against bf16 is
-//         measured (bench h3-block), and it runs only when asked for. The refiner, embedders,
-//         AdaLN projections and output heads stay bf16 / fp32.
-enum class LinearRecipe { kBf16, kFp8 };
-
 struct CudaModelOptions {
   // Reserve the int8fp8 attention workspace (about 0.8 GB at the canonical shape) so requests may
   // ask for that mode; it needs head dim 128.
@@ -49,6 +39,9 @@ struct CudaModelOptions {
   // (cuda::rms_norm_fused). Bitwise equal to the separate launches (tests/gpu/test_gpu_h3_fusions.cc
   // checks the block output and a 2-step trajectory); off runs the separate launches.
   bool fused_norms = true;
+  // transformer.h defines the recipes. fp8 here: the producers' kernels write the e4m3 codes, and
+  // cuBLASLt accumulates in fp32 and applies both scales in its epilogue (cuda_block_fp8.cc); the
+  // CPU model's fp8 recipe is its reference.
   LinearRecipe recipe = LinearRecipe::kBf16;
   // Replay the block stack of forward() from a CUDA graph captured once per (rows, timesteps,
   // attention plan); the same kernels with the same arguments, so the outputs are bitwise those

@@ -54,8 +54,12 @@ Status check_finite(const Tensor& t, const char* what) {
 
 }  // namespace
 
-Result<std::unique_ptr<H3Transformer>> H3Transformer::create(H3Weights weights) {
-  std::unique_ptr<H3Transformer> model(new H3Transformer(std::move(weights)));
+Result<std::unique_ptr<H3Transformer>> H3Transformer::create(H3Weights weights, const CpuModelOptions& options) {
+  if (options.recipe == LinearRecipe::kFp8 && weights.dtype != DType::kBF16) {
+    return invalid_argument(std::string("the fp8 recipe runs on the bf16 program; these weights are ") +
+                            dtype_name(weights.dtype) + " (load them as BF16)");
+  }
+  std::unique_ptr<H3Transformer> model(new H3Transformer(std::move(weights), options.recipe));
   VORTEX_RETURN_IF_ERROR(model->pack());
   return model;
 }
@@ -71,6 +75,10 @@ Status H3Transformer::pack() {
     b.norm2 = w.norm2;
     b.norm_q = w.norm_q;
     b.norm_k = w.norm_k;
+    if (recipe_ == LinearRecipe::kFp8 && w.adaln.weight.defined()) {
+      VORTEX_RETURN_IF_ERROR(quantize_block_fp8(w, b));
+      return pack_linear(w.adaln, b.adaln);
+    }
     VORTEX_RETURN_IF_ERROR(pack_linear(w.qkv, b.qkv));
     VORTEX_RETURN_IF_ERROR(pack_linear(w.out, b.out));
     VORTEX_RETURN_IF_ERROR(pack_linear(w.fc1, b.fc1));
@@ -181,10 +189,18 @@ Result<AttentionPlan> AttentionPlan::parse(const std::string& mode, const std::v
 
 Status H3Transformer::attention_half(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin,
                                      AttentionMode mode, const Tensor& out) const {
-  const H3Config& c = config();
-  const int64_t n = h.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
+  const int64_t n = h.size(0), inner = config().inner_dim();
   Tensor qkv = Tensor::empty({n, 3 * inner}, dtype());
   VORTEX_RETURN_IF_ERROR(linear(b.qkv, h, qkv));
+  Tensor attn = Tensor::empty({n, inner}, dtype());
+  VORTEX_RETURN_IF_ERROR(attention_core(b, qkv, cos, sin, mode, attn));
+  return linear(b.out, attn, out);
+}
+
+Status H3Transformer::attention_core(const Block& b, const Tensor& qkv, const Tensor* cos, const Tensor* sin,
+                                     AttentionMode mode, const Tensor& attn) const {
+  const H3Config& c = config();
+  const int64_t heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
   const TensorView q = heads_view(qkv, 0, heads, d), k = heads_view(qkv, inner, heads, d);
   const TensorView v = heads_view(qkv, 2 * inner, heads, d);
   const TensorView nq = b.norm_q.view(), nk = b.norm_k.view();
@@ -194,14 +210,9 @@ Status H3Transformer::attention_half(const Block& b, const Tensor& h, const Tens
     VORTEX_RETURN_IF_ERROR(cpu::apply_rope(q, *cos, *sin));
     VORTEX_RETURN_IF_ERROR(cpu::apply_rope(k, *cos, *sin));
   }
-  Tensor attn = Tensor::empty({n, inner}, dtype());
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  if (mode == AttentionMode::kInt8Fp8) {
-    VORTEX_RETURN_IF_ERROR(cpu::attention_int8fp8(q, k, v, heads_view(attn, 0, heads, d), scale));
-  } else {
-    VORTEX_RETURN_IF_ERROR(cpu::attention(q, k, v, heads_view(attn, 0, heads, d), scale));
-  }
-  return linear(b.out, attn, out);
+  if (mode == AttentionMode::kInt8Fp8) return cpu::attention_int8fp8(q, k, v, heads_view(attn, 0, heads, d), scale);
+  return cpu::attention(q, k, v, heads_view(attn, 0, heads, d), scale);
 }
 
 Status H3Transformer::feed_forward(const Block& b, const Tensor& h, const Tensor& out) const {
@@ -226,16 +237,21 @@ Status H3Transformer::refiner_block(const Block& b, Tensor& x) const {
   return cpu::residual_add(x.view(), branch.view());
 }
 
+Result<Tensor> H3Transformer::block_modulation(const Block& b, const Tensor& silu_temb) const {
+  const int64_t C = config().hidden_size, T = silu_temb.size(0);
+  // [T, 18C] viewed as [3T, 6C].
+  Tensor table = Tensor::empty({T, 6 * kNumModalities * C}, dtype());
+  VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu_temb, table));
+  return table.reshape({T * kNumModalities, 6 * C});
+}
+
 Status H3Transformer::transformer_block(const Block& b, Tensor& x, const Tensor& silu_temb,
                                         const std::vector<int32_t>& rows, const PreparedRequest& request,
                                         AttentionMode mode) const {
-  const int64_t C = config().hidden_size, T = silu_temb.size(0);
+  if (recipe_ == LinearRecipe::kFp8) return transformer_block_fp8(b, x, silu_temb, rows, request, mode);
+  const int64_t C = config().hidden_size;
   const float eps = static_cast<float>(config().norm_eps);
-  // The modulation table: [T, 18C] viewed as [3T, 6C], one row per (timestep, modality), holding
-  // shift, scale, gate for attention then for the FFN.
-  Tensor table = Tensor::empty({T, 6 * kNumModalities * C}, dtype());
-  VORTEX_RETURN_IF_ERROR(linear(b.adaln, silu_temb, table));
-  VORTEX_ASSIGN_OR_RETURN(Tensor mod, table.reshape({T * kNumModalities, 6 * C}));
+  VORTEX_ASSIGN_OR_RETURN(Tensor mod, block_modulation(b, silu_temb));
 
   Tensor h = Tensor::empty(x.shape(), dtype());
   Tensor branch = Tensor::empty(x.shape(), dtype());

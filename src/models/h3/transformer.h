@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/fp8.h"
 #include "cpu/gemm.h"
 #include "models/h3/layout.h"
 #include "models/h3/weights.h"
@@ -62,6 +63,23 @@ struct StepOutputs {
   Tensor audio_velocity;  // [Na, audio_in_channels] F32
 };
 
+// How the four linears of every transformer block compute (DESIGN section 3).
+//   bf16  bf16 weights and activations, fp32 accumulation (the reference program).
+//   fp8   e4m3 weights with one fp32 scale per output channel, quantized at load; e4m3
+//         activations with one scale per token, written by the ops that produce them (norm +
+//         modulation, SwiGLU, a quantize pass over the attention output); fp32 accumulation (the
+//         CPU sums exactly, cpu/fp8.h), both scales applied after it. Approximate: its error
+//         against bf16 is measured (bench h3-block, tests/test_h3_fp8.cc), and it runs only when
+//         asked for. The refiner, embedders, AdaLN projections and output heads stay bf16 / fp32.
+enum class LinearRecipe { kBf16, kFp8 };
+
+struct CpuModelOptions {
+  // kFp8 runs the CUDA model's fp8 block (cuda_block_fp8.cc) op for op with the cpu/fp8.h
+  // references, so the GPU recipe has a CPU program to be checked against; it is not offered to
+  // users on the CPU. It needs BF16 weights: the recipe quantizes the bf16 program's tensors.
+  LinearRecipe recipe = LinearRecipe::kBf16;
+};
+
 // The fp32 time MLP on the host: sinusoid (cos first) -> linear_1 -> silu -> linear_2; [T, TE].
 Result<Tensor> time_embedding(const H3Config& config, const LinearWeights& linear_1, const LinearWeights& linear_2,
                               const std::vector<float>& timesteps);
@@ -70,12 +88,14 @@ void rope_tables(const H3Config& config, const std::vector<double>& positions, T
 
 class H3Transformer {
  public:
-  // Takes the weights and prepares them for the CPU GEMM (an fp32 copy of each bf16 matrix).
-  static Result<std::unique_ptr<H3Transformer>> create(H3Weights weights);
+  // Takes the weights and prepares them for the CPU GEMM (an fp32 copy of each bf16 matrix; under
+  // the fp8 recipe, e4m3 codes and scales for the transformer blocks' linears instead).
+  static Result<std::unique_ptr<H3Transformer>> create(H3Weights weights, const CpuModelOptions& options = {});
 
   const H3Config& config() const { return weights_.config; }
   const H3Weights& weights() const { return weights_; }
   DType dtype() const { return weights_.dtype; }
+  LinearRecipe recipe() const { return recipe_; }
 
   // text_states: [Nt, text_dim] F32 or BF16, finite. Checks the layout against the config.
   Result<PreparedRequest> prepare(const PackedLayout& layout, const Tensor& text_states,
@@ -91,20 +111,36 @@ class H3Transformer {
   };
   struct Block {
     Tensor norm1, norm2, norm_q, norm_k;
-    Linear qkv, out, fc1, fc2, adaln;
+    Linear qkv, out, fc1, fc2, adaln;  // under the fp8 recipe, qkv / out / fc1 / fc2 hold biases only
+    struct {
+      cpu::Fp8Rows qkv, out, fc1, fc2;  // [O, I] e4m3 codes, [O] scales; qkv rows q_all; k_all; v_all
+    } fp8;  // the fp8 recipe's transformer-block weights
   };
 
-  explicit H3Transformer(H3Weights weights) : weights_(std::move(weights)) {}
+  H3Transformer(H3Weights weights, LinearRecipe recipe) : weights_(std::move(weights)), recipe_(recipe) {}
   Status pack();
+  // The fp8 recipe's weights of one transformer block, quantized per output channel (block_fp8.cc).
+  static Status quantize_block_fp8(const BlockWeights& w, Block& b);
   Status linear(const Linear& l, const Tensor& x, const Tensor& y) const;
   Status attention_half(const Block& b, const Tensor& h, const Tensor* cos, const Tensor* sin, AttentionMode mode,
                         const Tensor& out) const;
+  // QK norm + RoPE (when cos is given) in place on the [n, 3·inner] qkv tensor, then attention into
+  // attn [n, inner].
+  Status attention_core(const Block& b, const Tensor& qkv, const Tensor* cos, const Tensor* sin, AttentionMode mode,
+                        const Tensor& attn) const;
+  // The block's AdaLN table [3T, 6C]: a row per (timestep, modality) holding shift, scale, gate
+  // for attention, then for the FFN.
+  Result<Tensor> block_modulation(const Block& b, const Tensor& silu_temb) const;
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out) const;
   Status refiner_block(const Block& b, Tensor& x) const;
   Status transformer_block(const Block& b, Tensor& x, const Tensor& silu_temb, const std::vector<int32_t>& rows,
                            const PreparedRequest& request, AttentionMode mode) const;
+  // A transformer block under the fp8 recipe (block_fp8.cc).
+  Status transformer_block_fp8(const Block& b, Tensor& x, const Tensor& silu_temb, const std::vector<int32_t>& rows,
+                               const PreparedRequest& request, AttentionMode mode) const;
 
   H3Weights weights_;
+  LinearRecipe recipe_ = LinearRecipe::kBf16;
   Linear proj_in_, audio_proj_in_, context_embedder_;
   Linear norm_out_linear_, proj_out_, audio_proj_out_;
   std::vector<Block> refiner_, blocks_;
