@@ -133,4 +133,22 @@ Status validate_audio_latents(const AudioVaeConfig& config, const Tensor& latent
 // [2, A · hop] at config.sampling_rate, in [-1, 1].
 Result<Tensor> decode_audio(const AudioVae& vae, const Tensor& latents, const AudioVaeObserver* observer = nullptr);
 
+// ---- host memory of a decode -------------------------------------------------------------------
+
+// Host bytes alive at the peak of decode_audio (no observer), by what holds them.
+struct AudioVaeCpuMemory {
+  size_t weights = 0;      // the assembled decoder (fused fp32 convolutions, snake parameters, filters)
+  size_t latents = 0;      // the de-normalised fp32 latents
+  size_t activations = 0;  // the stage input, the AMP blocks' running sums and their activation chain
+  size_t scratch = 0;      // per-thread im2col columns of the convolutions
+  std::string peak;        // the step of the decode where the peak falls
+  size_t total() const { return weights + latents + activations + scratch; }
+};
+
+// The peak of decoding `latent_frames` stereo latents on `threads` threads (core/parallel.h's
+// num_threads() for this process), found by replaying decode_audio's allocations and frees in
+// order (audio_vae_memory.cc); what is counted is as for video_vae_cpu_memory. The same checks as
+// a decode (invalid_argument naming the field).
+Result<AudioVaeCpuMemory> audio_vae_cpu_memory(const AudioVaeConfig& config, int64_t latent_frames, int threads);
+
 }  // namespace vortex::vae

@@ -167,4 +167,28 @@ Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents, const Vi
                             const VideoVaeObserver* observer = nullptr);
 Result<Tensor> decode_video(const VideoVae& vae, const Tensor& latents);
 
+// ---- host memory of a decode -------------------------------------------------------------------
+
+// Host bytes alive at the peak of decode_video (no observer), by what holds them.
+struct VideoVaeCpuMemory {
+  size_t weights = 0;  // the assembled decoder: every weight in fp32
+  size_t latents = 0;  // the de-normalised fp32 latents, the current chunk's and tile's slices
+  size_t frames = 0;   // finished chunk frames, the cross-fade tail, the concatenated output
+  size_t clip = 0;     // the current chunk's decoded tiles, its stitched clip, cuts and blends
+  size_t tile = 0;     // one tile's transformer activations (residual stream, q/k/v, FFN hidden)
+  size_t scratch = 0;  // per-thread attention scratch (K, V of one head, one query block's scores)
+  std::string peak;    // the step of the decode where the peak falls
+  size_t total() const { return weights + latents + frames + clip + tile + scratch; }
+};
+
+// The peak of decoding latents of `latent_shape` ([C, T, H, W]) with `tiling` on `threads`
+// threads (core/parallel.h's num_threads() for this process), found by replaying decode_video's
+// allocations and frees in order (video_vae_memory.cc), for latents of any float dtype. Counted:
+// every tensor and per-thread vector the decode holds, at its exact size. Not counted: the
+// caller's latents, per-row vectors of a few KB, and what the allocator keeps of freed buffers
+// (glibc's heap can hold on to a chunk's decoded tiles: README.md has the canonical figure). The
+// same checks as a decode (invalid_argument naming the field).
+Result<VideoVaeCpuMemory> video_vae_cpu_memory(const VideoVaeConfig& config, const Shape& latent_shape,
+                                               const VideoTiling& tiling, int threads);
+
 }  // namespace vortex::vae
