@@ -18,6 +18,7 @@
 #include "cpu/gemm.h"
 #include "cpu/norm.h"
 #include "h3_golden_util.h"
+#include "h3_test_models.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/tensor_views.h"
@@ -51,26 +52,8 @@ h3::H3Config fp8_config() {
   return c;
 }
 
-struct Request {
-  h3::PackedLayout layout;
-  Tensor text;
-  h3::StepInputs in;
-};
-
-Request make_request(const h3::H3Config& c) {
-  Request r;
-  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
-  EXPECT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(12, *geometry, c);
-  EXPECT_TRUE(layout.ok());
-  r.layout = std::move(*layout);
-  r.text = h3::seeded_normal({12, c.text_dim}, 5, h3::kSyntheticTextStream);
-  r.in.video_rows = h3::seeded_normal({r.layout.num_video, c.video_patch_dim()}, 5, h3::kVideoNoiseStream);
-  r.in.audio_rows = h3::seeded_normal({r.layout.num_audio, c.audio_in_channels}, 5, h3::kAudioNoiseStream);
-  // Two distinct timesteps, so the AdaLN rows differ by modality and by timestep.
-  r.in.timesteps = h3::assign_row_timesteps(r.layout, 0.4f, 0.7f);
-  return r;
-}
+// Two distinct timesteps, so the AdaLN rows differ by modality and by timestep.
+test::H3TestRequest make_request(const h3::H3Config& c) { return test::make_h3_request(c, 12, 5, 0.4f, 0.7f); }
 
 std::unique_ptr<h3::H3Transformer> make_model(const h3::H3Config& c, DType dtype, h3::LinearRecipe recipe) {
   auto tensors = h3::synthetic_weights(c, DType::kBF16, kWeightSeed);
@@ -84,7 +67,7 @@ std::unique_ptr<h3::H3Transformer> make_model(const h3::H3Config& c, DType dtype
 
 using Captured = std::map<std::string, Tensor>;
 
-h3::StepOutputs run(const h3::H3Transformer& model, const Request& r, Captured* captured = nullptr) {
+h3::StepOutputs run(const h3::H3Transformer& model, const test::H3TestRequest& r, Captured* captured = nullptr) {
   const h3::ForwardObserver observer = [&](const std::string& name, const Tensor& value) {
     (*captured)[name] = value.clone();
   };
@@ -101,7 +84,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 
 TEST(H3Fp8, ForwardRepeatsDiffersFromBf16AndStaysNearIt) {
   const h3::H3Config c = fp8_config();
-  const Request r = make_request(c);
+  const test::H3TestRequest r = make_request(c);
   auto fp8 = make_model(c, DType::kBF16, h3::LinearRecipe::kFp8);
   auto bf16 = make_model(c, DType::kBF16, h3::LinearRecipe::kBf16);
   ASSERT_TRUE(fp8 && bf16);
@@ -217,7 +200,7 @@ Tensor hand_block(const h3::H3Config& c, const h3::BlockWeights& w, const cpu::F
 
 TEST(H3Fp8, EveryBlockIsTheSequenceOfFp8OpsBitForBit) {
   const h3::H3Config c = fp8_config();
-  const Request r = make_request(c);
+  const test::H3TestRequest r = make_request(c);
   auto tensors = h3::synthetic_weights(c, DType::kBF16, kWeightSeed);
   ASSERT_TRUE(tensors.ok());
   auto model = make_model(c, DType::kBF16, h3::LinearRecipe::kFp8);

@@ -4,7 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/gpu_test_util.h"
 #include "h3_golden_util.h"
+#include "h3_test_models.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
@@ -12,27 +14,11 @@
 namespace vortex {
 namespace {
 
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 // The int8fp8 kernel takes head dim 128: a two-block model with the released head shape.
-h3::H3Config head128_config() {
-  h3::H3Config c = *h3::config_preset("h3");
-  c.num_attention_heads = 2;
-  c.hidden_size = 256;
-  c.num_layers = 2;
-  c.num_refiner_layers = 1;
-  c.ffn_dim = 512;
-  c.text_dim = 64;
-  c.time_embed_hidden_dim = 256;
-  c.time_embed_dim = 128;
-  return c;
-}
+h3::H3Config head128_config() { return test::released_heads_config(2, 256, 512, 2); }
 
 TEST(GpuH3AttentionModes, Int8Fp8MatchesTheCpuProgramAndStaysNearExact) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config config = head128_config();
   ASSERT_TRUE(config.validate().ok());
   auto geometry = h3::resolve_geometry({128, 192, 22}, config);
@@ -76,7 +62,7 @@ TEST(GpuH3AttentionModes, Int8Fp8MatchesTheCpuProgramAndStaysNearExact) {
 }
 
 TEST(GpuH3AttentionModes, Int8Fp8WithoutItsWorkspaceIsAnError) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config config = head128_config();
   auto geometry = h3::resolve_geometry({128, 192, 22}, config);
   ASSERT_TRUE(geometry.ok());

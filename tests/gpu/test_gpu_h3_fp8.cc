@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstring>
 
+#include "gpu/gpu_test_util.h"
 #include "h3_golden_util.h"
+#include "h3_test_models.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
@@ -17,39 +19,18 @@
 namespace vortex {
 namespace {
 
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 // Measured on the H200 as the rel-L2 of the velocity against bf16; the bound keeps a margin.
 constexpr double kFp8VelocityBound = 0.05;
 
-h3::H3Config wide_config() {
-  h3::H3Config c = *h3::config_preset("h3");
-  c.num_attention_heads = 16;
-  c.hidden_size = 2048;
-  c.num_layers = 2;
-  c.num_refiner_layers = 1;
-  c.ffn_dim = 4096;
-  c.text_dim = 64;
-  c.time_embed_hidden_dim = 256;
-  c.time_embed_dim = 128;
-  return c;
-}
+h3::H3Config wide_config() { return test::released_heads_config(16, 2048, 4096, 2); }
 
 TEST(GpuH3Fp8, ForwardStaysNearBf16AndRepeatsBitForBit) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = wide_config();
-  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
-  ASSERT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(16, *geometry, c);
-  ASSERT_TRUE(layout.ok());
-  const Tensor text = h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream);
-  h3::StepInputs in;
-  in.video_rows = h3::seeded_normal({layout->num_video, c.video_patch_dim()}, 4, h3::kVideoNoiseStream);
-  in.audio_rows = h3::seeded_normal({layout->num_audio, c.audio_in_channels}, 4, h3::kAudioNoiseStream);
-  in.timesteps = h3::assign_row_timesteps(*layout, 0.4f, 0.6f);
+  const test::H3TestRequest r = test::make_h3_request(c, 16, 4, 0.4f, 0.6f);
+  const h3::PackedLayout* layout = &r.layout;
+  const Tensor& text = r.text;
+  const h3::StepInputs& in = r.in;
 
   h3::StepOutputs out[2];
   for (h3::LinearRecipe recipe : {h3::LinearRecipe::kBf16, h3::LinearRecipe::kFp8}) {
@@ -76,7 +57,7 @@ TEST(GpuH3Fp8, ForwardStaysNearBf16AndRepeatsBitForBit) {
 }
 
 TEST(GpuH3Fp8, WeightsTakeAboutHalfTheBytes) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = wide_config();
   size_t bytes[2] = {0, 0};
   for (h3::LinearRecipe recipe : {h3::LinearRecipe::kBf16, h3::LinearRecipe::kFp8}) {
@@ -92,7 +73,7 @@ TEST(GpuH3Fp8, WeightsTakeAboutHalfTheBytes) {
 }
 
 TEST(GpuH3Fp8, RefusesWidthsTheFp8GemmCannotTake) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   auto config = h3::config_from_file(test::golden_path("h3_small/config.json"));  // inner dim 72
   ASSERT_TRUE(config.ok());
   h3::CudaModelOptions options;

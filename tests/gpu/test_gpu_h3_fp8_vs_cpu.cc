@@ -28,7 +28,9 @@
 #include <string>
 
 #include "cuda/runtime.h"
+#include "gpu/gpu_test_util.h"
 #include "h3_golden_util.h"
+#include "h3_test_models.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
@@ -36,54 +38,20 @@
 namespace vortex {
 namespace {
 
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
 constexpr double kForwardBound = 2e-2;
 constexpr double kBlockRatioBound = 0.5;
 constexpr uint64_t kWeightSeed = 7;
 
-h3::H3Config fp8_config() {
-  h3::H3Config c = *h3::config_preset("h3");
-  c.num_attention_heads = 8;
-  c.hidden_size = 1024;
-  c.num_layers = 2;
-  c.num_refiner_layers = 1;
-  c.ffn_dim = 2048;
-  c.text_dim = 64;
-  c.time_embed_hidden_dim = 256;
-  c.time_embed_dim = 128;
-  return c;
-}
+h3::H3Config fp8_config() { return test::released_heads_config(8, 1024, 2048, 2); }
 
-struct Request {
-  h3::PackedLayout layout;
-  Tensor text;
-  h3::StepInputs in;
-};
-
-Request make_request(const h3::H3Config& c) {
-  Request r;
-  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
-  EXPECT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(16, *geometry, c);
-  EXPECT_TRUE(layout.ok());
-  r.layout = std::move(*layout);
-  r.text = h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream);
-  r.in.video_rows = h3::seeded_normal({r.layout.num_video, c.video_patch_dim()}, 4, h3::kVideoNoiseStream);
-  r.in.audio_rows = h3::seeded_normal({r.layout.num_audio, c.audio_in_channels}, 4, h3::kAudioNoiseStream);
-  r.in.timesteps = h3::assign_row_timesteps(r.layout, 0.4f, 0.6f);
-  return r;
-}
+test::H3TestRequest make_request(const h3::H3Config& c) { return test::make_h3_request(c, 16, 4, 0.4f, 0.6f); }
 
 struct CpuRun {
   h3::StepOutputs out;
   std::map<std::string, Tensor> seen;  // the forward's named intermediates
 };
 
-CpuRun run_cpu(const h3::H3Config& c, const Request& r, h3::LinearRecipe recipe) {
+CpuRun run_cpu(const h3::H3Config& c, const test::H3TestRequest& r, h3::LinearRecipe recipe) {
   CpuRun run;
   auto tensors = h3::synthetic_weights(c, DType::kBF16, kWeightSeed);
   EXPECT_TRUE(tensors.ok());
@@ -102,7 +70,7 @@ CpuRun run_cpu(const h3::H3Config& c, const Request& r, h3::LinearRecipe recipe)
   return run;
 }
 
-std::unique_ptr<h3::CudaH3Transformer> make_gpu_model(const h3::H3Config& c, const Request& r) {
+std::unique_ptr<h3::CudaH3Transformer> make_gpu_model(const h3::H3Config& c, const test::H3TestRequest& r) {
   h3::CudaModelOptions options;
   options.recipe = h3::LinearRecipe::kFp8;
   auto gpu = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(kWeightSeed, nullptr), r.layout.num_rows,
@@ -115,9 +83,9 @@ std::unique_ptr<h3::CudaH3Transformer> make_gpu_model(const h3::H3Config& c, con
 }
 
 TEST(GpuH3Fp8VsCpu, ForwardMatchesTheCpuReference) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = fp8_config();
-  const Request r = make_request(c);
+  const test::H3TestRequest r = make_request(c);
   auto gpu = make_gpu_model(c, r);
   ASSERT_TRUE(gpu);
   auto gpu_out = gpu->forward(r.in);
@@ -134,9 +102,9 @@ TEST(GpuH3Fp8VsCpu, ForwardMatchesTheCpuReference) {
 }
 
 TEST(GpuH3Fp8VsCpu, BlockIsNearerTheCpuFp8BlockThanTheBf16One) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = fp8_config();
-  const Request r = make_request(c);
+  const test::H3TestRequest r = make_request(c);
   const CpuRun fp8 = run_cpu(c, r, h3::LinearRecipe::kFp8);
   const CpuRun bf16 = run_cpu(c, r, h3::LinearRecipe::kBf16);
   const Tensor& input = fp8.seen.at("block_0_in");  // the same under both recipes (tests/test_h3_fp8.cc)

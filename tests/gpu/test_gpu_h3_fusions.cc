@@ -12,7 +12,9 @@
 
 #include "cuda/runtime.h"
 #include "cuda/synthetic_fill.h"
+#include "gpu/gpu_test_util.h"
 #include "h3_golden_util.h"
+#include "h3_test_models.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
@@ -20,23 +22,7 @@
 namespace vortex {
 namespace {
 
-bool have_device() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-
-h3::H3Config wide_config() {
-  h3::H3Config c = *h3::config_preset("h3");
-  c.num_attention_heads = 16;
-  c.hidden_size = 2048;
-  c.num_layers = 2;
-  c.num_refiner_layers = 1;
-  c.ffn_dim = 4096;
-  c.text_dim = 64;
-  c.time_embed_hidden_dim = 256;
-  c.time_embed_dim = 128;
-  return c;
-}
+h3::H3Config wide_config() { return test::released_heads_config(16, 2048, 4096, 2); }
 
 h3::H3Config small_config() {
   auto c = h3::config_from_file(test::golden_path("h3_small/config.json"));
@@ -54,7 +40,7 @@ class GpuH3Fusions : public ::testing::TestWithParam<int> {
 };
 
 TEST_P(GpuH3Fusions, BlockOutputIsBitwiseEqualToTheUnfusedBlock) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = config();
   auto geometry = h3::resolve_geometry({128, 192, 22}, c);
   ASSERT_TRUE(geometry.ok());
@@ -85,7 +71,7 @@ TEST_P(GpuH3Fusions, BlockOutputIsBitwiseEqualToTheUnfusedBlock) {
 }
 
 TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = config();
   const Tensor text = h3::seeded_normal({12, c.text_dim}, 3, h3::kSyntheticTextStream);
   h3::GenerateOptions options;
