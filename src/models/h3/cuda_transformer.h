@@ -1,9 +1,13 @@
-// The MiniMax-H3 transformer on one GPU (bf16, exact attention): the same numerical program as
-// the CPU reference (transformer.h), op for op, on the CUDA backend.
+// The MiniMax-H3 transformer on one GPU: the same numerical program as the CPU reference
+// (transformer.h), op for op, on the CUDA backend. bf16 with exact attention by default. Opt-in,
+// approximate: int8fp8 attention per request / block, and the fp8 recipe for the block linears
+// (cuda_block_fp8.cc). On by default, bitwise equal to what they replace: the block-boundary
+// fusions and a CUDA graph of the block stack (cuda_graph.h).
 //
 // Memory: one arena for the weights, sized from the schema, and one for activations, sized up
-// front for `max_rows` packed rows; the step loop allocates nothing. The time MLP and the RoPE tables are computed on the host in fp32 (tiny, and it keeps them
-// bit-identical to the CPU reference) and uploaded once per step / request.
+// front for `max_rows` packed rows; the step loop allocates nothing. The time MLP and the RoPE
+// tables are computed on the host in fp32 (tiny, and it keeps them bit-identical to the CPU
+// reference) and uploaded once per step / request.
 #pragma once
 
 #include <cuda_runtime.h>
