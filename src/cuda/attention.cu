@@ -340,11 +340,6 @@ Status launch_v0(const AttentionParams& params, int heads, cudaStream_t stream) 
 
 // ---- argument checks ------------------------------------------------------------------------------------
 
-std::string describe_view(const char* name, const TensorView& t) {
-  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string() +
-         " on " + device_name(t.device);
-}
-
 // 16-byte copies need 16-byte aligned rows: the pointer and the strides in whole chunks (a stride
 // of a size-1 dim is never applied).
 bool chunk_aligned(const TensorView& t) {

@@ -542,10 +542,6 @@ Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void
   return ok_status();
 }
 
-std::string describe_view(const char* name, const TensorView& t) {
-  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string();
-}
-
 }  // namespace
 
 Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,

@@ -231,10 +231,6 @@ Layout layout(int64_t nq, int64_t nk, int64_t heads) {
   return l;
 }
 
-std::string describe_view(const char* name, const TensorView& t) {
-  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string();
-}
-
 // BF16 [rows, heads, 128] on the device, unit stride on D, 16-byte aligned rows.
 Status check_input(const char* name, const TensorView& t, int64_t rows, int64_t heads) {
   const std::string what = "attention_int8fp8: " + describe_view(name, t);

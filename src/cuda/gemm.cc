@@ -12,9 +12,9 @@
 // is y's per-column bias. Its element type defaults to D's type (bf16 for a bf16 y, f32 for an
 // f32 y), which is exactly the contract, so no conversion is needed.
 //
-// A plan depends on the pointers only through their alignment (the heuristic excludes kernels
-// that need more alignment than the buffers have, and reads the bias pointer for the same reason),
-// so the alignments are part of the cache key and the pointers are set per call.
+// Plans are cached per shape, strides, dtypes, bias and pointer alignments (cublaslt_plan.h). The
+// heuristic also reads the bias pointer (for its alignment), so it is set before the algorithm is
+// chosen and again on every call.
 #include "cuda/gemm.h"
 
 #include <cublasLt.h>
@@ -26,22 +26,10 @@
 #include <utility>
 
 #include "cuda/cublas_check.h"
+#include "cuda/cublaslt_plan.h"
 
 namespace vortex::cuda {
 namespace {
-
-// Candidate algorithms asked of the heuristic; the first that fits the workspace is kept. Eight
-// is enough that one fits whenever any does (they come best first, and most need little or none).
-constexpr int kHeuristicRequests = 8;
-// The largest alignment any cuBLASLt kernel asks for (and the preferences' default).
-constexpr uint32_t kMaxAlignment = 256;
-
-uint32_t alignment_of(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  uint32_t a = 1;
-  while (a < kMaxAlignment && address % (2 * a) == 0) a *= 2;
-  return a;
-}
 
 struct PlanKey {
   int64_t n, i, o, ldx, ldy;
@@ -55,36 +43,7 @@ struct PlanKey {
   bool operator<(const PlanKey& other) const { return tie() < other.tie(); }
 };
 
-// Owns the descriptors of one problem and the algorithm chosen for it.
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
 cudaDataType_t cuda_type(DType dtype) { return dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
-
-struct PreferenceHandle {
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~PreferenceHandle() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  }
-};
-
-std::string describe_view(const char* name, const TensorView& t) {
-  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string() +
-         " on " + device_name(t.device);
-}
 
 bool is_2d_rows(const TensorView& t) { return t.rank() == 2 && t.strides[1] == 1 && t.strides[0] >= t.shape[1]; }
 
@@ -94,25 +53,17 @@ bool is_2d_rows(const TensorView& t) { return t.rank() == 2 && t.strides[1] == 1
 // call shares the one workspace, so concurrent calls (or streams not ordered with each other)
 // need one runner each.
 struct GemmRunner::Impl {
-  cublasLtHandle_t handle = nullptr;
-  Tensor workspace_tensor;  // keeps the arena's storage alive as long as the runner
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  LtSession session;
+  std::map<PlanKey, std::unique_ptr<LtPlan>> plans;
 
-  ~Impl() {
-    plans.clear();
-    if (handle) cublasLtDestroy(handle);
-  }
-
-  Result<Plan*> plan_for(const PlanKey& key, const void* bias);
+  Result<LtPlan*> plan_for(const PlanKey& key, const void* bias);
 };
 
-Result<Plan*> GemmRunner::Impl::plan_for(const PlanKey& key, const void* bias) {
+Result<LtPlan*> GemmRunner::Impl::plan_for(const PlanKey& key, const void* bias) {
   auto found = plans.find(key);
   if (found != plans.end()) return found->second.get();
 
-  auto plan = std::make_unique<Plan>();
+  auto plan = std::make_unique<LtPlan>();
   const cudaDataType_t in_type = cuda_type(key.in_dtype);
   const cudaDataType_t out_type = cuda_type(key.out_dtype);
   // CUBLAS_COMPUTE_32F: fp32 accumulation, and for fp32 inputs true fp32 products (the _FAST_TF32
@@ -134,53 +85,20 @@ Result<Plan*> GemmRunner::Impl::plan_for(const PlanKey& key, const void* bias) {
   VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, key.i, key.n, key.ldx));
   VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, key.o, key.n, key.ldy));
 
-  PreferenceHandle pref;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
-  const uint64_t max_workspace = workspace_bytes;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &max_workspace, sizeof(max_workspace)));
-  // A is the weight, B the activations, C = D the output (beta = 0 still lets kernels read C's pointer).
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y},
-  };
-  for (const auto& [attribute, value] : alignments) {
-    VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, attribute, &value, sizeof(value)));
-  }
-
-  cublasLtMatmulHeuristicResult_t results[kHeuristicRequests] = {};
-  int count = 0;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
-                                                     pref.pref, kHeuristicRequests, results, &count));
-  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
-  for (int r = 0; r < count && !chosen; ++r) {
-    if (results[r].state == CUBLAS_STATUS_SUCCESS && results[r].workspaceSize <= workspace_bytes) chosen = &results[r];
-  }
-  if (!chosen) {
-    return unimplemented("cuBLASLt offers no algorithm for linear N=" + std::to_string(key.n) +
-                         " I=" + std::to_string(key.i) + " O=" + std::to_string(key.o) + " ldx=" +
-                         std::to_string(key.ldx) + " ldy=" + std::to_string(key.ldy) + " " +
-                         dtype_name(key.in_dtype) + "->" + dtype_name(key.out_dtype) +
-                         (key.has_bias ? " with bias" : "") + " within " + std::to_string(workspace_bytes) +
-                         " workspace bytes");
-  }
-  plan->algo = chosen->algo;
-  Plan* raw = plan.get();
+  // A is the weight, B the activations, D the output.
+  VORTEX_RETURN_IF_ERROR(lt_choose_algorithm(session, *plan, {key.align_w, key.align_x, key.align_y}, [&] {
+    return "linear N=" + std::to_string(key.n) + " I=" + std::to_string(key.i) + " O=" + std::to_string(key.o) +
+           " ldx=" + std::to_string(key.ldx) + " ldy=" + std::to_string(key.ldy) + " " + dtype_name(key.in_dtype) +
+           "->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "");
+  }));
+  LtPlan* raw = plan.get();
   plans.emplace(key, std::move(plan));
   return raw;
 }
 
 Result<std::unique_ptr<GemmRunner>> GemmRunner::create(DeviceArena& arena, size_t workspace_bytes) {
   auto impl = std::make_unique<Impl>();
-  if (workspace_bytes > 0) {
-    VORTEX_ASSIGN_OR_RETURN(impl->workspace_tensor,
-                            arena.alloc(Shape({static_cast<int64_t>(workspace_bytes)}), DType::kU8));
-    impl->workspace = impl->workspace_tensor.data();
-    impl->workspace_bytes = workspace_bytes;
-  }
-  VORTEX_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
+  VORTEX_RETURN_IF_ERROR(impl->session.init(arena, workspace_bytes));
   return std::unique_ptr<GemmRunner>(new GemmRunner(std::move(impl)));
 }
 
@@ -238,20 +156,20 @@ Status GemmRunner::linear(const TensorView& x, const TensorView& w, const Tensor
                     x.dtype,
                     y.dtype,
                     bias != nullptr,
-                    alignment_of(x.data),
-                    alignment_of(w.data),
-                    alignment_of(y.data),
-                    bias ? alignment_of(bias->data) : kMaxAlignment};
-  VORTEX_ASSIGN_OR_RETURN(Plan * plan, impl_->plan_for(key, bias ? bias->data : nullptr));
+                    lt_alignment_of(x.data),
+                    lt_alignment_of(w.data),
+                    lt_alignment_of(y.data),
+                    bias ? lt_alignment_of(bias->data) : kLtMaxAlignment};
+  VORTEX_ASSIGN_OR_RETURN(LtPlan * plan, impl_->plan_for(key, bias ? bias->data : nullptr));
   if (bias) {
     const void* pointer = bias->data;
     VORTEX_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &pointer,
                                                        sizeof(pointer)));
   }
   const float alpha = 1.0f, beta = 0.0f;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan->desc, &alpha, w.data, plan->a, x.data, plan->b, &beta,
-                                     y.data, plan->d, y.data, plan->d, &plan->algo, impl_->workspace,
-                                     impl_->workspace_bytes, stream));
+  const LtSession& lt = impl_->session;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmul(lt.handle, plan->desc, &alpha, w.data, plan->a, x.data, plan->b, &beta, y.data,
+                                     plan->d, y.data, plan->d, &plan->algo, lt.workspace, lt.workspace_bytes, stream));
   return ok_status();
 }
 

@@ -23,8 +23,8 @@
 //   EPILOGUE = BIAS, BIAS_DATA_TYPE = 16BF, BIAS_POINTER
 //                                a bias[N] along D's rows (y's columns). cuBLASLt's fp8 kernels
 //                                take a bf16 bias for bf16 and fp32 outputs alike
-// Plans (descriptors, layouts, the chosen algorithm) are cached per (shape, strides, output
-// dtype, bias, pointer alignments), as in GemmRunner.
+// Plans (descriptors, layouts, the chosen algorithm; cublaslt_plan.h) are cached per (shape,
+// strides, output dtype, bias, pointer alignments), as in GemmRunner.
 #include "cuda/gemm_fp8.h"
 
 #include <cublasLt.h>
@@ -36,22 +36,14 @@
 #include <utility>
 
 #include "cuda/cublas_check.h"
+#include "cuda/cublaslt_plan.h"
 #include "cuda/fp8_quantize.h"
 
 namespace vortex::cuda {
 namespace {
 
-constexpr int kHeuristicRequests = 8;     // as gemm.cc: the first that fits the workspace is kept
-constexpr uint32_t kMaxAlignment = 256;   // the largest alignment any cuBLASLt kernel asks for
 constexpr int64_t kFp8Alignment = 16;     // bytes: fp8 operands' pointers and leading dimensions
 constexpr int64_t kFp8DimMultiple = 16;   // K and N
-
-uint32_t alignment_of(const void* p) {
-  const auto address = reinterpret_cast<uintptr_t>(p);
-  uint32_t a = 1;
-  while (a < kMaxAlignment && address % (2 * a) == 0) a *= 2;
-  return a;
-}
 
 bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kFp8Alignment == 0; }
 
@@ -65,29 +57,6 @@ struct PlanKey {
     return std::tie(m, k, n, lda, ldw, ldy, out_dtype, has_bias, align_a, align_w, align_y, align_bias);
   }
   bool operator<(const PlanKey& other) const { return tie() < other.tie(); }
-};
-
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  cublasLtMatmulAlgo_t algo{};
-
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
-struct PreferenceHandle {
-  cublasLtMatmulPreference_t pref = nullptr;
-  ~PreferenceHandle() {
-    if (pref) cublasLtMatmulPreferenceDestroy(pref);
-  }
 };
 
 // The per-call pointers of a plan's descriptor.
@@ -109,35 +78,22 @@ Status set_pointers(cublasLtMatmulDesc_t desc, const CallPointers& p) {
   return ok_status();
 }
 
-std::string describe_view(const char* name, const TensorView& t) {
-  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string() +
-         " on " + device_name(t.device);
-}
-
 }  // namespace
 
 // Not thread-safe, one linear at a time (the descriptors' pointers are set per call and the
 // workspace is shared): concurrent streams need one runner each.
 struct Fp8GemmRunner::Impl {
-  cublasLtHandle_t handle = nullptr;
-  Tensor workspace_tensor;
-  void* workspace = nullptr;
-  size_t workspace_bytes = 0;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  LtSession session;
+  std::map<PlanKey, std::unique_ptr<LtPlan>> plans;  // destroyed before the session's handle
 
-  ~Impl() {
-    plans.clear();
-    if (handle) cublasLtDestroy(handle);
-  }
-
-  Result<Plan*> plan_for(const PlanKey& key, const CallPointers& pointers);
+  Result<LtPlan*> plan_for(const PlanKey& key, const CallPointers& pointers);
 };
 
-Result<Plan*> Fp8GemmRunner::Impl::plan_for(const PlanKey& key, const CallPointers& pointers) {
+Result<LtPlan*> Fp8GemmRunner::Impl::plan_for(const PlanKey& key, const CallPointers& pointers) {
   auto found = plans.find(key);
   if (found != plans.end()) return found->second.get();
 
-  auto plan = std::make_unique<Plan>();
+  auto plan = std::make_unique<LtPlan>();
   VORTEX_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
   VORTEX_CUBLAS_CHECK(
@@ -166,53 +122,20 @@ Result<Plan*> Fp8GemmRunner::Impl::plan_for(const PlanKey& key, const CallPointe
   VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, CUDA_R_8F_E4M3, key.k, key.m, key.lda));
   VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, key.n, key.m, key.ldy));
 
-  PreferenceHandle pref;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref.pref));
-  const uint64_t max_workspace = workspace_bytes;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &max_workspace, sizeof(max_workspace)));
-  // A is the weight, B the activations, C = D the output.
-  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y},
-  };
-  for (const auto& [attribute, value] : alignments) {
-    VORTEX_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref.pref, attribute, &value, sizeof(value)));
-  }
-
-  cublasLtMatmulHeuristicResult_t results[kHeuristicRequests] = {};
-  int count = 0;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->a, plan->b, plan->d, plan->d,
-                                                     pref.pref, kHeuristicRequests, results, &count));
-  const cublasLtMatmulHeuristicResult_t* chosen = nullptr;
-  for (int r = 0; r < count && !chosen; ++r) {
-    if (results[r].state == CUBLAS_STATUS_SUCCESS && results[r].workspaceSize <= workspace_bytes) chosen = &results[r];
-  }
-  if (!chosen) {
-    return unimplemented("cuBLASLt offers no fp8 algorithm for linear M=" + std::to_string(key.m) +
-                         " K=" + std::to_string(key.k) + " N=" + std::to_string(key.n) + " lda=" +
-                         std::to_string(key.lda) + " ldw=" + std::to_string(key.ldw) + " ldy=" +
-                         std::to_string(key.ldy) + " ->" + dtype_name(key.out_dtype) +
-                         (key.has_bias ? " with bias" : "") + " within " + std::to_string(workspace_bytes) +
-                         " workspace bytes");
-  }
-  plan->algo = chosen->algo;
-  Plan* raw = plan.get();
+  // A is the weight, B the activations, D the output.
+  VORTEX_RETURN_IF_ERROR(lt_choose_algorithm(session, *plan, {key.align_w, key.align_a, key.align_y}, [&] {
+    return "fp8 linear M=" + std::to_string(key.m) + " K=" + std::to_string(key.k) + " N=" + std::to_string(key.n) +
+           " lda=" + std::to_string(key.lda) + " ldw=" + std::to_string(key.ldw) + " ldy=" + std::to_string(key.ldy) +
+           " ->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "");
+  }));
+  LtPlan* raw = plan.get();
   plans.emplace(key, std::move(plan));
   return raw;
 }
 
 Result<std::unique_ptr<Fp8GemmRunner>> Fp8GemmRunner::create(DeviceArena& arena, size_t workspace_bytes) {
   auto impl = std::make_unique<Impl>();
-  if (workspace_bytes > 0) {
-    VORTEX_ASSIGN_OR_RETURN(impl->workspace_tensor,
-                            arena.alloc(Shape({static_cast<int64_t>(workspace_bytes)}), DType::kU8));
-    impl->workspace = impl->workspace_tensor.data();
-    impl->workspace_bytes = workspace_bytes;
-  }
-  VORTEX_CUBLAS_CHECK(cublasLtCreate(&impl->handle));
+  VORTEX_RETURN_IF_ERROR(impl->session.init(arena, workspace_bytes));
   return std::unique_ptr<Fp8GemmRunner>(new Fp8GemmRunner(std::move(impl)));
 }
 
@@ -278,17 +201,18 @@ Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const T
                     y.strides[0],
                     y.dtype,
                     bias != nullptr,
-                    alignment_of(qa.data),
-                    alignment_of(qw.data),
-                    alignment_of(y.data),
-                    bias ? alignment_of(bias->data) : kMaxAlignment};
+                    lt_alignment_of(qa.data),
+                    lt_alignment_of(qw.data),
+                    lt_alignment_of(y.data),
+                    bias ? lt_alignment_of(bias->data) : kLtMaxAlignment};
   const CallPointers pointers{sw.data, sa.data, bias ? bias->data : nullptr};
-  VORTEX_ASSIGN_OR_RETURN(Plan * plan, impl_->plan_for(key, pointers));
+  VORTEX_ASSIGN_OR_RETURN(LtPlan * plan, impl_->plan_for(key, pointers));
   VORTEX_RETURN_IF_ERROR(set_pointers(plan->desc, pointers));
   const float alpha = 1.0f, beta = 0.0f;
-  VORTEX_CUBLAS_CHECK(cublasLtMatmul(impl_->handle, plan->desc, &alpha, qw.data, plan->a, qa.data, plan->b, &beta,
-                                     y.data, plan->d, y.data, plan->d, &plan->algo, impl_->workspace,
-                                     impl_->workspace_bytes, stream));
+  const LtSession& lt = impl_->session;
+  VORTEX_CUBLAS_CHECK(cublasLtMatmul(lt.handle, plan->desc, &alpha, qw.data, plan->a, qa.data, plan->b, &beta,
+                                     y.data, plan->d, y.data, plan->d, &plan->algo, lt.workspace, lt.workspace_bytes,
+                                     stream));
   return ok_status();
 }
 

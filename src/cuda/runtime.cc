@@ -105,6 +105,11 @@ Result<Tensor> download(const Tensor& device, cudaStream_t stream) {
   return host;
 }
 
+std::string describe_view(const char* name, const TensorView& t) {
+  return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string() + " strides " + t.strides.to_string() +
+         " on " + device_name(t.device);
+}
+
 Result<DeviceInfo> device_info(int device) {
   cudaDeviceProp prop{};
   VORTEX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));

@@ -67,6 +67,9 @@ Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t strea
 // A new contiguous host tensor holding a contiguous device tensor's bytes (synchronises `stream`).
 Result<Tensor> download(const Tensor& device, cudaStream_t stream);
 
+// "name BF16[N, H, D] strides [..] on cuda": how the ops' argument errors name a view.
+std::string describe_view(const char* name, const TensorView& t);
+
 // Name, SM count, clocks, memory and driver/runtime versions, for manifests and logs.
 struct DeviceInfo {
   std::string name;
