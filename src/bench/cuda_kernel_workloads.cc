@@ -16,6 +16,7 @@
 #include "cuda/gemm.h"
 #include "cuda/synthetic_fill.h"
 #include "formats/safetensors.h"
+#include "models/h3/tensor_views.h"
 
 namespace vortex::bench {
 
@@ -157,13 +158,8 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     VORTEX_ASSIGN_OR_RETURN(Tensor out_exact, arena.alloc({N, H * D}, DType::kBF16));
     VORTEX_ASSIGN_OR_RETURN(Tensor out_int8fp8, arena.alloc({N, H * D}, DType::kBF16));
     VORTEX_RETURN_IF_ERROR(cuda::fill_scaled_normal(qkv, o.seed, 300, 1.0f, nullptr));
-    auto heads = [&](const Tensor& t, int64_t column) {
-      TensorView v = t.view();
-      v.data = static_cast<char*>(v.data) + column * 2;
-      v.shape = Shape({N, H, D});
-      v.strides = Shape({t.strides()[0], D, 1});
-      return v;
-    };
+    // Views of column slices: [N, H, D] with the buffer's row stride.
+    auto heads = [&](const Tensor& t, int64_t column) { return h3::heads_view(t, column, H, D); };
     const TensorView q = heads(qkv, 0), k = heads(qkv, H * D), v = heads(qkv, 2 * H * D);
     const float scale = static_cast<float>(1.0 / std::sqrt(double(D)));
     const nlohmann::json workload = {{"n", N}, {"heads", H}, {"head_dim", D}, {"causal", false}, {"dtype", "bf16"},
@@ -206,15 +202,9 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
       std::memcpy(static_cast<char*>(q_rows.data()) + i * H * D * 2,
                   static_cast<const char*>(qkv_host.data()) + rows[i] * 3 * H * D * 2, H * D * 2);
     }
-    auto host_heads = [&](int64_t column) {
-      TensorView hv = qkv_host.view();
-      hv.data = static_cast<char*>(hv.data) + column * 2;
-      hv.shape = Shape({N, H, D});
-      hv.strides = Shape({3 * H * D, D, 1});
-      return hv;
-    };
     Tensor ref = Tensor::empty({16, H, D}, DType::kF32);
-    VORTEX_RETURN_IF_ERROR(cpu::attention(q_rows.view(), host_heads(H * D), host_heads(2 * H * D), ref.view(), scale));
+    VORTEX_RETURN_IF_ERROR(cpu::attention(q_rows.view(), heads(qkv_host, H * D), heads(qkv_host, 2 * H * D), ref.view(),
+                                          scale));
     VORTEX_ASSIGN_OR_RETURN(Tensor ref2, ref.reshape({16, H * D}));
     VORTEX_ASSIGN_OR_RETURN(Tensor got_exact, download_rows(out_exact, rows));
     VORTEX_ASSIGN_OR_RETURN(Tensor got_int8, download_rows(out_int8fp8, rows));

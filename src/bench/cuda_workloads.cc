@@ -22,6 +22,7 @@
 #include "cuda/runtime.h"
 #include "cuda/synthetic_fill.h"
 #include "formats/safetensors.h"
+#include "models/h3/tensor_views.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/generate.h"
 
@@ -60,13 +61,7 @@ Result<nlohmann::json> int8fp8_error_on_block_activations(const h3::CudaH3Transf
                                                     cuda::int8fp8_workspace_bytes(N, N, H)));
   VORTEX_ASSIGN_OR_RETURN(Tensor exact, arena.alloc({N, inner}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(Tensor quantized, arena.alloc({N, inner}, DType::kBF16));
-  auto heads = [&](const Tensor& t, int64_t column) {
-    TensorView v = t.view();
-    v.data = static_cast<char*>(v.data) + column * 2;
-    v.shape = Shape({N, H, D});
-    v.strides = Shape({t.strides()[0], D, 1});
-    return v;
-  };
+  auto heads = [&](const Tensor& t, int64_t column) { return h3::heads_view(t, column, H, D); };
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   VORTEX_RETURN_IF_ERROR(
       cuda::attention(heads(qkv, 0), heads(qkv, inner), heads(qkv, 2 * inner), heads(exact, 0), scale, nullptr));
