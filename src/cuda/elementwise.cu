@@ -19,6 +19,7 @@
 #include "cuda/elementwise.h"
 
 #include "cuda/row_io.cuh"
+#include "cuda/row_math.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
@@ -27,8 +28,6 @@ namespace {
 
 using detail::Operand;
 
-// g / (1 + exp(-g)) with IEEE expf (not __expf), add and divide: the CPU's silu, operation for operation.
-__device__ __forceinline__ float silu_f32(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
 
 // ---- swiglu --------------------------------------------------------------------------------------
 
@@ -50,7 +49,7 @@ __global__ void swiglu_kernel(SwigluParams p) {
     detail::load_vec<V>(src, p.u.bf16, p.f + e, gate);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      value[k] = __fmul_rn(value[k], detail::round_out(p.y.bf16, silu_f32(gate[k])));
+      value[k] = __fmul_rn(value[k], detail::round_out(p.y.bf16, detail::silu_f32(gate[k])));
     }
     detail::store_vec<V>(detail::row_ptr(p.y, i), p.y.bf16, e, value);
   }
@@ -87,12 +86,12 @@ __global__ void residual_kernel(ResidualParams p) {
         detail::load_vec<V>(detail::row_ptr(p.gate, t), p.gate.bf16, e, g);
 #pragma unroll
         for (int k = 0; k < V; ++k) {
-          v[k] = __fadd_rn(v[k], detail::round_out(out_bf16, __fmul_rn(g[k], b[k])));
+          v[k] = detail::gated_residual_value(out_bf16, v[k], g[k], b[k]);
         }
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = __fadd_rn(v[k], b[k]);
+      for (int k = 0; k < V; ++k) v[k] = detail::residual_value(out_bf16, v[k], b[k]);
     }
     detail::store_vec<V>(dst, out_bf16, e, v);
   }
@@ -132,13 +131,8 @@ __global__ void apply_rope_kernel(RopeParams p) {
     float out_lo[V], out_hi[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      // rotate_half(x)[k] = -x[k + half] for k < half, x[k - half] above.
-      const float a = detail::round_out(bf16, __fmul_rn(lo[k], detail::round_out(bf16, c_lo[k])));
-      const float b = detail::round_out(bf16, __fmul_rn(-hi[k], detail::round_out(bf16, s_lo[k])));
-      out_lo[k] = __fadd_rn(a, b);
-      const float c = detail::round_out(bf16, __fmul_rn(hi[k], detail::round_out(bf16, c_hi[k])));
-      const float d = detail::round_out(bf16, __fmul_rn(lo[k], detail::round_out(bf16, s_hi[k])));
-      out_hi[k] = __fadd_rn(c, d);
+      out_lo[k] = detail::rope_low(bf16, lo[k], hi[k], c_lo[k], s_lo[k]);
+      out_hi[k] = detail::rope_high(bf16, lo[k], hi[k], c_hi[k], s_hi[k]);
     }
     detail::store_vec<V>(row, bf16, k0, out_lo);
     detail::store_vec<V>(row, bf16, p.half + k0, out_hi);
@@ -197,13 +191,13 @@ __global__ void silu_kernel(const float* x, char* y, bool y_bf16, int64_t n, int
     float v[V];
     detail::load_vec<V>(src, false, vec * V, v);
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = silu_f32(v[k]);
+    for (int k = 0; k < V; ++k) v[k] = detail::silu_f32(v[k]);
     detail::store_vec<V>(y, y_bf16, vec * V, v);
   }
   for (int64_t e = vecs * V + tid; e < n; e += stride) {
     float v[1];
     detail::load_vec<1>(src, false, e, v);
-    v[0] = silu_f32(v[0]);
+    v[0] = detail::silu_f32(v[0]);
     detail::store_vec<1>(y, y_bf16, e, v);
   }
 }

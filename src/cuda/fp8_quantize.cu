@@ -39,6 +39,7 @@
 #include "cpu/fp8_scale.h"
 #include "cuda/elementwise.h"
 #include "cuda/row_io.cuh"
+#include "cuda/row_math.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
@@ -84,9 +85,6 @@ struct PlainSource {
   __device__ void finish(const Row&, int64_t, float (&)[V], float) const {}
 };
 
-// g / (1 + exp(-g)) with IEEE expf, add and divide: elementwise.cu's silu, operation for operation.
-__device__ __forceinline__ float silu_f32(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
-
 struct SwigluSource {
   static constexpr bool kNormalizes = false;
   Operand u;  // [N, 2F]
@@ -102,7 +100,7 @@ struct SwigluSource {
     detail::load_vec<V>(row.u, u.bf16, e, v);
     detail::load_vec<V>(row.u, u.bf16, f + e, gate);
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = round_bf16(__fmul_rn(v[k], round_bf16(silu_f32(gate[k]))));
+    for (int k = 0; k < V; ++k) v[k] = round_bf16(__fmul_rn(v[k], round_bf16(detail::silu_f32(gate[k]))));
   }
   template <int V>
   __device__ void finish(const Row&, int64_t, float (&)[V], float) const {}
@@ -171,13 +169,11 @@ struct NormSource {
         float g[V];
         detail::load_vec<V>(row.gate, gate.bf16, e, g);
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          v[k] = detail::round_out(x.bf16, __fadd_rn(v[k], detail::round_out(x.bf16, __fmul_rn(g[k], b[k]))));
-        }
+        for (int k = 0; k < V; ++k) v[k] = detail::gated_residual_value(x.bf16, v[k], g[k], b[k]);
       }
     } else {
 #pragma unroll
-      for (int k = 0; k < V; ++k) v[k] = detail::round_out(x.bf16, __fadd_rn(v[k], b[k]));
+      for (int k = 0; k < V; ++k) v[k] = detail::residual_value(x.bf16, v[k], b[k]);
     }
     detail::store_vec<V>(row.x, x.bf16, e, v);
   }
@@ -186,11 +182,7 @@ struct NormSource {
   __device__ void load(const Row& row, int64_t e, float (&v)[V]) const {
     detail::load_vec<V>(row.x, x.bf16, e, v);
   }
-  // 1 / sqrt(mean + eps) with norm.cu's correctly rounded operations.
-  __device__ float inv_rms(float sum_sq) const {
-    const float mean = __fdiv_rn(sum_sq, static_cast<float>(c));
-    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-  }
+  __device__ float inv_rms(float sum_sq) const { return detail::inv_rms(sum_sq, c, eps); }
   // x → h: rms_norm's (x · inv) · w rounded to bf16, then adaln_modulate's three bf16 roundings.
   template <int V>
   __device__ void finish(const Row& row, int64_t e, float (&v)[V], float inv) const {
@@ -215,11 +207,7 @@ struct NormSource {
     detail::load_vec<V>(row.shift, shift.bf16, e, sh);
     detail::load_vec<V>(row.scale, scale.bf16, e, sc);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const float one_plus = round_bf16(__fadd_rn(1.0f, sc[k]));
-      const float scaled = round_bf16(__fmul_rn(v[k], one_plus));
-      v[k] = round_bf16(__fadd_rn(scaled, sh[k]));
-    }
+    for (int k = 0; k < V; ++k) v[k] = detail::modulate_value(true, v[k], sh[k], sc[k]);
   }
 };
 

@@ -33,6 +33,7 @@
 #include "cuda/elementwise.h"
 
 #include "cuda/row_io.cuh"
+#include "cuda/row_math.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
@@ -89,11 +90,6 @@ __device__ __forceinline__ char* norm_dst(const RmsNormParams& p, int64_t r) {
   return p.inner == 1 ? detail::row_ptr(p.y, r) : detail::row_ptr(p.y, r / p.inner, r % p.inner);
 }
 
-// 1 / sqrt(mean + eps) with the CPU's fp32 operations (each one correctly rounded).
-__device__ __forceinline__ float inv_rms(float sum_sq, int c, float eps) {
-  const float mean = __fdiv_rn(sum_sq, static_cast<float>(c));
-  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
-}
 
 template <int V>
 __device__ __forceinline__ void load_weight(const RmsNormParams& p, int64_t e, float (&w)[V]) {
@@ -126,13 +122,11 @@ __device__ __forceinline__ void load_row(const RmsNormParams& p, const char* src
       float g[V];
       detail::load_vec<V>(detail::row_ptr(p.gate, t), p.gate.bf16, e, g);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        v[k] = detail::round_out(p.x.bf16, __fadd_rn(v[k], detail::round_out(p.x.bf16, __fmul_rn(g[k], b[k]))));
-      }
+      for (int k = 0; k < V; ++k) v[k] = detail::gated_residual_value(p.x.bf16, v[k], g[k], b[k]);
     }
   } else {
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = detail::round_out(p.x.bf16, __fadd_rn(v[k], b[k]));
+    for (int k = 0; k < V; ++k) v[k] = detail::residual_value(p.x.bf16, v[k], b[k]);
   }
   detail::store_vec<V>(const_cast<char*>(src), p.x.bf16, e, v);
 }
@@ -158,10 +152,7 @@ __device__ __forceinline__ void normalize_store(const RmsNormParams& p, char* ds
       detail::load_vec<V>(detail::row_ptr(p.scale, t), p.scale.bf16, e, sc);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float normed = detail::round_out(bf16, out[k]);
-        const float one_plus = detail::round_out(bf16, __fadd_rn(1.0f, sc[k]));
-        const float scaled = detail::round_out(bf16, __fmul_rn(normed, one_plus));
-        out[k] = __fadd_rn(scaled, sh[k]);
+        out[k] = detail::modulate_value(bf16, detail::round_out(bf16, out[k]), sh[k], sc[k]);
       }
     }
   }
@@ -199,7 +190,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_group_kernel(RmsNormPar
     }
     for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
     if (active) {
-      const float inv = inv_rms(ss, p.c, p.eps);
+      const float inv = detail::inv_rms(ss, p.c, p.eps);
       char* dst = norm_dst(p, r);
 #pragma unroll
       for (int q = 0; q < PER_LANE; ++q) {
@@ -250,7 +241,7 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
         ss = sum_squares<V>(v[0], ss);
       }
     }
-    const float inv = inv_rms(block_sum(ss, warp_sums), p.c, p.eps);
+    const float inv = detail::inv_rms(block_sum(ss, warp_sums), p.c, p.eps);
     char* dst = norm_dst(p, r);
     if constexpr (CACHED) {
 #pragma unroll
@@ -335,11 +326,7 @@ __global__ void adaln_modulate_kernel(ModulateParams p) {
       detail::load_vec<V>(detail::row_ptr(p.shift, t), p.shift.bf16, e, sh);
       detail::load_vec<V>(detail::row_ptr(p.scale, t), p.scale.bf16, e, sc);
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float one_plus = detail::round_out(out_bf16, __fadd_rn(1.0f, sc[k]));
-        const float scaled = detail::round_out(out_bf16, __fmul_rn(v[k], one_plus));
-        v[k] = detail::round_out(out_bf16, __fadd_rn(scaled, sh[k]));
-      }
+      for (int k = 0; k < V; ++k) v[k] = detail::modulate_value(out_bf16, v[k], sh[k], sc[k]);
     }
     detail::store_vec<V>(detail::row_ptr(p.y, i), out_bf16, e, v);
   }
@@ -428,7 +415,7 @@ __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRop
       ss = sum_squares<V>(v, ss);
     }
     for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
-    const float inv = inv_rms(ss, p.c, p.eps);
+    const float inv = detail::inv_rms(ss, p.c, p.eps);
     float w[V], normed[V];
     if (active) load_weight<V>(p, lane * V, w);
 #pragma unroll
@@ -440,20 +427,18 @@ __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRop
     for (int k = 0; k < V; ++k) other[k] = __shfl_sync(0xFFFFFFFFu, normed[k], partner_lane);
     if (!active) continue;
     if (params.cos != nullptr && lane < 2 * r) {
-      // apply_rope's operations: x[k] = R(x[k]·R(cos)) + R(-x[k + half]·R(sin)) in the first
-      // half, x[k + half] = R(x[k + half]·R(cos)) + R(x[k]·R(sin)) in the second.
+      // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
       const bool bf16 = p.y.bf16;
       const int64_t token = row / p.inner;
       const int64_t rot = 2 * static_cast<int64_t>(r) * V;
       float c[V], sn[V];
       detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
       detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
-      const float sign = lane < r ? -1.0f : 1.0f;
+      const bool low = lane < r;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const float own = detail::round_out(bf16, __fmul_rn(normed[k], detail::round_out(bf16, c[k])));
-        const float cross = detail::round_out(bf16, __fmul_rn(sign * other[k], detail::round_out(bf16, sn[k])));
-        normed[k] = __fadd_rn(own, cross);
+        normed[k] = low ? detail::rope_low(bf16, normed[k], other[k], c[k], sn[k])
+                        : detail::rope_high(bf16, other[k], normed[k], c[k], sn[k]);
       }
     }
     detail::store_vec<V>(norm_dst(p, row), p.y.bf16, lane * V, normed);

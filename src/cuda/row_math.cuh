@@ -1,0 +1,54 @@
+// The per-element formulas that several row kernels compute, each defined once: the separate ops
+// (elementwise.cu, norm.cu) and their fused forms (norm.cu's rms_norm_fused and qk_norm_rope,
+// fp8_quantize.cu's producers) promise to be bitwise equal, and that holds by construction only
+// while they share these. Explicitly rounded operations throughout (no fma contraction); R rounds
+// to the output dtype (round_out, identity for F32).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/row_io.cuh"
+
+namespace vortex::cuda::detail {
+
+// g / (1 + exp(-g)) with IEEE expf (not __expf), add and divide: the CPU's silu, op for op.
+__device__ __forceinline__ float silu_f32(float g) { return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g))); }
+
+// rms_norm's 1 / sqrt(mean + eps), each operation correctly rounded as on the CPU.
+__device__ __forceinline__ float inv_rms(float sum_sq, int c, float eps) {
+  const float mean = __fdiv_rn(sum_sq, static_cast<float>(c));
+  return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(mean, eps)));
+}
+
+// gated_residual: R(x + R(gate · branch)).
+__device__ __forceinline__ float gated_residual_value(bool bf16, float x, float gate, float branch) {
+  return round_out(bf16, __fadd_rn(x, round_out(bf16, __fmul_rn(gate, branch))));
+}
+
+// residual_add: R(x + branch).
+__device__ __forceinline__ float residual_value(bool bf16, float x, float branch) {
+  return round_out(bf16, __fadd_rn(x, branch));
+}
+
+// adaln_modulate of an already rounded value: R(R(x · R(1 + scale)) + shift).
+__device__ __forceinline__ float modulate_value(bool bf16, float x, float shift, float scale) {
+  const float one_plus = round_out(bf16, __fadd_rn(1.0f, scale));
+  const float scaled = round_out(bf16, __fmul_rn(x, one_plus));
+  return round_out(bf16, __fadd_rn(scaled, shift));
+}
+
+// apply_rope on one pair (lo = x[k], hi = x[k + half]); rotate_half(x) is [-hi, lo]:
+//   x[k]        = R(lo · R(cos[k]))        + R(-hi · R(sin[k]))
+//   x[k + half] = R(hi · R(cos[k + half])) + R(lo · R(sin[k + half]))
+__device__ __forceinline__ float rope_low(bool bf16, float lo, float hi, float cos_lo, float sin_lo) {
+  const float a = round_out(bf16, __fmul_rn(lo, round_out(bf16, cos_lo)));
+  const float b = round_out(bf16, __fmul_rn(-hi, round_out(bf16, sin_lo)));
+  return __fadd_rn(a, b);
+}
+__device__ __forceinline__ float rope_high(bool bf16, float lo, float hi, float cos_hi, float sin_hi) {
+  const float c = round_out(bf16, __fmul_rn(hi, round_out(bf16, cos_hi)));
+  const float d = round_out(bf16, __fmul_rn(lo, round_out(bf16, sin_hi)));
+  return __fadd_rn(c, d);
+}
+
+}  // namespace vortex::cuda::detail
