@@ -15,9 +15,9 @@
 //   1. norm sources only: the residual update (written back to x) and the sum of squares. The sum
 //      is an fma chain over the thread's vectors in order, then an xor-shuffle tree over
 //      min(T, 32) lanes, then (T > 32) the warp partials added in warp order by every thread. This
-//      is rms_norm's order (norm.cu), and T and V are chosen by its rules (team_launch below and
-//      the vector test in rms_norm_fused_quantize_fp8), so inv, and with it every h, is bitwise
-//      the unfused value.
+//      is rms_norm's order (norm.cu), and T and V are chosen by its rules (norm_row_layout in
+//      norm_layout.h and the vector test in rms_norm_fused_quantize_fp8), so inv, and with it
+//      every h, is bitwise the unfused value.
 //   2. h for each element and the row's amax, taken as the max of |h|'s bits (order-free, and NaN
 //      sorts above everything).
 //   3. scale and reciprocal by fp8_row_scale, codes written as 8-byte words (V = 8 with aligned
@@ -38,6 +38,7 @@
 #include "cpu/fp8.h"
 #include "cpu/fp8_scale.h"
 #include "cuda/elementwise.h"
+#include "cuda/norm_layout.h"
 #include "cuda/row_io.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/runtime.h"
@@ -48,17 +49,9 @@ namespace {
 
 using detail::Operand;
 
-constexpr int kGroupBlockThreads = 256;  // narrow rows: 256 / T rows per block
-constexpr int kGroupMaxVecs = 4;         // vectors per lane before a row leaves the group layout
-constexpr int kMaxTeam = 512;            // one block per row: up to 16 warps
-constexpr int kMaxWarps = kMaxTeam / 32;
-constexpr int64_t kMaxGrid = 1 << 20;    // grid-stride loops cover the rest
-
-// Register cache per thread: 24 fp32 values in 16-byte vectors, 8 scalars. This is norm.cu's
-// block_cache_vecs, and it decides when a wide row leaves the 256-thread balanced block for 512
-// threads, so it is part of the summation order too.
-template <int V>
-constexpr int cache_vecs() { return V == 1 ? 8 : 24 / V; }
+// Teams and the register cache follow rms_norm's row layout (norm_layout.h): a block of the
+// block layout holds up to kNormBlockMaxThreads threads.
+constexpr int kMaxWarps = kNormBlockMaxThreads / 32;
 
 struct CodesOut {
   uint8_t* codes;  // [N, C]
@@ -282,9 +275,10 @@ __global__ void __maxnreg__(80) fp8_rows_kernel(Source src, CodesOut out, int64_
                                                             int team) {
   __shared__ float warp_sums[kMaxWarps];
   __shared__ uint32_t warp_max[kMaxWarps];
-  // Room for either layout's vectors: kGroupMaxVecs per lane of a team, cache_vecs per thread of
-  // a block (team_launch never gives a thread more).
-  constexpr int kCache = !CACHED ? 1 : (cache_vecs<V>() > kGroupMaxVecs ? cache_vecs<V>() : kGroupMaxVecs);
+  // Room for either layout's vectors: kNormGroupMaxVecs per lane of a team, the register cache per
+  // thread of a block (norm_row_layout never gives a thread more).
+  constexpr int kCache =
+      !CACHED ? 1 : (norm_block_cache_vecs(V) > kNormGroupMaxVecs ? norm_block_cache_vecs(V) : kNormGroupMaxVecs);
   const int lane = static_cast<int>(threadIdx.x) % team;
   const int64_t rows_per_block = blockDim.x / team;
   for (int64_t r0 = blockIdx.x * rows_per_block; r0 < rows; r0 += gridDim.x * rows_per_block) {
@@ -361,48 +355,13 @@ __global__ void __maxnreg__(80) fp8_rows_kernel(Source src, CodesOut out, int64_
 
 // ---- launch ----------------------------------------------------------------------------------------
 
-struct TeamLaunch {
-  int team;
-  unsigned block, grid;
-  bool cached;
-};
-
-// norm.cu's launch_rms_norm rules, which the fused norm must share to share its summation order:
-// rows of up to 32 · kGroupMaxVecs vectors get the smallest power-of-two team (<= 32) that covers
-// them; wider rows get a block balanced to as few vectors per thread as 256 threads allow, or 512
-// threads without the register cache when even that is more than the cache holds.
-TeamLaunch team_launch(int64_t rows, int64_t vecs, int v) {
-  TeamLaunch l{};
-  if (vecs <= 32 * kGroupMaxVecs) {
-    int team = 1;
-    while (team < 32 && team < vecs) team *= 2;
-    l.team = team;
-    l.block = kGroupBlockThreads;
-    l.grid = static_cast<unsigned>(std::min(detail::ceil_div(rows, kGroupBlockThreads / team), kMaxGrid));
-    l.cached = true;  // <= kGroupMaxVecs vectors per lane
-    return l;
-  }
-  const int64_t cache = v == 1 ? cache_vecs<1>() : cache_vecs<detail::kVec>();
-  int64_t per_thread = detail::ceil_div(vecs, 256);
-  int64_t threads = detail::ceil_div(detail::ceil_div(vecs, per_thread), 32) * 32;
-  if (per_thread > cache) {
-    threads = kMaxTeam;
-    per_thread = detail::ceil_div(vecs, threads);
-  }
-  l.team = static_cast<int>(threads);
-  l.block = static_cast<unsigned>(threads);
-  l.grid = static_cast<unsigned>(std::min(rows, kMaxGrid));
-  l.cached = per_thread <= cache;
-  return l;
-}
-
 template <class Source, int V>
-void launch_width(const Source& src, const CodesOut& out, int64_t rows, int64_t vecs, const TeamLaunch& l,
+void launch_width(const Source& src, const CodesOut& out, int64_t rows, int64_t vecs, const NormRowLayout& l,
                   cudaStream_t stream) {
   if (l.cached) {
-    fp8_rows_kernel<Source, V, true><<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.team);
+    fp8_rows_kernel<Source, V, true><<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.lanes);
   } else {
-    fp8_rows_kernel<Source, V, false><<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.team);
+    fp8_rows_kernel<Source, V, false><<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.lanes);
   }
 }
 
@@ -412,7 +371,7 @@ Status launch_fp8_rows(const Source& src, const CodesOut& out, int64_t rows, int
   if (rows == 0) return ok_status();
   const int v = vec ? detail::kVec : 1;
   const int64_t vecs = cols / v;
-  const TeamLaunch l = team_launch(rows, vecs, v);
+  const NormRowLayout l = norm_row_layout(rows, vecs, v);
   if (vec) {
     launch_width<Source, detail::kVec>(src, out, rows, vecs, l, stream);
   } else {

@@ -32,6 +32,7 @@
 // transcendental: it matches the CPU bit for bit.
 #include "cuda/elementwise.h"
 
+#include "cuda/norm_layout.h"
 #include "cuda/row_io.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/runtime.h"
@@ -42,22 +43,10 @@ namespace {
 
 using detail::Operand;
 
-constexpr int kNormThreads = 256;  // block size of the group variant: 8 warps, 256 / G rows
-constexpr int kGroupMaxVecs = 4;   // vectors per lane the group variant caches (32 fp32 registers)
-// The block variant's largest block: 512 threads leave each up to 128 registers, room for the
-// 32-value row cache without spills; rows wider than 512 x 32 values take the re-reading path.
-constexpr int kNormBlockMaxThreads = 512;
-// Two such blocks per SM cap the kernel at 64 registers. Without the cap ptxas takes 104, which
+// Layouts and their constants: norm_layout.h. Two of the block layout's largest blocks per SM cap the kernel at 64 registers. Without the cap ptxas takes 104, which
 // leaves room for only 2 of the 224-thread blocks the 5376-wide rows launch, and the norm then runs
 // at about 1 TB/s, latency-bound. With the cap, 4 blocks fit.
 constexpr int kNormBlockMinBlocks = 2;
-
-// Register cache of the block variant: 24 fp32 values per thread in 16-byte vectors, 8 scalars
-// (a 32-scalar cache spills: each scalar carries its own 64-bit index and bound check). Three
-// vectors is what a 5376-wide row needs at 224 threads, and it fits the 64-register cap below;
-// four spill there.
-template <int V>
-constexpr int block_cache_vecs() { return V == 1 ? 8 : 24 / V; }
 
 // Residual kinds of a fused norm: the flag is uniform across the grid (as the dtype flags are).
 enum ResidualKind : int { kNoResidual = 0, kPlainResidual = 1, kGatedResidual = 2 };
@@ -215,13 +204,13 @@ __device__ __forceinline__ float block_sum(float s, float* warp_sums) {
   return total;
 }
 
-// One block per row. CACHED: each thread keeps its <= block_cache_vecs<V>() vectors in registers;
+// One block per row. CACHED: each thread keeps its <= norm_block_cache_vecs(V) vectors in registers;
 // otherwise the second pass re-reads x (x may alias y: each element is read and then written by
 // the same thread, after the whole row has been summed).
 template <int V, bool CACHED>
 __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms_norm_block_kernel(RmsNormParams p) {
   __shared__ float warp_sums[kNormBlockMaxThreads / 32];
-  constexpr int kCache = CACHED ? block_cache_vecs<V>() : 1;
+  constexpr int kCache = CACHED ? norm_block_cache_vecs(V) : 1;
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const char* src = norm_src(p, r);
     float v[kCache][V];
@@ -260,39 +249,22 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
   }
 }
 
-constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride loops cover the rest
-
 template <int V>
 Status launch_rms_norm(RmsNormParams p, cudaStream_t stream) {
   p.vecs = p.c / V;
-  if (p.vecs <= 32 * kGroupMaxVecs) {
+  const NormRowLayout l = norm_row_layout(p.rows, p.vecs, V);
+  if (l.group) {
     // One vector per lane while the warp has room (more loads in flight per row), else 32 lanes
-    // with up to kGroupMaxVecs vectors each.
-    int group = 1;
-    while (group < 32 && group < p.vecs) group *= 2;
-    const int64_t rows_per_block = kNormThreads / group;
-    const int64_t grid = std::min(detail::ceil_div(p.rows, rows_per_block), kMaxGrid);
-    if (p.vecs <= group) {
-      rms_norm_group_kernel<V, 1><<<static_cast<unsigned>(grid), kNormThreads, 0, stream>>>(p, group);
+    // with up to kNormGroupMaxVecs vectors each.
+    if (p.vecs <= l.lanes) {
+      rms_norm_group_kernel<V, 1><<<l.grid, l.block, 0, stream>>>(p, l.lanes);
     } else {
-      rms_norm_group_kernel<V, kGroupMaxVecs><<<static_cast<unsigned>(grid), kNormThreads, 0, stream>>>(p, group);
+      rms_norm_group_kernel<V, kNormGroupMaxVecs><<<l.grid, l.block, 0, stream>>>(p, l.lanes);
     }
-    VORTEX_CUDA_CHECK_LAUNCH();
-    return ok_status();
-  }
-  // Balanced block: as few vectors per thread as 256 threads allow (672 vectors -> 224 x 3).
-  constexpr int64_t kCache = block_cache_vecs<V>();
-  int64_t per_thread = detail::ceil_div(p.vecs, 256);
-  int64_t threads = detail::ceil_div(detail::ceil_div(p.vecs, per_thread), 32) * 32;
-  if (per_thread > kCache) {
-    threads = kNormBlockMaxThreads;
-    per_thread = detail::ceil_div(p.vecs, threads);
-  }
-  const unsigned grid = static_cast<unsigned>(std::min(p.rows, kMaxGrid));
-  if (per_thread <= kCache) {
-    rms_norm_block_kernel<V, true><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+  } else if (l.cached) {
+    rms_norm_block_kernel<V, true><<<l.grid, l.block, 0, stream>>>(p);
   } else {
-    rms_norm_block_kernel<V, false><<<grid, static_cast<unsigned>(threads), 0, stream>>>(p);
+    rms_norm_block_kernel<V, false><<<l.grid, l.block, 0, stream>>>(p);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
@@ -576,10 +548,9 @@ Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* 
   params.cos = cos ? static_cast<const float*>(cos->data) : nullptr;
   params.sin = sin ? static_cast<const float*>(sin->data) : nullptr;
   params.rot_vecs = static_cast<int>(rot / 2 / detail::kVec);
-  int group = 1;
-  while (group < 32 && group < vecs) group *= 2;  // rms_norm's choice for this width
-  params.group = group;
-  const int64_t rows_per_block = kNormThreads / group;
+  // rms_norm's group layout for this width (vecs <= 32 lanes: one vector per lane).
+  const NormRowLayout l = norm_row_layout(q.shape[0] * q.shape[1], vecs, detail::kVec);
+  params.group = l.lanes;
   for (int i = 0; i < 2; ++i) {
     RmsNormParams& p = params.t;
     p.x = p.y = detail::make_operand(*views[i]);
@@ -591,8 +562,7 @@ Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* 
     p.vecs = vecs;
     p.c = static_cast<int>(d);
     p.eps = eps;
-    const int64_t grid = std::min(detail::ceil_div(p.rows, rows_per_block), kMaxGrid);
-    qk_norm_rope_kernel<detail::kVec><<<static_cast<unsigned>(grid), kNormThreads, 0, stream>>>(params);
+    qk_norm_rope_kernel<detail::kVec><<<l.grid, l.block, 0, stream>>>(params);
     VORTEX_CUDA_CHECK_LAUNCH();
   }
   return ok_status();
