@@ -125,4 +125,17 @@ void add_peer_ratios(Manifest& m, const nlohmann::json& peer) {
   }
 }
 
+Result<bool> fused_norms_from_env() {
+  const char* v = std::getenv("VORTEX_VARIANT_BLOCK");
+  if (v == nullptr || *v == '\0' || std::string(v) == "fused") return true;
+  if (std::string(v) == "unfused") return false;
+  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected fused or unfused)");
+}
+
+std::string fusions_description(bool fused) {
+  return fused ? "residual + RMSNorm + AdaLN modulation in one pass; QK RMSNorm + RoPE in one pass (bitwise equal "
+                 "to the separate launches)"
+               : "none (separate launches)";
+}
+
 }  // namespace vortex::bench

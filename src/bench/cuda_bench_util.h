@@ -43,4 +43,10 @@ Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& worklo
 // Appends the peer's entries with ratio_peer_over_vortex = peer median / vortex median.
 void add_peer_ratios(Manifest& m, const nlohmann::json& peer);
 
+// VORTEX_VARIANT_BLOCK=unfused runs the block's norms, modulations and residuals as separate
+// launches (the path the fusions are proven bitwise equal to), for A/B runs; "fused" or unset is
+// the default.
+Result<bool> fused_norms_from_env();
+std::string fusions_description(bool fused);
+
 }  // namespace vortex::bench

@@ -34,22 +34,6 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kCanonicalText = 100;
 
-// VORTEX_VARIANT_BLOCK=unfused runs the block's norms, modulations and residuals as separate
-// launches (the path the fusions are proven bitwise equal to), for A/B runs; "fused" or unset is
-// the default.
-Result<bool> fused_norms_from_env() {
-  const char* v = std::getenv("VORTEX_VARIANT_BLOCK");
-  if (v == nullptr || *v == '\0' || std::string(v) == "fused") return true;
-  if (std::string(v) == "unfused") return false;
-  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected fused or unfused)");
-}
-
-std::string fusions_description(bool fused) {
-  return fused ? "residual + RMSNorm + AdaLN modulation in one pass; QK RMSNorm + RoPE in one pass (bitwise equal "
-                 "to the separate launches)"
-               : "none (separate launches)";
-}
-
 // The int8fp8 mode's error against exact attention on what a real block feeds it: the q, k, v the
 // model's last block run produced (synthetic weights, after QK norm and RoPE), every element.
 Result<nlohmann::json> int8fp8_error_on_block_activations(const h3::CudaH3Transformer& model,
@@ -83,6 +67,7 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(kCanonicalText, geometry, config));
   h3::CudaModelOptions options;
   options.int8fp8_attention = true;  // the int8fp8 block is measured too
+  options.keep_attention_inputs = true;  // for the int8fp8 error on the block's own q/k/v
   VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
   VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
                                                                     layout.num_rows, nullptr, options));
@@ -251,99 +236,17 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   return manifests;
 }
 
-// The whole transformer at the canonical shape: refiner (prepared once, as generate does), 50
-// blocks, output norm and heads, host inputs in and velocities out, as one sampling step runs it.
-Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
-  const h3::H3Config config = *h3::config_preset("h3");
-  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry geometry, h3::resolve_geometry({768, 1344, 124}, config));
-  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(kCanonicalText, geometry, config));
-  h3::CudaModelOptions options;
-  VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
-  VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
-                                                                    layout.num_rows, nullptr, options));
-  const Tensor text = h3::seeded_normal({kCanonicalText, config.text_dim}, o.seed, h3::kSyntheticTextStream);
-  VORTEX_RETURN_IF_ERROR(model->prepare(layout, text));
-  h3::StepInputs in;
-  in.video_rows = h3::seeded_normal({layout.num_video, config.video_patch_dim()}, o.seed, h3::kVideoNoiseStream);
-  in.audio_rows = h3::seeded_normal({layout.num_audio, config.audio_in_channels}, o.seed, h3::kAudioNoiseStream);
-  in.timesteps = h3::assign_row_timesteps(layout, 0.55f, 0.7f);
-  h3::StepOutputs first;
-  auto body = [&]() -> Status {
-    VORTEX_ASSIGN_OR_RETURN(first, model->forward(in));
-    return ok_status();
-  };
-  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
-  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
-  const h3::StepOutputs reference = first;
-  VORTEX_RETURN_IF_ERROR(body());
-
-  Manifest m;
-  m.workload = "h3-forward";
-  m.samples = samples;
-  const double n = static_cast<double>(layout.num_rows), C = config.hidden_size, inner = config.inner_dim(),
-               f = config.ffn_dim;
-  const double block_flops = 2 * n * C * (3 * inner) + 2 * n * inner * C + 2 * n * C * (2 * f) + 2 * n * f * C +
-                             4 * n * n * config.num_attention_heads * config.attention_head_dim;
-  m.derived = {{"tflops_blocks", config.num_layers * block_flops / (samples.median() * 1e-3) / 1e12},
-               {"device_bytes",
-                {{"weights", model->weight_bytes()}, {"activations_arena", model->activation_peak_bytes()}}}};
-  m.workload_section = {{"name", "h3-forward"}, {"rows", layout.num_rows}, {"blocks", config.num_layers},
-                        {"refiner", "prepared once per request, not timed"}, {"dtype", "bf16"},
-                        {"weights", "synthetic (models/h3/synthetic_rule.h)"}, {"timesteps", in.timesteps.timesteps},
-                        {"seed", o.seed}};
-  m.protocol = protocol_json(o);
-  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
-  m.implementation = {{"backend", "cuda"}, {"recipe", "bf16"}, {"attention", "exact (cuda::attention default)"},
-                      {"gemm", "cuBLASLt bf16, fp32 accumulate"}, {"fusions", fusions_description(options.fused_norms)},
-                      {"graphs", options.cuda_graphs ? "block stack replayed from one CUDA graph" : "no"}};
-  // No independent reference runs a 62 GB model here; block parity is the h3-block manifest's.
-  // This checks that repeated forwards agree and stay finite.
-  m.correctness = compare(first.video_velocity, reference.video_velocity,
-                          "run-to-run: the last timed forward vs a further forward (bitwise expected)", 0.0);
-  for (int64_t i = 0; i < first.video_velocity.numel(); ++i) {
-    if (!std::isfinite(first.video_velocity.data_as<float>()[i])) m.correctness.passed = false;
-  }
-  if (!o.peer_command.empty()) {
-    // The peer builds the diffusers transformer with its own random weights (62 GB cannot be
-    // handed over), so it times the same shapes and layout but checks nothing; vortex's model is
-    // freed first so that both fit on the device one after the other.
-    std::filesystem::create_directories(o.work_dir);
-    std::vector<double> positions = layout.positions;
-    Tensor pos = Tensor::empty({layout.num_rows, 3}, DType::kF64);
-    std::memcpy(pos.data(), positions.data(), positions.size() * sizeof(double));
-    std::vector<int64_t> tags(layout.tags.begin(), layout.tags.end()), rows(in.timesteps.row_index.begin(),
-                                                                            in.timesteps.row_index.end());
-    Tensor timestep = Tensor::from_f32(in.timesteps.timesteps, {static_cast<int64_t>(in.timesteps.timesteps.size())});
-    const h3::NamedTensors io = {
-        {"in.hidden_states", in.video_rows},
-        {"in.audio_hidden_states", in.audio_rows},
-        {"in.encoder_hidden_states", text},
-        {"in.timestep", timestep},
-        {"in.timestep_indices", Tensor::from_i64(rows, {layout.num_rows})},
-        {"in.token_tags", Tensor::from_i64(tags, {layout.num_rows})},
-        {"in.position_ids", pos},
-        {"in.video_indices", Tensor::from_i64(layout.video_indices, {layout.num_video})},
-        {"in.audio_indices", Tensor::from_i64(layout.audio_indices, {layout.num_audio})},
-        {"in.text_indices", Tensor::from_i64(layout.text_indices, {layout.num_text})},
-    };
-    const std::string path = o.work_dir + "/h3_forward_io.safetensors";
-    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json_string()}}));
-    model.reset();
-    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "h3-forward", path));
-    add_peer_ratios(m, peer);
-  }
-  return std::vector<Manifest>{m};
-}
-
 }  // namespace
 
 const std::vector<std::string>& cuda_workload_names() {
-  static const std::vector<std::string> kNames = {"h3-block", "h3-forward", "gemm", "attention"};
+  static const std::vector<std::string> kNames = {"h3-block", "h3-forward", "h3-denoise", "gemm", "attention"};
   return kNames;
 }
 
 Result<std::vector<Manifest>> bench_gemm(const BenchOptions& o);
 Result<std::vector<Manifest>> bench_attention(const BenchOptions& o);
+Result<std::vector<Manifest>> bench_forward(const BenchOptions& o);  // cuda_model_workloads.cc
+Result<std::vector<Manifest>> bench_denoise(const BenchOptions& o);
 
 Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& o) {
   if (o.warmup < 3 || o.repetitions < 10) {
@@ -351,9 +254,10 @@ Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& o) {
   }
   if (o.workload == "h3-block") return bench_block(o);
   if (o.workload == "h3-forward") return bench_forward(o);
+  if (o.workload == "h3-denoise") return bench_denoise(o);
   if (o.workload == "gemm") return bench_gemm(o);
   if (o.workload == "attention") return bench_attention(o);
-  return invalid_argument("unknown workload '" + o.workload + "' (h3-block, h3-forward, gemm, attention)");
+  return invalid_argument("unknown workload '" + o.workload + "' (h3-block, h3-forward, h3-denoise, gemm, attention)");
 }
 
 }  // namespace vortex::bench

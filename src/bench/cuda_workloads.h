@@ -3,6 +3,7 @@
 //   h3-block   one transformer block at the canonical shape (37,810 rows, synthetic weights)
 //   gemm       the four block GEMMs at the canonical shape (QKV, out, FC1, FC2), one manifest each
 //   attention  exact attention, 37,810 x 56 heads x 128
+//   h3-forward, h3-denoise  the whole model per recipe (cuda_model_workloads.cc)
 //
 // Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
 // times the H200's 60 MB L2) and timed with CUDA events around the measured work only; the median

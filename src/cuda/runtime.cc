@@ -27,6 +27,21 @@ Result<DeviceArena> DeviceArena::create(size_t bytes) {
   return arena;
 }
 
+Result<DeviceArena> DeviceArena::within(const Tensor& buffer) {
+  if (buffer.device() != Device::kCuda || !buffer.is_contiguous() ||
+      reinterpret_cast<uintptr_t>(buffer.data()) % kAlignment != 0) {
+    return invalid_argument("DeviceArena::within needs a contiguous, " + std::to_string(kAlignment) +
+                            "-byte aligned device tensor, got " + buffer.describe());
+  }
+  DeviceArena arena;
+  arena.storage_ = std::make_shared<Storage>();
+  arena.storage_->data = buffer.data();
+  arena.storage_->bytes = buffer.nbytes();
+  arena.storage_->device = Device::kCuda;
+  arena.storage_->keeper = buffer.storage()->keeper;
+  return arena;
+}
+
 Result<Tensor> DeviceArena::alloc(const Shape& shape, DType dtype) {
   const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   const size_t start = (used_ + kAlignment - 1) / kAlignment * kAlignment;

@@ -41,6 +41,9 @@ class DeviceArena {
   static constexpr size_t kAlignment = 256;  // cuBLASLt and TMA want >= 16; 256 keeps rows coalesced
 
   static Result<DeviceArena> create(size_t bytes);
+  // An arena over the bytes of an existing contiguous device tensor (it keeps that memory alive):
+  // scratch that shares memory with a buffer whose lifetime does not overlap its own.
+  static Result<DeviceArena> within(const Tensor& buffer);
   DeviceArena() = default;
 
   Result<Tensor> alloc(const Shape& shape, DType dtype);

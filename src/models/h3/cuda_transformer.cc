@@ -93,6 +93,7 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   model->fused_norms_ = options.fused_norms;
   model->recipe_ = options.recipe;
   model->cuda_graphs_ = options.cuda_graphs;
+  model->keep_attention_inputs_ = options.keep_attention_inputs;
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
   VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
   VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
@@ -104,8 +105,14 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
       return invalid_argument("int8fp8 attention needs head dim " + std::to_string(cuda::kInt8Fp8HeadDim) +
                               "; this model's is " + std::to_string(config.attention_head_dim));
     }
+    // The quantized q/k/v live only inside attention, when the SwiGLU output is dead: they share
+    // its memory when they fit (they do at the released shapes).
     const size_t bytes = cuda::int8fp8_workspace_bytes(max_rows, max_rows, config.num_attention_heads) + 4096;
-    VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::create(bytes));
+    if (bytes <= model->swiglu_.nbytes()) {
+      VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::within(model->swiglu_));
+    } else {
+      VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::create(bytes));
+    }
   }
   return model;
 }
@@ -241,9 +248,14 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   const int64_t N = max_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
   const int64_t kMaxTimesteps = 4;  // distinct noise levels in one forward (t2va uses 1 or 2)
   const auto bytes = [](int64_t n, int64_t w, int64_t esize) { return static_cast<size_t>(n * w * esize) + 256; };
+  // The attention half's q/k/v and attention output are dead when the FFN runs, and the FC1
+  // output is dead when attention runs: one region holds [qkv | attn] or fc1 (the same 4·inner =
+  // 2·F columns at the released shapes). CudaModelOptions::keep_attention_inputs keeps q/k/v apart.
+  const size_t attention_bytes = bytes(N, 3 * inner, 2) + bytes(N, inner, 2), ffn_bytes = bytes(N, 2 * F, 2);
+  const size_t shared_bytes = keep_attention_inputs_ ? attention_bytes + ffn_bytes : std::max(attention_bytes, ffn_bytes);
   size_t total = 0;
-  total += 3 * bytes(N, C, 2) + bytes(N, 3 * inner, 2) + bytes(N, inner, 2) + bytes(N, 2 * F, 2) + bytes(N, F, 2);
-  total += 2 * bytes(N, c.rotary_dim(), 4) + bytes(N, C, 2);
+  total += 3 * bytes(N, C, 2) + shared_bytes + bytes(N, F, 2);
+  total += 2 * bytes(N, c.rotary_dim(), 4);
   total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);
   total += bytes(kMaxTimesteps, c.time_embed_dim, 2) + bytes(kMaxTimesteps, 18 * C, 2) + bytes(kMaxTimesteps, 2 * C, 2);
   total += 2 * bytes(N, c.video_patch_dim(), 4) + 2 * bytes(N, c.audio_in_channels, 4);
@@ -265,9 +277,11 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(x_, a.alloc({N, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(h_, a.alloc({N, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(branch_, a.alloc({N, C}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(qkv_, a.alloc({N, 3 * inner}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(attn_, a.alloc({N, inner}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(fc1_, a.alloc({N, 2 * F}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor shared, a.alloc({static_cast<int64_t>(shared_bytes)}, DType::kU8));
+  const size_t qkv_slot = (static_cast<size_t>(N * 3 * inner) * 2 + 255) / 256 * 256;
+  VORTEX_ASSIGN_OR_RETURN(qkv_, alias(shared, {N, 3 * inner}, DType::kBF16, 0));
+  VORTEX_ASSIGN_OR_RETURN(attn_, alias(shared, {N, inner}, DType::kBF16, qkv_slot));
+  VORTEX_ASSIGN_OR_RETURN(fc1_, alias(shared, {N, 2 * F}, DType::kBF16, keep_attention_inputs_ ? attention_bytes : 0));
   VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
   if (recipe_ == LinearRecipe::kFp8) {
     VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, widest_input}, DType::kF8E4M3));
@@ -275,7 +289,6 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   }
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(rope_sin_, a.alloc({N, c.rotary_dim()}, DType::kF32));
-  VORTEX_ASSIGN_OR_RETURN(text_tokens_, a.alloc({N, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(text_idx_, a.alloc({N}, DType::kI64));
   VORTEX_ASSIGN_OR_RETURN(audio_idx_, a.alloc({N}, DType::kI64));
   VORTEX_ASSIGN_OR_RETURN(video_idx_, a.alloc({N}, DType::kI64));
@@ -483,6 +496,16 @@ Status CudaH3Transformer::prepare(const PackedLayout& layout, const Tensor& text
   // Context embedder + refiner + final norm over the text rows: fixed for the whole request.
   VORTEX_ASSIGN_OR_RETURN(Tensor text_host, text_states.to(DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(Tensor text_in, rows_of(text_in_, layout.num_text));
+  // The refined text stream lives for the whole request in its own small arena, sized for this
+  // request's text rows (not the model's max_rows).
+  const size_t text_bytes = static_cast<size_t>(std::max<int64_t>(layout.num_text, 1) * c.hidden_size) * 2;
+  if (text_arena_.capacity() < text_bytes) {
+    text_tokens_ = Tensor();
+    text_arena_ = cuda::DeviceArena();
+    VORTEX_ASSIGN_OR_RETURN(text_arena_, cuda::DeviceArena::create(text_bytes));
+    VORTEX_ASSIGN_OR_RETURN(text_tokens_, text_arena_.alloc({std::max<int64_t>(layout.num_text, 1), c.hidden_size},
+                                                            DType::kBF16));
+  }
   VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
   if (layout.num_text > 0) {
     VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(text_host, text_in, stream_));
@@ -572,6 +595,10 @@ Result<Tensor> CudaH3Transformer::download_rope(bool cos) const {
 
 Result<Tensor> CudaH3Transformer::attention_inputs() const {
   if (!layout_) return invalid_argument("attention_inputs before prepare");
+  if (!keep_attention_inputs_) {
+    return invalid_argument("attention_inputs needs CudaModelOptions::keep_attention_inputs (the FFN reuses "
+                               "the q/k/v memory otherwise)");
+  }
   return rows_of(qkv_, layout_->num_rows);
 }
 

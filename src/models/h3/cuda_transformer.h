@@ -5,7 +5,8 @@
 // fusions and a CUDA graph of the block stack (cuda_graph.h).
 //
 // Memory: one arena for the weights, sized from the schema, and one for activations, sized up
-// front for `max_rows` packed rows; the step loop allocates nothing. The time MLP and the RoPE
+// front for `max_rows` packed rows, in which buffers with disjoint lifetimes share memory; the
+// step loop allocates nothing. The time MLP and the RoPE
 // tables are computed on the host in fp32 (tiny, and it keeps them bit-identical to the CPU
 // reference) and uploaded once per step / request.
 #pragma once
@@ -51,6 +52,10 @@ struct CudaModelOptions {
   // attention plan); the same kernels with the same arguments, so the outputs are bitwise those
   // of direct launches (tests/gpu/test_gpu_h3_fusions.cc). Off while a profiler is attached.
   bool cuda_graphs = true;
+  // Diagnostics: give q/k/v their own buffer, so that attention_inputs() still holds them after
+  // the block's FFN ran (by default the FC1 output reuses that memory; about 2.2 GB more at the
+  // canonical shape).
+  bool keep_attention_inputs = false;
 };
 
 class CudaH3Transformer : public StepModel {
@@ -81,7 +86,8 @@ class CudaH3Transformer : public StepModel {
   Result<Tensor> download_rope(bool cos) const;                                  // [N, rotary] F32
   Result<Tensor> download_adaln_rows() const;                                    // [N] I32
   // q, k, v of the last block run as its attention read them (after QK norm and RoPE), columns
-  // [0, inner), [inner, 2·inner), [2·inner, 3·inner) of a device [N, 3·inner] BF16 tensor.
+  // [0, inner), [inner, 2·inner), [2·inner, 3·inner) of a device [N, 3·inner] BF16 tensor. Needs
+  // CudaModelOptions::keep_attention_inputs.
   Result<Tensor> attention_inputs() const;
   // Brackets every op of the following blocks with events (null: off).
   void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
@@ -124,6 +130,7 @@ class CudaH3Transformer : public StepModel {
   cuda::SectionProfiler* profiler_ = nullptr;
   cuda::DeviceArena weights_arena_, activations_;
   cuda::DeviceArena int8fp8_scratch_;  // empty unless CudaModelOptions::int8fp8_attention
+  cuda::DeviceArena text_arena_;       // the refined text stream, sized per request by prepare()
   std::unique_ptr<cuda::GemmRunner> gemm_;
   std::unique_ptr<cuda::Fp8GemmRunner> fp8_gemm_;  // the fp8 recipe only
   LinearRecipe recipe_ = LinearRecipe::kBf16;
@@ -144,6 +151,7 @@ class CudaH3Transformer : public StepModel {
   int64_t num_timesteps_ = 0;
   bool fused_norms_ = true;
   bool cuda_graphs_ = true;
+  bool keep_attention_inputs_ = false;
   CapturedGraph block_stack_;  // forward()'s blocks, keyed by rows, timesteps and attention plan
 };
 

@@ -1,0 +1,289 @@
+// The whole-model workloads of `vortex bench` at the canonical shape (768 x 1344, 124 frames, 100
+// text tokens: 37,810 packed rows), synthetic weights made on the device:
+//
+//   h3-forward  one forward (50 blocks, output norm and heads; refiner prepared once) per recipe:
+//               bf16, then fp8; the diffusers transformer as peer (eager, its own random weights).
+//               The fp8 manifest states the recipe's error on the forward's velocities.
+//   h3-denoise  the canonical 12-evaluation denoise per configuration (bf16; fp8; fp8 with int8fp8
+//               attention), timed per step, plus the error of fp8 against bf16 after a 2-step
+//               trajectory and after the whole denoise, both from the same noise.
+//
+// Each manifest records the device memory: the weight arena, the activation arena, and what
+// cudaMemGetInfo reports in use with the model loaded (context, cuBLASLt workspace and the
+// timer's L2-flush buffer included).
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "bench/cuda_bench_util.h"
+#include "bench/cuda_workloads.h"
+#include "formats/safetensors.h"
+#include "models/h3/cuda_transformer.h"
+#include "models/h3/generate.h"
+
+namespace vortex::bench {
+
+namespace {
+
+constexpr int64_t kCanonicalTextTokens = 100;
+constexpr uint64_t kDenoiseNoiseSeed = 1;  // the canonical generate request's seed
+
+// An fp8 forward's velocities against the bf16 forward's: the recipe's error, stated; the bound
+// only catches a broken recipe (the block alone is 1.6e-3 from bf16).
+constexpr double kFp8ForwardBound = 5e-2;
+
+Result<int64_t> device_bytes_in_use() {
+  size_t free_bytes = 0, total_bytes = 0;
+  VORTEX_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return static_cast<int64_t>(total_bytes - free_bytes);
+}
+
+struct Canonical {
+  h3::H3Config config;
+  h3::LatentGeometry geometry;
+  h3::PackedLayout layout;
+  Tensor text;
+};
+
+Result<Canonical> canonical_request(uint64_t seed) {
+  Canonical c;
+  c.config = *h3::config_preset("h3");
+  VORTEX_ASSIGN_OR_RETURN(c.geometry, h3::resolve_geometry({768, 1344, 124}, c.config));
+  VORTEX_ASSIGN_OR_RETURN(c.layout, h3::build_t2va_layout(kCanonicalTextTokens, c.geometry, c.config));
+  c.text = h3::seeded_normal({kCanonicalTextTokens, c.config.text_dim}, seed, h3::kSyntheticTextStream);
+  return c;
+}
+
+std::string recipe_name(h3::LinearRecipe recipe) { return recipe == h3::LinearRecipe::kFp8 ? "fp8" : "bf16"; }
+
+nlohmann::json recipe_description(h3::LinearRecipe recipe) {
+  if (recipe == h3::LinearRecipe::kBf16) return "bf16 (cuBLASLt bf16 GEMMs, fp32 accumulate)";
+  return "fp8 (e4m3 block weights per output channel, e4m3 activations per token from fused producers, "
+         "cuBLASLt outer-vector scales, fp32 accumulate)";
+}
+
+Result<nlohmann::json> memory_json(const h3::CudaH3Transformer& model) {
+  VORTEX_ASSIGN_OR_RETURN(const int64_t in_use, device_bytes_in_use());
+  const int64_t weights = static_cast<int64_t>(model.weight_bytes());
+  return nlohmann::json{{"weights", weights},
+                        {"activations_arena", model.activation_peak_bytes()},
+                        {"in_use (cudaMemGetInfo, model loaded)", in_use},
+                        {"in_use_beyond_weights", in_use - weights}};
+}
+
+Result<std::unique_ptr<h3::CudaH3Transformer>> make_model(const BenchOptions& o, const Canonical& c,
+                                                          h3::LinearRecipe recipe, bool int8fp8) {
+  h3::CudaModelOptions options;
+  options.recipe = recipe;
+  options.int8fp8_attention = int8fp8;
+  VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
+  return h3::CudaH3Transformer::create(c.config, h3::synthetic_weight_filler(o.seed, nullptr), c.layout.num_rows,
+                                       nullptr, options);
+}
+
+}  // namespace
+
+Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
+  VORTEX_ASSIGN_OR_RETURN(const Canonical c, canonical_request(o.seed));
+  const h3::PackedLayout& layout = c.layout;
+  const h3::H3Config& config = c.config;
+  h3::StepInputs in;
+  in.video_rows = h3::seeded_normal({layout.num_video, config.video_patch_dim()}, o.seed, h3::kVideoNoiseStream);
+  in.audio_rows = h3::seeded_normal({layout.num_audio, config.audio_in_channels}, o.seed, h3::kAudioNoiseStream);
+  in.timesteps = h3::assign_row_timesteps(layout, 0.55f, 0.7f);
+  const double n = static_cast<double>(layout.num_rows), C = config.hidden_size, inner = config.inner_dim(),
+               f = config.ffn_dim;
+  const double block_flops = 2 * n * C * (3 * inner) + 2 * n * inner * C + 2 * n * C * (2 * f) + 2 * n * f * C +
+                             4 * n * n * config.num_attention_heads * config.attention_head_dim;
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(const bool fused, fused_norms_from_env());
+
+  std::vector<Manifest> manifests;
+  h3::StepOutputs bf16_out;
+  for (h3::LinearRecipe recipe : {h3::LinearRecipe::kBf16, h3::LinearRecipe::kFp8}) {
+    VORTEX_ASSIGN_OR_RETURN(auto model, make_model(o, c, recipe, /*int8fp8=*/false));
+    VORTEX_RETURN_IF_ERROR(model->prepare(layout, c.text));
+    h3::StepOutputs out;
+    auto body = [&]() -> Status {
+      VORTEX_ASSIGN_OR_RETURN(out, model->forward(in));
+      return ok_status();
+    };
+    VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
+    const h3::StepOutputs timed = out;
+    VORTEX_RETURN_IF_ERROR(body());
+
+    Manifest m;
+    m.workload = recipe == h3::LinearRecipe::kBf16 ? "h3-forward" : "h3-forward-fp8";
+    m.samples = samples;
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json memory, memory_json(*model));
+    m.derived = {{"tflops_blocks", config.num_layers * block_flops / (samples.median() * 1e-3) / 1e12},
+                 {"device_bytes", memory}};
+    m.workload_section = {{"name", m.workload}, {"rows", layout.num_rows}, {"blocks", config.num_layers},
+                          {"refiner", "prepared once per request, not timed"}, {"recipe", recipe_name(recipe)},
+                          {"weights", "synthetic (models/h3/synthetic_rule.h)"}, {"timesteps", in.timesteps.timesteps},
+                          {"seed", o.seed}};
+    m.protocol = protocol_json(o);
+    m.protocol["timed"] = "host rows in -> host velocities out (uploads, 50 blocks, heads, downloads)";
+    VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+    m.implementation = {{"backend", "cuda"}, {"recipe", recipe_description(recipe)},
+                        {"attention", "exact (cuda::attention default)"}, {"fusions", fusions_description(fused)},
+                        {"graphs", "block stack replayed from one CUDA graph"}};
+    // Repeated forwards must agree bit for bit and stay finite; the fp8 recipe's error is measured
+    // against the bf16 forward from the same weights and inputs (block parity with diffusers is the
+    // h3-block manifest's: 62 GB of weights cannot be handed to a peer).
+    m.correctness = compare(out.video_velocity, timed.video_velocity,
+                            "run-to-run: the last timed forward vs a further forward (bitwise expected)", 0.0);
+    bool finite = true;
+    for (int64_t i = 0; i < out.video_velocity.numel(); ++i) finite = finite && std::isfinite(out.video_velocity.data_as<float>()[i]);
+    m.correctness.passed = m.correctness.passed && finite;
+    if (recipe == h3::LinearRecipe::kBf16) {
+      bf16_out = out;
+    } else {
+      const Correctness video = compare(out.video_velocity, bf16_out.video_velocity, "", 1.0);
+      const Correctness audio = compare(out.audio_velocity, bf16_out.audio_velocity, "", 1.0);
+      m.derived["error_vs_bf16_forward"] = {
+          {"video_velocity", {{"rel_l2", video.rel_l2}, {"max_abs", video.max_abs},
+                              {"cosine", cosine_similarity(out.video_velocity, bf16_out.video_velocity)}}},
+          {"audio_velocity", {{"rel_l2", audio.rel_l2}, {"max_abs", audio.max_abs},
+                              {"cosine", cosine_similarity(out.audio_velocity, bf16_out.audio_velocity)}}}};
+      if (m.correctness.passed) {
+        m.correctness = compare(out.video_velocity, bf16_out.video_velocity,
+                                "the bf16 forward's video velocity (same weights and inputs): the recipe's error",
+                                kFp8ForwardBound);
+      }
+    }
+    manifests.push_back(std::move(m));
+  }
+
+  if (!o.peer_command.empty()) {
+    // The peer builds the diffusers transformer with its own random weights, so it times the same
+    // shapes and layout but checks nothing; vortex's models are freed by now so that it fits.
+    std::filesystem::create_directories(o.work_dir);
+    Tensor pos = Tensor::empty({layout.num_rows, 3}, DType::kF64);
+    std::memcpy(pos.data(), layout.positions.data(), layout.positions.size() * sizeof(double));
+    std::vector<int64_t> tags(layout.tags.begin(), layout.tags.end()),
+        rows(in.timesteps.row_index.begin(), in.timesteps.row_index.end());
+    const Tensor timestep =
+        Tensor::from_f32(in.timesteps.timesteps, {static_cast<int64_t>(in.timesteps.timesteps.size())});
+    const h3::NamedTensors io = {
+        {"in.hidden_states", in.video_rows},
+        {"in.audio_hidden_states", in.audio_rows},
+        {"in.encoder_hidden_states", c.text},
+        {"in.timestep", timestep},
+        {"in.timestep_indices", Tensor::from_i64(rows, {layout.num_rows})},
+        {"in.token_tags", Tensor::from_i64(tags, {layout.num_rows})},
+        {"in.position_ids", pos},
+        {"in.video_indices", Tensor::from_i64(layout.video_indices, {layout.num_video})},
+        {"in.audio_indices", Tensor::from_i64(layout.audio_indices, {layout.num_audio})},
+        {"in.text_indices", Tensor::from_i64(layout.text_indices, {layout.num_text})},
+    };
+    const std::string path = o.work_dir + "/h3_forward_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json_string()}}));
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "h3-forward", path));
+    for (Manifest& m : manifests) add_peer_ratios(m, peer);
+  }
+  return manifests;
+}
+
+namespace {
+
+struct DenoiseRun {
+  h3::GenerateResult trajectory;  // 2 forwards
+  h3::GenerateResult full;        // the canonical 12 forwards
+  std::vector<double> step_ms;
+  nlohmann::json memory;
+};
+
+Result<DenoiseRun> run_denoise(const BenchOptions& o, const Canonical& c, h3::LinearRecipe recipe, bool int8fp8) {
+  VORTEX_ASSIGN_OR_RETURN(auto model, make_model(o, c, recipe, int8fp8));
+  h3::GenerateOptions g;
+  g.video = {768, 1344, 124};
+  g.seed = kDenoiseNoiseSeed;
+  g.attention.mode = int8fp8 ? h3::AttentionMode::kInt8Fp8 : h3::AttentionMode::kExact;
+  DenoiseRun run;
+  g.steps = 3;  // sigma grid points: 2 forwards
+  VORTEX_ASSIGN_OR_RETURN(run.trajectory, h3::generate_t2va(*model, c.text, g));
+  g.steps = 13;  // 12 forwards, as the canonical generate request
+  const std::string label = recipe_name(recipe) + (int8fp8 ? " + int8fp8" : "");
+  VORTEX_ASSIGN_OR_RETURN(run.full, h3::generate_t2va(*model, c.text, g, [&](const h3::StepProgress& p) {
+                            run.step_ms.push_back(p.step_seconds * 1e3);
+                            std::fprintf(stderr, "vortex bench h3-denoise (%s): step %d/%d %.2f s\n", label.c_str(),
+                                         p.step, p.total, p.step_seconds);
+                          }));
+  VORTEX_ASSIGN_OR_RETURN(run.memory, memory_json(*model));
+  return run;
+}
+
+nlohmann::json latent_error(const h3::GenerateResult& a, const h3::GenerateResult& reference) {
+  const Correctness video = compare(a.video_latents, reference.video_latents, "", 1.0);
+  const Correctness audio = compare(a.audio_latents, reference.audio_latents, "", 1.0);
+  return {{"video_latents", {{"rel_l2", video.rel_l2}, {"max_abs", video.max_abs},
+                             {"cosine", cosine_similarity(a.video_latents, reference.video_latents)}}},
+          {"audio_latents", {{"rel_l2", audio.rel_l2}, {"max_abs", audio.max_abs},
+                             {"cosine", cosine_similarity(a.audio_latents, reference.audio_latents)}}}};
+}
+
+nlohmann::json checksums(const h3::GenerateResult& r) {
+  const h3::LatentChecksum v = h3::latent_checksum(r.video_latents), a = h3::latent_checksum(r.audio_latents);
+  return {{"video", {{"sha256", v.sha256}, {"sum", v.sum}}}, {"audio", {{"sha256", a.sha256}, {"sum", a.sum}}}};
+}
+
+}  // namespace
+
+Result<std::vector<Manifest>> bench_denoise(const BenchOptions& o) {
+  VORTEX_ASSIGN_OR_RETURN(const Canonical c, canonical_request(o.seed));
+  VORTEX_ASSIGN_OR_RETURN(const bool fused, fused_norms_from_env());
+  struct Configuration {
+    const char* workload;
+    h3::LinearRecipe recipe;
+    bool int8fp8;
+  };
+  const Configuration configurations[] = {{"h3-denoise", h3::LinearRecipe::kBf16, false},
+                                          {"h3-denoise-fp8", h3::LinearRecipe::kFp8, false},
+                                          {"h3-denoise-fp8-int8fp8", h3::LinearRecipe::kFp8, true}};
+  std::vector<Manifest> manifests;
+  DenoiseRun bf16;
+  for (const Configuration& conf : configurations) {
+    VORTEX_ASSIGN_OR_RETURN(DenoiseRun run, run_denoise(o, c, conf.recipe, conf.int8fp8));
+    Manifest m;
+    m.workload = conf.workload;
+    m.samples.ms = run.step_ms;
+    double total_ms = 0;
+    for (double ms : run.step_ms) total_ms += ms;
+    m.derived = {{"denoise_seconds (12 forwards + Euler steps, host wall clock)", total_ms * 1e-3},
+                 {"denoise_seconds_incl_prepare (text refiner, uploads)", run.full.run.seconds},
+                 {"device_bytes", run.memory},
+                 {"checksums", checksums(run.full)}};
+    m.workload_section = {{"name", m.workload}, {"rows", c.layout.num_rows}, {"blocks", c.config.num_layers},
+                          {"video", {768, 1344, 124}}, {"text_tokens", kCanonicalTextTokens},
+                          {"steps", 13}, {"forwards", run.full.run.forwards}, {"noise_seed", kDenoiseNoiseSeed},
+                          {"weights", "synthetic (models/h3/synthetic_rule.h)"}, {"weights_seed", o.seed}};
+    m.protocol = {{"samples", "the wall-clock time of each of the 12 denoising steps of one request (forward, "
+                              "host Euler update); the median step is primary"},
+                  {"timer", "std::chrono::steady_clock around each step"},
+                  {"primary", "median"}};
+    VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+    m.implementation = {{"backend", "cuda"}, {"recipe", recipe_description(conf.recipe)},
+                        {"attention", conf.int8fp8 ? "int8fp8 in every block" : "exact"},
+                        {"fusions", fusions_description(fused)},
+                        {"graphs", "block stack replayed from one CUDA graph"}};
+    if (conf.recipe == h3::LinearRecipe::kBf16 && !conf.int8fp8) {
+      m.correctness.comparator = "none: the reference configuration the others are measured against";
+      m.correctness.passed = true;
+      bf16 = std::move(run);
+    } else {
+      m.derived["error_vs_bf16_after_2_steps"] = latent_error(run.trajectory, bf16.trajectory);
+      m.derived["error_vs_bf16_after_12_steps"] = latent_error(run.full, bf16.full);
+      m.correctness = compare(run.trajectory.video_latents, bf16.trajectory.video_latents,
+                              "the bf16 exact 2-step trajectory's video latents (same noise): the error stated",
+                              kFp8ForwardBound);
+    }
+    manifests.push_back(std::move(m));
+  }
+  return manifests;
+}
+
+}  // namespace vortex::bench
