@@ -40,6 +40,7 @@ struct GenerateArgs {
   uint64_t seed = 0;
   std::string attention = "exact";
   std::string recipe = "bf16";
+  std::string adaln_tables = "request";
   std::vector<int> exact_blocks;
   std::string out;
   MediaRequest media;  // media.out is --media; empty: latents only
@@ -103,6 +104,7 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const GenerateArgs& args,
   h3::CudaModelOptions model_options;
   model_options.int8fp8_attention = args.attention == "int8fp8";
   model_options.recipe = args.recipe == "fp8" ? h3::LinearRecipe::kFp8 : h3::LinearRecipe::kBf16;
+  model_options.adaln_tables = args.adaln_tables == "step" ? h3::AdaLnTables::kPerStep : h3::AdaLnTables::kPerRequest;
   if (args.dtype != "bf16") return invalid_argument("--device cuda runs the bf16 program; use --dtype bf16");
   if (!args.model_path.empty()) {
     VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));
@@ -242,6 +244,7 @@ int run_generate(const GenerateArgs& args) {
       {"dtype", dtype_name(dtype)},
       {"attention", {{"mode", args.attention}, {"exact_blocks", args.exact_blocks}}},
       {"recipe", args.recipe},
+      {"adaln_tables", args.device == "cuda" ? args.adaln_tables : "step"},
       {"request",
        {{"height", args.height}, {"width", args.width}, {"frames", args.frames}, {"steps", args.steps},
         {"seed", args.seed}, {"text_tokens", text->size(0)}, {"text", args.text_path.empty() ? "synthetic" : args.text_path}}},
@@ -309,6 +312,11 @@ void add_generate_command(CLI::App& app, Action& action) {
                   "Block linears: bf16, or fp8 (--device cuda; e4m3 weights and activations, approximate: "
                   "~1.6e-3 rel-L2 vs bf16 per block)")
       ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--adaln-tables", args->adaln_tables,
+                  "--device cuda: AdaLN modulation tables computed once per request (the 26 GB of AdaLN weights "
+                  "never stay on the device) or per step from resident weights; bitwise the same result")
+      ->check(CLI::IsMember({"request", "step"}))
       ->capture_default_str();
   cmd->add_option("--exact-blocks", args->exact_blocks, "With --attention int8fp8: blocks that stay exact (e.g. 0,1,49)")
       ->delimiter(',');

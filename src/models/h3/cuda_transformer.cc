@@ -47,6 +47,10 @@ const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
 
 }  // namespace
 
+bool is_block_adaln_weight(const std::string& name) {
+  return name.rfind("transformer_blocks.", 0) == 0 && name.find(".adaln_proj.linear.") != std::string::npos;
+}
+
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
   auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
   for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
@@ -94,6 +98,8 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   model->recipe_ = options.recipe;
   model->cuda_graphs_ = options.cuda_graphs;
   model->keep_attention_inputs_ = options.keep_attention_inputs;
+  model->adaln_tables_ = options.adaln_tables;
+  if (options.adaln_tables == AdaLnTables::kPerRequest) model->filler_ = fill;
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
   VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
   VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
@@ -120,8 +126,10 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
 Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
   const std::vector<TensorSpec> schema = diffusers_schema(config_);
   const bool fp8 = recipe_ == LinearRecipe::kFp8;
+  const bool adaln_resident = adaln_tables_ == AdaLnTables::kPerStep;
   size_t bytes = 0;
   for (const auto& spec : schema) {
+    if (!adaln_resident && is_block_adaln_weight(spec.name)) continue;  // streamed by plan_steps()
     if (fp8 && is_block_linear_weight(spec.name)) {  // e4m3 codes + one fp32 scale per row
       bytes += static_cast<size_t>(spec.shape.numel() + 4 * spec.shape[0]) + 2 * cuda::DeviceArena::kAlignment;
     } else {
@@ -157,6 +165,7 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
   };
   auto block = [&](const std::string& p, bool adaln) -> Result<Block> {
     Block b;
+    if (adaln) b.index = static_cast<int>(blocks_.size());
     VORTEX_ASSIGN_OR_RETURN(b.norm1, weight(p + ".norm1.weight"));
     VORTEX_ASSIGN_OR_RETURN(b.norm2, weight(p + ".norm2.weight"));
     VORTEX_ASSIGN_OR_RETURN(b.norm_q, weight(p + ".attn.norm_q.weight"));
@@ -170,7 +179,9 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
         const TensorSpec* part = specs.at(p + name);
         VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, &part, 1, staging, *target));
       }
-      VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
+      if (adaln_resident) {
+        VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
+      }
       return b;
     }
     // One fused [3 * inner, C] QKV weight: q, k and v fill consecutive row ranges.
@@ -184,7 +195,7 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
     VORTEX_ASSIGN_OR_RETURN(b.out, linear(p + ".attn.to_out.0", false));
     VORTEX_ASSIGN_OR_RETURN(b.fc1, linear(p + ".ff.net.0.proj", false));
     VORTEX_ASSIGN_OR_RETURN(b.fc2, linear(p + ".ff.net.2", false));
-    if (adaln) {
+    if (adaln && adaln_resident) {
       VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
     }
     return b;
@@ -246,7 +257,6 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   max_rows_ = max_rows;
   const H3Config& c = config_;
   const int64_t N = max_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
-  const int64_t kMaxTimesteps = 4;  // distinct noise levels in one forward (t2va uses 1 or 2)
   const auto bytes = [](int64_t n, int64_t w, int64_t esize) { return static_cast<size_t>(n * w * esize) + 256; };
   // The attention half's q/k/v and attention output are dead when the FFN runs, and the FC1
   // output is dead when attention runs: one region holds [qkv | attn] or fc1 (the same 4·inner =
@@ -259,6 +269,8 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);
   total += bytes(kMaxTimesteps, c.time_embed_dim, 2) + bytes(kMaxTimesteps, 18 * C, 2) + bytes(kMaxTimesteps, 2 * C, 2);
   total += 2 * bytes(N, c.video_patch_dim(), 4) + 2 * bytes(N, c.audio_in_channels, 4);
+  const bool planned_tables = adaln_tables_ == AdaLnTables::kPerRequest;
+  if (planned_tables) total += c.num_layers * bytes(kMaxTimesteps, 18 * C, 2);
   // Buffers live only outside the block stack alias the FFN's when they fit (they do for the
   // released shapes: 2C <= F, text_dim <= F; small test models get their own): the fp32 patch
   // embeddings and head inputs (before / after the blocks) sit in the FC1 output, the raw text
@@ -270,7 +282,10 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   if (!embeds_alias) total += 2 * bytes(N, C, 4);
   if (!text_alias) total += bytes(N, c.text_dim, 2);
   const int64_t widest_input = std::max({C, inner, F});
-  if (recipe_ == LinearRecipe::kFp8) total += bytes(N, widest_input, 1) + bytes(N, 1, 4) + (64u << 20);
+  // fp8: the blocks never write the bf16 SwiGLU output (their producer writes e4m3 codes), so the
+  // codes live in its memory when they fit; the refiner, which does use it, runs in prepare().
+  const bool codes_alias = widest_input <= 2 * F;
+  if (recipe_ == LinearRecipe::kFp8) total += (codes_alias ? 0 : bytes(N, widest_input, 1)) + bytes(N, 1, 4) + (64u << 20);
   total += (64u << 20) + (1u << 20);  // GEMM workspace and slack
   VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(total));
   cuda::DeviceArena& a = activations_;
@@ -284,7 +299,11 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(fc1_, alias(shared, {N, 2 * F}, DType::kBF16, keep_attention_inputs_ ? attention_bytes : 0));
   VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
   if (recipe_ == LinearRecipe::kFp8) {
-    VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, widest_input}, DType::kF8E4M3));
+    if (codes_alias) {
+      VORTEX_ASSIGN_OR_RETURN(codes_, alias(swiglu_, {N, widest_input}, DType::kF8E4M3, 0));
+    } else {
+      VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, widest_input}, DType::kF8E4M3));
+    }
     VORTEX_ASSIGN_OR_RETURN(code_scales_, a.alloc({N}, DType::kF32));
   }
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
@@ -297,6 +316,10 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(silu_temb_, a.alloc({kMaxTimesteps, c.time_embed_dim}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(mod_table_, a.alloc({kMaxTimesteps, 18 * C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(out_mod_, a.alloc({kMaxTimesteps, 2 * C}, DType::kBF16));
+  for (int64_t i = 0; planned_tables && i < c.num_layers; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor table, a.alloc({kMaxTimesteps, 18 * C}, DType::kBF16));
+    block_tables_.push_back(std::move(table));
+  }
   VORTEX_ASSIGN_OR_RETURN(video_in_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(audio_in_, a.alloc({N, c.audio_in_channels}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(video_out_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
@@ -398,6 +421,10 @@ Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Te
 // The block's AdaLN table for this step's timesteps: [T, 18C] viewed as [3T, 6C] (a row per
 // (timestep, modality)): shift, scale, gate for attention, then for the FFN.
 Result<Tensor> CudaH3Transformer::block_modulation(const Block& b) {
+  if (adaln_tables_ == AdaLnTables::kPerRequest) {  // selected by upload_step_tables
+    VORTEX_ASSIGN_OR_RETURN(Tensor table, rows_of(block_tables_.at(b.index), num_timesteps_));
+    return table.reshape({num_timesteps_ * kNumModalities, 6 * config_.hidden_size});
+  }
   VORTEX_ASSIGN_OR_RETURN(Tensor table, rows_of(mod_table_, num_timesteps_));
   VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
   cuda::SectionScope scope(profiler_, "gemm_adaln", stream_);
@@ -533,6 +560,9 @@ Status CudaH3Transformer::upload_step_tables(const RowTimesteps& timesteps) {
     if (t < 0 || t >= T) return invalid_argument("row " + std::to_string(i) + ": timestep index out of range");
     adaln[i] = t * kNumModalities + layout.tags[i];
   }
+  if (adaln_tables_ == AdaLnTables::kPerRequest) {
+    VORTEX_RETURN_IF_ERROR(select_planned_tables(timesteps.timesteps));
+  }
   num_timesteps_ = T;
   VORTEX_ASSIGN_OR_RETURN(Tensor temb, time_embedding_host(timesteps.timesteps));
   cpu::silu_f32(temb);
@@ -578,6 +608,9 @@ Result<NamedTensors> CudaH3Transformer::download_block_weights(int index) const 
   VORTEX_RETURN_IF_ERROR(add("attn.to_out.0.weight", b.out.weight));
   VORTEX_RETURN_IF_ERROR(add("ff.net.0.proj.weight", b.fc1.weight));
   VORTEX_RETURN_IF_ERROR(add("ff.net.2.weight", b.fc2.weight));
+  if (!b.adaln.weight.defined()) {
+    return invalid_argument("download_block_weights: the AdaLN weights are not on the device (AdaLnTables::kPerRequest)");
+  }
   VORTEX_RETURN_IF_ERROR(add("adaln_proj.linear.weight", b.adaln.weight));
   VORTEX_RETURN_IF_ERROR(add("adaln_proj.linear.bias", b.adaln.bias));
   return out;

@@ -35,6 +35,16 @@ using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& 
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
+// transformer_blocks.<i>.adaln_proj.linear.{weight,bias}: what AdaLnTables::kPerRequest streams.
+bool is_block_adaln_weight(const std::string& diffusers_name);
+
+// Where each transformer block's AdaLN modulation table (shift, scale, gate x 2 per timestep and
+// modality) comes from. kPerStep: one GEMM per block per step from AdaLN weights kept on the
+// device (26 GB of the 66 GB at the released size). kPerRequest: plan_steps() computes the tables
+// of the request's whole schedule up front with the same GEMMs (so bitwise equal), refilling one
+// block's AdaLN weights at a time through a staging buffer; they never stay on the device and a
+// step runs no AdaLN GEMM. The filler given to create() must stay valid for plan_steps().
+enum class AdaLnTables { kPerStep, kPerRequest };
 
 struct CudaModelOptions {
   // Reserve the int8fp8 attention workspace (about 0.8 GB at the canonical shape) so requests may
@@ -52,6 +62,8 @@ struct CudaModelOptions {
   // attention plan); the same kernels with the same arguments, so the outputs are bitwise those
   // of direct launches (tests/gpu/test_gpu_h3_fusions.cc). Off while a profiler is attached.
   bool cuda_graphs = true;
+  // Where the blocks' AdaLN modulation tables come from (see AdaLnTables).
+  AdaLnTables adaln_tables = AdaLnTables::kPerStep;
   // Diagnostics: give q/k/v their own buffer, so that attention_inputs() still holds them after
   // the block's FFN ran (by default the FC1 output reuses that memory; about 2.2 GB more at the
   // canonical shape).
@@ -74,6 +86,10 @@ class CudaH3Transformer : public StepModel {
   // One forward over the prepared request; inputs and outputs are host tensors.
   Result<StepOutputs> forward(const StepInputs& inputs);
   Result<StepOutputs> step(const StepInputs& inputs) override { return forward(inputs); }
+  // AdaLnTables::kPerRequest: computes every block's modulation table for each step's distinct
+  // timesteps (cuda_adaln_tables.cc); forwards whose timesteps were not planned are refused. A
+  // no-op under kPerStep.
+  Status plan_steps(const std::vector<std::vector<float>>& step_timesteps) override;
 
   // Device-level pieces for the bench and the GPU tests. After upload_step_tables, run_block
   // applies one transformer block in place to the packed residual stream [N, C] bf16.
@@ -101,12 +117,15 @@ class CudaH3Transformer : public StepModel {
     Tensor weight, bias;  // device
   };
   struct Block {
+    int index = -1;  // transformer blocks: position in the stack; refiner blocks: -1
     Tensor norm1, norm2, norm_q, norm_k;
     Linear qkv, out, fc1, fc2, adaln;  // under the fp8 recipe, qkv / out / fc1 / fc2 hold biases only
     struct {
       cuda::Fp8Weight qkv, out, fc1, fc2;
     } fp8;  // the fp8 recipe's transformer-block weights
   };
+
+  static constexpr int64_t kMaxTimesteps = 4;  // distinct noise levels in one forward (t2va uses 1 or 2)
 
   CudaH3Transformer() = default;
   Status load_weights(const WeightFiller& fill);
@@ -116,6 +135,8 @@ class CudaH3Transformer : public StepModel {
   // QK norm + RoPE in place on the [n, 3·inner] qkv buffer, then attention into attn [n, inner].
   Status attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode, const Tensor& attn);
   Result<Tensor> block_modulation(const Block& b);
+  // kPerRequest: copies the planned tables of these timesteps into block_tables_ (cuda_adaln_tables.cc).
+  Status select_planned_tables(const std::vector<float>& timesteps);
   // A transformer block under the fp8 recipe (cuda_block_fp8.cc).
   Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode);
   Status load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count, cuda::DeviceArena& staging,
@@ -131,6 +152,18 @@ class CudaH3Transformer : public StepModel {
   cuda::DeviceArena weights_arena_, activations_;
   cuda::DeviceArena int8fp8_scratch_;  // empty unless CudaModelOptions::int8fp8_attention
   cuda::DeviceArena text_arena_;       // the refined text stream, sized per request by prepare()
+  // AdaLnTables::kPerRequest: the weight filler (to stream the AdaLN weights in plan_steps), the
+  // planned steps' tables, and the current step's table per block (fixed addresses, so a captured
+  // graph reads whichever step was selected).
+  AdaLnTables adaln_tables_ = AdaLnTables::kPerStep;
+  WeightFiller filler_;
+  cuda::DeviceArena planned_arena_;
+  struct PlannedStep {
+    std::vector<float> timesteps;
+    std::vector<Tensor> tables;  // per block [T, 18C] BF16
+  };
+  std::vector<PlannedStep> planned_;
+  std::vector<Tensor> block_tables_;  // per block [kMaxTimesteps, 18C] BF16
   std::unique_ptr<cuda::GemmRunner> gemm_;
   std::unique_ptr<cuda::Fp8GemmRunner> fp8_gemm_;  // the fp8 recipe only
   LinearRecipe recipe_ = LinearRecipe::kBf16;

@@ -56,6 +56,11 @@ Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout,
   }
   const auto start = std::chrono::steady_clock::now();
   VORTEX_RETURN_IF_ERROR(model.prepare(layout, text_states));
+  std::vector<std::vector<float>> step_timesteps;
+  for (size_t i = 0; i < video_t.size(); ++i) {
+    step_timesteps.push_back(assign_row_timesteps(layout, video_t[i], audio_t[i]).timesteps);
+  }
+  VORTEX_RETURN_IF_ERROR(model.plan_steps(step_timesteps));
   DenoiseResult result;
   result.video_rows = video_rows.contiguous();
   result.audio_rows = audio_rows.contiguous();

@@ -15,6 +15,12 @@ class StepModel {
   virtual const H3Config& config() const = 0;
   // Per request: the layout's tables and the refined text stream. `layout` must outlive the steps.
   virtual Status prepare(const PackedLayout& layout, const Tensor& text_states) = 0;
+  // Per request, after prepare: each step's distinct timesteps, in order, for models that compute
+  // their per-timestep tables up front. The default does nothing.
+  virtual Status plan_steps(const std::vector<std::vector<float>>& step_timesteps) {
+    (void)step_timesteps;
+    return ok_status();
+  }
   // Per step: host rows in, host velocities out.
   virtual Result<StepOutputs> step(const StepInputs& inputs) = 0;
 };
