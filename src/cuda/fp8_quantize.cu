@@ -26,6 +26,8 @@
 // cache: 24 values in vectors, 8 scalars). Rows too wide for that re-read x in passes 2 and 3 (after
 // pass 1 wrote the residual back, so they read the updated row) and recompute the same bits.
 //
+// SwiGLU rows wider than that cache get a kernel of their own (swiglu_quantize_cached_kernel).
+//
 // Teams: T <= 32 lanes share a warp, and 256-thread blocks hold 256 / T rows (narrow rows). Wider
 // rows get one block of T threads per row (T a multiple of 32, up to 512: the 5376-channel rows
 // take 224 threads of 3 vectors each). Rows are grid-strided, and every thread of a block runs
@@ -353,6 +355,53 @@ __global__ void __maxnreg__(80) fp8_rows_kernel(Source src, CodesOut out, int64_
   }
 }
 
+// SwiGLU's own layout for rows the shared one would re-read (more vectors than the register
+// cache holds at 512 threads: the 14336-wide FFN rows). SwiGLU has no sum whose order must match
+// another kernel's (the row amax is order-free), so one block per row gets as many threads as
+// kSwigluCachedVecs vectors each need, and each thread keeps its h values as bf16 bits, which
+// is exact: h is rounded to bf16 by its definition. The row is read once instead of twice.
+constexpr int kSwigluCachedVecs = 4;
+constexpr int kSwigluMaxThreads = 1024;
+
+__global__ void __launch_bounds__(kSwigluMaxThreads) swiglu_quantize_cached_kernel(SwigluSource src, CodesOut out,
+                                                                                   int64_t rows, int64_t vecs) {
+  constexpr int V = detail::kVec;
+  __shared__ uint32_t warp_max[kSwigluMaxThreads / 32];
+  const int team = static_cast<int>(blockDim.x), lane = static_cast<int>(threadIdx.x);
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform per block: every thread syncs
+    const SwigluSource::Row row = src.row(r);
+    uint32_t packed[kSwigluCachedVecs][V / 2];
+    uint32_t amax = 0;
+#pragma unroll
+    for (int q = 0; q < kSwigluCachedVecs; ++q) {
+      const int64_t vec = lane + static_cast<int64_t>(q) * team;
+      if (vec < vecs) {
+        float h[V];
+        src.load<V>(row, vec * V, h);
+        amax = amax_bits<V>(h, amax);
+#pragma unroll
+        for (int k = 0; k < V / 2; ++k) packed[q][k] = (__float_as_uint(h[2 * k]) >> 16) | (__float_as_uint(h[2 * k + 1]) & 0xFFFF0000u);
+      }
+    }
+    const Fp8RowScale s = fp8_row_scale(team_max(amax, team, warp_max));
+    uint8_t* dst = out.codes + r * out.stride;
+    if (lane == 0) out.scales[r] = s.scale;
+#pragma unroll
+    for (int q = 0; q < kSwigluCachedVecs; ++q) {
+      const int64_t vec = lane + static_cast<int64_t>(q) * team;
+      if (vec < vecs) {
+        float h[V];
+#pragma unroll
+        for (int k = 0; k < V / 2; ++k) {
+          h[2 * k] = __uint_as_float(packed[q][k] << 16);
+          h[2 * k + 1] = __uint_as_float(packed[q][k] & 0xFFFF0000u);
+        }
+        store_codes<V>(out, dst, vec * V, h, s);
+      }
+    }
+  }
+}
+
 // ---- launch ----------------------------------------------------------------------------------------
 
 template <class Source, int V>
@@ -490,7 +539,17 @@ Status swiglu_quantize_fp8(const TensorView& u, const TensorView& codes, const T
   const int64_t n = u.shape[0], f = u.shape[1] / 2;
   VORTEX_ASSIGN_OR_RETURN(const CodesOut out, codes_out(codes, scales, n, f, "swiglu_quantize_fp8"));
   const bool vec = f % detail::kVec == 0 && detail::vec_aligned(u);
-  return launch_fp8_rows(SwigluSource{detail::make_operand(u), f}, out, n, f, vec, stream);
+  const SwigluSource src{detail::make_operand(u), f};
+  const int64_t vecs = f / detail::kVec;
+  if (vec && n > 0 && !norm_row_layout(n, vecs, detail::kVec).cached &&
+      vecs <= int64_t{kSwigluMaxThreads} * kSwigluCachedVecs) {
+    const int64_t threads = detail::ceil_div(detail::ceil_div(vecs, kSwigluCachedVecs), 32) * 32;
+    swiglu_quantize_cached_kernel<<<static_cast<unsigned>(std::min(n, kNormMaxGrid)), static_cast<unsigned>(threads), 0,
+                                    stream>>>(src, out, n, vecs);
+    VORTEX_CUDA_CHECK_LAUNCH();
+    return ok_status();
+  }
+  return launch_fp8_rows(src, out, n, f, vec, stream);
 }
 
 }  // namespace vortex::cuda
