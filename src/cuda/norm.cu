@@ -366,68 +366,54 @@ struct QkNormRopeParams {
   int group;           // lanes per row, as rms_norm's group kernel picks for D / V vectors
 };
 
-// One (token, head) row after its vector was loaded: the norm, the RoPE pair, the store. Every
-// lane of the warp must call it (shuffles); inactive lanes carry garbage that nobody stores.
+// Every lane of a warp runs the same iterations (the row loop bound depends only on the block) so
+// the shuffles see full warps; inactive lanes carry garbage that nobody stores. Four blocks per SM
+// cap it at 64 registers (ptxas takes 72 otherwise, and only 3 blocks fit).
 template <int V>
-__device__ __forceinline__ void qk_norm_rope_row(const QkNormRopeParams& params, int64_t row, bool active, int lane,
-                                                 int partner_lane, float (&v)[V]) {
-  const RmsNormParams& p = params.t;
-  const int group = params.group, r = params.rot_vecs;
-  float ss = active ? sum_squares<V>(v, 0.0f) : 0.0f;
-  for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
-  const float inv = detail::inv_rms(ss, p.c, p.eps);
-  float w[V], normed[V];
-  if (active) load_weight<V>(p, lane * V, w);
-#pragma unroll
-  for (int k = 0; k < V; ++k) {
-    normed[k] = active ? detail::round_out(p.y.bf16, __fmul_rn(__fmul_rn(v[k], inv), w[k])) : 0.0f;
-  }
-  float other[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) other[k] = __shfl_sync(0xFFFFFFFFu, normed[k], partner_lane);
-  if (!active) return;
-  if (params.cos != nullptr && lane < 2 * r) {
-    // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
-    const bool bf16 = p.y.bf16;
-    const int64_t token = row / p.inner;
-    const int64_t rot = 2 * static_cast<int64_t>(r) * V;
-    float c[V], sn[V];
-    detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
-    detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
-    const bool low = lane < r;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      normed[k] = low ? detail::rope_low(bf16, normed[k], other[k], c[k], sn[k])
-                      : detail::rope_high(bf16, other[k], normed[k], c[k], sn[k]);
-    }
-  }
-  detail::store_vec<V>(norm_dst(p, row), p.y.bf16, lane * V, normed);
-}
-
-// A grid of a few blocks per SM strides over the rows two at a time: both rows' loads are issued
-// before either row's reductions, so each thread keeps two 16-byte loads in flight (one block of
-// 16 short rows per launch slot left the copy latency-bound: 4.3 ms for the canonical q and k,
-// 0.5 TB/s). Every lane of a warp runs the same iterations (the loop bound depends only on the
-// block) so the shuffles see full warps. Three blocks per SM: at four (64 registers) the two rows
-// spill.
-constexpr int kQkNormRopeBlocksPerSm = 3;
-
-template <int V>
-__global__ void __launch_bounds__(kNormThreads, kQkNormRopeBlocksPerSm) qk_norm_rope_kernel(QkNormRopeParams params) {
+__global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRopeParams params) {
   const RmsNormParams& p = params.t;
   const int group = params.group, lane = threadIdx.x % group;
-  const int64_t rows_per_block = kNormThreads / group, stride = gridDim.x * rows_per_block;
+  const int64_t rows_per_block = kNormThreads / group;
   const int r = params.rot_vecs;
   const int partner = lane < r ? lane + r : (lane < 2 * r ? lane - r : lane);
   const int partner_lane = static_cast<int>(threadIdx.x % 32) - lane + partner;
-  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < p.rows; r0 += 2 * stride) {
-    const int64_t row_a = r0 + threadIdx.x / group, row_b = row_a + stride;
-    const bool active_a = row_a < p.rows && lane < p.vecs, active_b = row_b < p.rows && lane < p.vecs;
-    float a[V], b[V];
-    if (active_a) detail::load_vec<V>(norm_src(p, row_a), p.x.bf16, lane * V, a);
-    if (active_b) detail::load_vec<V>(norm_src(p, row_b), p.x.bf16, lane * V, b);
-    qk_norm_rope_row<V>(params, row_a, active_a, lane, partner_lane, a);
-    qk_norm_rope_row<V>(params, row_b, active_b, lane, partner_lane, b);
+  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < p.rows; r0 += gridDim.x * rows_per_block) {
+    const int64_t row = r0 + threadIdx.x / group;
+    const bool active = row < p.rows && lane < p.vecs;
+    float v[V];
+    float ss = 0.0f;
+    if (active) {
+      detail::load_vec<V>(norm_src(p, row), p.x.bf16, lane * V, v);
+      ss = sum_squares<V>(v, ss);
+    }
+    for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
+    const float inv = detail::inv_rms(ss, p.c, p.eps);
+    float w[V], normed[V];
+    if (active) load_weight<V>(p, lane * V, w);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      normed[k] = active ? detail::round_out(p.y.bf16, __fmul_rn(__fmul_rn(v[k], inv), w[k])) : 0.0f;
+    }
+    float other[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) other[k] = __shfl_sync(0xFFFFFFFFu, normed[k], partner_lane);
+    if (!active) continue;
+    if (params.cos != nullptr && lane < 2 * r) {
+      // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
+      const bool bf16 = p.y.bf16;
+      const int64_t token = row / p.inner;
+      const int64_t rot = 2 * static_cast<int64_t>(r) * V;
+      float c[V], sn[V];
+      detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
+      detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
+      const bool low = lane < r;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        normed[k] = low ? detail::rope_low(bf16, normed[k], other[k], c[k], sn[k])
+                        : detail::rope_high(bf16, other[k], normed[k], c[k], sn[k]);
+      }
+    }
+    detail::store_vec<V>(norm_dst(p, row), p.y.bf16, lane * V, normed);
   }
 }
 
@@ -565,10 +551,6 @@ Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* 
   // rms_norm's group layout for this width (vecs <= 32 lanes: one vector per lane).
   const NormRowLayout l = norm_row_layout(q.shape[0] * q.shape[1], vecs, detail::kVec);
   params.group = l.lanes;
-  int device = 0, sms = 0;
-  VORTEX_CUDA_CHECK(cudaGetDevice(&device));
-  VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const unsigned grid = std::min(l.grid, static_cast<unsigned>(kQkNormRopeBlocksPerSm * sms));
   for (int i = 0; i < 2; ++i) {
     RmsNormParams& p = params.t;
     p.x = p.y = detail::make_operand(*views[i]);
@@ -580,7 +562,7 @@ Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* 
     p.vecs = vecs;
     p.c = static_cast<int>(d);
     p.eps = eps;
-    qk_norm_rope_kernel<detail::kVec><<<grid, l.block, 0, stream>>>(params);
+    qk_norm_rope_kernel<detail::kVec><<<l.grid, l.block, 0, stream>>>(params);
     VORTEX_CUDA_CHECK_LAUNCH();
   }
   return ok_status();

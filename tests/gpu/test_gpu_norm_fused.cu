@@ -122,7 +122,7 @@ TEST_F(GpuNormFused, BadTableRowsGiveTheSameNanRows) {
 // qk_norm_rope on the q and k column slices of a fused [N, 3·H·D] buffer against rms_norm +
 // apply_rope on a copy: the released head (D 128, rotary 96), a full rotation, no rotation, D 64,
 // a 24-wide head (4-lane groups), F32, an odd column offset (the separate-launch fallback), and
-// 28,693 (token, head) rows, several grid strides of the fused kernel.
+// 28,693 (token, head) rows (1,794 blocks).
 struct QkCase {
   int64_t rows, heads, dim, rot, col;
   DType dtype;
@@ -131,7 +131,6 @@ constexpr QkCase kQkCases[] = {{37, 3, 128, 96, 0, DType::kBF16}, {129, 2, 128, 
                                {5, 4, 128, 0, 0, DType::kBF16},   {33, 2, 64, 64, 0, DType::kBF16},
                                {17, 5, 24, 16, 0, DType::kBF16},  {9, 2, 128, 96, 0, DType::kF32},
                                {11, 2, 128, 96, 3, DType::kBF16},
-                               // more rows than the capped grid covers in one two-row stride
                                {4099, 7, 128, 96, 0, DType::kBF16}};
 
 TEST_F(GpuNormFused, QkNormRopeIsBitwiseEqualToTheSeparateLaunches) {
