@@ -95,7 +95,9 @@ struct SwigluSource {
     detail::load_vec<V>(row.u, u.bf16, e, v);
     detail::load_vec<V>(row.u, u.bf16, f + e, gate);
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = round_bf16(__fmul_rn(v[k], round_bf16(detail::silu_f32(gate[k]))));
+    for (int k = 0; k < V; ++k) {
+      v[k] = detail::round_bf16_device(__fmul_rn(v[k], detail::round_bf16_device(detail::silu_f32(gate[k]))));
+    }
   }
   template <int V>
   __device__ void finish(const Row&, int64_t, float (&)[V], float) const {}
@@ -191,7 +193,7 @@ struct NormSource {
       detail::load_vec<1>(weight, weight_bf16, e * weight_stride, w);
     }
 #pragma unroll
-    for (int k = 0; k < V; ++k) v[k] = round_bf16(__fmul_rn(__fmul_rn(v[k], inv), w[k]));
+    for (int k = 0; k < V; ++k) v[k] = detail::round_bf16_device(__fmul_rn(__fmul_rn(v[k], inv), w[k]));
     if (!modulate) return;
     if (row.bad_mod) {
 #pragma unroll
