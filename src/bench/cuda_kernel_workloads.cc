@@ -127,6 +127,10 @@ Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, in
       VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_v2_resources(n));
       break;
     }
+    case cuda::AttentionVariant::kV2Keys128: {
+      VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_v2_resources(n, cuda::V2KeyTiles::kOfV1));
+      break;
+    }
     case cuda::AttentionVariant::kV0:
       return nlohmann::json("see v0 (mma.sync) in src/cuda/attention.cu");
   }

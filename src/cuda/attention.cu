@@ -354,8 +354,9 @@ Result<AttentionVariant> attention_variant_from_env() {
   if (variant == nullptr || *variant == '\0' || std::string(variant) == "v1") return AttentionVariant::kV1;
   if (std::string(variant) == "v0") return AttentionVariant::kV0;
   if (std::string(variant) == "v2") return AttentionVariant::kV2;
+  if (std::string(variant) == "v2-128") return AttentionVariant::kV2Keys128;
   return unimplemented(std::string("cuda attention: VORTEX_VARIANT_ATTENTION=") + variant +
-                       " is not a variant of this build (v0, v1, v2)");
+                       " is not a variant of this build (v0, v1, v2, v2-128)");
 }
 
 const char* attention_variant_description(AttentionVariant variant) {
@@ -366,6 +367,8 @@ const char* attention_variant_description(AttentionVariant variant) {
       return "exact, vortex v1 FlashAttention-3 style kernel (TMA + wgmma bf16)";
     case AttentionVariant::kV2:
       return "exact, vortex v2 FlashAttention-3 style kernel (TMA + wgmma bf16, persistent, 176-key tiles)";
+    case AttentionVariant::kV2Keys128:
+      return "exact, vortex v2 FlashAttention-3 style kernel (TMA + wgmma bf16, persistent, v1's 128-key tiles)";
   }
   return "exact, unknown variant";
 }
@@ -400,9 +403,12 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
   if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
   if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
 
-  if ((variant == AttentionVariant::kV1 || variant == AttentionVariant::kV2) && d == 128) {
-    const Status status = variant == AttentionVariant::kV1 ? attention_wgmma(q, k, v, out, scale, stream)
-                                                           : attention_wgmma_v2(q, k, v, out, scale, stream);
+  if (variant != AttentionVariant::kV0 && d == 128) {
+    const Status status =
+        variant == AttentionVariant::kV1
+            ? attention_wgmma(q, k, v, out, scale, stream)
+            : attention_wgmma_v2(q, k, v, out, scale, stream,
+                                 variant == AttentionVariant::kV2 ? V2KeyTiles::kFitted : V2KeyTiles::kOfV1);
     // unimplemented: no tensor-map encoder, or views it cannot describe; nothing was launched.
     if (status.code() != StatusCode::kUnimplemented) {
       if (status.ok() && ran != nullptr) *ran = variant;

@@ -3,7 +3,7 @@
 //
 //   out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
 //
-// Variants (VORTEX_VARIANT_ATTENTION=v0|v1|v2 selects; v1 ships):
+// Variants (VORTEX_VARIANT_ATTENTION=v0|v1|v2|v2-128 selects; v1 ships):
 //   v0  tiled flash-style kernel on tensor cores (mma.sync bf16), online softmax in fp32,
 //       P rounded to bf16 for the PV product as every flash kernel does. Head dim 64 and 128 on
 //       16-byte aligned rows; other head dims (<= 256) and unaligned views take the warp-per-row
@@ -15,6 +15,8 @@
 //   v2  v1 on a persistent grid (one CTA per SM looping over (query block, head) items, the next
 //       item's loads under the last one's epilogue) with 176-key K/V tiles where they pad no
 //       more keys than 128 (attention_wgmma_v2.h); the same numerics and the same fallback.
+//   v2-128  v2 with v1's 128-key tiles everywhere: bitwise v1's output, v2's schedule (the
+//       candidate to replace v1 as the default under the exactness rule).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,9 +35,9 @@ namespace vortex::cuda {
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
                  cudaStream_t stream);
 
-enum class AttentionVariant { kV0, kV1, kV2 };
+enum class AttentionVariant { kV0, kV1, kV2, kV2Keys128 };
 
-// The variant VORTEX_VARIANT_ATTENTION names ("v0", "v1", "v2"), v1 when it is unset or empty;
+// The variant VORTEX_VARIANT_ATTENTION names ("v0", "v1", "v2", "v2-128"), v1 when it is unset or empty;
 // unimplemented for any other value.
 Result<AttentionVariant> attention_variant_from_env();
 
@@ -43,8 +45,8 @@ Result<AttentionVariant> attention_variant_from_env();
 const char* attention_variant_description(AttentionVariant variant);
 
 // attention() with the variant given instead of read from the environment (tests run every variant
-// on the same inputs). `ran`, when given, receives the variant whose kernel actually ran: kV1 / kV2
-// only when that wgmma kernel did (kV0 when it fell back).
+// on the same inputs). `ran`, when given, receives the variant whose kernel actually ran: kV1 / kV2 /
+// kV2Keys128 only when that wgmma kernel did (kV0 when it fell back).
 Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& out, float scale, cudaStream_t stream, AttentionVariant* ran = nullptr);
 

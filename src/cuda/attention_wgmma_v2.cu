@@ -456,13 +456,14 @@ constexpr int kShortKeyTile = 128;
 
 }  // namespace
 
-int attention_v2_key_tile(int64_t nk) {
+int attention_v2_key_tile(int64_t nk, V2KeyTiles tiles) {
+  if (tiles == V2KeyTiles::kOfV1) return kShortKeyTile;
   const auto padded = [nk](int64_t tile) { return (nk + tile - 1) / tile * tile; };
   return padded(kLongKeyTile) <= padded(kShortKeyTile) ? kLongKeyTile : kShortKeyTile;
 }
 
 Status attention_wgmma_v2(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                          float scale, cudaStream_t stream) {
+                          float scale, cudaStream_t stream, V2KeyTiles tiles) {
   if (q.shape[2] != kHeadDim) return invalid_argument("attention v2: head dim must be 128");
   const int64_t q_blocks = (q.shape[0] + kBlockQ - 1) / kBlockQ;
   const int64_t items = q_blocks * q.shape[1];
@@ -487,13 +488,13 @@ Status attention_wgmma_v2(const TensorView& q, const TensorView& k, const Tensor
   VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int grid = static_cast<int>(std::min<int64_t>(items, sms));
 
-  return attention_v2_key_tile(params.nk) == kLongKeyTile
+  return attention_v2_key_tile(params.nk, tiles) == kLongKeyTile
              ? launch_v2<kLongKeyTile>(q, k, v, params, encode, grid, stream)
              : launch_v2<kShortKeyTile>(q, k, v, params, encode, grid, stream);
 }
 
-Result<KernelResources> attention_v2_resources(int64_t nk) {
-  if (attention_v2_key_tile(nk) == kLongKeyTile) {
+Result<KernelResources> attention_v2_resources(int64_t nk, V2KeyTiles tiles) {
+  if (attention_v2_key_tile(nk, tiles) == kLongKeyTile) {
     return kernel_resources(reinterpret_cast<const void*>(attention_v2_kernel<kLongKeyTile>),
                             KeyTile<kLongKeyTile>::kSmemBytes);
   }

@@ -1,10 +1,11 @@
-// cuda::attention, every variant (v0, v1, v2), against cpu::attention, the fp32 reference, on the
+// cuda::attention, every variant (v0, v1, v2, v2-128), against cpu::attention, the fp32 reference, on the
 // same bf16 inputs: q, k and v are the column slices of one fused [N, 3·H·D] buffer, out a strided
 // view inside a padded buffer whose padding must survive. Where v1 / v2 apply (D = 128, aligned
 // views) they must actually run (not fall back), and agree with v0 and with each other to rel-L2
 // ≤ 5e-3: all round P to bf16 and the output once, and differ only in summation order and where
 // the running max is taken (tiles of 64, 128 or 176 keys), so their differences are mostly
-// output-rounding flips (expected ~1e-3).
+// output-rounding flips (expected ~1e-3). v2-128 runs v1's tiles on v2's schedule and must equal
+// v1 bit for bit.
 //
 // Bound: rel-L2 ≤ 1e-2 per output. Expected about 2e-3 (a host emulation of the kernel gave
 // 1.9e-3 to 2.3e-3 on these kinds of inputs): the kernel rounds each softmax weight P to
@@ -43,10 +44,12 @@ constexpr double kRelL2 = 1e-2;
 constexpr double kMaxAbsOverMaxV = 2e-2;
 constexpr double kBetweenVariantsRelL2 = 5e-3;
 constexpr cuda::AttentionVariant kVariants[] = {cuda::AttentionVariant::kV0, cuda::AttentionVariant::kV1,
-                                                cuda::AttentionVariant::kV2};
+                                                cuda::AttentionVariant::kV2, cuda::AttentionVariant::kV2Keys128};
 constexpr size_t kVariantCount = std::size(kVariants);
-// Pairs (i, j) of kVariants compared on the whole output: v1 and v2 against v0, v2 against v1.
-constexpr std::pair<size_t, size_t> kComparedPairs[] = {{1, 0}, {2, 0}, {2, 1}};
+// Pairs (i, j) of kVariants compared on the whole output: v1 and v2 against v0, v2 against v1,
+// and v2-128 against v1, which must be bitwise equal.
+constexpr std::pair<size_t, size_t> kComparedPairs[] = {{1, 0}, {2, 0}, {2, 1}, {3, 1}};
+constexpr std::pair<size_t, size_t> kBitwisePair = {3, 1};
 
 const char* variant_name(cuda::AttentionVariant v) {
   switch (v) {
@@ -56,6 +59,8 @@ const char* variant_name(cuda::AttentionVariant v) {
       return "v1";
     case cuda::AttentionVariant::kV2:
       return "v2";
+    case cuda::AttentionVariant::kV2Keys128:
+      return "v2-128";
   }
   return "?";
 }
@@ -137,6 +142,9 @@ void check_attention(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, 
     const test::Comparison between = test::compare(results[i], results[j]);
     EXPECT_EQ(between.nonfinite, 0) << label << ": " << between.summary();
     EXPECT_LE(between.rel_l2, kBetweenVariantsRelL2) << label << ": " << between.summary();
+    if (std::pair{i, j} == kBitwisePair && d == 128) {
+      EXPECT_EQ(between.differing, 0) << label << ": must be bitwise v1's output; " << between.summary();
+    }
     std::printf("%-48s rel-L2 %.3e\n", label.c_str(), between.rel_l2);
   }
 }
@@ -226,6 +234,8 @@ TEST(GpuAttentionVariant, ReadFromTheEnvironment) {
   EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV1);
   setenv("VORTEX_VARIANT_ATTENTION", "v2", 1);
   EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV2);
+  setenv("VORTEX_VARIANT_ATTENTION", "v2-128", 1);
+  EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV2Keys128);
   setenv("VORTEX_VARIANT_ATTENTION", "v3", 1);
   EXPECT_EQ(cuda::attention_variant_from_env().status().code(), StatusCode::kUnimplemented);
   if (saved) {
@@ -243,8 +253,8 @@ constexpr int64_t kSmallTokens = 4608, kSmallHeads = 24;
 
 class GpuAttentionCanonical : public test::GpuTest {
  protected:
-  // fused 1.63 GB + three outs (v0, v1, v2) 3 × 0.54 GB + the small shape's 0.11 GB
-  size_t arena_bytes() const override { return size_t{3600} << 20; }
+  // fused 1.63 GB + four outs (v0, v1, v2, v2-128) 4 × 0.54 GB + the small shape's 0.11 GB
+  size_t arena_bytes() const override { return size_t{4200} << 20; }
 
   // Fills the fused QKV buffer (unit-variance entries) and allocates out [N, H·D] per variant.
   void SetUp() override {
@@ -323,8 +333,9 @@ TEST_F(GpuAttentionCanonical, SampledRowsOfTwoHeadsMatchCpu) {
     const uint16_t* a = outs[j].data_as<uint16_t>();
     const uint16_t* b = outs[i].data_as<uint16_t>();
     double num = 0.0, den = 0.0;
-    int64_t nonfinite = 0;
+    int64_t nonfinite = 0, differing = 0;
     for (int64_t e = 0; e < outs[j].numel(); ++e) {
+      differing += a[e] != b[e];
       const double x = bf16_bits_to_f32(a[e]), y = bf16_bits_to_f32(b[e]);
       if (!std::isfinite(x) || !std::isfinite(y)) {
         ++nonfinite;
@@ -336,6 +347,7 @@ TEST_F(GpuAttentionCanonical, SampledRowsOfTwoHeadsMatchCpu) {
     const double rel_l2 = std::sqrt(num / den);
     EXPECT_EQ(nonfinite, 0) << label << " at 37810x56x128";
     EXPECT_LE(rel_l2, kBetweenVariantsRelL2) << label << " at 37810x56x128";
+    if (std::pair{i, j} == kBitwisePair) EXPECT_EQ(differing, 0) << label << " at 37810x56x128: must be bitwise v1's";
     std::printf("%s 37810x56x128, all %lld outputs: rel-L2 %.3e\n", label.c_str(),
                 static_cast<long long>(outs[j].numel()), rel_l2);
     RecordProperty(std::string(variant_name(kVariants[i])) + "_vs_" + variant_name(kVariants[j]) + "_rel_l2",
