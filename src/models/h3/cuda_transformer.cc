@@ -33,23 +33,10 @@ Result<Tensor> alias(const Tensor& buffer, const Shape& shape, DType dtype, size
 
 const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
 
-// The weights the fp8 recipe quantizes: the four linears of every transformer block.
-bool is_block_linear_weight(const std::string& name) {
-  if (name.rfind("transformer_blocks.", 0) != 0) return false;
-  for (const char* suffix : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.to_out.0.weight",
-                             ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
-    const std::string s(suffix);
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
-  }
-  return false;
-}
 const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
 
 }  // namespace
 
-bool is_block_adaln_weight(const std::string& name) {
-  return name.rfind("transformer_blocks.", 0) == 0 && name.find(".adaln_proj.linear.") != std::string::npos;
-}
 
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
   auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
@@ -127,16 +114,7 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
   const std::vector<TensorSpec> schema = diffusers_schema(config_);
   const bool fp8 = recipe_ == LinearRecipe::kFp8;
   const bool adaln_resident = adaln_tables_ == AdaLnTables::kPerStep;
-  size_t bytes = 0;
-  for (const auto& spec : schema) {
-    if (!adaln_resident && is_block_adaln_weight(spec.name)) continue;  // streamed by plan_steps()
-    if (fp8 && is_block_linear_weight(spec.name)) {  // e4m3 codes + one fp32 scale per row
-      bytes += static_cast<size_t>(spec.shape.numel() + 4 * spec.shape[0]) + 2 * cuda::DeviceArena::kAlignment;
-    } else {
-      bytes += static_cast<size_t>(spec.shape.numel()) * (spec.fp32_island ? 4 : 2) + cuda::DeviceArena::kAlignment;
-    }
-  }
-  VORTEX_ASSIGN_OR_RETURN(weights_arena_, cuda::DeviceArena::create(bytes));
+  VORTEX_ASSIGN_OR_RETURN(weights_arena_, cuda::DeviceArena::create(device_weight_bytes(config_, recipe_, adaln_resident)));
   // fp8: each block linear is filled in bf16 here, then quantized into the weights arena.
   cuda::DeviceArena staging;
   if (fp8) {
@@ -257,52 +235,25 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   max_rows_ = max_rows;
   const H3Config& c = config_;
   const int64_t N = max_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
-  const auto bytes = [](int64_t n, int64_t w, int64_t esize) { return static_cast<size_t>(n * w * esize) + 256; };
-  // The attention half's q/k/v and attention output are dead when the FFN runs, and the FC1
-  // output is dead when attention runs: one region holds [qkv | attn] or fc1 (the same 4·inner =
-  // 2·F columns at the released shapes). CudaModelOptions::keep_attention_inputs keeps q/k/v apart.
-  const size_t attention_bytes = bytes(N, 3 * inner, 2) + bytes(N, inner, 2), ffn_bytes = bytes(N, 2 * F, 2);
-  const size_t shared_bytes = keep_attention_inputs_ ? attention_bytes + ffn_bytes : std::max(attention_bytes, ffn_bytes);
-  size_t total = 0;
-  total += 3 * bytes(N, C, 2) + shared_bytes + bytes(N, F, 2);
-  total += 2 * bytes(N, c.rotary_dim(), 4);
-  total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);
-  total += bytes(kMaxTimesteps, c.time_embed_dim, 2) + bytes(kMaxTimesteps, 18 * C, 2) + bytes(kMaxTimesteps, 2 * C, 2);
-  total += 2 * bytes(N, c.video_patch_dim(), 4) + 2 * bytes(N, c.audio_in_channels, 4);
+  // Which buffers share memory, and the arena's size: device_memory_plan.h.
   const bool planned_tables = adaln_tables_ == AdaLnTables::kPerRequest;
-  if (planned_tables) total += c.num_layers * bytes(kMaxTimesteps, 18 * C, 2);
-  // Buffers live only outside the block stack alias the FFN's when they fit (they do for the
-  // released shapes: 2C <= F, text_dim <= F; small test models get their own): the fp32 patch
-  // embeddings and head inputs (before / after the blocks) sit in the FC1 output, the raw text
-  // states (read only by the context embedder, before the refiner's FFN runs) in the SwiGLU
-  // output. This keeps the arena 2 GB smaller at the canonical shape.
-  const size_t embed_bytes = static_cast<size_t>(N * C) * 4, embed_slot = (embed_bytes + 255) / 256 * 256;
-  const bool embeds_alias = embed_slot + embed_bytes <= static_cast<size_t>(N * 2 * F) * 2;
-  const bool text_alias = c.text_dim <= F;
-  if (!embeds_alias) total += 2 * bytes(N, C, 4);
-  if (!text_alias) total += bytes(N, c.text_dim, 2);
-  const int64_t widest_input = std::max({C, inner, F});
-  // fp8: the blocks never write the bf16 SwiGLU output (their producer writes e4m3 codes), so the
-  // codes live in its memory when they fit; the refiner, which does use it, runs in prepare().
-  const bool codes_alias = widest_input <= 2 * F;
-  if (recipe_ == LinearRecipe::kFp8) total += (codes_alias ? 0 : bytes(N, widest_input, 1)) + bytes(N, 1, 4) + (64u << 20);
-  total += (64u << 20) + (1u << 20);  // GEMM workspace and slack
-  VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(total));
+  const ActivationPlan plan = plan_activations(c, N, recipe_, keep_attention_inputs_, planned_tables);
+  VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(plan.total));
   cuda::DeviceArena& a = activations_;
   VORTEX_ASSIGN_OR_RETURN(x_, a.alloc({N, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(h_, a.alloc({N, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(branch_, a.alloc({N, C}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor shared, a.alloc({static_cast<int64_t>(shared_bytes)}, DType::kU8));
-  const size_t qkv_slot = (static_cast<size_t>(N * 3 * inner) * 2 + 255) / 256 * 256;
+  VORTEX_ASSIGN_OR_RETURN(Tensor shared, a.alloc({static_cast<int64_t>(plan.shared_bytes)}, DType::kU8));
   VORTEX_ASSIGN_OR_RETURN(qkv_, alias(shared, {N, 3 * inner}, DType::kBF16, 0));
-  VORTEX_ASSIGN_OR_RETURN(attn_, alias(shared, {N, inner}, DType::kBF16, qkv_slot));
-  VORTEX_ASSIGN_OR_RETURN(fc1_, alias(shared, {N, 2 * F}, DType::kBF16, keep_attention_inputs_ ? attention_bytes : 0));
+  VORTEX_ASSIGN_OR_RETURN(attn_, alias(shared, {N, inner}, DType::kBF16, plan.qkv_slot));
+  VORTEX_ASSIGN_OR_RETURN(fc1_, alias(shared, {N, 2 * F}, DType::kBF16,
+                                      keep_attention_inputs_ ? plan.attention_bytes : 0));
   VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
   if (recipe_ == LinearRecipe::kFp8) {
-    if (codes_alias) {
-      VORTEX_ASSIGN_OR_RETURN(codes_, alias(swiglu_, {N, widest_input}, DType::kF8E4M3, 0));
+    if (plan.codes_alias) {
+      VORTEX_ASSIGN_OR_RETURN(codes_, alias(swiglu_, {N, plan.widest_input}, DType::kF8E4M3, 0));
     } else {
-      VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, widest_input}, DType::kF8E4M3));
+      VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, plan.widest_input}, DType::kF8E4M3));
     }
     VORTEX_ASSIGN_OR_RETURN(code_scales_, a.alloc({N}, DType::kF32));
   }
@@ -324,14 +275,14 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(audio_in_, a.alloc({N, c.audio_in_channels}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(video_out_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(audio_out_, a.alloc({N, c.audio_in_channels}, DType::kF32));
-  if (embeds_alias) {
+  if (plan.embeds_alias) {
     VORTEX_ASSIGN_OR_RETURN(video_embed_, alias(fc1_, {N, C}, DType::kF32, 0));
-    VORTEX_ASSIGN_OR_RETURN(audio_embed_, alias(fc1_, {N, C}, DType::kF32, embed_slot));
+    VORTEX_ASSIGN_OR_RETURN(audio_embed_, alias(fc1_, {N, C}, DType::kF32, plan.embed_slot));
   } else {
     VORTEX_ASSIGN_OR_RETURN(video_embed_, a.alloc({N, C}, DType::kF32));
     VORTEX_ASSIGN_OR_RETURN(audio_embed_, a.alloc({N, C}, DType::kF32));
   }
-  if (text_alias) {
+  if (plan.text_alias) {
     VORTEX_ASSIGN_OR_RETURN(text_in_, alias(swiglu_, {N, c.text_dim}, DType::kBF16, 0));
   } else {
     VORTEX_ASSIGN_OR_RETURN(text_in_, a.alloc({N, c.text_dim}, DType::kBF16));

@@ -22,6 +22,7 @@
 #include "cuda/profiler.h"
 #include "cuda/runtime.h"
 #include "models/h3/cuda_graph.h"
+#include "models/h3/device_memory_plan.h"
 #include "models/h3/step_model.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
@@ -35,8 +36,6 @@ using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& 
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
-// transformer_blocks.<i>.adaln_proj.linear.{weight,bias}: what AdaLnTables::kPerRequest streams.
-bool is_block_adaln_weight(const std::string& diffusers_name);
 
 // Where each transformer block's AdaLN modulation table (shift, scale, gate x 2 per timestep and
 // modality) comes from. kPerStep: one GEMM per block per step from AdaLN weights kept on the
@@ -125,7 +124,7 @@ class CudaH3Transformer : public StepModel {
     } fp8;  // the fp8 recipe's transformer-block weights
   };
 
-  static constexpr int64_t kMaxTimesteps = 4;  // distinct noise levels in one forward (t2va uses 1 or 2)
+  static constexpr int64_t kMaxTimesteps = kDeviceMaxTimesteps;
 
   CudaH3Transformer() = default;
   Status load_weights(const WeightFiller& fill);

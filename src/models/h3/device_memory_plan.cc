@@ -1,0 +1,82 @@
+#include "models/h3/device_memory_plan.h"
+
+#include <algorithm>
+
+#include "models/h3/weights.h"
+
+namespace vortex::h3 {
+
+namespace {
+
+// The device arenas align every allocation to 256 bytes (cuda::DeviceArena::kAlignment).
+constexpr size_t kAlignment = 256;
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+size_t bytes(int64_t n, int64_t w, int64_t element_size) { return static_cast<size_t>(n * w * element_size) + kAlignment; }
+
+size_t aligned(size_t b) { return (b + kAlignment - 1) / kAlignment * kAlignment; }
+
+}  // namespace
+
+bool is_block_linear_weight(const std::string& name) {
+  if (name.rfind("transformer_blocks.", 0) != 0) return false;
+  for (const char* suffix : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.to_out.0.weight",
+                             ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
+    if (ends_with(name, suffix)) return true;
+  }
+  return false;
+}
+
+bool is_block_adaln_weight(const std::string& name) {
+  return name.rfind("transformer_blocks.", 0) == 0 && name.find(".adaln_proj.linear.") != std::string::npos;
+}
+
+size_t device_weight_bytes(const H3Config& config, LinearRecipe recipe, bool adaln_resident) {
+  const bool fp8 = recipe == LinearRecipe::kFp8;
+  size_t total = 0;
+  for (const auto& spec : diffusers_schema(config)) {
+    if (!adaln_resident && is_block_adaln_weight(spec.name)) continue;
+    if (fp8 && is_block_linear_weight(spec.name)) {  // e4m3 codes + one fp32 scale per row
+      total += static_cast<size_t>(spec.shape.numel() + 4 * spec.shape[0]) + 2 * kAlignment;
+    } else {
+      total += static_cast<size_t>(spec.shape.numel()) * (spec.fp32_island ? 4 : 2) + kAlignment;
+    }
+  }
+  return total;
+}
+
+ActivationPlan plan_activations(const H3Config& c, int64_t rows, LinearRecipe recipe, bool keep_attention_inputs,
+                                bool planned_tables) {
+  const int64_t N = rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim, T = kDeviceMaxTimesteps;
+  ActivationPlan p;
+  p.attention_bytes = bytes(N, 3 * inner, 2) + bytes(N, inner, 2);
+  const size_t ffn_bytes = bytes(N, 2 * F, 2);
+  p.shared_bytes = keep_attention_inputs ? p.attention_bytes + ffn_bytes : std::max(p.attention_bytes, ffn_bytes);
+  p.qkv_slot = aligned(static_cast<size_t>(N * 3 * inner) * 2);
+  const size_t embed_bytes = static_cast<size_t>(N * C) * 4;
+  p.embed_slot = aligned(embed_bytes);
+  p.embeds_alias = p.embed_slot + embed_bytes <= static_cast<size_t>(N * 2 * F) * 2;
+  p.text_alias = c.text_dim <= F;
+  p.widest_input = std::max({C, inner, F});
+  p.codes_alias = p.widest_input <= 2 * F;
+
+  size_t total = 3 * bytes(N, C, 2) + p.shared_bytes + bytes(N, F, 2);  // x, h, branch; shared; SwiGLU
+  total += 2 * bytes(N, c.rotary_dim(), 4);                             // RoPE cos, sin
+  total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);                     // row indices
+  total += bytes(T, c.time_embed_dim, 2) + bytes(T, 18 * C, 2) + bytes(T, 2 * C, 2);  // step tables
+  total += 2 * bytes(N, c.video_patch_dim(), 4) + 2 * bytes(N, c.audio_in_channels, 4);  // inputs, outputs
+  if (planned_tables) total += c.num_layers * bytes(T, 18 * C, 2);
+  if (!p.embeds_alias) total += 2 * bytes(N, C, 4);
+  if (!p.text_alias) total += bytes(N, c.text_dim, 2);
+  if (recipe == LinearRecipe::kFp8) {
+    total += (p.codes_alias ? 0 : bytes(N, p.widest_input, 1)) + bytes(N, 1, 4) + (size_t{64} << 20);  // + fp8 GEMM workspace
+  }
+  total += (size_t{64} << 20) + (size_t{1} << 20);  // bf16 GEMM workspace and slack
+  p.total = total;
+  return p;
+}
+
+}  // namespace vortex::h3

@@ -1,0 +1,55 @@
+// The CUDA model's device memory, planned on the host: the weight arena for a recipe and AdaLN
+// placement, and the activation arena for a number of packed rows, with the decisions about which
+// buffers share memory. The CUDA model (cuda_transformer.cc) sizes and carves its arenas from this
+// plan; the CPU tests pin the canonical numbers, so a change that grows them shows without a GPU.
+//
+// Sharing (lifetimes that never overlap):
+//   - q/k/v + attention output and the FC1 output: the attention half and the FFN half never run
+//     at once ([qkv | attn] is FC1's width at the released shapes, 4·inner = 2·F);
+//   - the fp32 patch embeddings and head inputs (before / after the block stack) in FC1's memory,
+//     the raw text states (read before the refiner's FFN) in the SwiGLU output's;
+//   - the fp8 recipe's e4m3 codes in the SwiGLU output's memory (the fp8 blocks never write it);
+//   - the int8fp8 attention workspace in the SwiGLU output's memory (lives only inside attention;
+//     decided by the CUDA model, which knows the workspace size).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "models/h3/config.h"
+#include "models/h3/transformer.h"
+
+namespace vortex::h3 {
+
+// Distinct noise levels one forward may carry (t2va uses 1 or 2).
+constexpr int64_t kDeviceMaxTimesteps = 4;
+
+// transformer_blocks.<i>.{attn.to_q, to_k, to_v, to_out.0, ff.net.0.proj, ff.net.2}.weight: what
+// the fp8 recipe quantizes.
+bool is_block_linear_weight(const std::string& diffusers_name);
+// transformer_blocks.<i>.adaln_proj.linear.{weight,bias}: what AdaLN tables per request stream.
+bool is_block_adaln_weight(const std::string& diffusers_name);
+
+// Bytes of the weight arena: bf16 (fp32 islands in fp32), the fp8 recipe's block linears as e4m3
+// plus one fp32 scale per row, without the blocks' AdaLN weights when they are not resident.
+size_t device_weight_bytes(const H3Config& config, LinearRecipe recipe, bool adaln_resident);
+
+struct ActivationPlan {
+  size_t attention_bytes = 0;  // [qkv | attn] at `rows`
+  size_t shared_bytes = 0;     // the region holding [qkv | attn] and FC1 (apart with keep_attention_inputs)
+  size_t qkv_slot = 0;         // attn's offset in that region
+  size_t embed_slot = 0;       // the audio embeddings' offset in FC1's memory
+  bool embeds_alias = false;   // patch embeddings / head inputs inside FC1's memory
+  bool text_alias = false;     // raw text states inside the SwiGLU output's memory
+  bool codes_alias = false;    // fp8 codes inside the SwiGLU output's memory
+  int64_t widest_input = 0;    // columns of the fp8 codes buffer
+  size_t total = 0;            // the arena's size, slack and the GEMM workspaces included
+};
+
+// keep_attention_inputs: q/k/v get memory of their own (CudaModelOptions::keep_attention_inputs);
+// planned_tables: the per-block AdaLN tables of the current step (AdaLnTables::kPerRequest).
+ActivationPlan plan_activations(const H3Config& config, int64_t rows, LinearRecipe recipe, bool keep_attention_inputs,
+                                bool planned_tables);
+
+}  // namespace vortex::h3

@@ -1,0 +1,91 @@
+// The CUDA model's device-memory plan (models/h3/device_memory_plan.h) at the canonical request,
+// against what the H200 measured with the same plan (bench/results/h200/2026-11-30-b0fed2f and
+// 2026-11-30-c1ef48a: the arenas' used bytes). An arena's size is an upper bound of what the model
+// allocates from it (every allocation padded to 256 bytes, plus 1 MB of slack), so each planned
+// size must lie at or above its measurement and within a few MB of it; and the activations must
+// stay inside the budget of 6 GB beyond the weights.
+#include <gtest/gtest.h>
+
+#include "models/h3/config.h"
+#include "models/h3/device_memory_plan.h"
+#include "models/h3/layout.h"
+
+namespace vortex {
+namespace {
+
+constexpr size_t kMB = size_t{1} << 20;
+
+int64_t canonical_rows(const h3::H3Config& c) {
+  auto geometry = h3::resolve_geometry({768, 1344, 124}, c);
+  EXPECT_TRUE(geometry.ok());
+  auto layout = h3::build_t2va_layout(100, *geometry, c);
+  EXPECT_TRUE(layout.ok());
+  return layout->num_rows;
+}
+
+void expect_covers(size_t planned, size_t measured, size_t slack, const char* what) {
+  EXPECT_GE(planned, measured) << what << ": the plan is smaller than what the device measured";
+  EXPECT_LE(planned, measured + slack) << what << ": the plan is " << (planned - measured) << " bytes above it";
+}
+
+TEST(DeviceMemoryPlan, WeightsAtTheReleasedSize) {
+  const h3::H3Config c = *h3::config_preset("h3");
+  // Measured weight arenas (used bytes) on the H200.
+  expect_covers(h3::device_weight_bytes(c, h3::LinearRecipe::kBf16, true), 66280430208, kMB, "bf16, AdaLN resident");
+  expect_covers(h3::device_weight_bytes(c, h3::LinearRecipe::kBf16, false), 40259515008, kMB, "bf16, AdaLN per request");
+  expect_covers(h3::device_weight_bytes(c, h3::LinearRecipe::kFp8, true), 47025031808, kMB, "fp8, AdaLN resident");
+  expect_covers(h3::device_weight_bytes(c, h3::LinearRecipe::kFp8, false), 21004116608, kMB, "fp8, AdaLN per request");
+}
+
+TEST(DeviceMemoryPlan, ActivationsOfTheCanonicalRequest) {
+  const h3::H3Config c = *h3::config_preset("h3");
+  const int64_t rows = canonical_rows(c);
+  ASSERT_EQ(rows, 37810);
+  const h3::ActivationPlan bf16_step = h3::plan_activations(c, rows, h3::LinearRecipe::kBf16, false, false);
+  const h3::ActivationPlan bf16_request = h3::plan_activations(c, rows, h3::LinearRecipe::kBf16, false, true);
+  const h3::ActivationPlan fp8_request = h3::plan_activations(c, rows, h3::LinearRecipe::kFp8, false, true);
+  // Measured activation-arena peaks (the GEMM workspaces are allocated from it too).
+  expect_covers(bf16_step.total, 4608821248, 2 * kMB, "bf16, AdaLN per step");
+  expect_covers(bf16_request.total, 4647528448, 2 * kMB, "bf16, AdaLN per request");
+  expect_covers(fp8_request.total, 4714788608, 2 * kMB, "fp8, AdaLN per request");
+  // Every sharing decision holds at the released shapes.
+  for (const h3::ActivationPlan* p : {&bf16_step, &bf16_request, &fp8_request}) {
+    EXPECT_TRUE(p->embeds_alias);
+    EXPECT_TRUE(p->text_alias);
+    EXPECT_TRUE(p->codes_alias);
+  }
+  // [qkv | attn] is exactly FC1's width: the shared region is no larger than either.
+  EXPECT_EQ(bf16_step.shared_bytes, bf16_step.attention_bytes);
+  // The budget: weights + at most 6 GB, of which the CUDA context and cuBLASLt take about
+  // 0.6 GB (measured: 5.44 GB in use beyond the weights for bf16, 5.50 GB for fp8).
+  EXPECT_LE(fp8_request.total, size_t{5000} * kMB);
+  // q/k/v kept apart for diagnostics costs the FC1 output's size on top.
+  const h3::ActivationPlan kept = h3::plan_activations(c, rows, h3::LinearRecipe::kBf16, true, false);
+  EXPECT_EQ(kept.total - bf16_step.total, static_cast<size_t>(rows * 2 * c.ffn_dim * 2) + 256);
+}
+
+TEST(DeviceMemoryPlan, SmallModelsGetTheirOwnBuffersWhereTheyDoNotFit) {
+  // Text wider than the FFN: the raw text states cannot live in the SwiGLU output.
+  h3::H3Config c = *h3::config_preset("h3");
+  c.num_layers = 1;
+  c.hidden_size = 256;
+  c.num_attention_heads = 2;
+  c.ffn_dim = 64;
+  c.text_dim = 512;
+  const h3::ActivationPlan p = h3::plan_activations(c, 100, h3::LinearRecipe::kBf16, false, false);
+  EXPECT_FALSE(p.text_alias);
+  EXPECT_FALSE(p.embeds_alias);  // 2 fp32 embeddings of 256 do not fit FC1's 2 x 64 bf16
+  EXPECT_FALSE(p.codes_alias);   // widest input 256 > 2 x 64
+}
+
+TEST(DeviceMemoryPlan, WeightPredicates) {
+  EXPECT_TRUE(h3::is_block_linear_weight("transformer_blocks.3.attn.to_q.weight"));
+  EXPECT_TRUE(h3::is_block_linear_weight("transformer_blocks.49.ff.net.2.weight"));
+  EXPECT_FALSE(h3::is_block_linear_weight("transformer_blocks.3.adaln_proj.linear.weight"));
+  EXPECT_FALSE(h3::is_block_linear_weight("token_refiner.refiner_blocks.0.attn.to_q.weight"));
+  EXPECT_TRUE(h3::is_block_adaln_weight("transformer_blocks.0.adaln_proj.linear.bias"));
+  EXPECT_FALSE(h3::is_block_adaln_weight("norm_out.linear.weight"));
+}
+
+}  // namespace
+}  // namespace vortex
