@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -82,6 +83,9 @@ struct LoadedStepModel {
   std::unique_ptr<h3::CpuStepModel> cpu_steps;
   std::unique_ptr<h3::StepModel> device;
   h3::StepModel& steps() { return device ? *device : *cpu_steps; }
+  // --device cuda: the device memory the run used (weight arena, activation arena's peak, and
+  // what cudaMemGetInfo reports in use), for the summary JSON.
+  std::function<nlohmann::json()> device_memory;
 };
 
 Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const GenerateArgs& args, DType dtype,
@@ -153,6 +157,15 @@ Result<LoadedStepModel> load_step_model(const GenerateArgs& args, DType dtype, i
     }
     VORTEX_ASSIGN_OR_RETURN(int64_t rows, request_rows(args, config, text_rows));
     VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(args, rows, source));
+    if (const auto* cuda_model = dynamic_cast<const h3::CudaH3Transformer*>(loaded.device.get())) {
+      loaded.device_memory = [cuda_model]() -> nlohmann::json {
+        size_t free_bytes = 0, total_bytes = 0;
+        const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+        return {{"weights_bytes", cuda_model->weight_bytes()},
+                {"activations_peak_bytes", cuda_model->activation_peak_bytes()},
+                {"in_use_bytes (cudaMemGetInfo)", known ? nlohmann::json(total_bytes - free_bytes) : nlohmann::json()}};
+      };
+    }
     return loaded;
 #else
     return unimplemented("--device cuda: this build has no CUDA backend");
@@ -256,6 +269,7 @@ int run_generate(const GenerateArgs& args) {
        {{"video", {{"sha256", video.sha256}, {"sum", video.sum}}}, {"audio", {{"sha256", audio.sha256}, {"sum", audio.sum}}}}},
       {"seconds", {{"load", load_seconds}, {"denoise", result->run.seconds}}},
   };
+  if (model->device_memory) summary["device_memory"] = model->device_memory();
   const std::map<std::string, std::string> metadata = {{"vortex", summary.dump()}};
   Status written = write_safetensors(args.out + ".safetensors",
                                      {{"video_latents", result->video_latents}, {"audio_latents", result->audio_latents}},
