@@ -25,5 +25,18 @@ TEST(BenchManifest, SectionsCarryDigestsThatDetectEdits) {
   EXPECT_FALSE(verify_manifest(k));
 }
 
+TEST(BenchManifest, GpuConditionsAreRecordedWhenSampledAndCoveredByTheDigest) {
+  Manifest m;
+  m.workload = "unit";
+  m.samples.ms = {1.0, 2.0};
+  EXPECT_FALSE(m.to_json()["run"].contains("gpu_during_samples"));  // not sampled: no key
+  m.samples.gpu = {{"sm_clock_mhz", {{"mean", 1612.5}, {"min", 1455}, {"max", 1980}}}, {"samples", 40}};
+  nlohmann::json j = m.to_json();
+  EXPECT_DOUBLE_EQ(j["run"]["gpu_during_samples"]["sm_clock_mhz"]["mean"].get<double>(), 1612.5);
+  EXPECT_TRUE(verify_manifest(j));
+  j["run"]["gpu_during_samples"]["sm_clock_mhz"]["mean"] = 1980;
+  EXPECT_FALSE(verify_manifest(j));
+}
+
 }  // namespace
 }  // namespace vortex::bench

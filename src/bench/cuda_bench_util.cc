@@ -9,6 +9,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "bench/cuda_gpu_monitor.h"
+
 namespace vortex::bench {
 
 Result<std::unique_ptr<Timer>> Timer::create() {
@@ -28,7 +30,13 @@ Timer::~Timer() {
 Result<Samples> Timer::measure(const BenchOptions& o, const std::function<Status()>& setup,
                                const std::function<Status()>& body) {
   Samples samples;
+  std::unique_ptr<GpuMonitor> monitor;
   for (int i = 0; i < o.warmup + o.repetitions; ++i) {
+    if (i == o.warmup) {
+      int device = 0;
+      VORTEX_CUDA_CHECK(cudaGetDevice(&device));
+      monitor = GpuMonitor::start(device);
+    }
     if (setup) VORTEX_RETURN_IF_ERROR(setup());
     VORTEX_CUDA_CHECK(cudaMemsetAsync(flush_.data(), i & 0xFF, kL2FlushBytes, nullptr));
     VORTEX_CUDA_CHECK(cudaEventRecord(start_, nullptr));
@@ -39,6 +47,7 @@ Result<Samples> Timer::measure(const BenchOptions& o, const std::function<Status
     VORTEX_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, stop_));
     if (i >= o.warmup) samples.ms.push_back(ms);
   }
+  if (monitor) samples.gpu = monitor->stop();
   return samples;
 }
 

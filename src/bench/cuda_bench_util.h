@@ -22,7 +22,8 @@ class Timer {
  public:
   static Result<std::unique_ptr<Timer>> create();
   ~Timer();
-  // For each of warm-ups + repetitions: setup (untimed), L2 flush, CUDA events around body.
+  // For each of warm-ups + repetitions: setup (untimed), L2 flush, CUDA events around body. The
+  // SM clock and power are sampled over the timed repetitions (Samples::gpu).
   Result<Samples> measure(const BenchOptions& o, const std::function<Status()>& setup,
                           const std::function<Status()>& body);
 

@@ -19,6 +19,7 @@
 #include <filesystem>
 
 #include "bench/cuda_bench_util.h"
+#include "bench/cuda_gpu_monitor.h"
 #include "bench/cuda_workloads.h"
 #include "formats/safetensors.h"
 #include "models/h3/cuda_transformer.h"
@@ -197,6 +198,7 @@ struct DenoiseRun {
   h3::GenerateResult trajectory;  // 2 forwards
   h3::GenerateResult full;        // the canonical 12 forwards
   std::vector<double> step_ms;
+  nlohmann::json gpu;  // SM clock and power over the 12 steps
   nlohmann::json memory;
 };
 
@@ -211,11 +213,15 @@ Result<DenoiseRun> run_denoise(const BenchOptions& o, const Canonical& c, h3::Li
   VORTEX_ASSIGN_OR_RETURN(run.trajectory, h3::generate_t2va(*model, c.text, g));
   g.steps = 13;  // 12 forwards, as the canonical generate request
   const std::string label = recipe_name(recipe) + (int8fp8 ? " + int8fp8" : "");
+  int device = 0;
+  VORTEX_CUDA_CHECK(cudaGetDevice(&device));
+  const std::unique_ptr<GpuMonitor> monitor = GpuMonitor::start(device);
   VORTEX_ASSIGN_OR_RETURN(run.full, h3::generate_t2va(*model, c.text, g, [&](const h3::StepProgress& p) {
                             run.step_ms.push_back(p.step_seconds * 1e3);
                             std::fprintf(stderr, "vortex bench h3-denoise (%s): step %d/%d %.2f s\n", label.c_str(),
                                          p.step, p.total, p.step_seconds);
                           }));
+  run.gpu = monitor->stop();
   VORTEX_ASSIGN_OR_RETURN(run.memory, memory_json(*model));
   return run;
 }
@@ -254,6 +260,7 @@ Result<std::vector<Manifest>> bench_denoise(const BenchOptions& o) {
     Manifest m;
     m.workload = conf.workload;
     m.samples.ms = run.step_ms;
+    m.samples.gpu = run.gpu;
     double total_ms = 0;
     for (double ms : run.step_ms) total_ms += ms;
     m.derived = {{"denoise_seconds (12 forwards + Euler steps, host wall clock)", total_ms * 1e-3},

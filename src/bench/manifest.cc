@@ -56,6 +56,7 @@ nlohmann::json Manifest::to_json() const {
       {"derived", derived},
       {"observed_at", utc_timestamp()},
   };
+  if (!samples.gpu.is_null()) run["gpu_during_samples"] = samples.gpu;
   nlohmann::json m = {
       {"schema", "vortex.bench.v1"},
       {"run", run},

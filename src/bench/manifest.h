@@ -16,6 +16,9 @@ namespace vortex::bench {
 
 struct Samples {
   std::vector<double> ms;  // one entry per timed repetition
+  // The SM clock and board power while they were timed (bench/cuda_gpu_monitor.h); null when not
+  // sampled.
+  nlohmann::json gpu;
   double mean() const;
   double median() const;
   double min() const;

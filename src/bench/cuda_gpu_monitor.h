@@ -1,0 +1,32 @@
+// What the GPU ran at while a measurement was timed: the SM clock and the board power, sampled
+// every 20 ms through NVML on a background thread. Under sustained load the H200 holds its 700 W
+// cap by lowering the SM clock to 1.45-1.75 GHz (bench/notes/attention.md), so a median means
+// little without the clock it was taken at; manifests carry this next to the samples.
+//
+// NVML is the driver's library (libnvidia-ml.so.1), loaded with dlopen when a monitor starts:
+// machines without a driver build and run everything else, and the monitor then reports that it
+// had no readings.
+#pragma once
+
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+namespace vortex::bench {
+
+class GpuMonitor {
+ public:
+  // Starts sampling CUDA device `device`; never fails (a monitor without NVML records nothing).
+  static std::unique_ptr<GpuMonitor> start(int device);
+  ~GpuMonitor();
+  // Stops sampling: {"sm_clock_mhz": {mean, min, max}, "power_w": {mean, min, max}, "samples": n,
+  // "interval_ms": 20}, or {"unavailable": why}.
+  nlohmann::json stop();
+
+ private:
+  struct State;
+  explicit GpuMonitor(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace vortex::bench
