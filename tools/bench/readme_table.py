@@ -65,8 +65,10 @@ def rows():
             f"{p['name']} {p['median_ms']:.1f} ms ({p['ratio_peer_over_vortex']:.2f}×)"
             for p in m.get("peers", []) if "median_ms" in p)
         tflops = run.get("derived", {}).get("tflops")
+        clock = (run.get("gpu_during_samples", {}).get("sm_clock_mhz") or {}).get("mean")
         out.append(f"| {workload} | {gpu} | {run['median']:.2f} | "
                    f"{tflops:.0f} | " if tflops else f"| {workload} | {gpu} | {run['median']:.2f} | – | ")
+        out[-1] += f"{clock:.0f} | " if clock else "– | "
         out[-1] += (f"{peers or '–'} | {'pass' if m['correctness']['passed'] else 'FAIL'} "
                     f"(rel-L2 {m['correctness']['rel_l2']:.1e}) | {run['observed_at'][:10]}, "
                     f"{env.get('git_commit', '?')} | `{path.relative_to(ROOT)}` |")
@@ -74,9 +76,9 @@ def rows():
 
 
 def table():
-    header = ["| workload | GPU | median ms | TFLOP/s | peers in the same run (peer ms, ratio peer/vortex) | "
-              "correctness | date, commit | manifest |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    header = ["| workload | GPU | median ms | TFLOP/s | SM MHz (mean over the samples) | "
+              "peers in the same run (peer ms, ratio peer/vortex) | correctness | date, commit | manifest |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     return "\n".join(header + rows())
 
 
