@@ -1,7 +1,8 @@
 // The exactness gate of AdaLN tables per request (AdaLnTables::kPerRequest, cuda_adaln_tables.cc):
 // tables planned up front from streamed AdaLN weights give BITWISE the block output and the 2-step
 // trajectory of the per-step GEMMs from resident weights, under both linear recipes, and the model
-// holds no AdaLN weight. Steps that were not planned are refused.
+// holds no AdaLN weight. Steps that were not planned are refused, and so is a model too large for
+// the device, naming its sizes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -116,6 +117,20 @@ TEST(GpuH3AdaLnTablesErrors, UnplannedTimestepsAndBadPlansAreRefused) {
   ASSERT_TRUE(planned.ok()) << planned.status().to_string();
 
   EXPECT_FALSE(model->download_block_weights(0).ok()) << "no AdaLN weights to download";
+}
+
+TEST(GpuH3ModelMemory, AModelThatCannotFitIsRefusedNamingItsSizes) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  // A billion rows of activations is terabytes: refused before anything is allocated, with the
+  // sizes and what would make it smaller.
+  auto model = h3::CudaH3Transformer::create(config(), h3::synthetic_weight_filler(1, nullptr), 1000000000);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kOutOfMemory) << model.status().to_string();
+  const std::string& m = model.status().message();
+  EXPECT_NE(m.find("of activations for 1000000000 rows"), std::string::npos) << m;
+  EXPECT_NE(m.find("the fp8 recipe"), std::string::npos) << m;
+  EXPECT_NE(m.find("AdaLN tables per request"), std::string::npos) << m;
+  EXPECT_FALSE(h3::CudaH3Transformer::create(config(), h3::synthetic_weight_filler(1, nullptr), 0).ok());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "models/h3/cuda_transformer.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -34,6 +35,32 @@ Result<Tensor> alias(const Tensor& buffer, const Shape& shape, DType dtype, size
 const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
 
 const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
+
+std::string gigabytes(size_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
+  return text;
+}
+
+// Refuses up front, naming the sizes, a model that cannot fit in what the device has free
+// (otherwise the weight or activation arena fails later with a bare byte count).
+Status check_fits_on_device(const H3Config& c, int64_t rows, const CudaModelOptions& o) {
+  const bool adaln_resident = o.adaln_tables == AdaLnTables::kPerStep;
+  const size_t weights = device_weight_bytes(c, o.recipe, adaln_resident);
+  const size_t activations = plan_activations(c, rows, o.recipe, o.keep_attention_inputs, !adaln_resident).total;
+  size_t free_bytes = 0, total_bytes = 0;
+  VORTEX_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  if (weights + activations <= free_bytes) return ok_status();
+  std::string hint;
+  if (o.recipe == LinearRecipe::kBf16) hint += "; the fp8 recipe stores the block linears in half the bytes";
+  if (adaln_resident) {
+    const size_t adaln = weights - device_weight_bytes(c, o.recipe, false);
+    hint += "; AdaLN tables per request keep the " + gigabytes(adaln) + " of AdaLN weights off the device";
+  }
+  return out_of_memory("the model needs " + gigabytes(weights) + " of weights and " + gigabytes(activations) +
+                       " of activations for " + std::to_string(rows) + " rows, and the device has " +
+                       gigabytes(free_bytes) + " free" + hint);
+}
 
 }  // namespace
 
@@ -78,6 +105,8 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
       }
     }
   }
+  if (max_rows < 1) return invalid_argument("max_rows must be >= 1, got " + std::to_string(max_rows));
+  VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, options));
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->config_ = config;
   model->stream_ = stream;
@@ -231,7 +260,6 @@ Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const Tensor
 }
 
 Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
-  if (max_rows < 1) return invalid_argument("max_rows must be >= 1");
   max_rows_ = max_rows;
   const H3Config& c = config_;
   const int64_t N = max_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
