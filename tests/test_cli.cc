@@ -18,6 +18,7 @@
 #include "formats/safetensors.h"
 #include "h3_golden_util.h"
 #include "models/h3/config.h"
+#include "models/h3/device_memory_plan.h"
 #include "models/h3/weights.h"
 #include "safetensors_test_util.h"
 
@@ -174,6 +175,24 @@ TEST(Cli, InspectsBothGoldenLayouts) {
   const CliRun text = run_cli("inspect " + q(golden_path("h3_tiny/original.safetensors")));
   EXPECT_EQ(text.code, 0);
   EXPECT_NE(text.out.find("layout      original\n"), std::string::npos) << text.out;
+}
+
+// The device memory generate --device cuda would take for the canonical request, from the same
+// plan the CUDA model sizes its arenas with; fp8 is marked unavailable where its widths do not fit.
+TEST(Cli, InspectStatesTheCudaMemoryOfTheCanonicalRequest) {
+  const h3::H3Config c = *h3::config_from_file(golden_path("h3_small/config.json"));
+  const nlohmann::json j = inspect_json(golden_path("h3_small/diffusers.safetensors"));
+  ASSERT_TRUE(j.is_object());
+  const nlohmann::json& m = j["cuda_memory"];
+  EXPECT_EQ(m["request"]["rows"].get<int64_t>(), 37810);
+  EXPECT_EQ(m["bf16"]["weights_bytes"].get<uint64_t>(), h3::device_weight_bytes(c, h3::LinearRecipe::kBf16, false));
+  EXPECT_EQ(m["bf16"]["activations_bytes"].get<uint64_t>(),
+            h3::plan_activations(c, 37810, h3::LinearRecipe::kBf16, false, true).total);
+  // This config's inner dim is 3 x 24 = 72, not a multiple of 16.
+  EXPECT_NE(m["fp8"]["unavailable"].get<std::string>().find("inner dim"), std::string::npos) << m.dump();
+  const CliRun text = run_cli("inspect " + q(golden_path("h3_small/diffusers.safetensors")));
+  EXPECT_NE(text.out.find("cuda memory 768x1344, 124 frames, 100 text tokens (37,810 rows"), std::string::npos)
+      << text.out;
 }
 
 // Without config.json or metadata the config comes from the shapes, and rope_freq_dim (3 here,

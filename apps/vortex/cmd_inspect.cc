@@ -11,6 +11,8 @@
 #include "commands.h"
 #include "formats/safetensors.h"
 #include "models/h3/checkpoint_writer.h"
+#include "models/h3/device_memory_plan.h"
+#include "models/h3/layout.h"
 #include "models/h3/weights.h"
 
 namespace vortex::cli {
@@ -37,7 +39,34 @@ struct Summary {
   std::map<std::string, DTypeTally> dtypes;
   h3::H3Config config;
   h3::ConfigSource config_source = h3::ConfigSource::kConfigJson;
+  nlohmann::json cuda_memory;  // the canonical request on `--device cuda`; null when it does not apply
 };
+
+// What `generate --device cuda` would put on the device for the canonical request (768 x 1344,
+// 124 frames, 100 text tokens) with this config: weights and activation arena per recipe, with
+// the AdaLN tables per request that generate uses by default (device_memory_plan.h).
+nlohmann::json cuda_memory_of_canonical_request(const h3::H3Config& config) {
+  constexpr int64_t kTextTokens = 100;
+  const Result<h3::LatentGeometry> geometry = h3::resolve_geometry({768, 1344, 124}, config);
+  if (!geometry.ok()) return nullptr;
+  const Result<h3::PackedLayout> layout = h3::build_t2va_layout(kTextTokens, *geometry, config);
+  if (!layout.ok()) return nullptr;
+  nlohmann::json out = {{"request", {{"height", 768}, {"width", 1344}, {"frames", 124}, {"text_tokens", kTextTokens},
+                                     {"rows", layout->num_rows}}},
+                        {"adaln_tables", "request"}};
+  for (auto [name, recipe] : {std::pair{"bf16", h3::LinearRecipe::kBf16}, std::pair{"fp8", h3::LinearRecipe::kFp8}}) {
+    if (recipe == h3::LinearRecipe::kFp8) {
+      const Status fp8 = h3::check_cuda_fp8_widths(config);
+      if (!fp8.ok()) {
+        out[name] = {{"unavailable", fp8.message()}};
+        continue;
+      }
+    }
+    out[name] = {{"weights_bytes", h3::device_weight_bytes(config, recipe, false)},
+                 {"activations_bytes", h3::plan_activations(config, layout->num_rows, recipe, false, true).total}};
+  }
+  return out;
+}
 
 // Fails with the first problem: unreadable files, an unknown layout, no usable config, or tensors
 // that do not match the config's schema.
@@ -64,6 +93,7 @@ Result<Summary> summarize(const std::string& path) {
     s.bytes += info.nbytes();
     if (name != "rope.inv_freq") s.parameters += info.shape.numel();
   }
+  s.cuda_memory = cuda_memory_of_canonical_request(s.config);
   VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors tensors, h3::read_all(checkpoint));
   const Status valid = h3::validate_checkpoint_tensors(tensors, s.layout, s.config);
   if (!valid.ok()) {
@@ -97,6 +127,17 @@ void print_text(const Summary& s) {
               h3::human_bytes(s.bytes).c_str());
   std::printf("config      from %s: %s\n", h3::config_source_name(s.config_source), s.config.to_json_string().c_str());
   std::printf("schema      ok: every tensor of the config's schema, with its shape, and nothing else\n");
+  if (!s.cuda_memory.is_null()) {
+    const auto recipe = [&](const char* name) {
+      const nlohmann::json& r = s.cuda_memory[name];
+      if (r.contains("unavailable")) return std::string(name) + " n/a (" + r["unavailable"].get<std::string>() + ")";
+      return std::string(name) + " " + h3::human_bytes(r["weights_bytes"].get<uint64_t>()) + " weights + " +
+             h3::human_bytes(r["activations_bytes"].get<uint64_t>()) + " activations";
+    };
+    std::printf("cuda memory 768x1344, 124 frames, 100 text tokens (%s rows; AdaLN tables per request): %s; %s\n",
+                with_commas(s.cuda_memory["request"]["rows"].get<int64_t>()).c_str(), recipe("bf16").c_str(),
+                recipe("fp8").c_str());
+  }
 }
 
 void print_json(const Summary& s) {
@@ -114,6 +155,7 @@ void print_json(const Summary& s) {
       {"config", s.config.to_json()},
       {"config_source", h3::config_source_name(s.config_source)},
       {"schema", "ok"},
+      {"cuda_memory", s.cuda_memory},
   };
   std::printf("%s\n", out.dump(2).c_str());
 }
@@ -136,7 +178,8 @@ void add_inspect_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("inspect", "Describe a checkpoint and check it against the H3 schema");
   cmd->footer(
       "Prints the layout, shards, tensors, dtypes (count and bytes), parameters, total bytes, and the config with\n"
-      "its source (config.json, safetensors metadata, or inferred from tensor shapes). Exits 2 with one line\n"
+      "its source (config.json, safetensors metadata, or inferred from tensor shapes), and the device memory\n"
+      "`generate --device cuda` would take for the canonical request in each recipe. Exits 2 with one line\n"
       "naming the first tensor that is missing, unexpected, or of the wrong shape for that config.");
   cmd->add_option("path", args->path, "A .safetensors file, a *.safetensors.index.json, or a folder holding one")
       ->required();

@@ -95,16 +95,7 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
                                                                      int64_t max_rows, cudaStream_t stream,
                                                                      const CudaModelOptions& options) {
   VORTEX_RETURN_IF_ERROR(config.validate());
-  if (options.recipe == LinearRecipe::kFp8) {
-    // cuBLASLt's fp8 GEMMs take K and N in multiples of 16.
-    for (auto [name, width] : {std::pair{"hidden_size", config.hidden_size}, std::pair{"inner dim", config.inner_dim()},
-                               std::pair{"ffn_dim", config.ffn_dim}}) {
-      if (width % 16 != 0) {
-        return invalid_argument(std::string("the fp8 recipe needs ") + name + " to be a multiple of 16, got " +
-                                std::to_string(width));
-      }
-    }
-  }
+  if (options.recipe == LinearRecipe::kFp8) VORTEX_RETURN_IF_ERROR(check_cuda_fp8_widths(config));
   if (max_rows < 1) return invalid_argument("max_rows must be >= 1, got " + std::to_string(max_rows));
   VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, options));
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());

@@ -34,6 +34,17 @@ bool is_block_adaln_weight(const std::string& name) {
   return name.rfind("transformer_blocks.", 0) == 0 && name.find(".adaln_proj.linear.") != std::string::npos;
 }
 
+Status check_cuda_fp8_widths(const H3Config& config) {
+  for (auto [name, width] : {std::pair{"hidden_size", config.hidden_size}, std::pair{"inner dim", config.inner_dim()},
+                             std::pair{"ffn_dim", config.ffn_dim}}) {
+    if (width % 16 != 0) {
+      return invalid_argument(std::string("the fp8 recipe needs ") + name + " to be a multiple of 16, got " +
+                              std::to_string(width));
+    }
+  }
+  return ok_status();
+}
+
 size_t device_weight_bytes(const H3Config& config, LinearRecipe recipe, bool adaln_resident) {
   const bool fp8 = recipe == LinearRecipe::kFp8;
   size_t total = 0;

@@ -19,6 +19,7 @@
 
 #include "models/h3/config.h"
 #include "models/h3/transformer.h"
+#include "vortex/status.h"
 
 namespace vortex::h3 {
 
@@ -30,6 +31,10 @@ constexpr int64_t kDeviceMaxTimesteps = 4;
 bool is_block_linear_weight(const std::string& diffusers_name);
 // transformer_blocks.<i>.adaln_proj.linear.{weight,bias}: what AdaLN tables per request stream.
 bool is_block_adaln_weight(const std::string& diffusers_name);
+
+// Whether the CUDA model can run this config under the fp8 recipe: cuBLASLt's fp8 GEMMs take K
+// and N in multiples of 16 (hidden size, inner dim, FFN width). invalid_argument names the width.
+Status check_cuda_fp8_widths(const H3Config& config);
 
 // Bytes of the weight arena: bf16 (fp32 islands in fp32), the fp8 recipe's block linears as e4m3
 // plus one fp32 scale per row, without the blocks' AdaLN weights when they are not resident.
