@@ -64,7 +64,6 @@ Status check_fits_on_device(const H3Config& c, int64_t rows, const CudaModelOpti
 
 }  // namespace
 
-
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
   auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
   for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
@@ -599,8 +598,8 @@ Result<Tensor> CudaH3Transformer::download_rope(bool cos) const {
 Result<Tensor> CudaH3Transformer::attention_inputs() const {
   if (!layout_) return invalid_argument("attention_inputs before prepare");
   if (!keep_attention_inputs_) {
-    return invalid_argument("attention_inputs needs CudaModelOptions::keep_attention_inputs (the FFN reuses "
-                               "the q/k/v memory otherwise)");
+    return invalid_argument(
+        "attention_inputs needs CudaModelOptions::keep_attention_inputs (the FFN reuses the q/k/v memory otherwise)");
   }
   return rows_of(qkv_, layout_->num_rows);
 }
