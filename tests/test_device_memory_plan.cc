@@ -16,9 +16,7 @@ namespace {
 constexpr size_t kMB = size_t{1} << 20;
 
 int64_t canonical_rows(const h3::H3Config& c) {
-  auto geometry = h3::resolve_geometry({768, 1344, 124}, c);
-  EXPECT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(100, *geometry, c);
+  auto layout = h3::canonical_t2va_layout(c);
   EXPECT_TRUE(layout.ok());
   return layout->num_rows;
 }

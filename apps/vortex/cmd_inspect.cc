@@ -46,13 +46,11 @@ struct Summary {
 // 124 frames, 100 text tokens) with this config: weights and activation arena per recipe, with
 // the AdaLN tables per request that generate uses by default (device_memory_plan.h).
 nlohmann::json cuda_memory_of_canonical_request(const h3::H3Config& config) {
-  constexpr int64_t kTextTokens = 100;
-  const Result<h3::LatentGeometry> geometry = h3::resolve_geometry({768, 1344, 124}, config);
-  if (!geometry.ok()) return nullptr;
-  const Result<h3::PackedLayout> layout = h3::build_t2va_layout(kTextTokens, *geometry, config);
+  const Result<h3::PackedLayout> layout = h3::canonical_t2va_layout(config);
   if (!layout.ok()) return nullptr;
-  nlohmann::json out = {{"request", {{"height", 768}, {"width", 1344}, {"frames", 124}, {"text_tokens", kTextTokens},
-                                     {"rows", layout->num_rows}}},
+  const h3::VideoGeometry video;
+  nlohmann::json out = {{"request", {{"height", video.height}, {"width", video.width}, {"frames", video.num_frames},
+                                     {"text_tokens", h3::kCanonicalTextTokens}, {"rows", layout->num_rows}}},
                         {"adaln_tables", "request"}};
   for (auto [name, recipe] : {std::pair{"bf16", h3::LinearRecipe::kBf16}, std::pair{"fp8", h3::LinearRecipe::kFp8}}) {
     if (recipe == h3::LinearRecipe::kFp8) {

@@ -87,6 +87,17 @@ double cosine_similarity(const Tensor& a, const Tensor& b) {
   return ab / std::sqrt(std::max(aa * bb, 1e-300));
 }
 
+nlohmann::json error_json(const Tensor& a, const Tensor& reference) {
+  const Correctness c = compare(a, reference, "", 1.0);
+  return {{"rel_l2", c.rel_l2}, {"max_abs", c.max_abs}, {"cosine", cosine_similarity(a, reference)}};
+}
+
+Result<size_t> device_bytes_in_use() {
+  size_t free_bytes = 0, total_bytes = 0;
+  VORTEX_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+  return total_bytes - free_bytes;
+}
+
 Correctness compare(const Tensor& a, const Tensor& b, const std::string& comparator, double bound) {
   Correctness c;
   c.comparator = comparator;

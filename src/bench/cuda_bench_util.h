@@ -39,6 +39,11 @@ Result<nlohmann::json> environment_json(const BenchOptions& o);
 Correctness compare(const Tensor& a, const Tensor& b, const std::string& comparator, double bound);
 // Cosine similarity of two host tensors with the same element count (any float dtype), in fp64.
 double cosine_similarity(const Tensor& a, const Tensor& b);
+// How far `a` is from `reference` (host tensors), as manifests state an approximate path's error:
+// {rel_l2, max_abs, cosine}.
+nlohmann::json error_json(const Tensor& a, const Tensor& reference);
+// Device memory in use (cudaMemGetInfo: total - free), the CUDA context included.
+Result<size_t> device_bytes_in_use();
 // Runs the peer for `workload` on the dumped inputs; an empty JSON when no peer is configured.
 Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& workload, const std::string& io_path);
 // Appends the peer's entries with ratio_peer_over_vortex = peer median / vortex median.

@@ -220,11 +220,8 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
                                  0.06);
     VORTEX_ASSIGN_OR_RETURN(Tensor all_exact, cuda::download(out_exact, nullptr));
     VORTEX_ASSIGN_OR_RETURN(Tensor all_int8, cuda::download(out_int8fp8, nullptr));
-    const Correctness vs_exact = compare(all_int8, all_exact, "exact kernel", 1.0);
-    m_int8.derived["error_vs_exact"] = {{"rel_l2", vs_exact.rel_l2},
-                                        {"cosine", cosine_similarity(all_int8, all_exact)},
-                                        {"max_abs", vs_exact.max_abs},
-                                        {"inputs", "N(0,1) q, k, v; every output element"}};
+    m_int8.derived["error_vs_exact"] = error_json(all_int8, all_exact);
+    m_int8.derived["error_vs_exact"]["inputs"] = "N(0,1) q, k, v; every output element";
     if (!o.peer_command.empty()) {
       VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "attention:" + std::to_string(N) + "x" +
                                                                     std::to_string(H) + "x" + std::to_string(D),

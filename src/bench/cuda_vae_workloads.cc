@@ -45,12 +45,6 @@ constexpr double kVideoPeerBound = 3e-2;
 // the project's fp32 parity bound.
 constexpr double kAudioCpuBound = 1e-4;
 
-Result<size_t> device_bytes_in_use() {
-  size_t free_bytes = 0, total_bytes = 0;
-  VORTEX_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-  return total_bytes - free_bytes;
-}
-
 bool all_within(const Tensor& t, float lo, float hi) {
   const float* d = t.data_as<float>();
   for (int64_t i = 0; i < t.numel(); ++i) {

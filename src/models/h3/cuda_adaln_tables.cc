@@ -7,13 +7,13 @@
 // cuBLASLt algorithm) runs per (block, step) with the block's weights filled into a staging buffer,
 // so the tables are bitwise those of the per-step path (tests/gpu/test_gpu_h3_adaln_tables.cc).
 // Size: steps x T x 18C bf16 per block, 232 MB for the canonical 12 steps of 2 timesteps against
-// 26 GB of weights.
+// 26 GB of weights. silu(temb) of every step is kept too, so a step copies what it needs instead of
+// running the time MLP on the host again.
 #include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
 
-#include "cpu/elementwise.h"
 #include "models/h3/cuda_transformer.h"
 
 namespace vortex::h3 {
@@ -35,17 +35,13 @@ Status CudaH3Transformer::plan_steps(const std::vector<std::vector<float>>& step
   planned_arena_ = cuda::DeviceArena();
   VORTEX_ASSIGN_OR_RETURN(planned_arena_, cuda::DeviceArena::create(bytes));
 
-  // silu(temb) per step, rounded to bf16 as upload_step_tables does it.
-  std::vector<Tensor> silu(step_timesteps.size());
-  for (size_t s = 0; s < step_timesteps.size(); ++s) {
-    const int64_t T = static_cast<int64_t>(step_timesteps[s].size());
-    VORTEX_ASSIGN_OR_RETURN(Tensor temb, time_embedding_host(step_timesteps[s]));
-    cpu::silu_f32(temb);
-    VORTEX_ASSIGN_OR_RETURN(Tensor silu_bf16, temb.to(DType::kBF16));
-    VORTEX_ASSIGN_OR_RETURN(silu[s], planned_arena_.alloc({T, TE}, DType::kBF16));
-    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(silu_bf16, silu[s], stream_));
+  // silu(temb) per step: the AdaLN GEMMs below read it, and each step's output norm.
+  for (const std::vector<float>& timesteps : step_timesteps) {
     PlannedStep step;
-    step.timesteps = step_timesteps[s];
+    step.timesteps = timesteps;
+    VORTEX_ASSIGN_OR_RETURN(Tensor silu_bf16, silu_time_embedding(timesteps));
+    VORTEX_ASSIGN_OR_RETURN(step.silu, planned_arena_.alloc(silu_bf16.shape(), DType::kBF16));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(silu_bf16, step.silu, stream_));
     planned_.push_back(std::move(step));
   }
 
@@ -70,10 +66,10 @@ Status CudaH3Transformer::plan_steps(const std::vector<std::vector<float>>& step
       VORTEX_ASSIGN_OR_RETURN(*target, staging.alloc(spec.shape, spec.fp32_island ? DType::kF32 : DType::kBF16));
       VORTEX_RETURN_IF_ERROR(filler_(spec, *target).with_context("plan_steps: " + spec.name));
     }
-    for (size_t s = 0; s < planned_.size(); ++s) {
-      VORTEX_ASSIGN_OR_RETURN(Tensor table, planned_arena_.alloc({silu[s].size(0), 18 * C}, DType::kBF16));
-      VORTEX_RETURN_IF_ERROR(linear(adaln, silu[s], table));
-      planned_[s].tables.push_back(std::move(table));
+    for (PlannedStep& step : planned_) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor table, planned_arena_.alloc({step.silu.size(0), 18 * C}, DType::kBF16));
+      VORTEX_RETURN_IF_ERROR(linear(adaln, step.silu, table));
+      step.tables.push_back(std::move(table));
     }
     // The next block's weights overwrite the staging memory: these GEMMs must have read it.
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -82,7 +78,7 @@ Status CudaH3Transformer::plan_steps(const std::vector<std::vector<float>>& step
   return ok_status();
 }
 
-Status CudaH3Transformer::select_planned_tables(const std::vector<float>& timesteps) {
+Status CudaH3Transformer::select_planned_step(const std::vector<float>& timesteps, const Tensor& silu) {
   const auto it = std::find_if(planned_.begin(), planned_.end(),
                                [&](const PlannedStep& p) { return p.timesteps == timesteps; });
   if (it == planned_.end()) {
@@ -91,6 +87,8 @@ Status CudaH3Transformer::select_planned_tables(const std::vector<float>& timest
     return invalid_argument("timesteps {" + values + "} were not planned: with AdaLN tables per request, " +
                             "plan_steps() must list every step's timesteps before the forwards");
   }
+  VORTEX_CUDA_CHECK(
+      cudaMemcpyAsync(silu.data(), it->silu.data(), it->silu.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   for (size_t b = 0; b < it->tables.size(); ++b) {
     VORTEX_ASSIGN_OR_RETURN(Tensor dst, block_tables_[b].slice(0, 0, it->tables[b].size(0)));
     VORTEX_CUDA_CHECK(cudaMemcpyAsync(dst.data(), it->tables[b].data(), it->tables[b].nbytes(),

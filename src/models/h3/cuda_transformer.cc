@@ -1,7 +1,6 @@
 #include "models/h3/cuda_transformer.h"
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -13,6 +12,7 @@
 #include "cuda/elementwise.h"
 #include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
+#include "models/h3/checkpoint_writer.h"
 #include "models/h3/synthetic_rule.h"
 #include "models/h3/tensor_views.h"
 
@@ -36,12 +36,6 @@ const int32_t* i32(const Tensor& t) { return t.data_as<int32_t>(); }
 
 const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
 
-std::string gigabytes(size_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f GB", static_cast<double>(bytes) / 1e9);
-  return text;
-}
-
 // Refuses up front, naming the sizes, a model that cannot fit in what the device has free
 // (otherwise the weight or activation arena fails later with a bare byte count).
 Status check_fits_on_device(const H3Config& c, int64_t rows, const CudaModelOptions& o) {
@@ -55,11 +49,11 @@ Status check_fits_on_device(const H3Config& c, int64_t rows, const CudaModelOpti
   if (o.recipe == LinearRecipe::kBf16) hint += "; the fp8 recipe stores the block linears in half the bytes";
   if (adaln_resident) {
     const size_t adaln = weights - device_weight_bytes(c, o.recipe, false);
-    hint += "; AdaLN tables per request keep the " + gigabytes(adaln) + " of AdaLN weights off the device";
+    hint += "; AdaLN tables per request keep the " + human_bytes(adaln) + " of AdaLN weights off the device";
   }
-  return out_of_memory("the model needs " + gigabytes(weights) + " of weights and " + gigabytes(activations) +
+  return out_of_memory("the model needs " + human_bytes(weights) + " of weights and " + human_bytes(activations) +
                        " of activations for " + std::to_string(rows) + " rows, and the device has " +
-                       gigabytes(free_bytes) + " free" + hint);
+                       human_bytes(free_bytes) + " free" + hint);
 }
 
 }  // namespace
@@ -529,15 +523,15 @@ Status CudaH3Transformer::upload_step_tables(const RowTimesteps& timesteps) {
     if (t < 0 || t >= T) return invalid_argument("row " + std::to_string(i) + ": timestep index out of range");
     adaln[i] = t * kNumModalities + layout.tags[i];
   }
-  if (adaln_tables_ == AdaLnTables::kPerRequest) {
-    VORTEX_RETURN_IF_ERROR(select_planned_tables(timesteps.timesteps));
-  }
   num_timesteps_ = T;
-  VORTEX_ASSIGN_OR_RETURN(Tensor temb, time_embedding_host(timesteps.timesteps));
-  cpu::silu_f32(temb);
-  VORTEX_ASSIGN_OR_RETURN(Tensor silu_bf16, temb.to(DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(Tensor silu_dev, rows_of(silu_temb_, T));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(silu_bf16, silu_dev, stream_));
+  if (adaln_tables_ == AdaLnTables::kPerRequest) {
+    // The step's AdaLN tables and silu(temb), computed once by plan_steps().
+    VORTEX_RETURN_IF_ERROR(select_planned_step(timesteps.timesteps, silu_dev));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(Tensor silu_bf16, silu_time_embedding(timesteps.timesteps));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(silu_bf16, silu_dev, stream_));
+  }
   Tensor adaln_host = Tensor::empty({N}, DType::kI32), rows_host = Tensor::empty({N}, DType::kI32);
   std::memcpy(adaln_host.data(), adaln.data(), N * sizeof(int32_t));
   std::memcpy(rows_host.data(), timesteps.row_index.data(), N * sizeof(int32_t));
@@ -587,6 +581,12 @@ Result<NamedTensors> CudaH3Transformer::download_block_weights(int index) const 
 
 Result<Tensor> CudaH3Transformer::time_embedding_host(const std::vector<float>& timesteps) const {
   return time_embedding(config_, time_linear_1_, time_linear_2_, timesteps);
+}
+
+Result<Tensor> CudaH3Transformer::silu_time_embedding(const std::vector<float>& timesteps) const {
+  VORTEX_ASSIGN_OR_RETURN(Tensor temb, time_embedding_host(timesteps));
+  cpu::silu_f32(temb);
+  return temb.to(DType::kBF16);
 }
 
 Result<Tensor> CudaH3Transformer::download_rope(bool cos) const {

@@ -134,8 +134,11 @@ class CudaH3Transformer : public StepModel {
   // QK norm + RoPE in place on the [n, 3·inner] qkv buffer, then attention into attn [n, inner].
   Status attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode, const Tensor& attn);
   Result<Tensor> block_modulation(const Block& b);
-  // kPerRequest: copies the planned tables of these timesteps into block_tables_ (cuda_adaln_tables.cc).
-  Status select_planned_tables(const std::vector<float>& timesteps);
+  // silu(time embedding) of the timesteps, rounded to bf16: what the AdaLN and output-norm linears read.
+  Result<Tensor> silu_time_embedding(const std::vector<float>& timesteps) const;  // host [T, TE]
+  // kPerRequest: copies the planned tables of these timesteps into block_tables_ and their
+  // silu(temb) into `silu` (device [T, TE]) (cuda_adaln_tables.cc).
+  Status select_planned_step(const std::vector<float>& timesteps, const Tensor& silu);
   // A transformer block under the fp8 recipe (cuda_block_fp8.cc).
   Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode);
   Status load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count, cuda::DeviceArena& staging,
@@ -159,6 +162,7 @@ class CudaH3Transformer : public StepModel {
   cuda::DeviceArena planned_arena_;
   struct PlannedStep {
     std::vector<float> timesteps;
+    Tensor silu;                 // [T, TE] BF16: silu(time embedding)
     std::vector<Tensor> tables;  // per block [T, 18C] BF16
   };
   std::vector<PlannedStep> planned_;

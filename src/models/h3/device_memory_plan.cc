@@ -11,10 +11,6 @@ namespace {
 // The device arenas align every allocation to 256 bytes (cuda::DeviceArena::kAlignment).
 constexpr size_t kAlignment = 256;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 size_t bytes(int64_t n, int64_t w, int64_t element_size) { return static_cast<size_t>(n * w * element_size) + kAlignment; }
 
 size_t aligned(size_t b) { return (b + kAlignment - 1) / kAlignment * kAlignment; }
@@ -25,7 +21,7 @@ bool is_block_linear_weight(const std::string& name) {
   if (name.rfind("transformer_blocks.", 0) != 0) return false;
   for (const char* suffix : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.to_out.0.weight",
                              ".ff.net.0.proj.weight", ".ff.net.2.weight"}) {
-    if (ends_with(name, suffix)) return true;
+    if (name.ends_with(suffix)) return true;
   }
   return false;
 }

@@ -72,6 +72,11 @@ Result<LatentGeometry> resolve_geometry(const VideoGeometry& video, const H3Conf
   return g;
 }
 
+Result<PackedLayout> canonical_t2va_layout(const H3Config& config) {
+  VORTEX_ASSIGN_OR_RETURN(const LatentGeometry geometry, resolve_geometry(VideoGeometry{}, config));
+  return build_t2va_layout(kCanonicalTextTokens, geometry, config);
+}
+
 Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& g, const H3Config& config) {
   const int ph = config.patch_size[1], pw = config.patch_size[2], pt = config.patch_size[0];
   if (num_text < 0) return invalid_argument("number of text rows must be >= 0");

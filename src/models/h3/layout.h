@@ -53,6 +53,11 @@ struct PackedLayout {
 // The t2va layout `[text | audio | video]` for `num_text` text rows.
 Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& latents, const H3Config& config);
 
+// The canonical request that benchmarks and memory plans are stated for: VideoGeometry's defaults
+// (768 x 1344, 124 frames) with 100 text tokens, 37,810 packed rows at the released config.
+constexpr int64_t kCanonicalTextTokens = 100;
+Result<PackedLayout> canonical_t2va_layout(const H3Config& config);
+
 // The distinct timesteps of one forward and the index of every row into them. Rows of the video
 // and text streams take `video_timestep`, audio rows `audio_timestep`; timesteps are sorted
 // ascending as the reference's torch.unique does.
