@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +23,42 @@ using NvmlShutdown = int (*)();
 using NvmlHandleByPciBusId = int (*)(const char*, NvmlDevice*);
 using NvmlClockInfo = int (*)(NvmlDevice, int, unsigned int*);
 using NvmlPowerUsage = int (*)(NvmlDevice, unsigned int*);
+using NvmlClockEventReasons = int (*)(NvmlDevice, unsigned long long*);
 constexpr int kNvmlClockSm = 1;  // nvmlClockType_t NVML_CLOCK_SM
+
+// nvmlFieldValue_t, for the one field read: the board's instantaneous power. nvmlDeviceGetPowerUsage
+// averages over about a second on Hopper, longer than one attention repetition, so its readings
+// lag the work; the instantaneous field follows it. Older drivers lack it: the average is kept.
+struct NvmlFieldValue {
+  unsigned int field_id;
+  unsigned int scope_id;
+  long long timestamp;
+  long long latency_us;
+  int value_type;
+  int nvml_return;
+  union {
+    double d;
+    unsigned int ui;
+    unsigned long ul;
+    unsigned long long ull;
+    long long sll;
+    int si;
+  } value;
+};
+using NvmlFieldValues = int (*)(NvmlDevice, int, NvmlFieldValue*);
+constexpr unsigned int kNvmlFieldPowerInstant = 186;  // NVML_FI_DEV_POWER_INSTANT, milliwatts
+constexpr int kNvmlValueUnsignedInt = 1;
+
+// Why the clock is below its maximum (nvmlClocksEventReasons bits), by the names the manifest uses.
+struct ClockEventReason {
+  unsigned long long bit;
+  const char* name;
+};
+constexpr ClockEventReason kClockEventReasons[] = {
+    {0x1, "gpu_idle"},          {0x2, "applications_clocks_setting"}, {0x4, "sw_power_cap"},
+    {0x8, "hw_slowdown"},       {0x10, "sync_boost"},                 {0x20, "sw_thermal_slowdown"},
+    {0x40, "hw_thermal_slowdown"}, {0x80, "hw_power_brake_slowdown"}, {0x100, "display_clock_setting"},
+};
 constexpr auto kInterval = std::chrono::milliseconds(20);
 
 struct Stats {
@@ -48,18 +84,58 @@ struct GpuMonitor::State {
   NvmlShutdown shutdown = nullptr;
   NvmlClockInfo clock_info = nullptr;
   NvmlPowerUsage power_usage = nullptr;
+  NvmlFieldValues field_values = nullptr;             // optional
+  NvmlClockEventReasons clock_event_reasons = nullptr;  // optional
   NvmlDevice device = nullptr;
   std::atomic<bool> running{false};
   std::thread thread;
-  Stats clock, power;  // written by the sampling thread only, read after it joined
+  // Written by the sampling thread only, read after it joined.
+  Stats clock, power;
+  bool power_instant = false;  // whether every power reading was the instantaneous field
+  int reason_samples = 0;
+  int reason_counts[std::size(kClockEventReasons)] = {};
+
+  void sample_power() {
+    if (field_values != nullptr) {
+      NvmlFieldValue field{};
+      field.field_id = kNvmlFieldPowerInstant;
+      if (field_values(device, 1, &field) == 0 && field.nvml_return == 0 && field.value_type == kNvmlValueUnsignedInt) {
+        power.add(field.value.ui / 1000.0);
+        power_instant = true;
+        return;
+      }
+      field_values = nullptr;  // not offered by this driver: the averaged reading from now on, for every sample
+      power = Stats{};
+    }
+    unsigned int milliwatts = 0;
+    if (power_usage(device, &milliwatts) == 0) power.add(milliwatts / 1000.0);
+    power_instant = false;
+  }
 
   void sample_until_stopped() {
     while (running.load()) {
-      unsigned int mhz = 0, milliwatts = 0;
+      unsigned int mhz = 0;
       if (clock_info(device, kNvmlClockSm, &mhz) == 0) clock.add(mhz);
-      if (power_usage(device, &milliwatts) == 0) power.add(milliwatts / 1000.0);
+      sample_power();
+      unsigned long long reasons = 0;
+      if (clock_event_reasons != nullptr && clock_event_reasons(device, &reasons) == 0) {
+        ++reason_samples;
+        for (size_t i = 0; i < std::size(kClockEventReasons); ++i) {
+          if (reasons & kClockEventReasons[i].bit) ++reason_counts[i];
+        }
+      }
       std::this_thread::sleep_for(kInterval);
     }
+  }
+
+  // {reason: fraction of the samples it was active in}, the reasons seen at least once.
+  nlohmann::json clock_event_fractions() const {
+    if (reason_samples == 0) return nullptr;
+    nlohmann::json fractions = nlohmann::json::object();
+    for (size_t i = 0; i < std::size(kClockEventReasons); ++i) {
+      if (reason_counts[i] > 0) fractions[kClockEventReasons[i].name] = double(reason_counts[i]) / reason_samples;
+    }
+    return fractions;
   }
 };
 
@@ -77,6 +153,14 @@ std::unique_ptr<GpuMonitor> GpuMonitor::start(int device) {
   s->shutdown = reinterpret_cast<NvmlShutdown>(dlsym(s->library, "nvmlShutdown"));
   s->clock_info = reinterpret_cast<NvmlClockInfo>(dlsym(s->library, "nvmlDeviceGetClockInfo"));
   s->power_usage = reinterpret_cast<NvmlPowerUsage>(dlsym(s->library, "nvmlDeviceGetPowerUsage"));
+  s->field_values = reinterpret_cast<NvmlFieldValues>(dlsym(s->library, "nvmlDeviceGetFieldValues"));
+  // The current name first; drivers before 535 only have the older one, with the same bits.
+  s->clock_event_reasons =
+      reinterpret_cast<NvmlClockEventReasons>(dlsym(s->library, "nvmlDeviceGetCurrentClocksEventReasons"));
+  if (s->clock_event_reasons == nullptr) {
+    s->clock_event_reasons =
+        reinterpret_cast<NvmlClockEventReasons>(dlsym(s->library, "nvmlDeviceGetCurrentClocksThrottleReasons"));
+  }
   char bus_id[32] = {};
   if (!init || !by_bus || !s->shutdown || !s->clock_info || !s->power_usage) {
     s->unavailable = "libnvidia-ml.so.1 lacks an entry point";
@@ -98,7 +182,11 @@ nlohmann::json GpuMonitor::stop() {
   State& s = *state_;
   if (s.running.exchange(false)) s.thread.join();
   if (!s.unavailable.empty()) return {{"unavailable", s.unavailable}};
-  return {{"sm_clock_mhz", s.clock.to_json()}, {"power_w", s.power.to_json()}, {"samples", s.clock.n},
+  return {{"sm_clock_mhz", s.clock.to_json()},
+          {"power_w", s.power.to_json()},
+          {"power_reading", s.power_instant ? "instantaneous" : "NVML's running average (about 1 s)"},
+          {"clock_event_reasons", s.clock_event_fractions()},
+          {"samples", s.clock.n},
           {"interval_ms", kInterval.count()}};
 }
 

@@ -1,5 +1,6 @@
 // What the GPU ran at while a measurement was timed: the SM clock and the board power, sampled
-// every 20 ms through NVML on a background thread. Under sustained load the H200 holds its 700 W
+// every 20 ms through NVML on a background thread, with the reasons the driver gives for a
+// clock below its maximum. Under sustained load the H200 holds its 700 W
 // cap by lowering the SM clock to 1.45-1.75 GHz (bench/notes/attention.md), so a median means
 // little without the clock it was taken at; manifests carry this next to the samples.
 //
@@ -19,8 +20,10 @@ class GpuMonitor {
   // Starts sampling CUDA device `device`; never fails (a monitor without NVML records nothing).
   static std::unique_ptr<GpuMonitor> start(int device);
   ~GpuMonitor();
-  // Stops sampling: {"sm_clock_mhz": {mean, min, max}, "power_w": {mean, min, max}, "samples": n,
-  // "interval_ms": 20}, or {"unavailable": why}.
+  // Stops sampling: {"sm_clock_mhz": {mean, min, max}, "power_w": {mean, min, max}, "power_reading":
+  // instantaneous or averaged, "clock_event_reasons": {reason: fraction of samples} (why the clock
+  // was below its maximum, e.g. "sw_power_cap"), "samples": n, "interval_ms": 20}, or
+  // {"unavailable": why}.
   nlohmann::json stop();
 
  private:

@@ -169,7 +169,11 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[32]) 
   for (int i = 0; i < 32; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
+// O ·= alpha, row by row. alpha is exactly 1 for a row whose running max did not move, and a
+// product by 1 changes nothing; past the first few tiles most tiles move no row of a warp's 16, so
+// the warp skips its 64 products then (the branch is warp-uniform; the result is the same bits).
 __device__ __forceinline__ void rescale(float (&o)[64], const float (&alpha)[2]) {
+  if (__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
 #pragma unroll
   for (int j = 0; j < kHeadDim / 8; ++j) {
     o[4 * j] *= alpha[0];
