@@ -16,7 +16,9 @@
 //   c_t     = (q_scale[b] · (scale · log2 e)) · k_scale[t]
 //   m_t     = max(m_{t−1}, fp32(max_j acc_j) · c_t)            (max over the tile's keys)
 //   alpha_t = exp2(m_{t−1} − m_t)                              (0 for the first tile)
-//   p_j     = exp2(fma(fp32(acc_j), c_t, log2(448) − m_t))      (P scaled by 448, in (0, 448])
+//   b_t     = fma(−1.5·2^23, c_t, log2(448) − m_t)
+//   p_j     = exp2(fma(fp32(1.5·2^23 + acc_j), c_t, b_t))       (P scaled by 448, in (0, 448]; the
+//             biased score is exact, and its bits are acc_j + bits(1.5·2^23), one integer add on the GPU)
 //   l_t     = l_{t−1} · alpha_t + Σ_j p_j                       (row sum of the unquantized P)
 //   O_t[c]  = fma(O_{t−1}[c], alpha_t, Σ_j e4m3(p_j) · v8[j, c]) (per-tile sum, then one fp32 add)
 //   out[c]  = bf16((O_T[c] · v_scale[c]) · (1 / l_T))          (the 448 cancels in O / l)
@@ -38,6 +40,9 @@ constexpr int64_t kInt8Fp8KBlock = 128;
 constexpr float kInt8Fp8PScale = 448.0f;
 constexpr float kInt8Fp8Log2PScale = 8.80735492205760410f;  // log2(448)
 constexpr float kLog2e = 1.4426950408889634f;
+// 1.5·2^23: fp32(kInt8Fp8ScoreBias + acc) is exact for |acc| < 2^22, and its bits are
+// acc + 0x4B400000 — the GPU's int32 → fp32 without a conversion instruction.
+constexpr float kInt8Fp8ScoreBias = 12582912.0f;
 
 // The quantized operands of one call (unpadded, head-major).
 struct Int8Fp8Quantized {

@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cuda/hopper_primitives.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
@@ -95,17 +96,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// volatile: the same shared address holds a different tile two iterations later.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
+using hopper::ldmatrix_x4;
+using hopper::ldmatrix_x4_trans;
 
 // c += a · b for one m16n8k16 tile: a row-major 16×16 bf16, b column-major 16×8 bf16, c fp32.
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

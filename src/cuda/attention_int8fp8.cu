@@ -11,9 +11,10 @@
 //       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory)
 //       issued together with P_{t−1}·V_{t−1} (wgmma m64n128k32 .f32.e4m3.e4m3, A = P8 from registers,
 //       B = Vᵀ K-major in shared memory) into a fresh per-tile accumulator;
-//       softmax of S_t: exact int32 → fp32 (|S| < 2^21: one integer add and one float subtract of
-//       1.5·2^23, no conversion unit), scores · (q_scale·k_scale·scale·log2 e), running max, P =
-//       exp2(·) · 448 folded into the exponent, row sums of the unquantized P;
+//       softmax of S_t: running max over the int32 scores, then per score one integer add that
+//       makes the bits of fp32(1.5·2^23 + S) (exact: |S| < 2^21; no conversion unit), one FFMA by
+//       q_scale·k_scale·scale·log2 e whose offset removes the 1.5·2^23 and folds the 448 of P8 =
+//       e4m3(448·P) into the exponent, exp2, and the row sums of the unquantized P;
 //       then O = O·alpha_{t−1} + (P·V)_{t−1} in fp32 (the fp8 products never accumulate across
 //       tiles inside the tensor core) and P_t packed to e4m3 A fragments.
 //     Keys are permuted within 16-key groups in Vᵀ (int8fp8_vt_slot) so that the S accumulator's
@@ -28,6 +29,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -93,7 +95,8 @@ constexpr int kBarrierSchedule = 1;
 // exp2 scaled by 448: P8 = e4m3(448 · P) puts the row's largest weight on e4m3's largest value.
 constexpr float kLog2PScale = 8.80735492205760410f;  // log2(448), cpu::kInt8Fp8Log2PScale
 constexpr float kLog2e = 1.4426950408889634f;
-// int32 → fp32 exactly for |x| < 2^22: the bits of 1.5·2^23 + x, minus 1.5·2^23.
+// A score acc (|acc| < 2^21) enters the softmax as fp32(1.5·2^23 + acc), exact, whose bits are
+// acc + bits(1.5·2^23): cpu::kInt8Fp8ScoreBias.
 constexpr uint32_t kMagicBits = 0x4B400000u;
 constexpr float kMagic = 12582912.0f;
 
@@ -238,45 +241,42 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 template <bool kMask>
 __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], int key0, int nk, int lane) {
-  float x[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) x[i] = __uint_as_float(s[i] + kMagicBits) - kMagic;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float max0 = -INFINITY, max1 = -INFINITY;  // two chains: half the dependent latency
+    int max0 = INT_MIN, max1 = INT_MIN;  // over the exact scores; two chains: half the dependent latency
 #pragma unroll
     for (int j = 0; j < kBlockK / 8; ++j) {
       const int key = key0 + 8 * j + 2 * (lane % 4);
-      max0 = fmaxf(max0, (!kMask || key < nk) ? x[4 * j + 2 * r] : -INFINITY);
-      max1 = fmaxf(max1, (!kMask || key + 1 < nk) ? x[4 * j + 2 * r + 1] : -INFINITY);
+      max0 = max(max0, (!kMask || key < nk) ? static_cast<int>(s[4 * j + 2 * r]) : INT_MIN);
+      max1 = max(max1, (!kMask || key + 1 < nk) ? static_cast<int>(s[4 * j + 2 * r + 1]) : INT_MIN);
     }
-    float tile_max = fmaxf(max0, max1);
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+    int tile_max = max(max0, max1);
+    tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+    tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
     // Finite: key 0 of every tile is valid. The max of fp32(acc)·c is fp32(max acc)·c (c >= 0).
-    const float new_max = fmaxf(row_max[r], tile_max * c);
+    const float new_max = fmaxf(row_max[r], static_cast<float>(tile_max) * c);
     alpha[r] = fast_exp2(row_max[r] - new_max);
     row_max[r] = new_max;
-    const float offset = kLog2PScale - new_max;
+    // A score enters the exponent as the float whose bits are acc + bits(1.5·2^23), i.e. exactly
+    // 1.5·2^23 + acc (one integer add, no conversion); the offset takes the 1.5·2^23 back out.
+    const float offset = fmaf(-kMagic, c, kLog2PScale - new_max);
     float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kBlockK / 8; ++j) {
-      float p0 = fast_exp2(fmaf(x[4 * j + 2 * r], c, offset));
-      float p1 = fast_exp2(fmaf(x[4 * j + 2 * r + 1], c, offset));
+      float p0 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset));
+      float p1 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r + 1] + kMagicBits), c, offset));
       if (kMask) {
         const int key = key0 + 8 * j + 2 * (lane % 4);
         p0 = key < nk ? p0 : 0.0f;
         p1 = key + 1 < nk ? p1 : 0.0f;
       }
-      x[4 * j + 2 * r] = p0;
-      x[4 * j + 2 * r + 1] = p1;
+      s[4 * j + 2 * r] = __float_as_uint(p0);
+      s[4 * j + 2 * r + 1] = __float_as_uint(p1);
       sum0 += p0;
       sum1 += p1;
     }
     row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
   }
-#pragma unroll
-  for (int i = 0; i < 64; ++i) s[i] = __float_as_uint(x[i]);
 }
 
 // P·448 (fp32 bits, accumulator layout) → e4m3 A fragments of P·V. For k32 step s, register 4s + r + 2h

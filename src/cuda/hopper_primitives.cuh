@@ -1,7 +1,8 @@
 // Hopper (sm_90a) building blocks shared by the attention kernels v1 (attention_wgmma.cu) and v2
 // (attention_wgmma_v2.cu): shared-memory mbarriers, TMA tensor loads, named barriers, setmaxnreg,
 // 128-byte-swizzle wgmma descriptors, the bf16 wgmma shapes the kernels issue, and the host-side
-// tensor-map encoding of a strided [N, H, D] bf16 view. Device code only for translation units
+// tensor-map encoding of a strided [N, H, D] bf16 view; ldmatrix for the attention kernels that
+// load fragments from shared memory themselves (v0, and v1's Q). Device code only for translation units
 // compiled for sm_90a (wgmma and setmaxnreg do not exist before it).
 #pragma once
 
@@ -64,6 +65,21 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
           "r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar)
       : "memory");
+}
+
+// Four 8×8 b16 matrices from shared memory, lane l giving the address of row l % 8 of matrix l / 8;
+// register i of lane l holds row l / 4, elements 2·(l % 4) and + 1, of matrix i (the A fragment of
+// mma m16n8k16 and of a warp's 16 rows of wgmma m64nNk16). volatile: a shared address may hold a
+// different tile later.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
 }
 
 // ---- named barriers, register budgets --------------------------------------------------------------
@@ -206,6 +222,27 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs(float (&d)[64], uint32_t a0,
       ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
       : VORTEX_WGMMA_D64_OPERANDS("+f")
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
+// d = a·b (scale_d 0) or d += a·b (scale_d 1), a [64, 16] bf16 in registers (layout as above),
+// b [16, 128] K-major in shared memory (transpose bit 0): S = Q·Kᵀ with Q held in registers.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_m64n128k16_rs_kmajor(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                           uint32_t a3, uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("=f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " VORTEX_WGMMA_D64
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("+f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+  }
 }
 #undef VORTEX_WGMMA_D64
 #undef VORTEX_WGMMA_D64_OPERANDS
