@@ -52,7 +52,7 @@ constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
 // registers) and the K extent of eight k16 steps of P·V.
 constexpr int kBlockK = 128;
 // Two stages: the loads of tile j+1 run under the products of tile j; with Q (32 KB) the ring
-// uses 160 KB of the 227 KB.
+// uses 160 KB of the 227 KB. A third stage measured slower (63.27 → 64.32 ms, bench/notes/attention.md).
 constexpr int kStages = 2;
 
 constexpr int kWarpgroupThreads = 128;
@@ -92,6 +92,7 @@ enum MbarrierIndex : int {
 };
 constexpr int kSmemAlignment = 1024;
 constexpr int kSmemBytes = kSmemBarriers + kMbarrierCount * 8 + kSmemAlignment;  // slack to align the base
+static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory one CTA may have on sm_90");
 
 // Named barriers (0 is __syncthreads). Consumer c waits on kBarrierSchedule + c before issuing its
 // products and then releases the other consumer's; kBarrierEpilogue + c orders one consumer's
