@@ -4,8 +4,9 @@
 // views) they must actually run (not fall back), and agree with v0 and with each other to rel-L2
 // ≤ 5e-3: all round P to bf16 and the output once, and differ only in summation order and where
 // the running max is taken (tiles of 64, 128 or 176 keys), so their differences are mostly
-// output-rounding flips (expected ~1e-3). v2-128 runs v1's tiles on v2's schedule and must equal
-// v1 bit for bit.
+// output-rounding flips (expected ~1e-3). v2-128 runs v1's tiles on v2's schedule with Q·Kᵀ from
+// shared memory and every O rescale done, and must equal v1 (Q in registers, unit rescales
+// skipped) bit for bit: the gate for every change to v1's arithmetic path.
 //
 // Bound: rel-L2 ≤ 1e-2 per output. Expected about 2e-3 (a host emulation of the kernel gave
 // 1.9e-3 to 2.3e-3 on these kinds of inputs): the kernel rounds each softmax weight P to
