@@ -1,6 +1,7 @@
 // The attention pass of the int8fp8 mode on Hopper (contract in attention_int8fp8.h; numerics of
-// cpu/attention_int8fp8.h). Variant v0 (the only one): the FlashAttention-3 structure of the exact
-// kernel (attention_wgmma.cu) on 8-bit operands.
+// cpu/attention_int8fp8.h): the FlashAttention-3 structure of the exact kernel (attention_wgmma.cu)
+// on 8-bit operands, in two variants that differ only in how P·V is split (consume, below, ships;
+// consume_split_pv is VORTEX_VARIANT_INT8FP8=v1).
 //
 //   One CTA per (128 queries, head), three warpgroups:
 //   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
@@ -32,6 +33,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/hopper_primitives.cuh"
@@ -143,8 +145,6 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-
-
 // ---- PTX wrappers: wgmma -------------------------------------------------------------------------
 
 // Shared-memory matrix descriptor, K-major with the 128-byte swizzle (mode 1 at bits 62-63): start
@@ -213,9 +213,38 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t
 #undef VORTEX_WGMMA_D
 #undef VORTEX_WGMMA_D_OPERANDS
 
+#define VORTEX_WGMMA_D32                                                                                \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define VORTEX_WGMMA_D32_OPERANDS(c)                                                                      \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),     \
+      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), \
+      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), \
+      c(d[31])
+// wgmma_e4m3 for 64 of the 128 output channels: b [32, 64] (rows of Vᵀ), d 32 fp32 registers.
+template <bool kFirst>
+__device__ __forceinline__ void wgmma_e4m3_n64(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint64_t b) {
+  if constexpr (kFirst) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D32_OPERANDS("=f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D32
+        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D32_OPERANDS("+f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+  }
+}
+#undef VORTEX_WGMMA_D32
+#undef VORTEX_WGMMA_D32_OPERANDS
 
 // ---- softmax helpers ------------------------------------------------------------------------------
-
 
 // Two fp32 → e4m3x2 (RNE, saturating at ±448), `lo` in the low byte.
 __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
@@ -309,6 +338,31 @@ __device__ __forceinline__ void accumulate(float (&o)[64], const float (&o_tile)
   }
 }
 
+// v1: O[:, 64·H .. 64·H + 63] = O·alpha + (P·V) of that half of the channels (accumulator columns
+// j = 8H .. 8H + 7 of O's m64n128 layout are columns j − 8H of the half's m64n64 layout).
+template <int H>
+__device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_half)[32], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < kHeadDim / 16; ++j) {
+    float* oj = &o[4 * (j + 8 * H)];
+    oj[0] = fmaf(oj[0], alpha[0], o_half[4 * j]);
+    oj[1] = fmaf(oj[1], alpha[0], o_half[4 * j + 1]);
+    oj[2] = fmaf(oj[2], alpha[1], o_half[4 * j + 2]);
+    oj[3] = fmaf(oj[3], alpha[1], o_half[4 * j + 3]);
+  }
+}
+
+// The online softmax of tile `tile`, masking keys past nk only in a tile that reaches them.
+__device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
+                                             float (&alpha)[2], int tile, int nk, int lane) {
+  const int key0 = tile * kBlockK;
+  if (key0 + kBlockK > nk) {
+    online_softmax<true>(s, c, row_max, row_sum, alpha, key0, nk, lane);
+  } else {
+    online_softmax<false>(s, c, row_max, row_sum, alpha, key0, nk, lane);
+  }
+}
+
 // ---- consumer products ----------------------------------------------------------------------------
 
 // S = Q8·K8ᵀ for this warpgroup's 64 rows and one 128-key tile: 4 k32 steps over D.
@@ -328,6 +382,21 @@ __device__ __forceinline__ void issue_pv(float (&o_tile)[64], uint32_t (&p)[16],
 #pragma unroll
   for (int step = 1; step < kBlockK / 32; ++step) {
     wgmma_e4m3<false>(o_tile, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], v_desc + k32_step(step));
+  }
+  wgmma_commit();
+}
+
+// v1: o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile: rows 64·H.. of the Vᵀ
+// tile, 64 rows × 128 B = 8 KB (eight swizzle periods) past its start.
+template <int H>
+__device__ __forceinline__ void issue_pv_half(float (&o_half)[32], uint32_t (&p)[16], uint64_t v_desc) {
+  const uint64_t b = v_desc + static_cast<uint64_t>((H * (kHeadDim / 2) * kRowBytes) >> 4);
+  pin_registers(p);
+  wgmma_fence();
+  wgmma_e4m3_n64<true>(o_half, p[0], p[1], p[2], p[3], b);
+#pragma unroll
+  for (int step = 1; step < kBlockK / 32; ++step) {
+    wgmma_e4m3_n64<false>(o_half, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], b + k32_step(step));
   }
   wgmma_commit();
 }
@@ -356,22 +425,83 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
-__device__ __forceinline__ void consume(const Int8Fp8Params& p, uint32_t smem, uint32_t bars, int q0, int head,
-                                        int tiles, int consumer) {
-  const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
-  const int warp = thread / 32, lane = thread % 32;
-  const int schedule_mine = kBarrierSchedule + consumer, schedule_other = kBarrierSchedule + (1 - consumer);
-  constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
+// What both consumer variants share: this thread's place, the operand descriptors, the stage
+// releases, the ping-pong of issue slots and the tile's softmax factor.
+struct Consumer {
+  const Int8Fp8Params& p;
+  uint32_t smem, bars;
+  int q0, head, tiles, consumer;
+  int warp, lane;
+  int schedule_mine, schedule_other;
+  uint64_t q_desc;
+  float q_factor;
+  const float* k_scale;
 
-  const uint64_t q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
-  const auto k_desc = [&](int stage) { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); };
-  const auto v_desc = [&](int stage) { return k_major_descriptor(smem + kSmemV + stage * kVTileBytes); };
-  const auto release = [&](int barrier) {
+  __device__ Consumer(const Int8Fp8Params& params, uint32_t smem_, uint32_t bars_, int q0_, int head_, int tiles_,
+                      int consumer_)
+      : p(params), smem(smem_), bars(bars_), q0(q0_), head(head_), tiles(tiles_), consumer(consumer_) {
+    const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
+    warp = thread / 32;
+    lane = thread % 32;
+    schedule_mine = kBarrierSchedule + consumer;
+    schedule_other = kBarrierSchedule + (1 - consumer);
+    q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
+    q_factor = p.q_scale[head * p.q_blocks + q0 / kRowsPerConsumer + consumer] * p.scale_log2;
+    k_scale = p.k_scale + head * p.k_blocks;
+  }
+  static constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
+
+  __device__ uint64_t k_desc(int stage) const { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); }
+  __device__ uint64_t v_desc(int stage) const { return k_major_descriptor(smem + kSmemV + stage * kVTileBytes); }
+  __device__ float tile_factor(int tile) const { return q_factor * __ldg(k_scale + tile); }
+  __device__ void release(int barrier) const {
     if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
-  };
-  const float q_factor = p.q_scale[head * p.q_blocks + q0 / kRowsPerConsumer + consumer] * p.scale_log2;
-  const float* k_scale = p.k_scale + head * p.k_blocks;
+  }
+  __device__ void wait_full(int barrier, int tile) const {
+    mbarrier_wait(bars + 8 * (barrier + tile % kStages), (tile / kStages) & 1);
+  }
+  // Ping-pong (as the exact kernel): consumer 0 issues first; consumer c's k-th issue slot waits
+  // for the other's (k−1)-th (consumer 1's first arrival stands in for consumer 0's slot −1).
+  // Consumer 1 skips its last arrival, which nobody would wait for.
+  __device__ void start_schedule() const {
+    if (consumer == 1) named_barrier_arrive(schedule_other, kScheduleThreads);
+  }
+  __device__ void begin_slot() const { named_barrier_sync(schedule_mine, kScheduleThreads); }
+  __device__ void end_slot(int slot) const {
+    if (consumer == 0 || slot + 1 < tiles) named_barrier_arrive(schedule_other, kScheduleThreads);
+  }
 
+  // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout.
+  __device__ void write_output(const float (&o)[64], const float (&row_sum)[2]) const {
+    float inverse[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float sum = row_sum[r];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      inverse[r] = 1.0f / sum;
+    }
+    const float* v_scale = p.v_scale + head * kHeadDim;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
+      if (query >= p.nq) continue;
+      __nv_bfloat16* row = p.out + static_cast<int64_t>(query) * p.out_row + static_cast<int64_t>(head) * p.out_head;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        const int channel = 8 * j + 2 * (lane % 4);
+        const float2 vs = __ldg(reinterpret_cast<const float2*>(v_scale + channel));
+        *reinterpret_cast<uint32_t*>(row + channel) =
+            pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
+      }
+    }
+  }
+};
+
+// v0: tile t's slot issues S_t = Q·K_tᵀ and (P·V)_{t−1} into a 64-register accumulator together;
+// the softmax of S_t runs under P·V. S, O, the accumulator and P8 take 208 of the 240 registers.
+__device__ __forceinline__ void consume(const Consumer& w) {
+  const Int8Fp8Params& p = w.p;
   uint32_t s[64];      // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
   float o[64];         // O: [64 rows, 128 channels]
   float o_tile[64];    // P·V of one tile
@@ -380,95 +510,145 @@ __device__ __forceinline__ void consume(const Int8Fp8Params& p, uint32_t smem, u
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_prev[2];
 
-  // Ping-pong (as the exact kernel): consumer 0 issues first; consumer c's k-th issue slot waits for
-  // the other's (k−1)-th. Consumer 1 skips its last arrival, which nobody would wait for.
-  if (consumer == 1) named_barrier_arrive(schedule_other, kScheduleThreads);
-  const auto end_slot = [&](int slot) {
-    if (consumer == 0 || slot + 1 < tiles) named_barrier_arrive(schedule_other, kScheduleThreads);
-  };
-
-  mbarrier_wait(bars + 8 * kFullQ, 0);
+  w.start_schedule();
+  mbarrier_wait(w.bars + 8 * kFullQ, 0);
 
   // Tile 0: S only.
-  float c = q_factor * __ldg(k_scale);
-  mbarrier_wait(bars + 8 * kFullK, 0);
-  named_barrier_sync(schedule_mine, kScheduleThreads);
-  issue_qk(s, q_desc, k_desc(0));
-  end_slot(0);
+  w.wait_full(kFullK, 0);
+  w.begin_slot();
+  issue_qk(s, w.q_desc, w.k_desc(0));
+  w.end_slot(0);
   wgmma_wait<0>();
   pin_registers(s);
-  release(kEmptyK);
-  if (kBlockK > p.nk) {
-    online_softmax<true>(s, c, row_max, row_sum, alpha, 0, p.nk, lane);
-  } else {
-    online_softmax<false>(s, c, row_max, row_sum, alpha, 0, p.nk, lane);
-  }
+  w.release(kEmptyK);
+  softmax_tile(s, w.tile_factor(0), row_max, row_sum, alpha, 0, p.nk, w.lane);
   pack_p(s, pk);
   alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
 
   // Tile t: S_t = Q·K_tᵀ and (P·V)_{t−1} in flight together; softmax of S_t under P·V.
-  for (int tile = 1; tile < tiles; ++tile) {
+  for (int tile = 1; tile < w.tiles; ++tile) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
-    c = q_factor * __ldg(k_scale + tile);
-    mbarrier_wait(bars + 8 * (kFullK + stage), (tile / kStages) & 1);
-    mbarrier_wait(bars + 8 * (kFullV + prev_stage), ((tile - 1) / kStages) & 1);
-    named_barrier_sync(schedule_mine, kScheduleThreads);
-    issue_qk(s, q_desc, k_desc(stage));
-    issue_pv(o_tile, pk, v_desc(prev_stage));
-    end_slot(tile);
+    const float c = w.tile_factor(tile);
+    w.wait_full(kFullK, tile);
+    w.wait_full(kFullV, tile - 1);
+    w.begin_slot();
+    issue_qk(s, w.q_desc, w.k_desc(stage));
+    issue_pv(o_tile, pk, w.v_desc(prev_stage));
+    w.end_slot(tile);
     wgmma_wait<1>();  // S_t done; P·V may still run
     pin_registers(s);
-    release(kEmptyK + stage);
-    const int key0 = tile * kBlockK;
-    if (key0 + kBlockK > p.nk) {
-      online_softmax<true>(s, c, row_max, row_sum, alpha, key0, p.nk, lane);
-    } else {
-      online_softmax<false>(s, c, row_max, row_sum, alpha, key0, p.nk, lane);
-    }
+    w.release(kEmptyK + stage);
+    softmax_tile(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
     wgmma_wait<0>();  // (P·V)_{t−1} done: its P registers and Vᵀ stage are free
     pin_registers(o_tile);
     pin_registers(pk);
-    release(kEmptyV + prev_stage);
+    w.release(kEmptyV + prev_stage);
     accumulate(o, o_tile, alpha_prev);
     alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
     pack_p(s, pk);
   }
 
   // The last tile's P·V.
-  const int last = tiles - 1;
-  mbarrier_wait(bars + 8 * (kFullV + last % kStages), (last / kStages) & 1);
-  issue_pv(o_tile, pk, v_desc(last % kStages));
+  const int last = w.tiles - 1;
+  w.wait_full(kFullV, last);
+  issue_pv(o_tile, pk, w.v_desc(last % kStages));
   wgmma_wait<0>();
   pin_registers(o_tile);
   accumulate(o, o_tile, alpha_prev);
+  w.write_output(o, row_sum);
+}
 
-  // ---- epilogue: (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout ----
-  float inverse[2];
+// v1: the same operations with P·V in two halves of 64 channels through one 32-register
+// accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; the second half is
+// issued after the softmax of S_t and added to O at the start of the next tile. P8 is double
+// buffered (the second half still reads P_{t−1} while P_t is packed), so S, O, the accumulator and
+// P8 take at most 176 registers where v0 needs 208. Each output element is the same fp32
+// operations in the same order as in v0 (O·alpha + the tile's sum over its 128 keys); only which
+// channels one instruction covers differs.
+__device__ __forceinline__ void consume_split_pv(const Consumer& w) {
+  const Int8Fp8Params& p = w.p;
+  uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
+  float o[64];           // O: [64 rows, 128 channels]
+  float acc[32];         // one half of one tile's P·V
+  uint32_t pk[16];       // P8 of the tile whose P·V is in flight
+  uint32_t pk_next[16];  // P8 of the tile just softmaxed
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float sum = row_sum[r];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    inverse[r] = 1.0f / sum;
-  }
-  const float* v_scale = p.v_scale + head * kHeadDim;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
-    if (query >= p.nq) continue;
-    __nv_bfloat16* row = p.out + static_cast<int64_t>(query) * p.out_row + static_cast<int64_t>(head) * p.out_head;
-#pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) {
-      const int channel = 8 * j + 2 * (lane % 4);
-      const float2 vs = __ldg(reinterpret_cast<const float2*>(v_scale + channel));
-      *reinterpret_cast<uint32_t*>(row + channel) =
-          pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
+  // alpha_b: of the tile whose second half is in flight.
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
+
+  w.start_schedule();
+  mbarrier_wait(w.bars + 8 * kFullQ, 0);
+
+  // Tile 0: S only.
+  w.wait_full(kFullK, 0);
+  w.begin_slot();
+  issue_qk(s, w.q_desc, w.k_desc(0));
+  w.end_slot(0);
+  wgmma_wait<0>();
+  pin_registers(s);
+  w.release(kEmptyK);
+  softmax_tile(s, w.tile_factor(0), row_max, row_sum, alpha, 0, p.nk, w.lane);
+  pack_p(s, pk_next);
+  alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
+
+  for (int tile = 1; tile < w.tiles; ++tile) {
+    const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
+    const float c = w.tile_factor(tile);
+    if (tile >= 2) {
+      wgmma_wait<0>();  // second half of (P·V)_{t−2} done: the accumulator, P8 and Vᵀ_{t−2} are free
+      pin_registers(acc);
+      pin_registers(pk);
+      accumulate_half<1>(o, acc, alpha_b);
+      w.release(kEmptyV + (tile - 2) % kStages);
     }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];  // P_{t−1}
+    w.wait_full(kFullK, tile);
+    w.wait_full(kFullV, tile - 1);
+    w.begin_slot();
+    issue_qk(s, w.q_desc, w.k_desc(stage));
+    issue_pv_half<0>(acc, pk, w.v_desc(prev_stage));
+    w.end_slot(tile);
+    wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
+    pin_registers(s);
+    w.release(kEmptyK + stage);
+    softmax_tile(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
+    wgmma_wait<0>();  // first half of (P·V)_{t−1} done
+    pin_registers(acc);
+    accumulate_half<0>(o, acc, alpha_a);
+    issue_pv_half<1>(acc, pk, w.v_desc(prev_stage));
+    pack_p(s, pk_next);  // P_t
+    alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
+    alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   }
+
+  // Drain: the second half of the previous tile's P·V, then both halves of the last tile's.
+  const int last = w.tiles - 1;
+  if (last >= 1) {
+    wgmma_wait<0>();
+    pin_registers(acc);
+    pin_registers(pk);
+    accumulate_half<1>(o, acc, alpha_b);
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];
+  w.wait_full(kFullV, last);
+  issue_pv_half<0>(acc, pk, w.v_desc(last % kStages));
+  wgmma_wait<0>();
+  pin_registers(acc);
+  accumulate_half<0>(o, acc, alpha_a);
+  issue_pv_half<1>(acc, pk, w.v_desc(last % kStages));
+  wgmma_wait<0>();
+  pin_registers(acc);
+  accumulate_half<1>(o, acc, alpha_a);
+  w.write_output(o, row_sum);
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
+template <bool kSplitPv>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -500,30 +680,19 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume(p, smem, bars, q0, head, tiles, warpgroup - 1);
+    const Consumer w(p, smem, bars, q0, head, tiles, warpgroup - 1);
+    if constexpr (kSplitPv) {
+      consume_split_pv(w);
+    } else {
+      consume(w);
+    }
   }
 }
 
 // ---- host: tensor maps and launch -------------------------------------------------------------------
 
-using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (the library does not link
-// libcuda); null when the driver lacks it.
-EncodeTiled tensor_map_encoder() {
-  static const EncodeTiled encoder = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found) !=
-            cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return static_cast<EncodeTiled>(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(fn);
-  }();
-  return encoder;
-}
+using hopper::EncodeTiled;
+using hopper::tensor_map_encoder;
 
 // A [rows, width] byte matrix (rows `width` bytes apart) as a 2-d tensor map {width, rows} with
 // [128, 128] boxes and the 128-byte swizzle.
@@ -582,11 +751,12 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
   params.k_blocks = static_cast<int>(ws.nk_pad / kInt8Fp8KBlock);
   params.scale_log2 = scale * kLog2e;
 
-  VORTEX_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_int8fp8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
+  const auto kernel = variant == Int8Fp8Variant::kV1 ? attention_int8fp8_kernel<true> : attention_int8fp8_kernel<false>;
+  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
-  attention_int8fp8_kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }
@@ -610,8 +780,18 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
+Result<Int8Fp8Variant> int8fp8_variant_from_env() {
+  const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
+  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v0") return Int8Fp8Variant::kV0;
+  if (std::string(variant) == "v1") return Int8Fp8Variant::kV1;
+  return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
+                       " is not a variant of this build (v0, v1)");
+}
+
 Result<KernelResources> attention_int8fp8_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel), kSmemBytes);
+  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
+  const auto kernel = variant == Int8Fp8Variant::kV1 ? attention_int8fp8_kernel<true> : attention_int8fp8_kernel<false>;
+  return kernel_resources(reinterpret_cast<const void*>(kernel), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

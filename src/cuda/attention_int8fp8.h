@@ -80,7 +80,16 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                          float scale, DeviceArena& scratch, cudaStream_t stream);
 
-// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
+// Variants of the attention pass (VORTEX_VARIANT_INT8FP8 selects, read on every call; v0 ships).
+// Both compute the same operations per output element:
+//   v0  each tile's P·V into one 64-register accumulator, issued with the next tile's Q·Kᵀ
+//       (208 registers of state: ptxas spills 140 bytes per thread);
+//   v1  P·V in two halves of 64 channels through one 32-register accumulator (176 registers).
+enum class Int8Fp8Variant { kV0, kV1 };
+Result<Int8Fp8Variant> int8fp8_variant_from_env();
+
+// Registers, spills and shared memory of the int8fp8 attention kernel the environment selects
+// (for bench manifests).
 Result<KernelResources> attention_int8fp8_resources();
 
 }  // namespace vortex::cuda
