@@ -1,6 +1,8 @@
 // Bit-exact number format conversions shared by the CPU and CUDA code (DESIGN section 3).
 //
-// fp32 -> bf16 / f16: round to nearest, ties to even; NaN stays NaN (quiet), infinities stay.
+// fp32 -> bf16 / f16: round to nearest, ties to even; infinities stay. A NaN becomes bf16's canonical
+//   NaN 0x7FFF (CUDART_NAN_BF16, what the GPU's conversion writes for every NaN, so the device rounds
+//   with one instruction and still matches bit for bit) or a quiet f16 NaN with its sign.
 // fp32 -> e4m3: RNE, saturating to +-448 (e4m3 has no infinity); NaN -> 0x7F / 0xFF.
 // fp32 -> e5m2: RNE, saturating to +-57344 (finite inputs never become infinity); NaN -> quiet NaN.
 // fp32 -> e2m1: RNE onto {0, .5, 1, 1.5, 2, 3, 4, 6}, saturating at 6; NaN -> 6 with its sign
@@ -43,7 +45,7 @@ VORTEX_HD float f32_from_bits(uint32_t u) {
 
 VORTEX_HD uint16_t f32_to_bf16_bits(float f) {
   uint32_t u = f32_bits(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);  // quiet NaN
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return 0x7FFFu;  // the canonical NaN (see the top of this file)
   // Adding 0x7FFF plus the lowest kept bit rounds to nearest with ties to even; carries into the
   // exponent give the correct next binade and overflow rounds to infinity, as RNE requires.
   u += 0x7FFFu + ((u >> 16) & 1u);

@@ -48,14 +48,16 @@ __device__ __forceinline__ char* row_ptr(const Operand& o, int64_t i, int64_t j)
 
 // R: rounds v as if stored in the output dtype and read back (identity for F32).
 // bf16 rounding on the device: the hardware's round-to-nearest-even conversion (cvt.rn.bf16.f32,
-// one instruction, subnormals kept) rather than core/dtype.h's integer sequence, which left the
-// elementwise kernels ALU-bound (ncu, canonical block: qk_norm_rope at 76% ALU and 13% of the
-// DRAM bandwidth). Bit for bit f32_to_bf16_bits, NaNs included: the hardware returns the canonical
-// NaN, so a NaN takes that function's quiet-NaN bits (tests/gpu/test_gpu_bf16_rounding.cu runs all
-// 2^32 inputs).
-__device__ __forceinline__ uint16_t bf16_bits(float v) {
-  const uint16_t hw = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  return isnan(v) ? static_cast<uint16_t>((__float_as_uint(v) >> 16) | 0x0040u) : hw;
+// subnormals kept) rather than core/dtype.h's integer sequence, which left the elementwise kernels
+// ALU-bound (ncu, canonical block: qk_norm_rope at 76% ALU and 13% of the DRAM bandwidth). Bit for
+// bit f32_to_bf16_bits, NaNs included: both write the canonical NaN 0x7FFF
+// (tests/gpu/test_gpu_bf16_rounding.cu runs all 2^32 inputs).
+__device__ __forceinline__ uint16_t bf16_bits(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+// Two values in one conversion (cvt.rn.bf16x2.f32), `lo` in the low half: the same bits as two
+// bf16_bits calls.
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
 }
 __device__ __forceinline__ float round_bf16_device(float v) {
   return __uint_as_float(static_cast<uint32_t>(bf16_bits(v)) << 16);
@@ -113,10 +115,7 @@ __device__ __forceinline__ void store_vec(char* p, bool bf16, int64_t e, const f
       for (int q = 0; q < V / 8; ++q) {
         uint32_t w[4];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          w[k] = static_cast<uint32_t>(bf16_bits(v[8 * q + 2 * k])) |
-                 (static_cast<uint32_t>(bf16_bits(v[8 * q + 2 * k + 1])) << 16);
-        }
+        for (int k = 0; k < 4; ++k) w[k] = bf16x2_bits(v[8 * q + 2 * k], v[8 * q + 2 * k + 1]);
         reinterpret_cast<uint4*>(b)[q] = make_uint4(w[0], w[1], w[2], w[3]);
       }
     } else {

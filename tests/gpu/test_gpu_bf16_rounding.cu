@@ -1,4 +1,4 @@
-// The device bf16 rounding (cuda/row_io.cuh: the hardware conversion with a NaN fix-up) against
+// The device bf16 rounding (cuda/row_io.cuh: the hardware conversion, one instruction) against
 // core/dtype.h's portable round-to-nearest-even on every one of the 2^32 float bit patterns. Every
 // elementwise kernel rounds through it, so their bitwise equality with the CPU reference and with
 // each other rests on this test.
@@ -30,7 +30,9 @@ __global__ void compare_all_bf16_roundings(Mismatches* out) {
     const uint16_t want = f32_to_bf16_bits(v);
     const bool same = cuda::detail::bf16_bits(v) == want &&
                       __float_as_uint(cuda::detail::round_bf16_device(v)) == __float_as_uint(round_bf16(v)) &&
-                      __float_as_uint(cuda::detail::round_out(true, v)) == (static_cast<uint32_t>(want) << 16);
+                      __float_as_uint(cuda::detail::round_out(true, v)) == (static_cast<uint32_t>(want) << 16) &&
+                      cuda::detail::bf16x2_bits(v, -v) ==
+                          (static_cast<uint32_t>(want) | (static_cast<uint32_t>(f32_to_bf16_bits(-v)) << 16));
     if (!same) {
       ++local;
       first = bits < first ? bits : first;
