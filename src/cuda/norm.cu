@@ -368,8 +368,10 @@ struct QkNormRopeParams {
 
 // Every lane of a warp runs the same iterations (the row loop bound depends only on the block) so
 // the shuffles see full warps; inactive lanes carry garbage that nobody stores. Four blocks per SM
-// cap it at 64 registers (ptxas takes 72 otherwise, and only 3 blocks fit).
-template <int V>
+// cap it at 64 registers (ptxas takes 72 otherwise, and only 3 blocks fit). kBf16: the tensor's
+// dtype (in place, so input and output share it) as a template argument, so that the rounding
+// and the loads and stores carry no runtime dtype test (PTX 719 → 577 instructions).
+template <int V, bool kBf16>
 __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRopeParams params) {
   const RmsNormParams& p = params.t;
   const int group = params.group, lane = threadIdx.x % group;
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRop
     float v[V];
     float ss = 0.0f;
     if (active) {
-      detail::load_vec<V>(norm_src(p, row), p.x.bf16, lane * V, v);
+      detail::load_vec<V>(norm_src(p, row), kBf16, lane * V, v);
       ss = sum_squares<V>(v, ss);
     }
     for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
@@ -392,7 +394,7 @@ __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRop
     if (active) load_weight<V>(p, lane * V, w);
 #pragma unroll
     for (int k = 0; k < V; ++k) {
-      normed[k] = active ? detail::round_out(p.y.bf16, __fmul_rn(__fmul_rn(v[k], inv), w[k])) : 0.0f;
+      normed[k] = active ? detail::round_out(kBf16, __fmul_rn(__fmul_rn(v[k], inv), w[k])) : 0.0f;
     }
     float other[V];
 #pragma unroll
@@ -400,7 +402,6 @@ __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRop
     if (!active) continue;
     if (params.cos != nullptr && lane < 2 * r) {
       // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
-      const bool bf16 = p.y.bf16;
       const int64_t token = row / p.inner;
       const int64_t rot = 2 * static_cast<int64_t>(r) * V;
       float c[V], sn[V];
@@ -409,11 +410,11 @@ __global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRop
       const bool low = lane < r;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        normed[k] = low ? detail::rope_low(bf16, normed[k], other[k], c[k], sn[k])
-                        : detail::rope_high(bf16, other[k], normed[k], c[k], sn[k]);
+        normed[k] = low ? detail::rope_low(kBf16, normed[k], other[k], c[k], sn[k])
+                        : detail::rope_high(kBf16, other[k], normed[k], c[k], sn[k]);
       }
     }
-    detail::store_vec<V>(norm_dst(p, row), p.y.bf16, lane * V, normed);
+    detail::store_vec<V>(norm_dst(p, row), kBf16, lane * V, normed);
   }
 }
 
@@ -562,7 +563,11 @@ Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* 
     p.vecs = vecs;
     p.c = static_cast<int>(d);
     p.eps = eps;
-    qk_norm_rope_kernel<detail::kVec><<<l.grid, l.block, 0, stream>>>(params);
+    if (q.dtype == DType::kBF16) {
+      qk_norm_rope_kernel<detail::kVec, true><<<l.grid, l.block, 0, stream>>>(params);
+    } else {
+      qk_norm_rope_kernel<detail::kVec, false><<<l.grid, l.block, 0, stream>>>(params);
+    }
     VORTEX_CUDA_CHECK_LAUNCH();
   }
   return ok_status();
