@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""The bench tools under tools/bench, run by ctest (CPU only):
+
+- readme_table.py --check: the README's performance table is the one the committed manifests make
+  (and every manifest's digests verify);
+- ncu_top_stalls.py on a small source-page CSV: shares and order;
+- ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio.
+"""
+
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import unittest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TOOLS = ROOT / "tools" / "bench"
+
+
+def run(*args):
+    return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+
+
+class ReadmeTable(unittest.TestCase):
+    def test_readme_table_matches_the_manifests(self):
+        r = run(TOOLS / "readme_table.py", "--check")
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class NcuTopStalls(unittest.TestCase):
+    def test_shares_by_instruction_and_kind(self):
+        with tempfile.TemporaryDirectory() as d:
+            csv = pathlib.Path(d) / "source.csv"
+            csv.write_text(
+                "==PROF== Disconnected\n"
+                '"# Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
+                '"0010","HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ","10","9"\n'
+                '"0020","MUFU.EX2 R3, R4","30","20"\n'
+                '"0030","WARPGROUP.DEPBAR.LE gsb0, 0x0","1,060","60"\n')
+            r = run(TOOLS / "ncu_top_stalls.py", csv, "--top", "2")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            self.assertIn("3 instructions, 1100 stall samples", lines[0])
+            top = lines[lines.index("top 2 instructions:") + 1:]
+            self.assertEqual(len(top), 2)
+            self.assertIn("96.4%", top[0])
+            self.assertIn("WARPGROUP.DEPBAR", top[0])
+            self.assertIn("MUFU.EX2", top[1])
+
+    def test_a_table_without_samples_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            csv = pathlib.Path(d) / "source.csv"
+            csv.write_text('"# Address","Source"\n"0010","NOP"\n')
+            r = run(TOOLS / "ncu_top_stalls.py", csv)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("no warp-stall sample column", r.stderr)
+
+
+class AbSummary(unittest.TestCase):
+    def test_medians_in_run_order_and_ratio(self):
+        medians = {"a-1": 60.0, "b-1": 63.0, "a-2": 62.0, "b-2": 65.0}
+        with tempfile.TemporaryDirectory() as d:
+            for run_name, median in medians.items():
+                folder = pathlib.Path(d) / run_name
+                folder.mkdir()
+                run_section = {"median": median, "gpu_during_samples": {"sm_clock_mhz": {"mean": 1650.0}}}
+                (folder / "attention.json").write_text(json.dumps({"run": run_section}))
+            r = run(TOOLS / "ab_summary.py", d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            line = r.stdout.strip()
+            self.assertIn("A 60.000@1650 62.000@1650", line)
+            self.assertIn("B 63.000@1650 65.000@1650", line)
+            self.assertIn("B/A 1.0492", line)
+
+
+if __name__ == "__main__":
+    unittest.main()
