@@ -471,6 +471,21 @@ struct Consumer {
     if (consumer == 0 || slot + 1 < tiles) named_barrier_arrive(schedule_other, kScheduleThreads);
   }
 
+  // The start of the sweep: once Q has landed, tile 0's S = Q·K_0ᵀ in this consumer's first issue
+  // slot and its softmax (no P·V yet); s then holds P_0.
+  __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) const {
+    start_schedule();
+    mbarrier_wait(bars + 8 * kFullQ, 0);
+    wait_full(kFullK, 0);
+    begin_slot();
+    issue_qk(s, q_desc, k_desc(0));
+    end_slot(0);
+    wgmma_wait<0>();
+    pin_registers(s);
+    release(kEmptyK);
+    softmax_tile(s, tile_factor(0), row_max, row_sum, alpha, 0, p.nk, lane);
+  }
+
   // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout.
   __device__ void write_output(const float (&o)[64], const float (&row_sum)[2]) const {
     float inverse[2];
@@ -510,18 +525,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_prev[2];
 
-  w.start_schedule();
-  mbarrier_wait(w.bars + 8 * kFullQ, 0);
-
-  // Tile 0: S only.
-  w.wait_full(kFullK, 0);
-  w.begin_slot();
-  issue_qk(s, w.q_desc, w.k_desc(0));
-  w.end_slot(0);
-  wgmma_wait<0>();
-  pin_registers(s);
-  w.release(kEmptyK);
-  softmax_tile(s, w.tile_factor(0), row_max, row_sum, alpha, 0, p.nk, w.lane);
+  w.first_tile(s, row_max, row_sum, alpha);
   pack_p(s, pk);
   alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
 
@@ -578,18 +582,7 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   // alpha_b: of the tile whose second half is in flight.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
 
-  w.start_schedule();
-  mbarrier_wait(w.bars + 8 * kFullQ, 0);
-
-  // Tile 0: S only.
-  w.wait_full(kFullK, 0);
-  w.begin_slot();
-  issue_qk(s, w.q_desc, w.k_desc(0));
-  w.end_slot(0);
-  wgmma_wait<0>();
-  pin_registers(s);
-  w.release(kEmptyK);
-  softmax_tile(s, w.tile_factor(0), row_max, row_sum, alpha, 0, p.nk, w.lane);
+  w.first_tile(s, row_max, row_sum, alpha);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
 
