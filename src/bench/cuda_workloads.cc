@@ -107,6 +107,7 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   };
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
   VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, restore, [&] { return model->run_block(0); }));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor x_timed, cuda::download(x, nullptr));  // the last timed block's output
 
   Manifest m;
   m.workload = "h3-block";
@@ -153,7 +154,8 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   m.derived["breakdown_ms"] = breakdown;
   VORTEX_ASSIGN_OR_RETURN(Tensor x_out, cuda::download(x, nullptr));
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json attention_error, attention_on_block_activations(*model, config, *timer, o));
-  m.correctness.comparator = "none (no peer run)";
+  // Without the peer the check is run to run: a block must give the same bits every time.
+  m.correctness = compare(x_out, x_timed, "run-to-run: the last timed block vs a further block (bitwise expected)", 0.0);
   if (!o.peer_command.empty()) {
     fs::create_directories(o.work_dir);
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors io, model->download_block_weights(0));
