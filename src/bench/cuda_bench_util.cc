@@ -145,17 +145,21 @@ void add_peer_ratios(Manifest& m, const nlohmann::json& peer) {
   }
 }
 
-Result<bool> fused_norms_from_env() {
+Result<BlockFusions> block_fusions_from_env() {
   const char* v = std::getenv("VORTEX_VARIANT_BLOCK");
-  if (v == nullptr || *v == '\0' || std::string(v) == "fused") return true;
-  if (std::string(v) == "unfused") return false;
-  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected fused or unfused)");
+  if (v == nullptr || *v == '\0' || std::string(v) == "fused") return BlockFusions{};
+  if (std::string(v) == "unfused") return BlockFusions{false, false};
+  if (std::string(v) == "folded") return BlockFusions{true, true};
+  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected fused, unfused or folded)");
 }
 
-std::string fusions_description(bool fused) {
-  return fused ? "residual + RMSNorm + AdaLN modulation in one pass; QK RMSNorm + RoPE in one pass (bitwise equal "
-                 "to the separate launches)"
-               : "none (separate launches)";
+std::string fusions_description(const BlockFusions& fusions) {
+  if (!fusions.fused_norms) return "none (separate launches)";
+  std::string d =
+      "residual + RMSNorm + AdaLN modulation in one pass; QK RMSNorm + RoPE in one pass (bitwise equal to the "
+      "separate launches)";
+  if (fusions.fold_ffn_residual) d += "; each block's FFN residual applied by the next block's first norm";
+  return d;
 }
 
 }  // namespace vortex::bench

@@ -49,10 +49,16 @@ Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& worklo
 // Appends the peer's entries with ratio_peer_over_vortex = peer median / vortex median.
 void add_peer_ratios(Manifest& m, const nlohmann::json& peer);
 
-// VORTEX_VARIANT_BLOCK=unfused runs the block's norms, modulations and residuals as separate
-// launches (the path the fusions are proven bitwise equal to), for A/B runs; "fused" or unset is
-// the default.
-Result<bool> fused_norms_from_env();
-std::string fusions_description(bool fused);
+// The block-boundary fusions of a bench's model (h3::CudaModelOptions::fused_norms and
+// fold_ffn_residual), from VORTEX_VARIANT_BLOCK for A/B runs: "fused" or unset is the default;
+// "unfused" runs the norms, modulations and residuals as separate launches (the path the fusions
+// are proven bitwise equal to); "folded" is fused with each block's FFN residual applied by the
+// next block's first norm (where AdaLN tables are per request).
+struct BlockFusions {
+  bool fused_norms = true;
+  bool fold_ffn_residual = false;
+};
+Result<BlockFusions> block_fusions_from_env();
+std::string fusions_description(const BlockFusions& fusions);
 
 }  // namespace vortex::bench

@@ -73,7 +73,9 @@ Result<std::unique_ptr<h3::CudaH3Transformer>> make_model(const BenchOptions& o,
   options.recipe = recipe;
   options.adaln_tables = tables;
   options.int8fp8_attention = int8fp8;
-  VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
+  VORTEX_ASSIGN_OR_RETURN(const BlockFusions fusions, block_fusions_from_env());
+  options.fused_norms = fusions.fused_norms;
+  options.fold_ffn_residual = fusions.fold_ffn_residual;
   return h3::CudaH3Transformer::create(c.config, h3::synthetic_weight_filler(o.seed, nullptr), c.layout.num_rows,
                                        nullptr, options);
 }
@@ -93,7 +95,7 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
   const double block_flops = 2 * n * C * (3 * inner) + 2 * n * inner * C + 2 * n * C * (2 * f) + 2 * n * f * C +
                              4 * n * n * config.num_attention_heads * config.attention_head_dim;
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
-  VORTEX_ASSIGN_OR_RETURN(const bool fused, fused_norms_from_env());
+  VORTEX_ASSIGN_OR_RETURN(const BlockFusions fused, block_fusions_from_env());
 
   std::vector<Manifest> manifests;
   h3::StepOutputs bf16_out;
@@ -122,8 +124,10 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
     m.protocol = protocol_json(o);
     m.protocol["timed"] = "host rows in -> host velocities out (uploads, 50 blocks, heads, downloads)";
     VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+    // The FFN residual fold needs tables per request; this forward's are per step.
     m.implementation = {{"backend", "cuda"}, {"recipe", recipe_description(recipe)},
-                        {"attention", "exact (cuda::attention default)"}, {"fusions", fusions_description(fused)},
+                        {"attention", "exact (cuda::attention default)"},
+                        {"fusions", fusions_description({fused.fused_norms, false})},
                         {"adaln", "per step: one GEMM per block from resident AdaLN weights, as the peer does"},
                         {"graphs", "block stack replayed from one CUDA graph"}};
     // Repeated forwards must agree bit for bit and stay finite; the fp8 recipe's error is measured
@@ -227,7 +231,7 @@ nlohmann::json checksums(const h3::GenerateResult& r) {
 
 Result<std::vector<Manifest>> bench_denoise(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(const Canonical c, canonical_request(o.seed));
-  VORTEX_ASSIGN_OR_RETURN(const bool fused, fused_norms_from_env());
+  VORTEX_ASSIGN_OR_RETURN(const BlockFusions fused, block_fusions_from_env());
   struct Configuration {
     const char* workload;
     h3::LinearRecipe recipe;

@@ -85,7 +85,8 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
   h3::CudaModelOptions options;
   options.int8fp8_attention = true;  // the int8fp8 block is measured too
   options.keep_attention_inputs = true;  // for the int8fp8 error on the block's own q/k/v
-  VORTEX_ASSIGN_OR_RETURN(options.fused_norms, fused_norms_from_env());
+  VORTEX_ASSIGN_OR_RETURN(const BlockFusions fusions, block_fusions_from_env());
+  options.fused_norms = fusions.fused_norms;  // a single block has no next block to fold into
   VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::synthetic_weight_filler(o.seed, nullptr),
                                                                     layout.num_rows, nullptr, options));
   const Tensor text = h3::seeded_normal({h3::kCanonicalTextTokens, config.text_dim}, o.seed, h3::kSyntheticTextStream);
@@ -140,7 +141,7 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
                       {"recipe", "bf16"},
                       {"attention", cuda::attention_variant_description(attn_variant)},
                       {"gemm", "cuBLASLt bf16, fp32 accumulate"},
-                      {"fusions", fusions_description(options.fused_norms)}};
+                      {"fusions", fusions_description({options.fused_norms, false})}};
 
   // Output for correctness: one more run from x0, with the per-op breakdown recorded, then dump
   // everything the peer needs.

@@ -1,8 +1,9 @@
 // The exactness gate of AdaLN tables per request (AdaLnTables::kPerRequest, cuda_adaln_tables.cc):
 // tables planned up front from streamed AdaLN weights give BITWISE the block output and the 2-step
 // trajectory of the per-step GEMMs from resident weights, under both linear recipes, and the model
-// holds no AdaLN weight. Steps that were not planned are refused, and so is a model too large for
-// the device, naming its sizes.
+// holds no AdaLN weight. With those tables the FFN residual may be folded into the next block's
+// first norm, again bit for bit. Steps that were not planned are refused, and so is a model too
+// large for the device, naming its sizes.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -89,6 +90,43 @@ TEST_P(GpuH3AdaLnTables, BlockOutputAndTwoStepTrajectoryAreBitwiseThoseOfThePerS
   }
   EXPECT_EQ(video[1].sha256, video[0].sha256) << "video sums " << video[1].sum << " vs " << video[0].sum;
   EXPECT_EQ(audio[1].sha256, audio[0].sha256) << "audio sums " << audio[1].sum << " vs " << audio[0].sum;
+}
+
+// CudaModelOptions::fold_ffn_residual: each block's FFN residual applied by the next block's first
+// norm (and the last block's after the stack) gives the 2-step trajectory of the separate pass bit
+// for bit, with the stack replayed from a CUDA graph and with direct launches.
+TEST_P(GpuH3AdaLnTables, FoldedFfnResidualGivesTheSeparatePassTrajectory) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config c = config();
+  h3::GenerateOptions options;
+  options.video = {128, 192, 22};
+  options.steps = 3;  // grid points including the final 0: two forwards
+  options.seed = 8;
+  auto geometry = h3::resolve_geometry(options.video, c);
+  ASSERT_TRUE(geometry.ok());
+  auto layout = h3::build_t2va_layout(kTextRows, *geometry, c);
+  ASSERT_TRUE(layout.ok());
+  const Tensor text = h3::seeded_normal({kTextRows, c.text_dim}, 4, h3::kSyntheticTextStream);
+  auto model = make_model(c, layout->num_rows, GetParam(), h3::AdaLnTables::kPerRequest);
+  struct Path {
+    bool fold, graphs;
+  };
+  const Path paths[] = {{true, true}, {true, false}, {false, true}};
+  h3::LatentChecksum video[3], audio[3];
+  for (int p = 0; p < 3; ++p) {
+    model->set_fold_ffn_residual(paths[p].fold);
+    model->set_cuda_graphs(paths[p].graphs);
+    auto r = h3::generate_t2va(*model, text, options);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    video[p] = h3::latent_checksum(r->video_latents);
+    audio[p] = h3::latent_checksum(r->audio_latents);
+  }
+  for (int p = 0; p < 2; ++p) {
+    EXPECT_EQ(video[p].sha256, video[2].sha256) << "path " << p << ": video sums " << video[p].sum << " vs "
+                                                << video[2].sum;
+    EXPECT_EQ(audio[p].sha256, audio[2].sha256) << "path " << p << ": audio sums " << audio[p].sum << " vs "
+                                                << audio[2].sum;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuH3AdaLnTables, ::testing::Values(h3::LinearRecipe::kBf16, h3::LinearRecipe::kFp8),

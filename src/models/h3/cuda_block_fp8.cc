@@ -16,7 +16,8 @@
 
 namespace vortex::h3 {
 
-Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode) {
+Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode,
+                                            const PendingResidual* pending_in, PendingResidual* pending_out) {
   const H3Config& c = config_;
   const int64_t n = x.size(0), C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
   const float eps = static_cast<float>(c.norm_eps);
@@ -40,8 +41,11 @@ Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, Att
   const TensorView shift1 = columns(mod, 0, C), scale1 = columns(mod, C, C), gate1 = columns(mod, 2 * C, C);
   const TensorView shift2 = columns(mod, 3 * C, C), scale2 = columns(mod, 4 * C, C), branch_view = branch.view();
   {
-    cuda::SectionScope scope(profiler_, "norm_modulate_quantize", stream_);
-    const cuda::NormFusion first{nullptr, nullptr, nullptr, &shift1, &scale1, rows};
+    cuda::SectionScope scope(profiler_, pending_in ? "residual_norm_modulate_quantize" : "norm_modulate_quantize",
+                             stream_);
+    const cuda::NormFusion first =
+        pending_in ? cuda::NormFusion{&pending_in->branch, &pending_in->gate, rows, &shift1, &scale1, rows}
+                   : cuda::NormFusion{nullptr, nullptr, nullptr, &shift1, &scale1, rows};
     VORTEX_RETURN_IF_ERROR(
         cuda::rms_norm_fused_quantize_fp8(x.view(), &n1, eps, first, columns(codes, 0, C), sv, stream_));
   }
@@ -64,8 +68,13 @@ Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, Att
     VORTEX_RETURN_IF_ERROR(cuda::swiglu_quantize_fp8(u.view(), columns(codes, 0, F), sv, stream_));
   }
   VORTEX_RETURN_IF_ERROR(gemm("gemm_fc2", b.fp8.fc2, b.fc2, F, branch));
+  const TensorView gate2 = columns(mod, 5 * C, C);
+  if (pending_out) {
+    *pending_out = {branch_view, gate2};
+    return ok_status();
+  }
   cuda::SectionScope scope(profiler_, "residual", stream_);
-  return cuda::gated_residual(x.view(), columns(mod, 5 * C, C), rows, branch_view, stream_);
+  return cuda::gated_residual(x.view(), gate2, rows, branch_view, stream_);
 }
 
 }  // namespace vortex::h3

@@ -98,6 +98,7 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   model->recipe_ = options.recipe;
   model->cuda_graphs_ = options.cuda_graphs;
   model->keep_attention_inputs_ = options.keep_attention_inputs;
+  model->fold_ffn_residual_ = options.fold_ffn_residual;
   model->adaln_tables_ = options.adaln_tables;
   if (options.adaln_tables == AdaLnTables::kPerRequest) model->filler_ = fill;
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
@@ -397,8 +398,12 @@ Result<Tensor> CudaH3Transformer::block_modulation(const Block& b) {
 
 // One block in place on x (the first x.size(0) rows). With AdaLN rows it is a transformer block
 // (modulation + gates + RoPE); without, a refiner block (plain pre-norm, no RoPE).
-Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows, AttentionMode mode) {
-  if (recipe_ == LinearRecipe::kFp8 && adaln_rows) return block_forward_fp8(b, x, mode);
+Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows, AttentionMode mode,
+                                        const PendingResidual* pending_in, PendingResidual* pending_out) {
+  if ((pending_in || pending_out) && (!adaln_rows || !fused_norms_)) {
+    return invalid_argument("block_forward: a folded FFN residual needs a transformer block with fused norms");
+  }
+  if (recipe_ == LinearRecipe::kFp8 && adaln_rows) return block_forward_fp8(b, x, mode, pending_in, pending_out);
   const int64_t n = x.size(0), C = config_.hidden_size;
   const float eps = static_cast<float>(config_.norm_eps);
   VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(h_, n));
@@ -421,11 +426,12 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
     // modulation (the refiner's plain residual and norms take the same kernels).
     cuda::NormFusion first, second{&branch_view};
     if (adaln_rows) {
-      first = {nullptr, nullptr, nullptr, &shift1, &scale1, rows};
+      first = pending_in ? cuda::NormFusion{&pending_in->branch, &pending_in->gate, rows, &shift1, &scale1, rows}
+                         : cuda::NormFusion{nullptr, nullptr, nullptr, &shift1, &scale1, rows};
       second = {&branch_view, &gate1, rows, &shift2, &scale2, rows};
     }
     {
-      cuda::SectionScope scope(profiler_, "norm_modulate", stream_);
+      cuda::SectionScope scope(profiler_, pending_in ? "residual_norm_modulate" : "norm_modulate", stream_);
       VORTEX_RETURN_IF_ERROR(cuda::rms_norm_fused(x.view(), &n1, eps, first, h.view(), stream_));
     }
     VORTEX_RETURN_IF_ERROR(attention_half(b, h, adaln_rows != nullptr, mode, branch));
@@ -448,6 +454,10 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
     if (adaln_rows) VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(h.view(), shift2, scale2, rows, h.view(), stream_));
   }
   VORTEX_RETURN_IF_ERROR(feed_forward(b, h, branch));
+  if (pending_out) {
+    *pending_out = {branch_view, gate2};
+    return ok_status();
+  }
   cuda::SectionScope final_residual(profiler_, "residual", stream_);
   return adaln_rows ? cuda::gated_residual(x.view(), gate2, rows, branch_view, stream_)
                     : cuda::residual_add(x.view(), branch_view, stream_);
@@ -651,16 +661,26 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
     return invalid_argument("attention plan names " + std::to_string(in.attention.per_block.size()) +
                             " blocks; the model has " + std::to_string(blocks_.size()));
   }
+  const bool fold = folds_ffn_residual();
   const auto block_stack = [&]() -> Status {
+    // With the FFN residual folded, block i leaves its residual in pending[i % 2] for block i + 1.
+    PendingResidual pending[2];
+    const PendingResidual* previous = nullptr;
     for (size_t i = 0; i < blocks_.size(); ++i) {
-      VORTEX_RETURN_IF_ERROR(block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i))));
+      PendingResidual* mine = fold ? &pending[i % 2] : nullptr;
+      VORTEX_RETURN_IF_ERROR(
+          block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i)), previous, mine));
+      previous = mine;
     }
-    return ok_status();
+    if (previous == nullptr) return ok_status();
+    cuda::SectionScope scope(profiler_, "residual", stream_);
+    return cuda::gated_residual(x.view(), previous->gate, i32(adaln_rows_), previous->branch, stream_);
   };
   if (cuda_graphs_ && profiler_ == nullptr) {
     // Everything a replay bakes in: the rows, the number of AdaLN rows (the tables' contents are
     // uploaded before each replay), each block's attention mode, and the norm fusion switch.
-    std::string key = std::to_string(N) + "/" + std::to_string(num_timesteps_) + "/" + (fused_norms_ ? "f" : "u");
+    std::string key = std::to_string(N) + "/" + std::to_string(num_timesteps_) + "/" + (fused_norms_ ? "f" : "u") +
+                      (fold ? "r" : "");
     for (size_t i = 0; i < blocks_.size(); ++i) {
       key += in.attention.for_block(static_cast<int>(i)) == AttentionMode::kInt8Fp8 ? 'q' : 'e';
     }

@@ -67,6 +67,13 @@ struct CudaModelOptions {
   // the block's FFN ran (by default the FC1 output reuses that memory; about 2.2 GB more at the
   // canonical shape).
   bool keep_attention_inputs = false;
+  // Apply each transformer block's FFN gated residual (x += gate_mlp · FFN output) in the next
+  // block's first norm, through rms_norm_fused's residual path as the attention residual already
+  // is, and the last block's before the output norm: one pass over the residual stream fewer per
+  // block. Needs fused_norms and AdaLnTables::kPerRequest (each block's gates stay in its own
+  // table until the next block reads them); ignored otherwise. Opt-in until its bitwise gate
+  // (tests/gpu/test_gpu_h3_adaln_tables.cc) has passed on the device.
+  bool fold_ffn_residual = false;
 };
 
 class CudaH3Transformer : public StepModel {
@@ -110,6 +117,8 @@ class CudaH3Transformer : public StepModel {
   void set_fused_norms(bool on) { fused_norms_ = on; }
   // Switches CudaModelOptions::cuda_graphs for the following forwards.
   void set_cuda_graphs(bool on) { cuda_graphs_ = on; }
+  // Switches CudaModelOptions::fold_ffn_residual for the following forwards.
+  void set_fold_ffn_residual(bool on) { fold_ffn_residual_ = on; }
 
  private:
   struct Linear {
@@ -122,6 +131,13 @@ class CudaH3Transformer : public StepModel {
     struct {
       cuda::Fp8Weight qkv, out, fc1, fc2;
     } fp8;  // the fp8 recipe's transformer-block weights
+  };
+
+  // A block's FFN residual not yet added to x (CudaModelOptions::fold_ffn_residual): the FC2 output
+  // and the gate_mlp columns of the block's own table, both left untouched until the next block's
+  // first norm reads them.
+  struct PendingResidual {
+    TensorView branch, gate;
   };
 
   static constexpr int64_t kMaxTimesteps = kDeviceMaxTimesteps;
@@ -139,13 +155,22 @@ class CudaH3Transformer : public StepModel {
   // kPerRequest: copies the planned tables of these timesteps into block_tables_ and their
   // silu(temb) into `silu` (device [T, TE]) (cuda_adaln_tables.cc).
   Status select_planned_step(const std::vector<float>& timesteps, const Tensor& silu);
-  // A transformer block under the fp8 recipe (cuda_block_fp8.cc).
-  Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode);
+  // A transformer block under the fp8 recipe (cuda_block_fp8.cc); pending_in / pending_out as in
+  // block_forward.
+  Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode, const PendingResidual* pending_in,
+                           PendingResidual* pending_out);
   Status load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count, cuda::DeviceArena& staging,
                          cuda::Fp8Weight& out);
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out);
+  // One block in place on x. pending_in: the previous block's FFN residual, added by this block's
+  // first norm; pending_out: where to leave this block's instead of adding it (both transformer
+  // blocks with fused norms only).
   Status block_forward(const Block& b, const Tensor& x, const Tensor* adaln_rows,
-                       AttentionMode mode = AttentionMode::kExact);
+                       AttentionMode mode = AttentionMode::kExact, const PendingResidual* pending_in = nullptr,
+                       PendingResidual* pending_out = nullptr);
+  bool folds_ffn_residual() const {
+    return fold_ffn_residual_ && fused_norms_ && adaln_tables_ == AdaLnTables::kPerRequest;
+  }
 
   H3Config config_;
   LinearWeights time_linear_1_, time_linear_2_;  // host F32: the time MLP runs on the host
@@ -188,6 +213,7 @@ class CudaH3Transformer : public StepModel {
   bool fused_norms_ = true;
   bool cuda_graphs_ = true;
   bool keep_attention_inputs_ = false;
+  bool fold_ffn_residual_ = false;
   CapturedGraph block_stack_;  // forward()'s blocks, keyed by rows, timesteps and attention plan
 };
 
