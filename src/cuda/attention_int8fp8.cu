@@ -134,6 +134,7 @@ using hopper::wgmma_fence;
 using hopper::wgmma_commit;
 using hopper::wgmma_wait;
 using hopper::fast_exp2;
+using hopper::pack_bf16x2;
 using hopper::pin_registers;
 
 // One [128 rows, 128 bytes] box at (column, row) of a 2-d byte tensor map, completing on `bar`.
@@ -251,11 +252,6 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
   uint16_t r;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
   return r;
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // Accumulator layout of m64nNk32 (s32 or f32): thread t of the warpgroup holds rows 16·(t/32) +
