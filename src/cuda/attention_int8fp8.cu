@@ -1,7 +1,7 @@
 // The attention pass of the int8fp8 mode on Hopper (contract in attention_int8fp8.h; numerics of
 // cpu/attention_int8fp8.h): the FlashAttention-3 structure of the exact kernel (attention_wgmma.cu)
-// on 8-bit operands, in two variants that differ only in how P·V is split (consume, below, ships;
-// consume_split_pv is VORTEX_VARIANT_INT8FP8=v1).
+// on 8-bit operands, in three variants (VORTEX_VARIANT_INT8FP8; consume, below, is v0 and ships;
+// consume_split_pv is v1, and v2 with the row sums taken by the tensor core).
 //
 //   One CTA per (128 queries, head), three warpgroups:
 //   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
@@ -68,17 +68,22 @@ static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRe
 // Every tile row is 128 bytes (128 int8 channels, or 128 e4m3 keys): one 128-byte swizzle span,
 // 8 rows (1024 bytes) per swizzle period and per core-matrix group of the descriptors.
 constexpr int kRowBytes = 128;
-constexpr int kSwizzlePeriodBytes = 8 * kRowBytes;
 constexpr int kQTileBytes = kBlockQ * kRowBytes;
 constexpr int kKTileBytes = kBlockK * kRowBytes;
 constexpr int kVTileBytes = kHeadDim * kRowBytes;
 
+// Each Vᵀ stage is followed by 8 rows of e4m3(1.0), channels 128..135 of an extended tile: variant
+// v2's second P·V half covers them, so the tensor core also sums P8 over the tile's keys (the row
+// sums). Every byte is 0x38, so the swizzle leaves them as they are; written once per CTA.
+constexpr int kOnesBytes = 8 * kRowBytes;
+constexpr int kVStageBytes = kVTileBytes + kOnesBytes;
+
 // Shared memory from a 1024-byte aligned base: Q [128 rows][128 B], K [kStages][128 keys][128 B],
-// Vᵀ [kStages][128 channels][128 B], then the mbarriers.
+// Vᵀ [kStages][128 channels + 8 ones rows][128 B], then the mbarriers.
 constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kQTileBytes;
 constexpr int kSmemV = kSmemK + kStages * kKTileBytes;
-constexpr int kSmemBarriers = kSmemV + kStages * kVTileBytes;
+constexpr int kSmemBarriers = kSmemV + kStages * kVStageBytes;
 enum MbarrierIndex : int {
   kFullQ = 0,
   kFullK = 1,                      // [kStages]: K tile landed (TMA transaction bytes)
@@ -122,6 +127,7 @@ struct Int8Fp8Params {
 using hopper::smem_address;
 using hopper::mbarrier_init;
 using hopper::mbarrier_init_fence;
+using hopper::fence_proxy_async_shared;
 using hopper::mbarrier_arrive;
 using hopper::mbarrier_arrive_expect_tx;
 using hopper::mbarrier_wait;
@@ -146,104 +152,16 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 
-// ---- PTX wrappers: wgmma -------------------------------------------------------------------------
+// ---- PTX wrappers: wgmma (hopper_primitives.cuh) -----------------------------------------------
 
-// Shared-memory matrix descriptor, K-major with the 128-byte swizzle (mode 1 at bits 62-63): start
-// address, leading offset unused under the swizzle (encoded 1), stride offset 1024 bytes between
-// 8-row core-matrix groups, base offset 0 (tiles start on a 1024-byte period). All three operands
-// (Q, K, Vᵀ) are [rows, 128 bytes] with the contraction dim contiguous; the k32 step s is the
-// 32 bytes at 32·s of each row, reached by adding 32·s to the start address (the hardware applies
-// the swizzle to the final address, as TMA did when writing).
-__device__ __forceinline__ uint64_t k_major_descriptor(uint32_t address) {
-  return static_cast<uint64_t>((address & 0x3FFFF) >> 4) | (uint64_t{16 >> 4} << 16) |
-         (static_cast<uint64_t>(kSwizzlePeriodBytes >> 4) << 32) | (uint64_t{1} << 62);
-}
+// Every operand here (Q, K, Vᵀ) is [rows, 128 bytes] with the contraction dim contiguous: the
+// 128-byte swizzle's K-major descriptor, and the k32 step s is the 32 bytes at 32·s of each row,
+// reached by adding 32·s to the start address (the hardware applies the swizzle to the final
+// address, as TMA did when writing).
+using hopper::k_major_descriptor;
+using hopper::wgmma_e4m3;
+using hopper::wgmma_s8;
 __device__ __forceinline__ constexpr uint64_t k32_step(int s) { return static_cast<uint64_t>((32 * s) >> 4); }
-
-#define VORTEX_WGMMA_D                                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "   \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "   \
-  "%62, %63}"
-#define VORTEX_WGMMA_D_OPERANDS(c)                                                                        \
-  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),     \
-      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), \
-      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), \
-      c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35]), c(d[36]), c(d[37]), c(d[38]), c(d[39]), c(d[40]), \
-      c(d[41]), c(d[42]), c(d[43]), c(d[44]), c(d[45]), c(d[46]), c(d[47]), c(d[48]), c(d[49]), c(d[50]), \
-      c(d[51]), c(d[52]), c(d[53]), c(d[54]), c(d[55]), c(d[56]), c(d[57]), c(d[58]), c(d[59]), c(d[60]), \
-      c(d[61]), c(d[62]), c(d[63])
-
-// d (s32) = a·b, a [64, 32] and b [32, 128] int8, both K-major in shared memory (scale-d false).
-__device__ __forceinline__ void wgmma_s8_first(uint32_t (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " VORTEX_WGMMA_D ", %64, %65, p;\n}\n"
-      : VORTEX_WGMMA_D_OPERANDS("=r")
-      : "l"(a), "l"(b), "r"(0));
-}
-// d (s32) += a·b, as above.
-__device__ __forceinline__ void wgmma_s8(uint32_t (&d)[64], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " VORTEX_WGMMA_D ", %64, %65, p;\n}\n"
-      : VORTEX_WGMMA_D_OPERANDS("+r")
-      : "l"(a), "l"(b), "r"(1));
-}
-// d (f32) = a·b (first = true) or d += a·b: a [64, 32] e4m3 in registers (4 × 4 bytes: rows g / g+8,
-// k 4t..4t+3 and 16+4t..16+4t+3), b [32, 128] e4m3 K-major in shared memory.
-template <bool kFirst>
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint64_t b) {
-  if constexpr (kFirst) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D
-        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : VORTEX_WGMMA_D_OPERANDS("=f")
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D
-        ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : VORTEX_WGMMA_D_OPERANDS("+f")
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-  }
-}
-#undef VORTEX_WGMMA_D
-#undef VORTEX_WGMMA_D_OPERANDS
-
-#define VORTEX_WGMMA_D32                                                                                \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define VORTEX_WGMMA_D32_OPERANDS(c)                                                                      \
-  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), c(d[10]),     \
-      c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), c(d[19]), c(d[20]), \
-      c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), c(d[28]), c(d[29]), c(d[30]), \
-      c(d[31])
-// wgmma_e4m3 for 64 of the 128 output channels: b [32, 64] (rows of Vᵀ), d 32 fp32 registers.
-template <bool kFirst>
-__device__ __forceinline__ void wgmma_e4m3_n64(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                               uint64_t b) {
-  if constexpr (kFirst) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D32
-        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : VORTEX_WGMMA_D32_OPERANDS("=f")
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D32
-        ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-        : VORTEX_WGMMA_D32_OPERANDS("+f")
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-  }
-}
-#undef VORTEX_WGMMA_D32
-#undef VORTEX_WGMMA_D32_OPERANDS
 
 // ---- softmax helpers ------------------------------------------------------------------------------
 
@@ -263,7 +181,7 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
 // q_scale·k_scale·scale·log2 e. Keys at or past nk (only when kMask) get weight 0 and stay out of
 // the max; alpha = exp2(m_old − m_new) (0 on the first tile); row_sum is this lane's share (the
 // quad's four shares are added in the epilogue).
-template <bool kMask>
+template <bool kMask, bool kSums>
 __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
                                                float (&alpha)[2], int key0, int nk, int lane) {
 #pragma unroll
@@ -297,10 +215,12 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
       }
       s[4 * j + 2 * r] = __float_as_uint(p0);
       s[4 * j + 2 * r + 1] = __float_as_uint(p1);
-      sum0 += p0;
-      sum1 += p1;
+      if constexpr (kSums) {
+        sum0 += p0;
+        sum1 += p1;
+      }
     }
-    row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
+    if constexpr (kSums) row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
   }
 }
 
@@ -336,8 +256,8 @@ __device__ __forceinline__ void accumulate(float (&o)[64], const float (&o_tile)
 
 // v1: O[:, 64·H .. 64·H + 63] = O·alpha + (P·V) of that half of the channels (accumulator columns
 // j = 8H .. 8H + 7 of O's m64n128 layout are columns j − 8H of the half's m64n64 layout).
-template <int H>
-__device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_half)[32], const float (&alpha)[2]) {
+template <int H, int N>
+__device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_half)[N], const float (&alpha)[2]) {
 #pragma unroll
   for (int j = 0; j < kHeadDim / 16; ++j) {
     float* oj = &o[4 * (j + 8 * H)];
@@ -348,14 +268,16 @@ __device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_
   }
 }
 
-// The online softmax of tile `tile`, masking keys past nk only in a tile that reaches them.
+// The online softmax of tile `tile`, masking keys past nk only in a tile that reaches them; the
+// row sums only when the tensor core does not take them (kSums false: variant v2).
+template <bool kSums = true>
 __device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
                                              float (&alpha)[2], int tile, int nk, int lane) {
   const int key0 = tile * kBlockK;
   if (key0 + kBlockK > nk) {
-    online_softmax<true>(s, c, row_max, row_sum, alpha, key0, nk, lane);
+    online_softmax<true, kSums>(s, c, row_max, row_sum, alpha, key0, nk, lane);
   } else {
-    online_softmax<false>(s, c, row_max, row_sum, alpha, key0, nk, lane);
+    online_softmax<false, kSums>(s, c, row_max, row_sum, alpha, key0, nk, lane);
   }
 }
 
@@ -364,9 +286,9 @@ __device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (
 // S = Q8·K8ᵀ for this warpgroup's 64 rows and one 128-key tile: 4 k32 steps over D.
 __device__ __forceinline__ void issue_qk(uint32_t (&s)[64], uint64_t q_desc, uint64_t k_desc) {
   wgmma_fence();
-  wgmma_s8_first(s, q_desc, k_desc);
+  wgmma_s8<0>(s, q_desc, k_desc);
 #pragma unroll
-  for (int step = 1; step < kHeadDim / 32; ++step) wgmma_s8(s, q_desc + k32_step(step), k_desc + k32_step(step));
+  for (int step = 1; step < kHeadDim / 32; ++step) wgmma_s8<1>(s, q_desc + k32_step(step), k_desc + k32_step(step));
   wgmma_commit();
 }
 
@@ -374,25 +296,28 @@ __device__ __forceinline__ void issue_qk(uint32_t (&s)[64], uint64_t q_desc, uin
 __device__ __forceinline__ void issue_pv(float (&o_tile)[64], uint32_t (&p)[16], uint64_t v_desc) {
   pin_registers(p);
   wgmma_fence();
-  wgmma_e4m3<true>(o_tile, p[0], p[1], p[2], p[3], v_desc);
+  wgmma_e4m3<0>(o_tile, p[0], p[1], p[2], p[3], v_desc);
 #pragma unroll
   for (int step = 1; step < kBlockK / 32; ++step) {
-    wgmma_e4m3<false>(o_tile, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], v_desc + k32_step(step));
+    wgmma_e4m3<1>(o_tile, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], v_desc + k32_step(step));
   }
   wgmma_commit();
 }
 
-// v1: o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile: rows 64·H.. of the Vᵀ
-// tile, 64 rows × 128 B = 8 KB (eight swizzle periods) past its start.
-template <int H>
-__device__ __forceinline__ void issue_pv_half(float (&o_half)[32], uint32_t (&p)[16], uint64_t v_desc) {
+// v1, v2: o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile: rows 64·H.. of the Vᵀ
+// tile, 64 rows × 128 B = 8 KB (eight swizzle periods) past its start. With 36 registers (v2's
+// second half) the product also covers the 8 ones rows after the tile: columns 64..71 are the
+// row sums Σ_k P8.
+template <int H, int N>
+__device__ __forceinline__ void issue_pv_half(float (&o_half)[N], uint32_t (&p)[16], uint64_t v_desc) {
+  static_assert(N == 32 || (N == 36 && H == 1), "64 channels, or the second half with the ones rows");
   const uint64_t b = v_desc + static_cast<uint64_t>((H * (kHeadDim / 2) * kRowBytes) >> 4);
   pin_registers(p);
   wgmma_fence();
-  wgmma_e4m3_n64<true>(o_half, p[0], p[1], p[2], p[3], b);
+  wgmma_e4m3<0>(o_half, p[0], p[1], p[2], p[3], b);
 #pragma unroll
   for (int step = 1; step < kBlockK / 32; ++step) {
-    wgmma_e4m3_n64<false>(o_half, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], b + k32_step(step));
+    wgmma_e4m3<1>(o_half, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], b + k32_step(step));
   }
   wgmma_commit();
 }
@@ -415,7 +340,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
     tma_load(smem + kSmemK + stage * kKTileBytes, k_map, 0, k_row0 + tile * kBlockK, bars + 8 * (kFullK + stage));
     mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
     mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kVTileBytes);
-    tma_load(smem + kSmemV + stage * kVTileBytes, v_map, tile * kBlockK, v_row0, bars + 8 * (kFullV + stage));
+    tma_load(smem + kSmemV + stage * kVStageBytes, v_map, tile * kBlockK, v_row0, bars + 8 * (kFullV + stage));
   }
 }
 
@@ -448,7 +373,7 @@ struct Consumer {
   static constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
 
   __device__ uint64_t k_desc(int stage) const { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); }
-  __device__ uint64_t v_desc(int stage) const { return k_major_descriptor(smem + kSmemV + stage * kVTileBytes); }
+  __device__ uint64_t v_desc(int stage) const { return k_major_descriptor(smem + kSmemV + stage * kVStageBytes); }
   __device__ float tile_factor(int tile) const { return q_factor * __ldg(k_scale + tile); }
   __device__ void release(int barrier) const {
     if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
@@ -469,6 +394,7 @@ struct Consumer {
 
   // The start of the sweep: once Q has landed, tile 0's S = Q·K_0ᵀ in this consumer's first issue
   // slot and its softmax (no P·V yet); s then holds P_0.
+  template <bool kSums = true>
   __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) const {
     start_schedule();
     mbarrier_wait(bars + 8 * kFullQ, 0);
@@ -479,17 +405,21 @@ struct Consumer {
     wgmma_wait<0>();
     pin_registers(s);
     release(kEmptyK);
-    softmax_tile(s, tile_factor(0), row_max, row_sum, alpha, 0, p.nk, lane);
+    softmax_tile<kSums>(s, tile_factor(0), row_max, row_sum, alpha, 0, p.nk, lane);
   }
 
-  // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout.
+  // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout. row_sum: this
+  // lane's share, added over the quad here, or (kWholeSums, from the tensor core) the whole sum.
+  template <bool kWholeSums = false>
   __device__ void write_output(const float (&o)[64], const float (&row_sum)[2]) const {
     float inverse[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float sum = row_sum[r];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if constexpr (!kWholeSums) {
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      }
       inverse[r] = 1.0f / sum;
     }
     const float* v_scale = p.v_scale + head * kHeadDim;
@@ -558,18 +488,23 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   w.write_output(o, row_sum);
 }
 
-// v1: the same operations with P·V in two halves of 64 channels through one 32-register
+// v1: the same operations as v0 with P·V in two halves of 64 channels through a 32-register
 // accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; the second half is
 // issued after the softmax of S_t and added to O at the start of the next tile. P8 is double
 // buffered (the second half still reads P_{t−1} while P_t is packed), so S, O, the accumulator and
 // P8 take at most 176 registers where v0 needs 208. Each output element is the same fp32
 // operations in the same order as in v0 (O·alpha + the tile's sum over its 128 keys); only which
 // channels one instruction covers differs.
+// v2 (kTensorCoreSums): v1 whose second half also covers the 8 ones rows after the Vᵀ tile, so the
+// tensor core returns Σ_k P8 per row; the softmax adds no row sums, and l = l·alpha + Σ P8 when
+// that half lands (cpu::Int8Fp8RowSums::kOfCodes).
+template <bool kTensorCoreSums>
 __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
   float o[64];           // O: [64 rows, 128 channels]
-  float acc[32];         // one half of one tile's P·V
+  float acc_a[32];       // the first half of one tile's P·V
+  float acc_b[kTensorCoreSums ? 36 : 32];  // the second half (v2: and the row sums in 32..35)
   uint32_t pk[16];       // P8 of the tile whose P·V is in flight
   uint32_t pk_next[16];  // P8 of the tile just softmaxed
 #pragma unroll
@@ -577,8 +512,17 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
   // alpha_b: of the tile whose second half is in flight.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
+  // The second half landed: its channels into O, and under v2 its row sums into l (columns 64 and
+  // 64 + 8 of the thread's rows g and g + 8: registers 32 and 34).
+  const auto add_second_half = [&](const float (&a)[2]) {
+    accumulate_half<1>(o, acc_b, a);
+    if constexpr (kTensorCoreSums) {
+      row_sum[0] = row_sum[0] * a[0] + acc_b[32];
+      row_sum[1] = row_sum[1] * a[1] + acc_b[34];
+    }
+  };
 
-  w.first_tile(s, row_max, row_sum, alpha);
+  w.first_tile<!kTensorCoreSums>(s, row_max, row_sum, alpha);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
 
@@ -586,10 +530,10 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     const float c = w.tile_factor(tile);
     if (tile >= 2) {
-      wgmma_wait<0>();  // second half of (P·V)_{t−2} done: the accumulator, P8 and Vᵀ_{t−2} are free
-      pin_registers(acc);
+      wgmma_wait<0>();  // second half of (P·V)_{t−2} done: its accumulator, P8 and Vᵀ_{t−2} are free
+      pin_registers(acc_b);
       pin_registers(pk);
-      accumulate_half<1>(o, acc, alpha_b);
+      add_second_half(alpha_b);
       w.release(kEmptyV + (tile - 2) % kStages);
     }
 #pragma unroll
@@ -598,16 +542,16 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
     w.wait_full(kFullV, tile - 1);
     w.begin_slot();
     issue_qk(s, w.q_desc, w.k_desc(stage));
-    issue_pv_half<0>(acc, pk, w.v_desc(prev_stage));
+    issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
     w.end_slot(tile);
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
     w.release(kEmptyK + stage);
-    softmax_tile(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
+    softmax_tile<!kTensorCoreSums>(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
-    pin_registers(acc);
-    accumulate_half<0>(o, acc, alpha_a);
-    issue_pv_half<1>(acc, pk, w.v_desc(prev_stage));
+    pin_registers(acc_a);
+    accumulate_half<0>(o, acc_a, alpha_a);
+    issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
     pack_p(s, pk_next);  // P_t
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
@@ -617,27 +561,27 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   const int last = w.tiles - 1;
   if (last >= 1) {
     wgmma_wait<0>();
-    pin_registers(acc);
+    pin_registers(acc_b);
     pin_registers(pk);
-    accumulate_half<1>(o, acc, alpha_b);
+    add_second_half(alpha_b);
   }
 #pragma unroll
   for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];
   w.wait_full(kFullV, last);
-  issue_pv_half<0>(acc, pk, w.v_desc(last % kStages));
+  issue_pv_half<0>(acc_a, pk, w.v_desc(last % kStages));
+  issue_pv_half<1>(acc_b, pk, w.v_desc(last % kStages));
   wgmma_wait<0>();
-  pin_registers(acc);
-  accumulate_half<0>(o, acc, alpha_a);
-  issue_pv_half<1>(acc, pk, w.v_desc(last % kStages));
-  wgmma_wait<0>();
-  pin_registers(acc);
-  accumulate_half<1>(o, acc, alpha_a);
-  w.write_output(o, row_sum);
+  pin_registers(acc_a);
+  pin_registers(acc_b);
+  accumulate_half<0>(o, acc_a, alpha_a);
+  add_second_half(alpha_a);
+  w.write_output<kTensorCoreSums>(o, row_sum);
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
-template <bool kSplitPv>
+// kVariant: 0, 1 or 2 (Int8Fp8Variant).
+template <int kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -660,6 +604,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbarrier_init_fence();
   }
+  if constexpr (kVariant == 2) {
+    // The ones rows after each Vᵀ stage, written through the generic proxy and read by wgmma
+    // through the async proxy: fenced before the barrier.
+    if (warpgroup == 0) {
+      unsigned char* smem_ptr = smem_raw + (smem - raw);
+      for (int i = static_cast<int>(threadIdx.x); i < kStages * kOnesBytes / 4; i += kWarpgroupThreads) {
+        const int stage = i / (kOnesBytes / 4), word = i % (kOnesBytes / 4);
+        reinterpret_cast<uint32_t*>(smem_ptr + kSmemV + stage * kVStageBytes + kVTileBytes)[word] = 0x38383838u;
+      }
+      fence_proxy_async_shared();
+    }
+  }
   __syncthreads();  // the last CTA-wide barrier: the producer's idle warps exit below
 
   if (warpgroup == 0) {
@@ -670,10 +626,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     claim_registers<kConsumerRegisters>();
     const Consumer w(p, smem, bars, q0, head, tiles, warpgroup - 1);
-    if constexpr (kSplitPv) {
-      consume_split_pv(w);
-    } else {
+    if constexpr (kVariant == 0) {
       consume(w);
+    } else {
+      consume_split_pv<kVariant == 2>(w);
     }
   }
 }
@@ -698,6 +654,19 @@ Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void
                          " (CUresult " + std::to_string(static_cast<int>(result)) + ")");
   }
   return ok_status();
+}
+
+using Int8Fp8Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, Int8Fp8Params);
+Int8Fp8Kernel variant_kernel(Int8Fp8Variant variant) {
+  switch (variant) {
+    case Int8Fp8Variant::kV1:
+      return attention_int8fp8_kernel<1>;
+    case Int8Fp8Variant::kV2:
+      return attention_int8fp8_kernel<2>;
+    case Int8Fp8Variant::kV0:
+      break;
+  }
+  return attention_int8fp8_kernel<0>;
 }
 
 }  // namespace
@@ -741,7 +710,7 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
   params.scale_log2 = scale * kLog2e;
 
   VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kV1 ? attention_int8fp8_kernel<true> : attention_int8fp8_kernel<false>;
+  const auto kernel = variant_kernel(variant);
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -773,14 +742,14 @@ Result<Int8Fp8Variant> int8fp8_variant_from_env() {
   const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
   if (variant == nullptr || *variant == '\0' || std::string(variant) == "v0") return Int8Fp8Variant::kV0;
   if (std::string(variant) == "v1") return Int8Fp8Variant::kV1;
+  if (std::string(variant) == "v2") return Int8Fp8Variant::kV2;
   return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
-                       " is not a variant of this build (v0, v1)");
+                       " is not a variant of this build (v0, v1, v2)");
 }
 
 Result<KernelResources> attention_int8fp8_resources() {
   VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kV1 ? attention_int8fp8_kernel<true> : attention_int8fp8_kernel<false>;
-  return kernel_resources(reinterpret_cast<const void*>(kernel), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(variant_kernel(variant)), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -1,6 +1,7 @@
-// Hopper (sm_90a) building blocks shared by the attention kernels v1 (attention_wgmma.cu) and v2
-// (attention_wgmma_v2.cu): shared-memory mbarriers, TMA tensor loads, named barriers, setmaxnreg,
-// 128-byte-swizzle wgmma descriptors, the bf16 wgmma shapes the kernels issue, and the host-side
+// Hopper (sm_90a) building blocks shared by the attention kernels v1 (attention_wgmma.cu), v2
+// (attention_wgmma_v2.cu) and int8fp8 (attention_int8fp8.cu): shared-memory mbarriers, TMA tensor
+// loads, named barriers, setmaxnreg, 128-byte-swizzle wgmma descriptors, the bf16 and 8-bit wgmma
+// shapes the kernels issue, and the host-side
 // tensor-map encoding of a strided [N, H, D] bf16 view; ldmatrix for the attention kernels that
 // load fragments from shared memory themselves (v0, and v1's Q). Device code only for translation units
 // compiled for sm_90a (wgmma and setmaxnreg do not exist before it).
@@ -28,10 +29,13 @@ __device__ __forceinline__ uint32_t smem_address(const void* p) {
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
+// Orders this thread's earlier shared-memory writes before later reads through the async proxy
+// (TMA, wgmma operands).
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Makes the initialised barriers visible to the async proxy (TMA's complete_tx) and to the CTA.
 __device__ __forceinline__ void mbarrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  fence_proxy_async_shared();
 }
 __device__ __forceinline__ void mbarrier_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
@@ -244,8 +248,104 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_kmajor(float (&d)[64], uint3
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
   }
 }
+// ---- 8-bit wgmma (the int8fp8 attention kernel) -----------------------------------------------------
+
+// d (s32) = a·b (scale_d 0) or d += a·b (scale_d 1): a [64, 32] and b [32, 128] int8, both K-major
+// in shared memory; the accumulator layout of m64nNk16 above, over k32 steps.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_s8(uint32_t (&d)[64], uint64_t a, uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " VORTEX_WGMMA_D64 ", %64, %65, p;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("=r")
+        : "l"(a), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " VORTEX_WGMMA_D64 ", %64, %65, p;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("+r")
+        : "l"(a), "l"(b), "r"(1));
+  }
+}
+
+// d (f32) = a·b (scale_d 0) or d += a·b: a [64, 32] e4m3 in registers (4 × 4 bytes: rows g / g+8,
+// k 4t..4t+3 and 16+4t..16+4t+3), b [32, 128] e4m3 K-major in shared memory.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("=f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("+f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+  }
+}
 #undef VORTEX_WGMMA_D64
 #undef VORTEX_WGMMA_D64_OPERANDS
+
+#define VORTEX_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define VORTEX_WGMMA_D32_OPERANDS(c) \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), \
+    c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), \
+    c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), \
+    c(d[28]), c(d[29]), c(d[30]), c(d[31])
+// wgmma_e4m3 for 64 output columns: b [32, 64], d 32 fp32 registers.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D32_OPERANDS("=f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D32_OPERANDS("+f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+  }
+}
+#undef VORTEX_WGMMA_D32
+#undef VORTEX_WGMMA_D32_OPERANDS
+
+#define VORTEX_WGMMA_D36 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+    "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
+#define VORTEX_WGMMA_D36_OPERANDS(c) \
+  c(d[0]), c(d[1]), c(d[2]), c(d[3]), c(d[4]), c(d[5]), c(d[6]), c(d[7]), c(d[8]), c(d[9]), \
+    c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), \
+    c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), \
+    c(d[28]), c(d[29]), c(d[30]), c(d[31]), c(d[32]), c(d[33]), c(d[34]), c(d[35])
+// wgmma_e4m3 for 72 output columns: b [32, 72], d 36 fp32 registers.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[36], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                           uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D36 ", {%36, %37, %38, %39}, %40, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D36_OPERANDS("=f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %41, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n72k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D36 ", {%36, %37, %38, %39}, %40, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D36_OPERANDS("+f")
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+  }
+}
+#undef VORTEX_WGMMA_D36
+#undef VORTEX_WGMMA_D36_OPERANDS
 #undef VORTEX_WGMMA_D88
 #undef VORTEX_WGMMA_D88_OPERANDS
 

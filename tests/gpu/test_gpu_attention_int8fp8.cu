@@ -16,6 +16,8 @@
 // - variant v1 (VORTEX_VARIANT_INT8FP8=v1, P·V split into two 64-channel halves) against the
 //   shipped v0 on every shape: bit for bit. Both compute each output element by the same fp32
 //   operations in the same order; only which channels one wgmma covers differs.
+// - variant v2 (v1 with the row sums of P8 from the tensor core) against the CPU reference under
+//   Int8Fp8RowSums::kOfCodes with the same bound as v0's, and against exact with the mode's.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -170,6 +172,11 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
     const ScopedInt8Fp8Variant split("v1");
     must(cuda::attention_int8fp8_quantized(ws, dsplit.view(), scale, stream));
   }
+  const Tensor dsums = must(arena.alloc({nq, heads, kD}, DType::kBF16));
+  {
+    const ScopedInt8Fp8Variant sums("v2");
+    must(cuda::attention_int8fp8_quantized(ws, dsums.view(), scale, stream));
+  }
 
   // ---- host copies and the CPU reference ----
   const Tensor kv_host = must(cuda::download(dkv, stream));
@@ -177,8 +184,9 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   const Tensor hq = gather_heads(q_host_fused, 0, heads), hk = gather_heads(kv_host, heads * kD, heads),
                hv = gather_heads(kv_host, 2 * heads * kD, heads);
   const cpu::Int8Fp8Quantized qz = must(cpu::quantize_int8fp8(hq.view(), hk.view(), hv.view()));
-  Tensor ref = Tensor::empty({nq, heads, kD}, DType::kBF16);
+  Tensor ref = Tensor::empty({nq, heads, kD}, DType::kBF16), ref_codes = Tensor::empty({nq, heads, kD}, DType::kBF16);
   must(cpu::attention_int8fp8_quantized(qz, ref.view(), scale));
+  must(cpu::attention_int8fp8_quantized(qz, ref_codes.view(), scale, cpu::Int8Fp8RowSums::kOfCodes));
 
   // ---- the quantize pass, bit for bit ----
   const auto download_bytes = [&](const void* src, size_t bytes) {
@@ -232,6 +240,7 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
   const Tensor split = must(cuda::download(dsplit, stream));
+  const Tensor sums = must(cuda::download(dsums, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -255,6 +264,14 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   EXPECT_GE(vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": GPU int8fp8 vs GPU exact";
   std::printf("int8fp8 %-40s vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f (CPU ref vs exact %.4f)\n",
               label.c_str(), vs_ref.rel_l2, vs_exact.rel_l2, vs_exact.cosine, ref_vs_exact.rel_l2);
+  const ModeError v2_vs_ref = mode_error(sums.data_as<uint16_t>(), ref_codes.data_as<uint16_t>(), sums.numel());
+  const ModeError v2_vs_exact = mode_error(sums.data_as<uint16_t>(), exact.data_as<uint16_t>(), sums.numel());
+  EXPECT_EQ(v2_vs_ref.nonfinite, 0) << label;
+  EXPECT_LE(v2_vs_ref.rel_l2, kVsReferenceRelL2) << label << ": variant v2 vs the CPU reference (row sums of codes)";
+  EXPECT_LE(v2_vs_exact.rel_l2, peaked ? kPeakedVsExactRelL2 : kVsExactRelL2) << label << ": variant v2 vs exact";
+  EXPECT_GE(v2_vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": variant v2 vs exact";
+  std::printf("int8fp8 v2 %-37s vs CPU ref (row sums of codes) rel-L2 %.3e | vs exact rel-L2 %.4f\n", label.c_str(),
+              v2_vs_ref.rel_l2, v2_vs_exact.rel_l2);
 }
 
 TEST_F(GpuAttentionInt8Fp8, MatchesCpuReferenceOnFusedQkvSlices) {
@@ -285,6 +302,10 @@ TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
   {
     const ScopedInt8Fp8Variant v1("v1");
     EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV1);
+  }
+  {
+    const ScopedInt8Fp8Variant v2("v2");
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
   }
   const ScopedInt8Fp8Variant bad("v9");
   EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
@@ -386,6 +407,19 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
   }
   EXPECT_EQ(differing_values(must(cuda::download(exact_, stream_)), got), 0)
       << "variant v1 must equal v0 bit for bit at 37810x56x128";
+
+  // Variant v2 (row sums from the tensor core) on the canonical shape: the mode's bounds against
+  // exact, over every output.
+  {
+    const ScopedInt8Fp8Variant sums("v2");
+    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
+  }
+  const ModeError e2 = mode_error(must(cuda::download(out_, stream_)).data_as<uint16_t>(), exact.data_as<uint16_t>(),
+                                  got.numel());
+  EXPECT_EQ(e2.nonfinite, 0);
+  EXPECT_LE(e2.rel_l2, kVsExactRelL2) << "variant v2 vs exact at 37810x56x128";
+  EXPECT_GE(e2.cosine, kVsExactCosine) << "variant v2 vs exact at 37810x56x128";
+  std::printf("int8fp8 v2 vs exact 37810x56x128: rel-L2 %.4f  cosine %.6f\n", e2.rel_l2, e2.cosine);
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
