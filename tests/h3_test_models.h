@@ -50,4 +50,24 @@ inline H3TestRequest make_h3_request(const h3::H3Config& c, int64_t text_rows, u
   return r;
 }
 
+// The latents' checksums of one generate_t2va run: paths that must be bitwise equal compare these.
+struct TrajectoryChecksums {
+  h3::LatentChecksum video, audio;
+};
+
+inline TrajectoryChecksums trajectory_checksums(h3::StepModel& model, const Tensor& text,
+                                                const h3::GenerateOptions& options) {
+  auto r = h3::generate_t2va(model, text, options);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  if (!r.ok()) return {};
+  return {h3::latent_checksum(r->video_latents), h3::latent_checksum(r->audio_latents)};
+}
+
+// Both latents of `got` equal `want`'s bit for bit (`what` names the path in a failure).
+inline void expect_same_trajectory(const TrajectoryChecksums& got, const TrajectoryChecksums& want,
+                                   const std::string& what) {
+  EXPECT_EQ(got.video.sha256, want.video.sha256) << what << ": video sums " << got.video.sum << " vs " << want.video.sum;
+  EXPECT_EQ(got.audio.sha256, want.audio.sha256) << what << ": audio sums " << got.audio.sum << " vs " << want.audio.sum;
+}
+
 }  // namespace vortex::test

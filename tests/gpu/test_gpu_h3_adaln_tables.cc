@@ -80,16 +80,9 @@ TEST_P(GpuH3AdaLnTables, BlockOutputAndTwoStepTrajectoryAreBitwiseThoseOfThePerS
       << "block stack, planned vs per-step tables: rel-L2 " << test::rel_l2(outputs[1], outputs[0]);
 
   // Trajectory level: generate plans the schedule itself (denoise_t2va calls plan_steps).
-  h3::LatentChecksum video[2], audio[2];
-  slot = 0;
-  for (h3::CudaH3Transformer* model : {per_step.get(), per_request.get()}) {
-    auto r = h3::generate_t2va(*model, text, options);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    video[slot] = h3::latent_checksum(r->video_latents);
-    audio[slot++] = h3::latent_checksum(r->audio_latents);
-  }
-  EXPECT_EQ(video[1].sha256, video[0].sha256) << "video sums " << video[1].sum << " vs " << video[0].sum;
-  EXPECT_EQ(audio[1].sha256, audio[0].sha256) << "audio sums " << audio[1].sum << " vs " << audio[0].sum;
+  const test::TrajectoryChecksums per_step_run = test::trajectory_checksums(*per_step, text, options);
+  test::expect_same_trajectory(test::trajectory_checksums(*per_request, text, options), per_step_run,
+                               "planned vs per-step tables");
 }
 
 // CudaModelOptions::fold_ffn_residual: each block's FFN residual applied by the next block's first
@@ -98,35 +91,20 @@ TEST_P(GpuH3AdaLnTables, BlockOutputAndTwoStepTrajectoryAreBitwiseThoseOfThePerS
 TEST_P(GpuH3AdaLnTables, FoldedFfnResidualGivesTheSeparatePassTrajectory) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config c = config();
+  const test::H3TestRequest request = test::make_h3_request(c, kTextRows, 4, 0.5f, 0.7f);  // layout and text
   h3::GenerateOptions options;
-  options.video = {128, 192, 22};
-  options.steps = 3;  // grid points including the final 0: two forwards
+  options.video = {128, 192, 22};  // make_h3_request's clip
+  options.steps = 3;               // grid points including the final 0: two forwards
   options.seed = 8;
-  auto geometry = h3::resolve_geometry(options.video, c);
-  ASSERT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(kTextRows, *geometry, c);
-  ASSERT_TRUE(layout.ok());
-  const Tensor text = h3::seeded_normal({kTextRows, c.text_dim}, 4, h3::kSyntheticTextStream);
-  auto model = make_model(c, layout->num_rows, GetParam(), h3::AdaLnTables::kPerRequest);
-  struct Path {
-    bool fold, graphs;
+  auto model = make_model(c, request.layout.num_rows, GetParam(), h3::AdaLnTables::kPerRequest);
+  const auto run = [&](bool fold, bool graphs) {
+    model->set_fold_ffn_residual(fold);
+    model->set_cuda_graphs(graphs);
+    return test::trajectory_checksums(*model, request.text, options);
   };
-  const Path paths[] = {{true, true}, {true, false}, {false, true}};
-  h3::LatentChecksum video[3], audio[3];
-  for (int p = 0; p < 3; ++p) {
-    model->set_fold_ffn_residual(paths[p].fold);
-    model->set_cuda_graphs(paths[p].graphs);
-    auto r = h3::generate_t2va(*model, text, options);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    video[p] = h3::latent_checksum(r->video_latents);
-    audio[p] = h3::latent_checksum(r->audio_latents);
-  }
-  for (int p = 0; p < 2; ++p) {
-    EXPECT_EQ(video[p].sha256, video[2].sha256) << "path " << p << ": video sums " << video[p].sum << " vs "
-                                                << video[2].sum;
-    EXPECT_EQ(audio[p].sha256, audio[2].sha256) << "path " << p << ": audio sums " << audio[p].sum << " vs "
-                                                << audio[2].sum;
-  }
+  const test::TrajectoryChecksums separate = run(false, true);
+  test::expect_same_trajectory(run(true, true), separate, "folded, CUDA graph");
+  test::expect_same_trajectory(run(true, false), separate, "folded, direct launches");
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuH3AdaLnTables, ::testing::Values(h3::LinearRecipe::kBf16, h3::LinearRecipe::kFp8),

@@ -90,23 +90,15 @@ TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
     bool fused, graphs;
   };
   const Path paths[] = {{true, true}, {true, false}, {false, false}};
-  h3::LatentChecksum video[3], audio[3];
+  test::TrajectoryChecksums runs[3];
   for (int p = 0; p < 3; ++p) {
     (*model)->set_fused_norms(paths[p].fused);  // also covers the refiner, which prepare() runs
     (*model)->set_cuda_graphs(paths[p].graphs);
-    auto r = h3::generate_t2va(**model, text, options);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    video[p] = h3::latent_checksum(r->video_latents);
-    audio[p] = h3::latent_checksum(r->audio_latents);
+    runs[p] = test::trajectory_checksums(**model, text, options);
   }
-  for (int p = 0; p < 2; ++p) {
-    EXPECT_EQ(video[p].sha256, video[2].sha256) << "path " << p << ": video sums " << video[p].sum << " vs "
-                                                << video[2].sum;
-    EXPECT_EQ(audio[p].sha256, audio[2].sha256) << "path " << p << ": audio sums " << audio[p].sum << " vs "
-                                                << audio[2].sum;
-  }
+  for (int p = 0; p < 2; ++p) test::expect_same_trajectory(runs[p], runs[2], "path " + std::to_string(p));
   std::printf("2-step trajectory, fused + graph / fused / unfused: video %s, audio %s\n",
-              video[0].sha256.substr(0, 16).c_str(), audio[0].sha256.substr(0, 16).c_str());
+              runs[0].video.sha256.substr(0, 16).c_str(), runs[0].audio.sha256.substr(0, 16).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, GpuH3Fusions, ::testing::Values(0, 1),
