@@ -489,12 +489,16 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 }
 
 // v1: the same operations as v0 with P·V in two halves of 64 channels through a 32-register
-// accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; the second half is
-// issued after the softmax of S_t and added to O at the start of the next tile. P8 is double
-// buffered (the second half still reads P_{t−1} while P_t is packed), so S, O, the accumulator and
-// P8 take at most 176 registers where v0 needs 208. Each output element is the same fp32
-// operations in the same order as in v0 (O·alpha + the tile's sum over its 128 keys); only which
-// channels one instruction covers differs.
+// accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; once the softmax of S_t
+// and that half are done, P_t is packed and the second half of (P·V)_{t−1} issued; it is added to O
+// at the start of the next tile. Each output element is the same fp32 operations in the same
+// order as in v0 (O·alpha + the tile's sum over its 128 keys); only which channels one instruction
+// covers differs.
+// P8 registers are written only while no product is in flight: P_t is packed into pk_next between
+// the two halves, and copied to pk after the wait that retires the second half. ptxas keeps a
+// wgmma's A registers live only up to the issue: when P_t was packed while the second half still
+// read P_{t−1}, it propagated the copy and packed P_t into the registers in flight (H200: v1 off
+// v0 on every shape of two tiles or more).
 // v2 (kTensorCoreSums): v1 whose second half also covers the 8 ones rows after the Vᵀ tile, so the
 // tensor core returns Σ_k P8 per row; the softmax adds no row sums, and l = l·alpha + Σ P8 when
 // that half lands (cpu::Int8Fp8RowSums::kOfCodes).
@@ -512,7 +516,7 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
   // alpha_b: of the tile whose second half is in flight.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
-  // The second half landed: its channels into O, and under v2 its row sums into l (columns 64 and
+  // A second half landed: its channels into O, and under v2 its row sums into l (columns 64 and
   // 64 + 8 of the thread's rows g and g + 8: registers 32 and 34).
   const auto add_second_half = [&](const float (&a)[2]) {
     accumulate_half<1>(o, acc_b, a);
@@ -520,6 +524,17 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
       row_sum[0] = row_sum[0] * a[0] + acc_b[32];
       row_sum[1] = row_sum[1] * a[1] + acc_b[34];
     }
+  };
+  // Retires the second half of (P·V)_{t−2} (none before tile 2), then moves P_{t−1} into pk.
+  const auto retire_second_half = [&](int tile) {
+    if (tile >= 2) {
+      wgmma_wait<0>();
+      pin_registers(acc_b);
+      pin_registers(pk);
+      add_second_half(alpha_b);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];
   };
 
   w.first_tile<!kTensorCoreSums>(s, row_max, row_sum, alpha);
@@ -529,15 +544,8 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   for (int tile = 1; tile < w.tiles; ++tile) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     const float c = w.tile_factor(tile);
-    if (tile >= 2) {
-      wgmma_wait<0>();  // second half of (P·V)_{t−2} done: its accumulator, P8 and Vᵀ_{t−2} are free
-      pin_registers(acc_b);
-      pin_registers(pk);
-      add_second_half(alpha_b);
-      w.release(kEmptyV + (tile - 2) % kStages);
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];  // P_{t−1}
+    retire_second_half(tile);
+    if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
     w.wait_full(kFullK, tile);
     w.wait_full(kFullV, tile - 1);
     w.begin_slot();
@@ -548,25 +556,19 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
     pin_registers(s);
     w.release(kEmptyK + stage);
     softmax_tile<!kTensorCoreSums>(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
-    wgmma_wait<0>();  // first half of (P·V)_{t−1} done
+    wgmma_wait<0>();  // first half of (P·V)_{t−1} done: nothing in flight
     pin_registers(acc_a);
+    pin_registers(pk);
     accumulate_half<0>(o, acc_a, alpha_a);
-    issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
     pack_p(s, pk_next);  // P_t
+    issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   }
 
   // Drain: the second half of the previous tile's P·V, then both halves of the last tile's.
   const int last = w.tiles - 1;
-  if (last >= 1) {
-    wgmma_wait<0>();
-    pin_registers(acc_b);
-    pin_registers(pk);
-    add_second_half(alpha_b);
-  }
-#pragma unroll
-  for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];
+  retire_second_half(last + 1);
   w.wait_full(kFullV, last);
   issue_pv_half<0>(acc_a, pk, w.v_desc(last % kStages));
   issue_pv_half<1>(acc_b, pk, w.v_desc(last % kStages));
