@@ -119,6 +119,9 @@ struct Int8Fp8Params {
   int q_blocks, k_blocks;      // per head: Nq_pad / 64, Nk_pad / 128
   int nq_pad, nk_pad;
   float scale_log2;            // softmax scale · log2(e)
+  // All ones, from the host: a value the compiler cannot know, so that moving P8 into place can
+  // read the registers it replaces (consume_split_pv).
+  uint32_t all_ones;
 };
 
 // ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
@@ -489,16 +492,16 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 }
 
 // v1: the same operations as v0 with P·V in two halves of 64 channels through a 32-register
-// accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; once the softmax of S_t
-// and that half are done, P_t is packed and the second half of (P·V)_{t−1} issued; it is added to O
-// at the start of the next tile. Each output element is the same fp32 operations in the same
-// order as in v0 (O·alpha + the tile's sum over its 128 keys); only which channels one instruction
-// covers differs.
-// P8 registers are written only while no product is in flight: P_t is packed into pk_next between
-// the two halves, and copied to pk after the wait that retires the second half. ptxas keeps a
-// wgmma's A registers live only up to the issue: when P_t was packed while the second half still
-// read P_{t−1}, it propagated the copy and packed P_t into the registers in flight (H200: v1 off
-// v0 on every shape of two tiles or more).
+// accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; after the softmax of
+// S_t the second half is issued, P_t packed under it into pk_next, and the half added to O at the
+// start of the next tile. Each output element is the same fp32 operations in the same order as in
+// v0 (O·alpha + the tile's sum over its 128 keys); only which channels one instruction covers
+// differs.
+// ptxas keeps a wgmma's A registers live only up to the issue: with a plain copy pk = pk_next it
+// propagated the copy and packed P_t into the registers the second half was still reading (H200:
+// v1 off v0 on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
+// reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
+// in-flight registers stay live, and so unallocated, until the product is retired.
 // v2 (kTensorCoreSums): v1 whose second half also covers the 8 ones rows after the Vᵀ tile, so the
 // tensor core returns Σ_k P8 per row; the softmax adds no row sums, and l = l·alpha + Σ P8 when
 // that half lands (cpu::Int8Fp8RowSums::kOfCodes).
@@ -511,6 +514,8 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   float acc_b[kTensorCoreSums ? 36 : 32];  // the second half (v2: and the row sums in 32..35)
   uint32_t pk[16];       // P8 of the tile whose P·V is in flight
   uint32_t pk_next[16];  // P8 of the tile just softmaxed
+#pragma unroll
+  for (int i = 0; i < 16; ++i) pk[i] = 0u;
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
@@ -525,7 +530,7 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
       row_sum[1] = row_sum[1] * a[1] + acc_b[34];
     }
   };
-  // Retires the second half of (P·V)_{t−2} (none before tile 2), then moves P_{t−1} into pk.
+  // Retires the second half of (P·V)_{t−2} (none before tile 2), then merges P_{t−1} into pk.
   const auto retire_second_half = [&](int tile) {
     if (tile >= 2) {
       wgmma_wait<0>();
@@ -534,7 +539,7 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
       add_second_half(alpha_b);
     }
 #pragma unroll
-    for (int i = 0; i < 16; ++i) pk[i] = pk_next[i];
+    for (int i = 0; i < 16; ++i) pk[i] = (pk_next[i] & p.all_ones) | (pk[i] & ~p.all_ones);
   };
 
   w.first_tile<!kTensorCoreSums>(s, row_max, row_sum, alpha);
@@ -556,12 +561,11 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
     pin_registers(s);
     w.release(kEmptyK + stage);
     softmax_tile<!kTensorCoreSums>(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
-    wgmma_wait<0>();  // first half of (P·V)_{t−1} done: nothing in flight
+    wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
-    pin_registers(pk);
     accumulate_half<0>(o, acc_a, alpha_a);
-    pack_p(s, pk_next);  // P_t
     issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
+    pack_p(s, pk_next);  // P_t, under the second half
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   }
@@ -710,6 +714,7 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
   params.q_blocks = static_cast<int>(ws.nq_pad / kInt8Fp8QBlock);
   params.k_blocks = static_cast<int>(ws.nk_pad / kInt8Fp8KBlock);
   params.scale_log2 = scale * kLog2e;
+  params.all_ones = ~0u;
 
   VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
   const auto kernel = variant_kernel(variant);
