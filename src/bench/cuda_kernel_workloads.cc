@@ -116,18 +116,6 @@ nlohmann::json resources_json(const cuda::KernelResources& r) {
           {"threads", r.max_threads}};
 }
 
-const char* int8fp8_variant_description(cuda::Int8Fp8Variant variant) {
-  switch (variant) {
-    case cuda::Int8Fp8Variant::kV1:
-      return "v1 (P·V in two 64-channel halves)";
-    case cuda::Int8Fp8Variant::kV2:
-      return "v2 (v1 with the row sums of the e4m3 weights from the tensor core)";
-    case cuda::Int8Fp8Variant::kV0:
-      break;
-  }
-  return "v0 (P·V of a tile in one accumulator)";
-}
-
 Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, int64_t n) {
   cuda::KernelResources r;
   switch (variant) {
@@ -162,7 +150,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json env, environment_json(o));
   VORTEX_ASSIGN_OR_RETURN(const cuda::KernelResources int8fp8_resources, cuda::attention_int8fp8_resources());
-  VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Variant int8fp8_variant, cuda::int8fp8_variant_from_env());
   std::vector<Manifest> manifests;
   for (const AttentionShape& shape : shapes) {
     const int64_t N = shape.n, H = shape.heads;
@@ -204,9 +191,8 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_int8.workload_section["name"] = m_int8.workload;
     m_int8.environment = env;
     m_int8.implementation = {{"backend", "cuda"}, {"mode", "int8fp8"},
-                             {"attention", "int8 QK^T and e4m3 PV wgmma (src/cuda/attention_int8fp8.cu); time "
-                                           "includes the quantize pass"},
-                             {"variant", int8fp8_variant_description(int8fp8_variant)},
+                             {"attention", "int8 QK^T and e4m3 PV wgmma (src/cuda/attention_int8fp8.cu), row sums "
+                                           "of the e4m3 weights from the tensor core; time includes the quantize pass"},
                              {"kernel", resources_json(int8fp8_resources)}};
 
     // Correctness: both outputs against the CPU's exact attention for 16 sampled query rows (all

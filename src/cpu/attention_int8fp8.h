@@ -19,8 +19,8 @@
 //   b_t     = fma(−1.5·2^23, c_t, log2(448) − m_t)
 //   p_j     = exp2(fma(fp32(1.5·2^23 + acc_j), c_t, b_t))       (P scaled by 448, in (0, 448]; the
 //             biased score is exact, and its bits are acc_j + bits(1.5·2^23), one integer add on the GPU)
-//   l_t     = l_{t−1} · alpha_t + Σ_j p_j                       (row sum of the unquantized P; under
-//             Int8Fp8RowSums::kOfCodes, Σ_j e4m3(p_j), the weights the products actually use)
+//   l_t     = l_{t−1} · alpha_t + Σ_j e4m3(p_j)                (row sum of the weights the products
+//             use; the GPU kernel takes it from the tensor core, with the P·V product)
 //   O_t[c]  = fma(O_{t−1}[c], alpha_t, Σ_j e4m3(p_j) · v8[j, c]) (per-tile sum, then one fp32 add)
 //   out[c]  = bf16((O_T[c] · v_scale[c]) · (1 / l_T))          (the 448 cancels in O / l)
 #pragma once
@@ -64,21 +64,15 @@ struct Int8Fp8Quantized {
 // D <= 1024 (acc stays exact in fp32). Nq, Nk >= 1.
 Result<Int8Fp8Quantized> quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v);
 
-// What the softmax's row sums add up (the definition's l_t): the weights before their e4m3
-// rounding (the mode as it ships), or the rounded weights the products use, which the GPU kernel's
-// variant v2 takes from the tensor core (cuda/attention_int8fp8.h).
-enum class Int8Fp8RowSums { kOfWeights, kOfCodes };
-
 // out: [Nq, H, D] (F32 or BF16, any strides on N and H). `scale` is the softmax scale (> 0).
-Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale,
-                                   Int8Fp8RowSums sums = Int8Fp8RowSums::kOfWeights);
+Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale);
 
 // Only the query rows `rows` (indices into Nq): out is [rows.size(), H, D].
 Status attention_int8fp8_rows(const Int8Fp8Quantized& quantized, const std::vector<int64_t>& rows,
-                              const TensorView& out, float scale, Int8Fp8RowSums sums = Int8Fp8RowSums::kOfWeights);
+                              const TensorView& out, float scale);
 
 // quantize_int8fp8 then attention_int8fp8_quantized.
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                         float scale, Int8Fp8RowSums sums = Int8Fp8RowSums::kOfWeights);
+                         float scale);
 
 }  // namespace vortex::cpu

@@ -1,23 +1,27 @@
 // The attention pass of the int8fp8 mode on Hopper (contract in attention_int8fp8.h; numerics of
 // cpu/attention_int8fp8.h): the FlashAttention-3 structure of the exact kernel (attention_wgmma.cu)
-// on 8-bit operands, in three variants (VORTEX_VARIANT_INT8FP8; consume, below, is v0 and ships;
-// consume_split_pv is v1, and v2 with the row sums taken by the tensor core).
+// on 8-bit operands.
 //
 //   One CTA per (128 queries, head), three warpgroups:
 //   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
 //     int8 Q tile [128 rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
 //     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring (full / empty mbarriers).
-//     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span.
+//     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span. Each Vᵀ
+//     stage is followed by 8 rows of e4m3(1.0), written once per CTA.
 //   - consumers (warpgroups 1, 2), 64 query rows each (one Q scale), per tile t:
-//       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory)
-//       issued together with P_{t−1}·V_{t−1} (wgmma m64n128k32 .f32.e4m3.e4m3, A = P8 from registers,
-//       B = Vᵀ K-major in shared memory) into a fresh per-tile accumulator;
+//       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory),
+//       issued together with the first half (channels 0..63) of P_{t−1}·V_{t−1}: wgmma
+//       m64n64k32 .f32.e4m3.e4m3, A = P8 from registers, B = Vᵀ K-major in shared memory, into a
+//       fresh per-tile accumulator;
 //       softmax of S_t: running max over the int32 scores, then per score one integer add that
 //       makes the bits of fp32(1.5·2^23 + S) (exact: |S| < 2^21; no conversion unit), one FFMA by
 //       q_scale·k_scale·scale·log2 e whose offset removes the 1.5·2^23 and folds the 448 of P8 =
-//       e4m3(448·P) into the exponent, exp2, and the row sums of the unquantized P;
-//       then O = O·alpha_{t−1} + (P·V)_{t−1} in fp32 (the fp8 products never accumulate across
-//       tiles inside the tensor core) and P_t packed to e4m3 A fragments.
+//       e4m3(448·P) into the exponent, and exp2 — no row sums;
+//       then the second half (channels 64..127 and the 8 ones rows: m64n72k32), so the tensor core
+//       also returns the row sums Σ_k P8 of the weights the products use; P_t is packed to e4m3 A
+//       fragments under it. Each half lands as O = O·alpha + (P·V) in fp32 (the fp8 products never
+//       accumulate across tiles inside the tensor core), l = l·alpha + Σ P8 with the second.
+//     Splitting P·V keeps the state at S 64 + O 64 + 32/36 accumulator + two P8 sets 32 registers.
 //     Keys are permuted within 16-key groups in Vᵀ (int8fp8_vt_slot) so that the S accumulator's
 //     columns pack into the A fragment without shuffles. The two consumers take turns issuing
 //     their products (named barriers, as in the exact kernel) so one's softmax runs under the
@@ -33,7 +37,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/hopper_primitives.cuh"
@@ -58,8 +61,8 @@ constexpr int kStages = 3;
 constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
-// setmaxnreg budgets: the consumers hold S (64) + O (64) + the per-tile P·V accumulator (64) +
-// P8 (16) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
+// setmaxnreg budgets: the consumers hold S (64) + O (64) + one half's P·V accumulator (32 or 36) +
+// two P8 sets (32) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
@@ -72,8 +75,8 @@ constexpr int kQTileBytes = kBlockQ * kRowBytes;
 constexpr int kKTileBytes = kBlockK * kRowBytes;
 constexpr int kVTileBytes = kHeadDim * kRowBytes;
 
-// Each Vᵀ stage is followed by 8 rows of e4m3(1.0), channels 128..135 of an extended tile: variant
-// v2's second P·V half covers them, so the tensor core also sums P8 over the tile's keys (the row
+// Each Vᵀ stage is followed by 8 rows of e4m3(1.0), channels 128..135 of an extended tile: the
+// second P·V half covers them, so the tensor core also sums P8 over the tile's keys (the row
 // sums). Every byte is 0x38, so the swizzle leaves them as they are; written once per CTA.
 constexpr int kOnesBytes = 8 * kRowBytes;
 constexpr int kVStageBytes = kVTileBytes + kOnesBytes;
@@ -120,7 +123,7 @@ struct Int8Fp8Params {
   int nq_pad, nk_pad;
   float scale_log2;            // softmax scale · log2(e)
   // All ones, from the host: a value the compiler cannot know, so that moving P8 into place can
-  // read the registers it replaces (consume_split_pv).
+  // read the registers it replaces (consume).
   uint32_t all_ones;
 };
 
@@ -179,14 +182,12 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
 // (t%32)/4 (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns 8j + 2·(t%4) and + 1, for j < N/8.
 
 // Online softmax of one tile for this thread's two rows, in place: s holds the exact int32 scores
-// on entry and the bits of P·448 (fp32) on return (one register set for both: S, O, the per-tile
-// P·V and P8 already take 208 of the 240 registers). c: the tile's factor
-// q_scale·k_scale·scale·log2 e. Keys at or past nk (only when kMask) get weight 0 and stay out of
-// the max; alpha = exp2(m_old − m_new) (0 on the first tile); row_sum is this lane's share (the
-// quad's four shares are added in the epilogue).
-template <bool kMask, bool kSums>
-__device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
-                                               float (&alpha)[2], int key0, int nk, int lane) {
+// on entry and the bits of P·448 (fp32) on return. c: the tile's factor q_scale·k_scale·scale·log2 e.
+// Keys at or past nk (only when kMask) get weight 0 and stay out of the max; alpha =
+// exp2(m_old − m_new) (0 on the first tile). The row sums come from the tensor core.
+template <bool kMask>
+__device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
+                                               int key0, int nk, int lane) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int max0 = INT_MIN, max1 = INT_MIN;  // over the exact scores; two chains: half the dependent latency
@@ -206,7 +207,6 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
     // A score enters the exponent as the float whose bits are acc + bits(1.5·2^23), i.e. exactly
     // 1.5·2^23 + acc (one integer add, no conversion); the offset takes the 1.5·2^23 back out.
     const float offset = fmaf(-kMagic, c, kLog2PScale - new_max);
-    float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kBlockK / 8; ++j) {
       float p0 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset));
@@ -218,12 +218,7 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
       }
       s[4 * j + 2 * r] = __float_as_uint(p0);
       s[4 * j + 2 * r + 1] = __float_as_uint(p1);
-      if constexpr (kSums) {
-        sum0 += p0;
-        sum1 += p1;
-      }
     }
-    if constexpr (kSums) row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
   }
 }
 
@@ -246,18 +241,8 @@ __device__ __forceinline__ void pack_p(const uint32_t (&s)[64], uint32_t (&p)[16
   }
 }
 
-// O = O·alpha + (P·V) of the tile just finished: the two-level accumulation.
-__device__ __forceinline__ void accumulate(float (&o)[64], const float (&o_tile)[64], const float (&alpha)[2]) {
-#pragma unroll
-  for (int j = 0; j < kHeadDim / 8; ++j) {
-    o[4 * j] = fmaf(o[4 * j], alpha[0], o_tile[4 * j]);
-    o[4 * j + 1] = fmaf(o[4 * j + 1], alpha[0], o_tile[4 * j + 1]);
-    o[4 * j + 2] = fmaf(o[4 * j + 2], alpha[1], o_tile[4 * j + 2]);
-    o[4 * j + 3] = fmaf(o[4 * j + 3], alpha[1], o_tile[4 * j + 3]);
-  }
-}
-
-// v1: O[:, 64·H .. 64·H + 63] = O·alpha + (P·V) of that half of the channels (accumulator columns
+// O[:, 64·H .. 64·H + 63] = O·alpha + (P·V) of that half of the channels (the two-level
+// accumulation) (accumulator columns
 // j = 8H .. 8H + 7 of O's m64n128 layout are columns j − 8H of the half's m64n64 layout).
 template <int H, int N>
 __device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_half)[N], const float (&alpha)[2]) {
@@ -271,16 +256,14 @@ __device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_
   }
 }
 
-// The online softmax of tile `tile`, masking keys past nk only in a tile that reaches them; the
-// row sums only when the tensor core does not take them (kSums false: variant v2).
-template <bool kSums = true>
-__device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&row_sum)[2],
-                                             float (&alpha)[2], int tile, int nk, int lane) {
+// The online softmax of tile `tile`, masking keys past nk only in a tile that reaches them.
+__device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
+                                             int tile, int nk, int lane) {
   const int key0 = tile * kBlockK;
   if (key0 + kBlockK > nk) {
-    online_softmax<true, kSums>(s, c, row_max, row_sum, alpha, key0, nk, lane);
+    online_softmax<true>(s, c, row_max, alpha, key0, nk, lane);
   } else {
-    online_softmax<false, kSums>(s, c, row_max, row_sum, alpha, key0, nk, lane);
+    online_softmax<false>(s, c, row_max, alpha, key0, nk, lane);
   }
 }
 
@@ -295,22 +278,10 @@ __device__ __forceinline__ void issue_qk(uint32_t (&s)[64], uint64_t q_desc, uin
   wgmma_commit();
 }
 
-// o_tile = P8·V8 for one 128-key tile: 4 k32 steps over the keys (32 bytes of each Vᵀ row each).
-__device__ __forceinline__ void issue_pv(float (&o_tile)[64], uint32_t (&p)[16], uint64_t v_desc) {
-  pin_registers(p);
-  wgmma_fence();
-  wgmma_e4m3<0>(o_tile, p[0], p[1], p[2], p[3], v_desc);
-#pragma unroll
-  for (int step = 1; step < kBlockK / 32; ++step) {
-    wgmma_e4m3<1>(o_tile, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], v_desc + k32_step(step));
-  }
-  wgmma_commit();
-}
-
-// v1, v2: o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile: rows 64·H.. of the Vᵀ
-// tile, 64 rows × 128 B = 8 KB (eight swizzle periods) past its start. With 36 registers (v2's
-// second half) the product also covers the 8 ones rows after the tile: columns 64..71 are the
-// row sums Σ_k P8.
+// o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile: rows 64·H.. of the Vᵀ tile,
+// 64 rows × 128 B = 8 KB (eight swizzle periods) past its start. With 36 registers (the second
+// half) the product also covers the 8 ones rows after the tile: columns 64..71 are the row sums
+// Σ_k P8.
 template <int H, int N>
 __device__ __forceinline__ void issue_pv_half(float (&o_half)[N], uint32_t (&p)[16], uint64_t v_desc) {
   static_assert(N == 32 || (N == 36 && H == 1), "64 channels, or the second half with the ones rows");
@@ -349,8 +320,8 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
-// What both consumer variants share: this thread's place, the operand descriptors, the stage
-// releases, the ping-pong of issue slots and the tile's softmax factor.
+// A consumer thread's place, the operand descriptors, the stage releases, the ping-pong of issue
+// slots and the tile's softmax factor.
 struct Consumer {
   const Int8Fp8Params& p;
   uint32_t smem, bars;
@@ -397,8 +368,7 @@ struct Consumer {
 
   // The start of the sweep: once Q has landed, tile 0's S = Q·K_0ᵀ in this consumer's first issue
   // slot and its softmax (no P·V yet); s then holds P_0.
-  template <bool kSums = true>
-  __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&row_sum)[2], float (&alpha)[2]) const {
+  __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&alpha)[2]) const {
     start_schedule();
     mbarrier_wait(bars + 8 * kFullQ, 0);
     wait_full(kFullK, 0);
@@ -408,23 +378,13 @@ struct Consumer {
     wgmma_wait<0>();
     pin_registers(s);
     release(kEmptyK);
-    softmax_tile<kSums>(s, tile_factor(0), row_max, row_sum, alpha, 0, p.nk, lane);
+    softmax_tile(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
   }
 
-  // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout. row_sum: this
-  // lane's share, added over the quad here, or (kWholeSums, from the tensor core) the whole sum.
-  template <bool kWholeSums = false>
+  // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout. row_sum: the
+  // whole row's (from the tensor core).
   __device__ void write_output(const float (&o)[64], const float (&row_sum)[2]) const {
-    float inverse[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float sum = row_sum[r];
-      if constexpr (!kWholeSums) {
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      }
-      inverse[r] = 1.0f / sum;
-    }
+    const float inverse[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
     const float* v_scale = p.v_scale + head * kHeadDim;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -442,76 +402,20 @@ struct Consumer {
   }
 };
 
-// v0: tile t's slot issues S_t = Q·K_tᵀ and (P·V)_{t−1} into a 64-register accumulator together;
-// the softmax of S_t runs under P·V. S, O, the accumulator and P8 take 208 of the 240 registers.
-__device__ __forceinline__ void consume(const Consumer& w) {
-  const Int8Fp8Params& p = w.p;
-  uint32_t s[64];      // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
-  float o[64];         // O: [64 rows, 128 channels]
-  float o_tile[64];    // P·V of one tile
-  uint32_t pk[16];     // P8: e4m3 A fragments of P·V
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_prev[2];
-
-  w.first_tile(s, row_max, row_sum, alpha);
-  pack_p(s, pk);
-  alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
-
-  // Tile t: S_t = Q·K_tᵀ and (P·V)_{t−1} in flight together; softmax of S_t under P·V.
-  for (int tile = 1; tile < w.tiles; ++tile) {
-    const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
-    const float c = w.tile_factor(tile);
-    w.wait_full(kFullK, tile);
-    w.wait_full(kFullV, tile - 1);
-    w.begin_slot();
-    issue_qk(s, w.q_desc, w.k_desc(stage));
-    issue_pv(o_tile, pk, w.v_desc(prev_stage));
-    w.end_slot(tile);
-    wgmma_wait<1>();  // S_t done; P·V may still run
-    pin_registers(s);
-    w.release(kEmptyK + stage);
-    softmax_tile(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
-    wgmma_wait<0>();  // (P·V)_{t−1} done: its P registers and Vᵀ stage are free
-    pin_registers(o_tile);
-    pin_registers(pk);
-    w.release(kEmptyV + prev_stage);
-    accumulate(o, o_tile, alpha_prev);
-    alpha_prev[0] = alpha[0], alpha_prev[1] = alpha[1];
-    pack_p(s, pk);
-  }
-
-  // The last tile's P·V.
-  const int last = w.tiles - 1;
-  w.wait_full(kFullV, last);
-  issue_pv(o_tile, pk, w.v_desc(last % kStages));
-  wgmma_wait<0>();
-  pin_registers(o_tile);
-  accumulate(o, o_tile, alpha_prev);
-  w.write_output(o, row_sum);
-}
-
-// v1: the same operations as v0 with P·V in two halves of 64 channels through a 32-register
-// accumulator. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; after the softmax of
-// S_t the second half is issued, P_t packed under it into pk_next, and the half added to O at the
-// start of the next tile. Each output element is the same fp32 operations in the same order as in
-// v0 (O·alpha + the tile's sum over its 128 keys); only which channels one instruction covers
-// differs.
+// The key sweep. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; after the softmax of
+// S_t the second half is issued, P_t packed under it into pk_next, and the half added to O (and its
+// row sums to l) at the start of the next tile.
 // ptxas keeps a wgmma's A registers live only up to the issue: with a plain copy pk = pk_next it
 // propagated the copy and packed P_t into the registers the second half was still reading (H200:
-// v1 off v0 on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
+// wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-// v2 (kTensorCoreSums): v1 whose second half also covers the 8 ones rows after the Vᵀ tile, so the
-// tensor core returns Σ_k P8 per row; the softmax adds no row sums, and l = l·alpha + Σ P8 when
-// that half lands (cpu::Int8Fp8RowSums::kOfCodes).
-template <bool kTensorCoreSums>
-__device__ __forceinline__ void consume_split_pv(const Consumer& w) {
+__device__ __forceinline__ void consume(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
   float o[64];           // O: [64 rows, 128 channels]
   float acc_a[32];       // the first half of one tile's P·V
-  float acc_b[kTensorCoreSums ? 36 : 32];  // the second half (v2: and the row sums in 32..35)
+  float acc_b[36];       // the second half, and the row sums in 32..35
   uint32_t pk[16];       // P8 of the tile whose P·V is in flight
   uint32_t pk_next[16];  // P8 of the tile just softmaxed
 #pragma unroll
@@ -521,14 +425,12 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
   // alpha_b: of the tile whose second half is in flight.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
-  // A second half landed: its channels into O, and under v2 its row sums into l (columns 64 and
-  // 64 + 8 of the thread's rows g and g + 8: registers 32 and 34).
+  // A second half landed: its channels into O, and its row sums into l (columns 64 and 64 + 8 of
+  // the thread's rows g and g + 8: registers 32 and 34).
   const auto add_second_half = [&](const float (&a)[2]) {
     accumulate_half<1>(o, acc_b, a);
-    if constexpr (kTensorCoreSums) {
-      row_sum[0] = row_sum[0] * a[0] + acc_b[32];
-      row_sum[1] = row_sum[1] * a[1] + acc_b[34];
-    }
+    row_sum[0] = row_sum[0] * a[0] + acc_b[32];
+    row_sum[1] = row_sum[1] * a[1] + acc_b[34];
   };
   // Retires the second half of (P·V)_{t−2} (none before tile 2), then merges P_{t−1} into pk.
   const auto retire_second_half = [&](int tile) {
@@ -542,7 +444,7 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
     for (int i = 0; i < 16; ++i) pk[i] = (pk_next[i] & p.all_ones) | (pk[i] & ~p.all_ones);
   };
 
-  w.first_tile<!kTensorCoreSums>(s, row_max, row_sum, alpha);
+  w.first_tile(s, row_max, alpha);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
 
@@ -560,7 +462,7 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
     w.release(kEmptyK + stage);
-    softmax_tile<!kTensorCoreSums>(s, c, row_max, row_sum, alpha, tile, p.nk, w.lane);
+    softmax_tile(s, c, row_max, alpha, tile, p.nk, w.lane);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
     accumulate_half<0>(o, acc_a, alpha_a);
@@ -581,13 +483,11 @@ __device__ __forceinline__ void consume_split_pv(const Consumer& w) {
   pin_registers(acc_b);
   accumulate_half<0>(o, acc_a, alpha_a);
   add_second_half(alpha_a);
-  w.write_output<kTensorCoreSums>(o, row_sum);
+  w.write_output(o, row_sum);
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
-// kVariant: 0, 1 or 2 (Int8Fp8Variant).
-template <int kVariant>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -610,17 +510,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     mbarrier_init_fence();
   }
-  if constexpr (kVariant == 2) {
-    // The ones rows after each Vᵀ stage, written through the generic proxy and read by wgmma
-    // through the async proxy: fenced before the barrier.
-    if (warpgroup == 0) {
-      unsigned char* smem_ptr = smem_raw + (smem - raw);
-      for (int i = static_cast<int>(threadIdx.x); i < kStages * kOnesBytes / 4; i += kWarpgroupThreads) {
-        const int stage = i / (kOnesBytes / 4), word = i % (kOnesBytes / 4);
-        reinterpret_cast<uint32_t*>(smem_ptr + kSmemV + stage * kVStageBytes + kVTileBytes)[word] = 0x38383838u;
-      }
-      fence_proxy_async_shared();
+  // The ones rows after each Vᵀ stage, written through the generic proxy and read by wgmma
+  // through the async proxy: fenced before the barrier.
+  if (warpgroup == 0) {
+    unsigned char* smem_ptr = smem_raw + (smem - raw);
+    for (int i = static_cast<int>(threadIdx.x); i < kStages * kOnesBytes / 4; i += kWarpgroupThreads) {
+      const int stage = i / (kOnesBytes / 4), word = i % (kOnesBytes / 4);
+      reinterpret_cast<uint32_t*>(smem_ptr + kSmemV + stage * kVStageBytes + kVTileBytes)[word] = 0x38383838u;
     }
+    fence_proxy_async_shared();
   }
   __syncthreads();  // the last CTA-wide barrier: the producer's idle warps exit below
 
@@ -631,12 +529,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    const Consumer w(p, smem, bars, q0, head, tiles, warpgroup - 1);
-    if constexpr (kVariant == 0) {
-      consume(w);
-    } else {
-      consume_split_pv<kVariant == 2>(w);
-    }
+    consume(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
   }
 }
 
@@ -660,19 +553,6 @@ Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void
                          " (CUresult " + std::to_string(static_cast<int>(result)) + ")");
   }
   return ok_status();
-}
-
-using Int8Fp8Kernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, Int8Fp8Params);
-Int8Fp8Kernel variant_kernel(Int8Fp8Variant variant) {
-  switch (variant) {
-    case Int8Fp8Variant::kV1:
-      return attention_int8fp8_kernel<1>;
-    case Int8Fp8Variant::kV2:
-      return attention_int8fp8_kernel<2>;
-    case Int8Fp8Variant::kV0:
-      break;
-  }
-  return attention_int8fp8_kernel<0>;
 }
 
 }  // namespace
@@ -716,8 +596,7 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
   params.scale_log2 = scale * kLog2e;
   params.all_ones = ~0u;
 
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant_kernel(variant);
+  const auto kernel = attention_int8fp8_kernel;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -745,18 +624,8 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
-Result<Int8Fp8Variant> int8fp8_variant_from_env() {
-  const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
-  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v0") return Int8Fp8Variant::kV0;
-  if (std::string(variant) == "v1") return Int8Fp8Variant::kV1;
-  if (std::string(variant) == "v2") return Int8Fp8Variant::kV2;
-  return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
-                       " is not a variant of this build (v0, v1, v2)");
-}
-
 Result<KernelResources> attention_int8fp8_resources() {
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  return kernel_resources(reinterpret_cast<const void*>(variant_kernel(variant)), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -80,19 +80,7 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                          float scale, DeviceArena& scratch, cudaStream_t stream);
 
-// Variants of the attention pass (VORTEX_VARIANT_INT8FP8 selects, read on every call; v0 ships).
-// v0 and v1 compute the same operations per output element:
-//   v0  each tile's P·V into one 64-register accumulator, issued with the next tile's Q·Kᵀ
-//       (208 registers of state: ptxas spills 140 bytes per thread);
-//   v1  P·V in two halves of 64 channels through one 32-register accumulator (176 registers);
-//   v2  v1 whose second half also multiplies 8 rows of ones after each Vᵀ tile, so the tensor core
-//       returns the row sums of P8 and the softmax adds none: the definition's row sums become
-//       those of the e4m3 weights (cpu::Int8Fp8RowSums::kOfCodes), not bitwise v0's output.
-enum class Int8Fp8Variant { kV0, kV1, kV2 };
-Result<Int8Fp8Variant> int8fp8_variant_from_env();
-
-// Registers, spills and shared memory of the int8fp8 attention kernel the environment selects
-// (for bench manifests).
+// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
 Result<KernelResources> attention_int8fp8_resources();
 
 }  // namespace vortex::cuda

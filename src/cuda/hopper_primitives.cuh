@@ -269,25 +269,6 @@ __device__ __forceinline__ void wgmma_s8(uint32_t (&d)[64], uint64_t a, uint64_t
   }
 }
 
-// d (f32) = a·b (scale_d 0) or d += a·b: a [64, 32] e4m3 in registers (4 × 4 bytes: rows g / g+8,
-// k 4t..4t+3 and 16+4t..16+4t+3), b [32, 128] e4m3 K-major in shared memory.
-template <int kScaleD>
-__device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                           uint64_t b) {
-  if constexpr (kScaleD == 0) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : VORTEX_WGMMA_D64_OPERANDS("=f")
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(0));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " VORTEX_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-        : VORTEX_WGMMA_D64_OPERANDS("+f")
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
-  }
-}
 #undef VORTEX_WGMMA_D64
 #undef VORTEX_WGMMA_D64_OPERANDS
 
@@ -298,7 +279,9 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[64], uint32_t a0, uint32_t
     c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), \
     c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), \
     c(d[28]), c(d[29]), c(d[30]), c(d[31])
-// wgmma_e4m3 for 64 output columns: b [32, 64], d 32 fp32 registers.
+// d (f32) = a·b (scale_d 0) or d += a·b for 64 output columns: a [64, 32] e4m3 in registers
+// (4 × 4 bytes: rows g / g+8, k 4t..4t+3 and 16+4t..16+4t+3), b [32, 64] e4m3 K-major in shared
+// memory, d 32 fp32 registers.
 template <int kScaleD>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                            uint64_t b) {
@@ -361,6 +344,10 @@ __device__ __forceinline__ void wgmma_wait() {
 // registers at a fixed point among the volatile wgmma statements: after a wgmma_wait, so reads of
 // accumulators stay below the wait and registers an in-flight wgmma still reads (P) are not reused
 // before it; before a wgmma_fence, so the writes it must order (rescaled O, packed P) precede it.
+// They bind the C++ compiler only: they emit no PTX, so ptxas, which treats a wgmma's A registers
+// as read at the issue, may give an A register's physical register to a new value before the wait.
+// Where a new value is computed while a product that reads A is in flight, read the old registers
+// again after the wait with a real instruction (attention_int8fp8.cu, consume).
 template <int N>
 __device__ __forceinline__ void pin_registers(float (&r)[N]) {
 #pragma unroll

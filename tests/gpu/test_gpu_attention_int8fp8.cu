@@ -13,11 +13,8 @@
 //   move. Expected ~1e-3 or less.
 // - against exact: rel-L2 ≤ 0.04 and cosine ≥ 0.999 (the issue's target for the mode; the CPU
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
-// - variant v1 (VORTEX_VARIANT_INT8FP8=v1, P·V split into two 64-channel halves) against the
-//   shipped v0 on every shape: bit for bit. Both compute each output element by the same fp32
-//   operations in the same order; only which channels one wgmma covers differs.
-// - variant v2 (v1 with the row sums of P8 from the tensor core) against the CPU reference under
-//   Int8Fp8RowSums::kOfCodes with the same bound as v0's, and against exact with the mode's.
+//   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
+//   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -104,40 +101,6 @@ Tensor gather_heads(const Tensor& fused, int64_t col, int64_t heads) {
 
 class GpuAttentionInt8Fp8 : public test::GpuTest {};
 
-// Sets VORTEX_VARIANT_INT8FP8 for its lifetime and restores the caller's setting after.
-class ScopedInt8Fp8Variant {
- public:
-  explicit ScopedInt8Fp8Variant(const char* value) {
-    const char* saved = std::getenv(kName);
-    had_ = saved != nullptr;
-    if (had_) saved_ = saved;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedInt8Fp8Variant() {
-    if (had_) {
-      setenv(kName, saved_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-
- private:
-  static constexpr const char* kName = "VORTEX_VARIANT_INT8FP8";
-  bool had_ = false;
-  std::string saved_;
-};
-
-// Positions where two same-shaped contiguous host bf16 tensors differ.
-int64_t differing_values(const Tensor& a, const Tensor& b) {
-  int64_t differing = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) differing += a.data_as<uint16_t>()[i] != b.data_as<uint16_t>()[i];
-  return differing;
-}
-
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
@@ -162,21 +125,8 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
 
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena, nq, nk, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream));
-  {
-    const ScopedInt8Fp8Variant shipped(nullptr);
-    must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
-  }
+  must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
-  const Tensor dsplit = must(arena.alloc({nq, heads, kD}, DType::kBF16));
-  {
-    const ScopedInt8Fp8Variant split("v1");
-    must(cuda::attention_int8fp8_quantized(ws, dsplit.view(), scale, stream));
-  }
-  const Tensor dsums = must(arena.alloc({nq, heads, kD}, DType::kBF16));
-  {
-    const ScopedInt8Fp8Variant sums("v2");
-    must(cuda::attention_int8fp8_quantized(ws, dsums.view(), scale, stream));
-  }
 
   // ---- host copies and the CPU reference ----
   const Tensor kv_host = must(cuda::download(dkv, stream));
@@ -184,9 +134,8 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   const Tensor hq = gather_heads(q_host_fused, 0, heads), hk = gather_heads(kv_host, heads * kD, heads),
                hv = gather_heads(kv_host, 2 * heads * kD, heads);
   const cpu::Int8Fp8Quantized qz = must(cpu::quantize_int8fp8(hq.view(), hk.view(), hv.view()));
-  Tensor ref = Tensor::empty({nq, heads, kD}, DType::kBF16), ref_codes = Tensor::empty({nq, heads, kD}, DType::kBF16);
+  Tensor ref = Tensor::empty({nq, heads, kD}, DType::kBF16);
   must(cpu::attention_int8fp8_quantized(qz, ref.view(), scale));
-  must(cpu::attention_int8fp8_quantized(qz, ref_codes.view(), scale, cpu::Int8Fp8RowSums::kOfCodes));
 
   // ---- the quantize pass, bit for bit ----
   const auto download_bytes = [&](const void* src, size_t bytes) {
@@ -239,8 +188,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   // ---- the attention pass ----
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
-  const Tensor split = must(cuda::download(dsplit, stream));
-  const Tensor sums = must(cuda::download(dsums, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -253,7 +200,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   }
   EXPECT_EQ(clobbered, 0) << label << ": bytes written outside out";
   const Tensor got = must(out_full.slice(2, kOutCol0, kOutCol0 + kD)).contiguous();
-  EXPECT_EQ(differing_values(split, got), 0) << label << ": variant v1 must equal v0 bit for bit";
   const ModeError vs_ref = mode_error(got.data_as<uint16_t>(), ref.data_as<uint16_t>(), got.numel());
   const ModeError vs_exact = mode_error(got.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
   const ModeError ref_vs_exact = mode_error(ref.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
@@ -264,14 +210,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   EXPECT_GE(vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": GPU int8fp8 vs GPU exact";
   std::printf("int8fp8 %-40s vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f (CPU ref vs exact %.4f)\n",
               label.c_str(), vs_ref.rel_l2, vs_exact.rel_l2, vs_exact.cosine, ref_vs_exact.rel_l2);
-  const ModeError v2_vs_ref = mode_error(sums.data_as<uint16_t>(), ref_codes.data_as<uint16_t>(), sums.numel());
-  const ModeError v2_vs_exact = mode_error(sums.data_as<uint16_t>(), exact.data_as<uint16_t>(), sums.numel());
-  EXPECT_EQ(v2_vs_ref.nonfinite, 0) << label;
-  EXPECT_LE(v2_vs_ref.rel_l2, kVsReferenceRelL2) << label << ": variant v2 vs the CPU reference (row sums of codes)";
-  EXPECT_LE(v2_vs_exact.rel_l2, peaked ? kPeakedVsExactRelL2 : kVsExactRelL2) << label << ": variant v2 vs exact";
-  EXPECT_GE(v2_vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": variant v2 vs exact";
-  std::printf("int8fp8 v2 %-37s vs CPU ref (row sums of codes) rel-L2 %.3e | vs exact rel-L2 %.4f\n", label.c_str(),
-              v2_vs_ref.rel_l2, v2_vs_exact.rel_l2);
 }
 
 TEST_F(GpuAttentionInt8Fp8, MatchesCpuReferenceOnFusedQkvSlices) {
@@ -288,28 +226,6 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 300, 77, 2, 1.0f, 101);
   check(arena_, stream_, 130, 1, 3, 0.125f, 102);
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
-}
-
-TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
-  {
-    const ScopedInt8Fp8Variant unset(nullptr);
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV0);
-  }
-  {
-    const ScopedInt8Fp8Variant v0("v0");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV0);
-  }
-  {
-    const ScopedInt8Fp8Variant v1("v1");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV1);
-  }
-  {
-    const ScopedInt8Fp8Variant v2("v2");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
-  }
-  const ScopedInt8Fp8Variant bad("v9");
-  EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(cuda::attention_int8fp8_resources().status().code(), StatusCode::kUnimplemented);
 }
 
 TEST_F(GpuAttentionInt8Fp8, RejectsBadOperands) {
@@ -357,7 +273,6 @@ class GpuAttentionInt8Fp8Canonical : public test::GpuTest {
 
 TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExact) {
   EXPECT_EQ(cudaMemsetAsync(out_.data(), kSentinel, out_.nbytes(), stream_), cudaSuccess);
-  const ScopedInt8Fp8Variant shipped(nullptr);
   must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
   must(cuda::attention(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, stream_));
   sync();
@@ -399,27 +314,6 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
   std::printf("int8fp8 vs exact 37810x56x128, all %lld outputs: rel-L2 %.4f  cosine %.6f\n",
               static_cast<long long>(got.numel()), e.rel_l2, e.cosine);
   RecordProperty("vs_exact_rel_l2", std::to_string(e.rel_l2));
-
-  // Variant v1 (P·V in two channel halves) on the canonical shape: v0's output bit for bit.
-  {
-    const ScopedInt8Fp8Variant split("v1");
-    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, arena_, stream_));
-  }
-  EXPECT_EQ(differing_values(must(cuda::download(exact_, stream_)), got), 0)
-      << "variant v1 must equal v0 bit for bit at 37810x56x128";
-
-  // Variant v2 (row sums from the tensor core) on the canonical shape: the mode's bounds against
-  // exact, over every output.
-  {
-    const ScopedInt8Fp8Variant sums("v2");
-    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
-  }
-  const ModeError e2 = mode_error(must(cuda::download(out_, stream_)).data_as<uint16_t>(), exact.data_as<uint16_t>(),
-                                  got.numel());
-  EXPECT_EQ(e2.nonfinite, 0);
-  EXPECT_LE(e2.rel_l2, kVsExactRelL2) << "variant v2 vs exact at 37810x56x128";
-  EXPECT_GE(e2.cosine, kVsExactCosine) << "variant v2 vs exact at 37810x56x128";
-  std::printf("int8fp8 v2 vs exact 37810x56x128: rel-L2 %.4f  cosine %.6f\n", e2.rel_l2, e2.cosine);
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
