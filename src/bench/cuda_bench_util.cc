@@ -147,10 +147,10 @@ void add_peer_ratios(Manifest& m, const nlohmann::json& peer) {
 
 Result<BlockFusions> block_fusions_from_env() {
   const char* v = std::getenv("VORTEX_VARIANT_BLOCK");
-  if (v == nullptr || *v == '\0' || std::string(v) == "fused") return BlockFusions{};
+  if (v == nullptr || *v == '\0' || std::string(v) == "folded") return BlockFusions{};
+  if (std::string(v) == "fused") return BlockFusions{true, false};
   if (std::string(v) == "unfused") return BlockFusions{false, false};
-  if (std::string(v) == "folded") return BlockFusions{true, true};
-  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected fused, unfused or folded)");
+  return invalid_argument(std::string("VORTEX_VARIANT_BLOCK: '") + v + "' (expected folded, fused or unfused)");
 }
 
 std::string fusions_description(const BlockFusions& fusions) {

@@ -50,13 +50,14 @@ Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& worklo
 void add_peer_ratios(Manifest& m, const nlohmann::json& peer);
 
 // The block-boundary fusions of a bench's model (h3::CudaModelOptions::fused_norms and
-// fold_ffn_residual), from VORTEX_VARIANT_BLOCK for A/B runs: "fused" or unset is the default;
-// "unfused" runs the norms, modulations and residuals as separate launches (the path the fusions
-// are proven bitwise equal to); "folded" is fused with each block's FFN residual applied by the
-// next block's first norm (where AdaLN tables are per request).
+// fold_ffn_residual), from VORTEX_VARIANT_BLOCK for A/B runs: "folded" or unset is the default,
+// the fused kernels with each block's FFN residual applied by the next block's first norm (where
+// AdaLN tables are per request); "fused" leaves the FFN residual as its own pass; "unfused" runs
+// the norms, modulations and residuals as separate launches (the path the fusions are proven
+// bitwise equal to).
 struct BlockFusions {
   bool fused_norms = true;
-  bool fold_ffn_residual = false;
+  bool fold_ffn_residual = true;
 };
 Result<BlockFusions> block_fusions_from_env();
 std::string fusions_description(const BlockFusions& fusions);

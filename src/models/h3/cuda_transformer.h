@@ -71,9 +71,10 @@ struct CudaModelOptions {
   // block's first norm, through rms_norm_fused's residual path as the attention residual already
   // is, and the last block's before the output norm: one pass over the residual stream fewer per
   // block. Needs fused_norms and AdaLnTables::kPerRequest (each block's gates stay in its own
-  // table until the next block reads them); ignored otherwise. Opt-in until its bitwise gate
-  // (tests/gpu/test_gpu_h3_adaln_tables.cc) has passed on the device.
-  bool fold_ffn_residual = false;
+  // table until the next block reads them); ignored otherwise. Bitwise equal to the separate pass
+  // (2-step trajectory, both recipes, with and without the graph: tests/gpu/test_gpu_h3_adaln_tables.cc,
+  // passed on the H200).
+  bool fold_ffn_residual = true;
 };
 
 class CudaH3Transformer : public StepModel {
@@ -213,7 +214,7 @@ class CudaH3Transformer : public StepModel {
   bool fused_norms_ = true;
   bool cuda_graphs_ = true;
   bool keep_attention_inputs_ = false;
-  bool fold_ffn_residual_ = false;
+  bool fold_ffn_residual_ = true;
   CapturedGraph block_stack_;  // forward()'s blocks, keyed by rows, timesteps and attention plan
 };
 
