@@ -3,7 +3,9 @@
 // products are too large for the CPU), peers time PyTorch on the same shapes.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 #include <filesystem>
 
 #include "bench/cuda_bench_util.h"
@@ -116,6 +118,48 @@ nlohmann::json resources_json(const cuda::KernelResources& r) {
           {"threads", r.max_threads}};
 }
 
+// Where a key tile's time goes in the int8fp8 kernel (cuda::attention_int8fp8_timeline): per
+// consumer, the median over its 4 warps and key tiles 1 .. T−2 (the last tile takes the masked
+// softmax) of each interval between the kernel's marks, in SM cycles.
+nlohmann::json int8fp8_timeline_json(const cuda::Int8Fp8Timeline& t) {
+  using E = cuda::Int8Fp8TimelineEvent;
+  struct Interval {
+    const char* name;
+    E from, to;
+    int next_tile;  // `to` is read at tile + next_tile
+  };
+  const Interval intervals[] = {
+      {"wait_operands (K_t, V_t-1 landed)", E::kRetired, E::kOperandsReady, 0},
+      {"wait_slot (the other consumer's issue)", E::kOperandsReady, E::kSlotBegin, 0},
+      {"issue (QK_t, first PV half)", E::kSlotBegin, E::kSlotEnd, 0},
+      {"wait_scores", E::kSlotEnd, E::kScoresReady, 0},
+      {"softmax", E::kScoresReady, E::kSoftmaxDone, 0},
+      {"wait_first_half", E::kSoftmaxDone, E::kFirstHalfDone, 0},
+      {"second_half_issue_and_pack", E::kFirstHalfDone, E::kPacked, 0},
+      {"wait_second_half (to the next tile's retire)", E::kPacked, E::kRetired, 1},
+      {"round (retire to retire)", E::kRetired, E::kRetired, 1},
+  };
+  nlohmann::json out = {{"unit", "SM cycles (clock64); median over the consumer's 4 warps and key tiles 1..T-2"},
+                        {"cta", "the middle query block of the middle head"},
+                        {"tiles", t.tiles}};
+  for (int consumer = 0; consumer < t.warps / 4; ++consumer) {
+    nlohmann::json phases;
+    for (const Interval& iv : intervals) {
+      std::vector<long long> d;
+      for (int w = 4 * consumer; w < 4 * consumer + 4; ++w) {
+        for (int tile = 1; tile + iv.next_tile <= t.tiles - 2; ++tile) {
+          d.push_back(t.at(w, tile + iv.next_tile, iv.to) - t.at(w, tile, iv.from));
+        }
+      }
+      if (d.empty()) continue;
+      std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+      phases[iv.name] = d[d.size() / 2];
+    }
+    out["consumer" + std::to_string(consumer)] = phases;
+  }
+  return out;
+}
+
 Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, int64_t n) {
   cuda::KernelResources r;
   switch (variant) {
@@ -222,6 +266,15 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     VORTEX_ASSIGN_OR_RETURN(Tensor all_int8, cuda::download(out_int8fp8, nullptr));
     m_int8.derived["error_vs_exact"] = error_json(all_int8, all_exact);
     m_int8.derived["error_vs_exact"]["inputs"] = "N(0,1) q, k, v; every output element";
+    if (std::getenv("VORTEX_ATTENTION_TIMELINE") != nullptr) {
+      const size_t mark = scratch.mark();
+      VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace ws, cuda::int8fp8_workspace(scratch, N, N, H));
+      VORTEX_RETURN_IF_ERROR(cuda::quantize_int8fp8(q, k, v, ws, nullptr));
+      VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Timeline timeline,
+                              cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr));
+      scratch.release_to(mark);
+      m_int8.derived["timeline"] = int8fp8_timeline_json(timeline);
+    }
     if (!o.peer_command.empty()) {
       VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "attention:" + std::to_string(N) + "x" +
                                                                     std::to_string(H) + "x" + std::to_string(D),

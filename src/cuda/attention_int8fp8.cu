@@ -125,6 +125,10 @@ struct Int8Fp8Params {
   // All ones, from the host: a value the compiler cannot know, so that moving P8 into place can
   // read the registers it replaces (consume).
   uint32_t all_ones;
+  // The timeline instance only: clock64() at each Int8Fp8TimelineEvent of every key tile, from
+  // lane 0 of each consumer warp of CTA (timeline_block, timeline_head): [warp][tile][event].
+  long long* timeline;
+  int timeline_block, timeline_head;
 };
 
 // ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
@@ -349,6 +353,18 @@ struct Consumer {
   __device__ uint64_t k_desc(int stage) const { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); }
   __device__ uint64_t v_desc(int stage) const { return k_major_descriptor(smem + kSmemV + stage * kVStageBytes); }
   __device__ float tile_factor(int tile) const { return q_factor * __ldg(k_scale + tile); }
+  // The timeline instance records the SM clock at `event` of key tile `tile`; the shipped instance
+  // compiles this away.
+  template <bool kTimeline>
+  __device__ void mark(Int8Fp8TimelineEvent event, int tile) const {
+    if constexpr (kTimeline) {
+      if (lane == 0 && static_cast<int>(blockIdx.x) == p.timeline_block && head == p.timeline_head) {
+        const int consumer_warp = consumer * (kWarpgroupThreads / 32) + warp;
+        p.timeline[(static_cast<int64_t>(consumer_warp) * tiles + tile) * kInt8Fp8TimelineEvents +
+                   static_cast<int>(event)] = clock64();
+      }
+    }
+  }
   __device__ void release(int barrier) const {
     if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
   }
@@ -410,6 +426,7 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
+template <bool kTimeline>
 __device__ __forceinline__ void consume(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
@@ -452,22 +469,30 @@ __device__ __forceinline__ void consume(const Consumer& w) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     const float c = w.tile_factor(tile);
     retire_second_half(tile);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kRetired, tile);
     if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
     w.wait_full(kFullK, tile);
     w.wait_full(kFullV, tile - 1);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
     issue_qk(s, w.q_desc, w.k_desc(stage));
     issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
     w.end_slot(tile);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
     w.release(kEmptyK + stage);
     softmax_tile(s, c, row_max, alpha, tile, p.nk, w.lane);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
     issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
     pack_p(s, pk_next);  // P_t, under the second half
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   }
@@ -488,6 +513,9 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
+// kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
+// clock marks of one CTA.
+template <bool kTimeline>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -529,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
+    consume<kTimeline>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
   }
 }
 
@@ -557,8 +585,13 @@ Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void
 
 }  // namespace
 
-Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                   cudaStream_t stream) {
+namespace {
+
+// Checks the arguments, encodes the tensor maps and launches the kTimeline instance; `timeline`
+// (kTimeline only) is [8 warps][tiles][events] of device memory.
+template <bool kTimeline>
+Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, long long* timeline,
+              cudaStream_t stream) {
   const std::string what = "attention_int8fp8: " + describe_view("out", out);
   if (out.device != Device::kCuda || out.dtype != DType::kBF16) return invalid_argument(what + " must be BF16 on the device");
   if (out.rank() != 3 || out.shape[0] != ws.nq || out.shape[1] != ws.heads || out.shape[2] != kHeadDim ||
@@ -595,14 +628,43 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
   params.k_blocks = static_cast<int>(ws.nk_pad / kInt8Fp8KBlock);
   params.scale_log2 = scale * kLog2e;
   params.all_ones = ~0u;
+  // The middle query block of the middle head: a CTA of a wave in full flight.
+  params.timeline = timeline;
+  params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
+  params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  const auto kernel = attention_int8fp8_kernel;
+  const auto kernel = attention_int8fp8_kernel<kTimeline>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
   kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
+}
+
+}  // namespace
+
+Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
+                                   cudaStream_t stream) {
+  return launch<false>(ws, out, scale, nullptr, stream);
+}
+
+Result<Int8Fp8Timeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
+                                                   cudaStream_t stream) {
+  Int8Fp8Timeline timeline;
+  timeline.warps = kConsumerWarps;
+  timeline.tiles = static_cast<int>(ws.nk_pad / kBlockK);
+  const size_t count = static_cast<size_t>(timeline.warps) * timeline.tiles * kInt8Fp8TimelineEvents;
+  // A diagnostic outside any step loop: its own small allocation.
+  VORTEX_ASSIGN_OR_RETURN(DeviceArena arena, DeviceArena::create(count * sizeof(long long) + 256));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor marks, arena.alloc({static_cast<int64_t>(count)}, DType::kI64));
+  VORTEX_CUDA_CHECK(cudaMemsetAsync(marks.data(), 0, count * sizeof(long long), stream));
+  VORTEX_RETURN_IF_ERROR(launch<true>(ws, out, scale, static_cast<long long*>(marks.data()), stream));
+  timeline.cycles.resize(count);
+  VORTEX_CUDA_CHECK(
+      cudaMemcpyAsync(timeline.cycles.data(), marks.data(), count * sizeof(long long), cudaMemcpyDeviceToHost, stream));
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return timeline;
 }
 
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -625,7 +687,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 }
 
 Result<KernelResources> attention_int8fp8_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -228,6 +228,46 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
 }
 
+// The timeline instance (clock marks in one CTA) computes the shipped kernel's output bit for bit,
+// and every recorded tile's marks come in program order.
+TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
+  const int64_t n = 1000, heads = 3;
+  const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
+  fill_normal(fused, 77, stream_);
+  const TensorView q = test::head_view(fused, 0, heads, kD), k = test::head_view(fused, heads * kD, heads, kD),
+                   v = test::head_view(fused, 2 * heads * kD, heads, kD);
+  const Tensor shipped = must(arena_.alloc({n, heads, kD}, DType::kBF16));
+  const Tensor marked = must(arena_.alloc({n, heads, kD}, DType::kBF16));
+  const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, n, n, heads));
+  must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
+  must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
+  const cuda::Int8Fp8Timeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
+  const Tensor a = must(cuda::download(shipped, stream_)), b = must(cuda::download(marked, stream_));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "the timeline instance's output differs";
+
+  ASSERT_EQ(t.warps, 8);
+  ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
+  int64_t out_of_order = 0;
+  for (int w = 0; w < t.warps; ++w) {
+    for (int tile = 1; tile < t.tiles; ++tile) {
+      long long previous = 0;
+      for (int e = 0; e < cuda::kInt8Fp8TimelineEvents; ++e) {
+        const long long at = t.at(w, tile, static_cast<cuda::Int8Fp8TimelineEvent>(e));
+        out_of_order += at <= 0 || at < previous;
+        previous = at;
+      }
+      if (tile + 1 < t.tiles) {
+        out_of_order += t.at(w, tile + 1, cuda::Int8Fp8TimelineEvent::kRetired) <
+                        t.at(w, tile, cuda::Int8Fp8TimelineEvent::kPacked);
+      }
+    }
+    for (int e = 0; e < cuda::kInt8Fp8TimelineEvents; ++e) {
+      out_of_order += t.at(w, 0, static_cast<cuda::Int8Fp8TimelineEvent>(e)) != 0;  // tile 0 is not marked
+    }
+  }
+  EXPECT_EQ(out_of_order, 0) << "timeline marks missing or out of program order";
+}
+
 TEST_F(GpuAttentionInt8Fp8, RejectsBadOperands) {
   const Tensor fused = must(arena_.alloc({16, 3 * 2 * kD}, DType::kBF16));
   const Tensor out = must(arena_.alloc({16, 2 * kD}, DType::kBF16));
