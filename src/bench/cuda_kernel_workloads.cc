@@ -118,42 +118,35 @@ nlohmann::json resources_json(const cuda::KernelResources& r) {
           {"threads", r.max_threads}};
 }
 
-// Where a key tile's time goes in the int8fp8 kernel (cuda::attention_int8fp8_timeline): per
-// consumer, the median over its 4 warps and key tiles 1 .. T−2 (the last tile takes the masked
-// softmax) of each interval between the kernel's marks, in SM cycles.
-nlohmann::json int8fp8_timeline_json(const cuda::Int8Fp8Timeline& t) {
-  using E = cuda::Int8Fp8TimelineEvent;
-  struct Interval {
-    const char* name;
-    E from, to;
-    int next_tile;  // `to` is read at tile + next_tile
-  };
-  const Interval intervals[] = {
-      {"wait_operands (K_t, V_t-1 landed)", E::kRetired, E::kOperandsReady, 0},
-      {"wait_slot (the other consumer's issue)", E::kOperandsReady, E::kSlotBegin, 0},
-      {"issue (QK_t, first PV half)", E::kSlotBegin, E::kSlotEnd, 0},
-      {"wait_scores", E::kSlotEnd, E::kScoresReady, 0},
-      {"softmax", E::kScoresReady, E::kSoftmaxDone, 0},
-      {"wait_first_half", E::kSoftmaxDone, E::kFirstHalfDone, 0},
-      {"second_half_issue_and_pack", E::kFirstHalfDone, E::kPacked, 0},
-      {"wait_second_half (to the next tile's retire)", E::kPacked, E::kRetired, 1},
-      {"round (retire to retire)", E::kRetired, E::kRetired, 1},
+// Where a key tile's time goes in an attention kernel (cuda/kernel_timeline.h): per consumer, the
+// median over its 4 warps and key tiles 1 .. T−2 (the last tile takes the masked softmax) of the
+// cycles from each mark to the next (the last to the next tile's first), and of the whole round.
+nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
+  const int events = static_cast<int>(t.events.size());
+  const auto median = [](std::vector<long long> d) {
+    std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
+    return d[d.size() / 2];
   };
   nlohmann::json out = {{"unit", "SM cycles (clock64); median over the consumer's 4 warps and key tiles 1..T-2"},
                         {"cta", "the middle query block of the middle head"},
-                        {"tiles", t.tiles}};
+                        {"tiles", t.tiles},
+                        {"events", t.events}};
+  if (t.tiles < 4) return out;  // no tile with a next one before the masked last
   for (int consumer = 0; consumer < t.warps / 4; ++consumer) {
-    nlohmann::json phases;
-    for (const Interval& iv : intervals) {
+    nlohmann::json phases = nlohmann::json::array();
+    for (int e = 0; e <= events; ++e) {
       std::vector<long long> d;
       for (int w = 4 * consumer; w < 4 * consumer + 4; ++w) {
-        for (int tile = 1; tile + iv.next_tile <= t.tiles - 2; ++tile) {
-          d.push_back(t.at(w, tile + iv.next_tile, iv.to) - t.at(w, tile, iv.from));
+        for (int tile = 1; tile + 1 <= t.tiles - 2; ++tile) {
+          // e < events: mark e to the next mark; e == events: the round, first mark to first mark.
+          const long long from = t.at(w, tile, e == events ? 0 : e);
+          const long long to = e + 1 < events ? t.at(w, tile, e + 1) : t.at(w, tile + 1, 0);
+          d.push_back(to - from);
         }
       }
-      if (d.empty()) continue;
-      std::nth_element(d.begin(), d.begin() + d.size() / 2, d.end());
-      phases[iv.name] = d[d.size() / 2];
+      const std::string name =
+          e == events ? "round" : t.events[e] + " -> " + (e + 1 < events ? t.events[e + 1] : t.events[0] + " (next tile)");
+      phases.push_back({{"from_to", name}, {"cycles", median(std::move(d))}});
     }
     out["consumer" + std::to_string(consumer)] = phases;
   }
@@ -267,13 +260,18 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_int8.derived["error_vs_exact"] = error_json(all_int8, all_exact);
     m_int8.derived["error_vs_exact"]["inputs"] = "N(0,1) q, k, v; every output element";
     if (std::getenv("VORTEX_ATTENTION_TIMELINE") != nullptr) {
+      if (variant == cuda::AttentionVariant::kV1) {
+        VORTEX_ASSIGN_OR_RETURN(const cuda::KernelTimeline exact_timeline,
+                                cuda::attention_wgmma_timeline(q, k, v, heads(out_exact, 0), scale, nullptr));
+        m_exact.derived["timeline"] = timeline_json(exact_timeline);
+      }
       const size_t mark = scratch.mark();
       VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace ws, cuda::int8fp8_workspace(scratch, N, N, H));
       VORTEX_RETURN_IF_ERROR(cuda::quantize_int8fp8(q, k, v, ws, nullptr));
-      VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Timeline timeline,
+      VORTEX_ASSIGN_OR_RETURN(const cuda::KernelTimeline timeline,
                               cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr));
       scratch.release_to(mark);
-      m_int8.derived["timeline"] = int8fp8_timeline_json(timeline);
+      m_int8.derived["timeline"] = timeline_json(timeline);
     }
     if (!o.peer_command.empty()) {
       VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "attention:" + std::to_string(N) + "x" +

@@ -38,6 +38,8 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/hopper_primitives.cuh"
 
@@ -109,6 +111,19 @@ constexpr float kLog2e = 1.4426950408889634f;
 // acc + bits(1.5·2^23): cpu::kInt8Fp8ScoreBias.
 constexpr uint32_t kMagicBits = 0x4B400000u;
 constexpr float kMagic = 12582912.0f;
+
+// The timeline instance's marks per key tile (attention_int8fp8_timeline names them).
+enum class Int8Fp8TimelineEvent : int {
+  kRetired,
+  kOperandsReady,
+  kSlotBegin,
+  kSlotEnd,
+  kScoresReady,
+  kSoftmaxDone,
+  kFirstHalfDone,
+  kPacked,
+  kCount
+};
 
 // ---- params --------------------------------------------------------------------------------------
 
@@ -360,8 +375,8 @@ struct Consumer {
     if constexpr (kTimeline) {
       if (lane == 0 && static_cast<int>(blockIdx.x) == p.timeline_block && head == p.timeline_head) {
         const int consumer_warp = consumer * (kWarpgroupThreads / 32) + warp;
-        p.timeline[(static_cast<int64_t>(consumer_warp) * tiles + tile) * kInt8Fp8TimelineEvents +
-                   static_cast<int>(event)] = clock64();
+        p.timeline[timeline_slot(consumer_warp, tiles, tile, static_cast<int>(Int8Fp8TimelineEvent::kCount),
+                                 static_cast<int>(event))] = clock64();
       }
     }
   }
@@ -649,22 +664,19 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
   return launch<false>(ws, out, scale, nullptr, stream);
 }
 
-Result<Int8Fp8Timeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                                   cudaStream_t stream) {
-  Int8Fp8Timeline timeline;
-  timeline.warps = kConsumerWarps;
-  timeline.tiles = static_cast<int>(ws.nk_pad / kBlockK);
-  const size_t count = static_cast<size_t>(timeline.warps) * timeline.tiles * kInt8Fp8TimelineEvents;
-  // A diagnostic outside any step loop: its own small allocation.
-  VORTEX_ASSIGN_OR_RETURN(DeviceArena arena, DeviceArena::create(count * sizeof(long long) + 256));
-  VORTEX_ASSIGN_OR_RETURN(const Tensor marks, arena.alloc({static_cast<int64_t>(count)}, DType::kI64));
-  VORTEX_CUDA_CHECK(cudaMemsetAsync(marks.data(), 0, count * sizeof(long long), stream));
-  VORTEX_RETURN_IF_ERROR(launch<true>(ws, out, scale, static_cast<long long*>(marks.data()), stream));
-  timeline.cycles.resize(count);
-  VORTEX_CUDA_CHECK(
-      cudaMemcpyAsync(timeline.cycles.data(), marks.data(), count * sizeof(long long), cudaMemcpyDeviceToHost, stream));
-  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
-  return timeline;
+Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
+                                                  cudaStream_t stream) {
+  std::vector<std::string> events = {"retired (second half of PV_t-2; P_t-1 in place)",
+                                     "operands (K_t, V_t-1 landed)",
+                                     "slot begins (the other consumer issued)",
+                                     "issued (QK_t, first half of PV_t-1)",
+                                     "scores landed",
+                                     "softmax done",
+                                     "first half landed",
+                                     "second half issued, P_t packed"};
+  static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
+  return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), stream,
+                         [&](long long* marks) { return launch<true>(ws, out, scale, marks, stream); });
 }
 
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -18,8 +18,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
+#include "cuda/kernel_timeline.h"
 #include "cuda/runtime.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -81,32 +81,13 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                          float scale, DeviceArena& scratch, cudaStream_t stream);
 
-// Diagnostics: where the attention pass's time goes within a key tile. The kernel's timeline
-// instance computes the same output as attention_int8fp8_quantized and also records clock64() (SM
-// cycles) at these points of every key tile t >= 1, from lane 0 of each of the 8 consumer warps of
-// one CTA: the middle query block of the middle head. Tile 0 (the sweep's start) is not marked.
-enum class Int8Fp8TimelineEvent : int {
-  kRetired,         // the second half of (P·V)_{t−2} retired, P_{t−1} in place
-  kOperandsReady,   // K_t and Vᵀ_{t−1} landed
-  kSlotBegin,       // this consumer's issue slot begins (the other consumer's slot ended)
-  kSlotEnd,         // Q·K_tᵀ and the first half of (P·V)_{t−1} issued
-  kScoresReady,     // S_t landed
-  kSoftmaxDone,     // the softmax of S_t done
-  kFirstHalfDone,   // the first half of (P·V)_{t−1} landed
-  kPacked,          // the second half issued, P_t packed
-};
-constexpr int kInt8Fp8TimelineEvents = 8;
-struct Int8Fp8Timeline {
-  int warps = 0, tiles = 0;
-  std::vector<long long> cycles;  // [warp][tile][event]; zero where nothing was recorded
-  long long at(int warp, int tile, Int8Fp8TimelineEvent event) const {
-    return cycles[(static_cast<size_t>(warp) * tiles + tile) * kInt8Fp8TimelineEvents + static_cast<int>(event)];
-  }
-};
-// The attention pass of the timeline instance (arguments as attention_int8fp8_quantized). Allocates
-// its marks buffer, and synchronizes `stream`.
-Result<Int8Fp8Timeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                                   cudaStream_t stream);
+// Diagnostics (cuda/kernel_timeline.h): the attention pass's timeline instance, arguments as
+// attention_int8fp8_quantized. Its events per key tile t: the second half of (P·V)_{t−2} retired
+// and P_{t−1} in place; K_t and Vᵀ_{t−1} landed; the issue slot begins; Q·K_tᵀ and the first half
+// of (P·V)_{t−1} issued; S_t landed; its softmax done; the first half landed; the second half
+// issued and P_t packed. The CTA is the middle query block of the middle head.
+Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
+                                                  cudaStream_t stream);
 
 // Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
 Result<KernelResources> attention_int8fp8_resources();

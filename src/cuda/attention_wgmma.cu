@@ -29,6 +29,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/runtime.h"
@@ -109,6 +112,22 @@ struct WgmmaParams {
   int64_t out_row, out_head;  // strides, elements
   int nq, nk;
   float scale_log2;  // scale · log2(e): softmax by exp2
+  // The timeline instance only: clock64() at each WgmmaTimelineEvent of every key tile, from lane
+  // 0 of each consumer warp of CTA (timeline_block, timeline_head).
+  long long* timeline;
+  int timeline_block, timeline_head;
+};
+
+// The timeline instance's marks per key tile (attention_wgmma_timeline names them).
+enum class WgmmaTimelineEvent : int {
+  kOperandsReady,
+  kSlotBegin,
+  kSlotEnd,
+  kScoresReady,
+  kSoftmaxDone,
+  kProductDone,
+  kPacked,
+  kCount
 };
 
 // ---- descriptors and softmax helpers ---------------------------------------------------------------
@@ -259,6 +278,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
+template <bool kTimeline>
 __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* smem_ptr, uint32_t smem, uint32_t bars,
                                         int q0, int head, int tiles, int consumer) {
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -270,6 +290,16 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   const auto v_desc = [&](int stage) { return v_descriptor(smem + kSmemV + stage * kKVTileBytes); };
   const auto release = [&](int barrier) {
     if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+  };
+  // The timeline instance records the SM clock at `event` of key tile `tile`; the shipped instance
+  // compiles this away.
+  const auto mark = [&](WgmmaTimelineEvent event, int tile) {
+    if constexpr (kTimeline) {
+      if (lane == 0 && static_cast<int>(blockIdx.x) == p.timeline_block && head == p.timeline_head) {
+        p.timeline[timeline_slot(consumer * (kWarpgroupThreads / 32) + warp, tiles, tile,
+                                 static_cast<int>(WgmmaTimelineEvent::kCount), static_cast<int>(event))] = clock64();
+      }
+    }
   };
 
   float s[64];   // S, then P in fp32: [64 rows, 128 keys] of the warpgroup
@@ -308,22 +338,29 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     mbarrier_wait(bars + 8 * (kFullK + stage), (tile / kStages) & 1);
     mbarrier_wait(bars + 8 * (kFullV + prev_stage), ((tile - 1) / kStages) & 1);
+    mark(WgmmaTimelineEvent::kOperandsReady, tile);
     named_barrier_sync(schedule_mine, kScheduleThreads);
+    mark(WgmmaTimelineEvent::kSlotBegin, tile);
     issue_qk(s, qf, k_desc(stage));
     rescale(o, alpha);  // O to the running max of tile t − 1, before P_{t−1}·V_{t−1} lands in it
     issue_pv(o, pk, v_desc(prev_stage));
     end_slot(tile);
+    mark(WgmmaTimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; P·V may still run
     pin_registers(s);
+    mark(WgmmaTimelineEvent::kScoresReady, tile);
     release(kEmptyK + stage);
     const int key0 = tile * kBlockK;
     if (key0 + kBlockK > p.nk) mask_tail_keys(s, key0, p.nk, lane);
     online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
+    mark(WgmmaTimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // P_{t−1}·V_{t−1} done: its P registers and V stage are free
     pin_registers(o);
     pin_registers(pk);
+    mark(WgmmaTimelineEvent::kProductDone, tile);
     release(kEmptyV + prev_stage);
     pack_p(s, pk);
+    mark(WgmmaTimelineEvent::kPacked, tile);
   }
 
   // The last tile's P·V.
@@ -378,6 +415,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
+// kTimeline: the diagnostics instance (attention_wgmma_timeline); the same operations plus the
+// clock marks of one CTA.
+template <bool kTimeline>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_wgmma_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const WgmmaParams p) {
@@ -408,7 +448,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles);
   } else {
     claim_registers<kConsumerRegisters>();
-    consume(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
+    consume<kTimeline>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
   }
 }
 
@@ -416,8 +456,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 }  // namespace
 
-Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                       float scale, cudaStream_t stream) {
+namespace {
+
+// Encodes the tensor maps and launches the kTimeline instance; `timeline` (kTimeline only) is
+// [8 warps][tiles][events] of device memory.
+template <bool kTimeline>
+Status launch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
+              long long* timeline, cudaStream_t stream) {
   if (q.shape[2] != kHeadDim) return invalid_argument("attention v1: head dim must be 128");
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention v1: the driver offers no cuTensorMapEncodeTiled");
@@ -433,18 +478,45 @@ Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorVie
   params.nq = static_cast<int>(q.shape[0]);
   params.nk = static_cast<int>(k.shape[0]);
   params.scale_log2 = scale * kLog2e;
+  // The middle query block of the middle head: a CTA of a wave in full flight.
+  const unsigned q_blocks = static_cast<unsigned>((params.nq + kBlockQ - 1) / kBlockQ);
+  params.timeline = timeline;
+  params.timeline_block = static_cast<int>(q_blocks / 2);
+  params.timeline_head = static_cast<int>(q.shape[1] / 2);
 
-  VORTEX_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const auto kernel = attention_wgmma_kernel<kTimeline>;
+  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2.
-  const dim3 grid((params.nq + kBlockQ - 1) / kBlockQ, static_cast<unsigned>(q.shape[1]));
-  attention_wgmma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
+  const dim3 grid(q_blocks, static_cast<unsigned>(q.shape[1]));
+  kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }
 
+}  // namespace
+
+Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                       float scale, cudaStream_t stream) {
+  return launch<false>(q, k, v, out, scale, nullptr, stream);
+}
+
+Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
+                                                const TensorView& out, float scale, cudaStream_t stream) {
+  std::vector<std::string> events = {"operands (K_t, V_t-1 landed)",
+                                     "slot begins (the other consumer issued)",
+                                     "issued (QK_t, PV_t-1)",
+                                     "scores landed",
+                                     "softmax done",
+                                     "PV_t-1 landed",
+                                     "P_t packed"};
+  static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
+  const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
+  return record_timeline(std::move(events), kConsumerWarps, tiles, stream,
+                         [&](long long* marks) { return launch<true>(q, k, v, out, scale, marks, stream); });
+}
+
 Result<KernelResources> attention_wgmma_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_wgmma_kernel), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_wgmma_kernel<false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

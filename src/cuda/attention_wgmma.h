@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include "cuda/kernel_timeline.h"
 #include "cuda/runtime.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -16,6 +17,13 @@ namespace vortex::cuda {
 // the views' tensor maps; the caller then runs v0.
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                        float scale, cudaStream_t stream);
+
+// Diagnostics (cuda/kernel_timeline.h): the v1 kernel's timeline instance, arguments as
+// attention_wgmma. Its events per key tile t: K_t and V_{t−1} landed; the issue slot begins;
+// Q·K_tᵀ and P_{t−1}·V_{t−1} issued; S_t landed; its softmax done; P_{t−1}·V_{t−1} landed; P_t
+// packed. The CTA is the middle query block of the middle head.
+Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
+                                                const TensorView& out, float scale, cudaStream_t stream);
 
 // Registers, spills and shared memory of the v1 kernel (for bench manifests).
 Result<KernelResources> attention_wgmma_resources();

@@ -1,6 +1,6 @@
 // What the GEMM and attention GPU tests need beyond gpu_test_util.h: device-side random fills for
-// multi-gigabyte operands, downloads of a few rows of a strided device matrix, and the
-// cancellation allowance of the bf16 GEMM bound. Holds a kernel: include it from .cu files only.
+// multi-gigabyte operands, downloads of a few rows of a strided device matrix, the cancellation
+// allowance of the bf16 GEMM bound, and the order check of an attention kernel's timeline. Holds a kernel: include it from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "cuda/kernel_timeline.h"
 #include "cuda/runtime.h"
 #include "vortex/tensor.h"
 
@@ -81,6 +82,27 @@ inline int64_t count_gross_bf16(const Tensor& got, const Tensor& want) {
     if (!(std::fabs(e) <= bound)) ++gross;
   }
   return gross;
+}
+
+// Marks of a kernel timeline that are missing or out of program order: within every tile t >= 1
+// each mark is positive and not before the previous one, tile t+1's first not before tile t's last;
+// tile 0 holds no marks.
+inline int64_t timeline_marks_out_of_order(const cuda::KernelTimeline& t) {
+  const int events = static_cast<int>(t.events.size());
+  int64_t bad = 0;
+  for (int w = 0; w < t.warps; ++w) {
+    for (int e = 0; e < events; ++e) bad += t.at(w, 0, e) != 0;
+    for (int tile = 1; tile < t.tiles; ++tile) {
+      long long previous = 0;
+      for (int e = 0; e < events; ++e) {
+        const long long at = t.at(w, tile, e);
+        bad += at <= 0 || at < previous;
+        previous = at;
+      }
+      if (tile + 1 < t.tiles) bad += t.at(w, tile + 1, 0) < previous;
+    }
+  }
+  return bad;
 }
 
 }  // namespace vortex::test

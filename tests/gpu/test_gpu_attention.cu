@@ -31,6 +31,7 @@
 
 #include "cpu/attention.h"
 #include "cuda/attention.h"
+#include "cuda/attention_wgmma.h"
 #include "cuda/attention_wgmma_v2.h"
 #include "cuda/runtime.h"
 #include "gpu/gemm_attention_test_util.h"
@@ -196,6 +197,26 @@ TEST(GpuAttentionVariant, V2KeyTileNeverPadsMoreThan128) {
     const int64_t tile = cuda::attention_v2_key_tile(nk);
     EXPECT_LE((nk + tile - 1) / tile * tile, (nk + 127) / 128 * 128) << "nk " << nk;
   }
+}
+
+// The v1 kernel's timeline instance (clock marks in one CTA) computes attention_wgmma's output bit
+// for bit, and every recorded tile's marks come in program order.
+TEST_F(GpuAttention, V1TimelineInstanceMatchesAndMarksInOrder) {
+  const int64_t n = 1000, heads = 3, d = 128;
+  const Tensor fused = must(arena_.alloc({n, 3 * heads * d}, DType::kBF16));
+  must(test::fill_uniform(fused, 91, 2.0f, stream_));
+  const TensorView q = test::head_view(fused, 0, heads, d), k = test::head_view(fused, heads * d, heads, d),
+                   v = test::head_view(fused, 2 * heads * d, heads, d);
+  const Tensor shipped = must(arena_.alloc({n, heads, d}, DType::kBF16));
+  const Tensor marked = must(arena_.alloc({n, heads, d}, DType::kBF16));
+  must(cuda::attention_wgmma(q, k, v, shipped.view(), 0.088f, stream_));
+  const cuda::KernelTimeline t = must(cuda::attention_wgmma_timeline(q, k, v, marked.view(), 0.088f, stream_));
+  const Tensor a = must(cuda::download(shipped, stream_)), b = must(cuda::download(marked, stream_));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "the timeline instance's output differs";
+  ASSERT_EQ(t.warps, 8);
+  ASSERT_EQ(t.tiles, 8);  // 1,000 keys in 128-key tiles
+  ASSERT_EQ(t.events.size(), 7u);
+  EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
 }
 
 TEST_F(GpuAttention, OtherHeadDimsTakeTheFallback) {
