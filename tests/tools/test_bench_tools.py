@@ -4,7 +4,8 @@
 - readme_table.py --check: the README's performance table is the one the committed manifests make
   (and every manifest's digests verify);
 - ncu_top_stalls.py on a small source-page CSV: shares and order;
-- ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio.
+- ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
+- timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round.
 """
 
 import json
@@ -72,6 +73,35 @@ class AbSummary(unittest.TestCase):
             self.assertIn("A 60.000@1650 62.000@1650", line)
             self.assertIn("B 63.000@1650 65.000@1650", line)
             self.assertIn("B/A 1.0492", line)
+
+
+class TimelineSummary(unittest.TestCase):
+    def test_phases_and_shares_per_consumer(self):
+        def phases(softmax):
+            return [{"from_to": "scores landed -> softmax done", "cycles": softmax},
+                    {"from_to": "softmax done -> scores landed (next tile)", "cycles": 2000 - softmax},
+                    {"from_to": "round", "cycles": 2000}]
+        timeline = {"unit": "SM cycles", "cta": "the middle CTA", "tiles": 296,
+                    "consumer0": phases(500), "consumer1": phases(800)}
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "attention-int8fp8.json").write_text(
+                json.dumps({"run": {"derived": {"timeline": timeline}}}))
+            (pathlib.Path(d) / "attention.json").write_text(json.dumps({"run": {"derived": {}}}))
+            r = run(TOOLS / "timeline_summary.py", d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            self.assertIn("attention-int8fp8", lines[0])
+            softmax = next(line for line in lines if "softmax done" in line and "->" in line.split("softmax done")[0])
+            self.assertIn("500 (25.0%)", softmax)
+            self.assertIn("800 (40.0%)", softmax)
+            self.assertTrue(lines[-1].strip().startswith("round"))
+
+    def test_no_timeline_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "attention.json").write_text(json.dumps({"run": {"derived": {}}}))
+            r = run(TOOLS / "timeline_summary.py", d)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("VORTEX_ATTENTION_TIMELINE=1", r.stderr)
 
 
 if __name__ == "__main__":
