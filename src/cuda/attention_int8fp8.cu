@@ -37,6 +37,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -114,7 +115,7 @@ constexpr float kMagic = 12582912.0f;
 
 // The timeline instance's marks per key tile (attention_int8fp8_timeline names them).
 enum class Int8Fp8TimelineEvent : int {
-  kRetired,
+  kTileStart,
   kOperandsReady,
   kSlotBegin,
   kSlotEnd,
@@ -441,7 +442,12 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-template <bool kTimeline>
+// kRetireInSlot (variant v3, VORTEX_VARIANT_INT8FP8=v3): the second half of (P·V)_{t−2} is retired
+// inside tile t's issue slot, after Q·K_tᵀ is issued, instead of before the slot, so its latency no
+// longer sits between one tile's pack and the next tile's products. Live at that point: S (in
+// flight), O, the second half's accumulator and both P8 sets, 196 of the 240 registers. Every
+// element takes the same operations in the same order as in v2: bitwise v2's output.
+template <bool kTimeline, bool kRetireInSlot>
 __device__ __forceinline__ void consume(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
@@ -465,9 +471,14 @@ __device__ __forceinline__ void consume(const Consumer& w) {
     row_sum[1] = row_sum[1] * a[1] + acc_b[34];
   };
   // Retires the second half of (P·V)_{t−2} (none before tile 2), then merges P_{t−1} into pk.
-  const auto retire_second_half = [&](int tile) {
+  // qk_in_flight: Q·K_tᵀ was issued after it, and may still run.
+  const auto retire_second_half = [&](int tile, bool qk_in_flight) {
     if (tile >= 2) {
-      wgmma_wait<0>();
+      if (qk_in_flight) {
+        wgmma_wait<1>();
+      } else {
+        wgmma_wait<0>();
+      }
       pin_registers(acc_b);
       pin_registers(pk);
       add_second_half(alpha_b);
@@ -483,15 +494,19 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   for (int tile = 1; tile < w.tiles; ++tile) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     const float c = w.tile_factor(tile);
-    retire_second_half(tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kRetired, tile);
-    if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
+    if constexpr (!kRetireInSlot) retire_second_half(tile, false);
+    w.mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
+    if (!kRetireInSlot && tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
     w.wait_full(kFullK, tile);
     w.wait_full(kFullV, tile - 1);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
     issue_qk(s, w.q_desc, w.k_desc(stage));
+    if constexpr (kRetireInSlot) {
+      retire_second_half(tile, true);
+      if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
+    }
     issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
     w.end_slot(tile);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
@@ -514,7 +529,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 
   // Drain: the second half of the previous tile's P·V, then both halves of the last tile's.
   const int last = w.tiles - 1;
-  retire_second_half(last + 1);
+  retire_second_half(last + 1, false);
   w.wait_full(kFullV, last);
   issue_pv_half<0>(acc_a, pk, w.v_desc(last % kStages));
   issue_pv_half<1>(acc_b, pk, w.v_desc(last % kStages));
@@ -529,8 +544,8 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
-// clock marks of one CTA.
-template <bool kTimeline>
+// clock marks of one CTA. kRetireInSlot: variant v3 (consume).
+template <bool kTimeline, bool kRetireInSlot>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -572,7 +587,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
+    consume<kTimeline, kRetireInSlot>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
   }
 }
 
@@ -648,7 +663,9 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
   params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  const auto kernel = attention_int8fp8_kernel<kTimeline>;
+  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
+  const auto kernel = variant == Int8Fp8Variant::kV3 ? attention_int8fp8_kernel<kTimeline, true>
+                                                     : attention_int8fp8_kernel<kTimeline, false>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -666,7 +683,7 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream) {
-  std::vector<std::string> events = {"retired (second half of PV_t-2; P_t-1 in place)",
+  std::vector<std::string> events = {"tile start (v2: second half of PV_t-2 retired, P_t-1 in place)",
                                      "operands (K_t, V_t-1 landed)",
                                      "slot begins (the other consumer issued)",
                                      "issued (QK_t, first half of PV_t-1)",
@@ -698,8 +715,19 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
+Result<Int8Fp8Variant> int8fp8_variant_from_env() {
+  const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
+  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v2") return Int8Fp8Variant::kV2;
+  if (std::string(variant) == "v3") return Int8Fp8Variant::kV3;
+  return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
+                       " is not a variant of this build (v2, v3)");
+}
+
 Result<KernelResources> attention_int8fp8_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false>), kSmemBytes);
+  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
+  const auto kernel = variant == Int8Fp8Variant::kV3 ? attention_int8fp8_kernel<false, true>
+                                                     : attention_int8fp8_kernel<false, false>;
+  return kernel_resources(reinterpret_cast<const void*>(kernel), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

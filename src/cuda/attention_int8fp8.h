@@ -89,7 +89,14 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 
-// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
+// Variants of the attention pass for A/B runs (VORTEX_VARIANT_INT8FP8, read on every call; v2
+// ships). v3 retires the second half of each tile's P·V inside the next tile's issue slot instead
+// of before it; the same operations per element, so bitwise v2's output.
+enum class Int8Fp8Variant { kV2, kV3 };
+Result<Int8Fp8Variant> int8fp8_variant_from_env();
+
+// Registers, spills and shared memory of the int8fp8 attention kernel the environment selects (for
+// bench manifests).
 Result<KernelResources> attention_int8fp8_resources();
 
 }  // namespace vortex::cuda

@@ -15,6 +15,8 @@
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
+// - variant v3 (VORTEX_VARIANT_INT8FP8=v3: the second P·V half retired inside the next issue slot)
+//   against the shipped v2 on every shape: bit for bit (the same operations per element).
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -101,6 +103,40 @@ Tensor gather_heads(const Tensor& fused, int64_t col, int64_t heads) {
 
 class GpuAttentionInt8Fp8 : public test::GpuTest {};
 
+// Sets VORTEX_VARIANT_INT8FP8 for its lifetime and restores the caller's setting after.
+class ScopedInt8Fp8Variant {
+ public:
+  explicit ScopedInt8Fp8Variant(const char* value) {
+    const char* saved = std::getenv(kName);
+    had_ = saved != nullptr;
+    if (had_) saved_ = saved;
+    if (value) {
+      setenv(kName, value, 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+  ~ScopedInt8Fp8Variant() {
+    if (had_) {
+      setenv(kName, saved_.c_str(), 1);
+    } else {
+      unsetenv(kName);
+    }
+  }
+
+ private:
+  static constexpr const char* kName = "VORTEX_VARIANT_INT8FP8";
+  bool had_ = false;
+  std::string saved_;
+};
+
+// Positions where two same-shaped contiguous host bf16 tensors differ.
+int64_t differing_values(const Tensor& a, const Tensor& b) {
+  int64_t differing = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) differing += a.data_as<uint16_t>()[i] != b.data_as<uint16_t>()[i];
+  return differing;
+}
+
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
@@ -125,8 +161,16 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
 
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena, nq, nk, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream));
-  must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
+  {
+    const ScopedInt8Fp8Variant shipped(nullptr);
+    must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
+  }
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
+  const Tensor dv3 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
+  {
+    const ScopedInt8Fp8Variant v3("v3");
+    must(cuda::attention_int8fp8_quantized(ws, dv3.view(), scale, stream));
+  }
 
   // ---- host copies and the CPU reference ----
   const Tensor kv_host = must(cuda::download(dkv, stream));
@@ -188,6 +232,7 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   // ---- the attention pass ----
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
+  const Tensor v3 = must(cuda::download(dv3, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -200,6 +245,7 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   }
   EXPECT_EQ(clobbered, 0) << label << ": bytes written outside out";
   const Tensor got = must(out_full.slice(2, kOutCol0, kOutCol0 + kD)).contiguous();
+  EXPECT_EQ(differing_values(v3, got), 0) << label << ": variant v3 must equal v2 bit for bit";
   const ModeError vs_ref = mode_error(got.data_as<uint16_t>(), ref.data_as<uint16_t>(), got.numel());
   const ModeError vs_exact = mode_error(got.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
   const ModeError ref_vs_exact = mode_error(ref.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
@@ -228,8 +274,8 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
 }
 
-// The timeline instance (clock marks in one CTA) computes the shipped kernel's output bit for bit,
-// and every recorded tile's marks come in program order.
+// The timeline instances (clock marks in one CTA) of v2 and v3 compute the shipped kernel's output
+// bit for bit, and every recorded tile's marks come in program order.
 TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3;
   const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
@@ -241,13 +287,35 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, n, n, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
   must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
-  const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
-  const Tensor a = must(cuda::download(shipped, stream_)), b = must(cuda::download(marked, stream_));
-  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "the timeline instance's output differs";
-  ASSERT_EQ(t.warps, 8);
-  ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
-  ASSERT_EQ(t.events.size(), 8u);
-  EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
+  const Tensor a = must(cuda::download(shipped, stream_));
+  for (const char* variant : {"v2", "v3"}) {
+    const ScopedInt8Fp8Variant selected(variant);
+    const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
+    const Tensor b = must(cuda::download(marked, stream_));
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << variant << ": the timeline instance's output differs";
+    ASSERT_EQ(t.warps, 8);
+    ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
+    ASSERT_EQ(t.events.size(), 8u);
+    EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << variant << ": timeline marks missing or out of program order";
+  }
+}
+
+TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
+  {
+    const ScopedInt8Fp8Variant unset(nullptr);
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
+  }
+  {
+    const ScopedInt8Fp8Variant v2("v2");
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
+  }
+  {
+    const ScopedInt8Fp8Variant v3("v3");
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV3);
+  }
+  const ScopedInt8Fp8Variant bad("v0");
+  EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
+  EXPECT_EQ(cuda::attention_int8fp8_resources().status().code(), StatusCode::kUnimplemented);
 }
 
 TEST_F(GpuAttentionInt8Fp8, RejectsBadOperands) {
@@ -295,7 +363,10 @@ class GpuAttentionInt8Fp8Canonical : public test::GpuTest {
 
 TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExact) {
   EXPECT_EQ(cudaMemsetAsync(out_.data(), kSentinel, out_.nbytes(), stream_), cudaSuccess);
-  must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
+  {
+    const ScopedInt8Fp8Variant shipped(nullptr);
+    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
+  }
   must(cuda::attention(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, stream_));
   sync();
 
@@ -336,6 +407,14 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
   std::printf("int8fp8 vs exact 37810x56x128, all %lld outputs: rel-L2 %.4f  cosine %.6f\n",
               static_cast<long long>(got.numel()), e.rel_l2, e.cosine);
   RecordProperty("vs_exact_rel_l2", std::to_string(e.rel_l2));
+
+  // Variant v3 on the canonical shape: v2's output bit for bit.
+  {
+    const ScopedInt8Fp8Variant v3("v3");
+    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, arena_, stream_));
+  }
+  EXPECT_EQ(differing_values(must(cuda::download(exact_, stream_)), got), 0)
+      << "variant v3 must equal v2 bit for bit at 37810x56x128";
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
