@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "cuda/hopper_primitives.cuh"
+#include "cuda/kernel_timeline_record.h"
 
 namespace vortex::cuda {
 namespace {

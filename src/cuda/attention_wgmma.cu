@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cuda/hopper_primitives.cuh"
+#include "cuda/kernel_timeline_record.h"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
