@@ -2,6 +2,8 @@
 // per consumer, the median cycles from each mark to the next and of the whole round.
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "bench/timeline_json.h"
 
 namespace vortex::bench {

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <vector>
 #include <filesystem>
+#include <vector>
 
 #include "bench/cuda_bench_util.h"
 #include "bench/timeline_json.h"

@@ -262,9 +262,9 @@ __device__ __forceinline__ void pack_p(const uint32_t (&s)[64], uint32_t (&p)[16
   }
 }
 
-// O[:, 64·H .. 64·H + 63] = O·alpha + (P·V) of that half of the channels (the two-level
-// accumulation) (accumulator columns
-// j = 8H .. 8H + 7 of O's m64n128 layout are columns j − 8H of the half's m64n64 layout).
+// The two-level accumulation, one half of the channels: O[:, 64·H .. 64·H + 63] = O·alpha + (P·V)
+// of that half (accumulator columns j = 8H .. 8H + 7 of O's m64n128 layout are columns j − 8H of
+// the half's m64n64 layout).
 template <int H, int N>
 __device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_half)[N], const float (&alpha)[2]) {
 #pragma unroll

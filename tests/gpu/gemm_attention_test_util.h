@@ -1,6 +1,7 @@
 // What the GEMM and attention GPU tests need beyond gpu_test_util.h: device-side random fills for
 // multi-gigabyte operands, downloads of a few rows of a strided device matrix, the cancellation
-// allowance of the bf16 GEMM bound, and the order check of an attention kernel's timeline. Holds a kernel: include it from .cu files only.
+// allowance of the bf16 GEMM bound, and the order check of an attention kernel's timeline. Holds a
+// kernel: include it from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
