@@ -443,12 +443,15 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-// kRetireInSlot (variant v3, VORTEX_VARIANT_INT8FP8=v3): the second half of (P·V)_{t−2} is retired
-// inside tile t's issue slot, after Q·K_tᵀ is issued, instead of before the slot, so its latency no
-// longer sits between one tile's pack and the next tile's products. Live at that point: S (in
-// flight), O, the second half's accumulator and both P8 sets, 196 of the 240 registers. Every
-// element takes the same operations in the same order as in v2: bitwise v2's output.
-template <bool kTimeline, bool kRetireInSlot>
+// kRetireUnderScores (variant v4, VORTEX_VARIANT_INT8FP8=v4): the slot issues S_t alone; the
+// second half of (P·V)_{t−2} is then retired and added to O while Q·K_tᵀ runs, and the first half
+// of (P·V)_{t−1} issued after it, outside the slot (it is needed only after the softmax). The
+// wait for the second half and its accumulation leave the tile's critical path; the other
+// consumer's slot no longer waits on them (v3, which retired it inside the slot, made it wait:
+// 58 ms against 48). Live while S_t is in flight: S, O, the second half and both P8 sets, 196
+// registers; during the softmax S, O, the first half and pk. Every element takes the same
+// operations in the same order as in v2: bitwise v2's output.
+template <bool kTimeline, bool kRetireUnderScores>
 __device__ __forceinline__ void consume(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
@@ -495,22 +498,26 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   for (int tile = 1; tile < w.tiles; ++tile) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     const float c = w.tile_factor(tile);
-    if constexpr (!kRetireInSlot) retire_second_half(tile, false);
+    if constexpr (!kRetireUnderScores) retire_second_half(tile, false);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
-    if (!kRetireInSlot && tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
+    if (!kRetireUnderScores && tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
     w.wait_full(kFullK, tile);
     w.wait_full(kFullV, tile - 1);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
     issue_qk(s, w.q_desc, w.k_desc(stage));
-    if constexpr (kRetireInSlot) {
+    if constexpr (kRetireUnderScores) {
+      w.end_slot(tile);
+      w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
       retire_second_half(tile, true);
       if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
+      issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
+    } else {
+      issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
+      w.end_slot(tile);
+      w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
     }
-    issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
-    w.end_slot(tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
@@ -545,8 +552,8 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
-// clock marks of one CTA. kRetireInSlot: variant v3 (consume).
-template <bool kTimeline, bool kRetireInSlot>
+// clock marks of one CTA. kRetireUnderScores: variant v4 (consume).
+template <bool kTimeline, bool kRetireUnderScores>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -588,7 +595,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline, kRetireInSlot>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
+    consume<kTimeline, kRetireUnderScores>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
   }
 }
 
@@ -665,7 +672,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
   VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kV3 ? attention_int8fp8_kernel<kTimeline, true>
+  const auto kernel = variant == Int8Fp8Variant::kV4 ? attention_int8fp8_kernel<kTimeline, true>
                                                      : attention_int8fp8_kernel<kTimeline, false>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
@@ -687,8 +694,8 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
   std::vector<std::string> events = {"tile start (v2: second half of PV_t-2 retired, P_t-1 in place)",
                                      "operands (K_t, V_t-1 landed)",
                                      "slot begins (the other consumer issued)",
-                                     "issued (QK_t, first half of PV_t-1)",
-                                     "scores landed",
+                                     "slot ends (QK_t issued; v2: and the first half of PV_t-1)",
+                                     "scores landed (v4: second half of PV_t-2 retired, first half of PV_t-1 issued)",
                                      "softmax done",
                                      "first half landed",
                                      "second half issued, P_t packed"};
@@ -719,14 +726,14 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<Int8Fp8Variant> int8fp8_variant_from_env() {
   const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
   if (variant == nullptr || *variant == '\0' || std::string(variant) == "v2") return Int8Fp8Variant::kV2;
-  if (std::string(variant) == "v3") return Int8Fp8Variant::kV3;
+  if (std::string(variant) == "v4") return Int8Fp8Variant::kV4;
   return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
-                       " is not a variant of this build (v2, v3)");
+                       " is not a variant of this build (v2, v4)");
 }
 
 Result<KernelResources> attention_int8fp8_resources() {
   VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kV3 ? attention_int8fp8_kernel<false, true>
+  const auto kernel = variant == Int8Fp8Variant::kV4 ? attention_int8fp8_kernel<false, true>
                                                      : attention_int8fp8_kernel<false, false>;
   return kernel_resources(reinterpret_cast<const void*>(kernel), kSmemBytes);
 }

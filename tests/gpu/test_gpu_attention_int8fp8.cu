@@ -15,7 +15,7 @@
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
-// - variant v3 (VORTEX_VARIANT_INT8FP8=v3: the second P·V half retired inside the next issue slot)
+// - variant v4 (VORTEX_VARIANT_INT8FP8=v4: the second P·V half retired while the next Q·K^T runs)
 //   against the shipped v2 on every shape: bit for bit (the same operations per element).
 #include <gtest/gtest.h>
 
@@ -166,10 +166,10 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
     must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
   }
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
-  const Tensor dv3 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
+  const Tensor dv4 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
   {
-    const ScopedInt8Fp8Variant v3("v3");
-    must(cuda::attention_int8fp8_quantized(ws, dv3.view(), scale, stream));
+    const ScopedInt8Fp8Variant v4("v4");
+    must(cuda::attention_int8fp8_quantized(ws, dv4.view(), scale, stream));
   }
 
   // ---- host copies and the CPU reference ----
@@ -232,7 +232,7 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   // ---- the attention pass ----
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
-  const Tensor v3 = must(cuda::download(dv3, stream));
+  const Tensor v4 = must(cuda::download(dv4, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -245,7 +245,7 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   }
   EXPECT_EQ(clobbered, 0) << label << ": bytes written outside out";
   const Tensor got = must(out_full.slice(2, kOutCol0, kOutCol0 + kD)).contiguous();
-  EXPECT_EQ(differing_values(v3, got), 0) << label << ": variant v3 must equal v2 bit for bit";
+  EXPECT_EQ(differing_values(v4, got), 0) << label << ": variant v4 must equal v2 bit for bit";
   const ModeError vs_ref = mode_error(got.data_as<uint16_t>(), ref.data_as<uint16_t>(), got.numel());
   const ModeError vs_exact = mode_error(got.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
   const ModeError ref_vs_exact = mode_error(ref.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
@@ -274,7 +274,7 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
 }
 
-// The timeline instances (clock marks in one CTA) of v2 and v3 compute the shipped kernel's output
+// The timeline instances (clock marks in one CTA) of v2 and v4 compute the shipped kernel's output
 // bit for bit, and every recorded tile's marks come in program order.
 TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3;
@@ -288,7 +288,7 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
   must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
   const Tensor a = must(cuda::download(shipped, stream_));
-  for (const char* variant : {"v2", "v3"}) {
+  for (const char* variant : {"v2", "v4"}) {
     const ScopedInt8Fp8Variant selected(variant);
     const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
     const Tensor b = must(cuda::download(marked, stream_));
@@ -310,8 +310,8 @@ TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
     EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
   }
   {
-    const ScopedInt8Fp8Variant v3("v3");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV3);
+    const ScopedInt8Fp8Variant v4("v4");
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV4);
   }
   const ScopedInt8Fp8Variant bad("v0");
   EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
@@ -408,13 +408,13 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
               static_cast<long long>(got.numel()), e.rel_l2, e.cosine);
   RecordProperty("vs_exact_rel_l2", std::to_string(e.rel_l2));
 
-  // Variant v3 on the canonical shape: v2's output bit for bit.
+  // Variant v4 on the canonical shape: v2's output bit for bit.
   {
-    const ScopedInt8Fp8Variant v3("v3");
+    const ScopedInt8Fp8Variant v4("v4");
     must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, arena_, stream_));
   }
   EXPECT_EQ(differing_values(must(cuda::download(exact_, stream_)), got), 0)
-      << "variant v3 must equal v2 bit for bit at 37810x56x128";
+      << "variant v4 must equal v2 bit for bit at 37810x56x128";
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
