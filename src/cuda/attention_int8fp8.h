@@ -82,19 +82,18 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
                          float scale, DeviceArena& scratch, cudaStream_t stream);
 
 // Diagnostics (cuda/kernel_timeline.h): the attention pass's timeline instance, arguments as
-// attention_int8fp8_quantized. Its events per key tile t: the tile starts (v2: the second half of
-// (P·V)_{t−2} retired and P_{t−1} in place); K_t and Vᵀ_{t−1} landed; the issue slot begins; the
-// slot ends (Q·K_tᵀ issued, and in v2 the first half of (P·V)_{t−1}); S_t landed (v4: after the
-// second half's retirement and the first half's issue); its softmax done; the first half landed;
-// the second half issued and P_t packed. The CTA is the middle query block of the middle head.
+// attention_int8fp8_quantized. Its events per key tile t: the second half of (P·V)_{t−2} retired
+// and P_{t−1} in place; K_t and Vᵀ_{t−1} landed; the issue slot begins; Q·K_tᵀ and the first half
+// of (P·V)_{t−1} issued; S_t landed; its softmax done; the first half landed; the second half
+// issued and P_t packed. The CTA is the middle query block of the middle head.
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 
 // Variants of the attention pass for A/B runs (VORTEX_VARIANT_INT8FP8, read on every call; v2
-// ships). v4 issues Q·K_tᵀ alone in tile t's issue slot and retires the second half of (P·V)_{t−2}
-// while it runs, before issuing the first half of (P·V)_{t−1}; the same operations per element, so
-// bitwise v2's output.
-enum class Int8Fp8Variant { kV2, kV4 };
+// ships). v5 and v6 compute the exp2 of a quarter (v5) or three eighths (v6) of the weights with a
+// polynomial on the FMA pipe instead of the XU's ex2 (relative error 7.5e-5 before the weights'
+// e4m3 rounding): the same mode within its reference bound, not bitwise v2's output.
+enum class Int8Fp8Variant { kV2, kV5, kV6 };
 Result<Int8Fp8Variant> int8fp8_variant_from_env();
 
 // Registers, spills and shared memory of the int8fp8 attention kernel the environment selects (for

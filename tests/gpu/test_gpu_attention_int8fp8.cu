@@ -15,8 +15,9 @@
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
-// - variant v4 (VORTEX_VARIANT_INT8FP8=v4: the second P·V half retired while the next Q·K^T runs)
-//   against the shipped v2 on every shape: bit for bit (the same operations per element).
+// - variants v5 and v6 (VORTEX_VARIANT_INT8FP8: a quarter or three eighths of the exp2 by
+//   polynomial, relative error 7.5e-5 before the e4m3 rounding of P) on every shape: the same
+//   bounds against the CPU reference and against exact as the shipped v2.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cpu/attention_int8fp8.h"
@@ -130,13 +132,6 @@ class ScopedInt8Fp8Variant {
   std::string saved_;
 };
 
-// Positions where two same-shaped contiguous host bf16 tensors differ.
-int64_t differing_values(const Tensor& a, const Tensor& b) {
-  int64_t differing = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) differing += a.data_as<uint16_t>()[i] != b.data_as<uint16_t>()[i];
-  return differing;
-}
-
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
@@ -166,10 +161,11 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
     must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
   }
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
-  const Tensor dv4 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
-  {
-    const ScopedInt8Fp8Variant v4("v4");
-    must(cuda::attention_int8fp8_quantized(ws, dv4.view(), scale, stream));
+  const Tensor dv5 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
+  const Tensor dv6 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
+  for (const auto& [variant, dst] : {std::pair{"v5", &dv5}, std::pair{"v6", &dv6}}) {
+    const ScopedInt8Fp8Variant selected(variant);
+    must(cuda::attention_int8fp8_quantized(ws, dst->view(), scale, stream));
   }
 
   // ---- host copies and the CPU reference ----
@@ -232,7 +228,8 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   // ---- the attention pass ----
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
-  const Tensor v4 = must(cuda::download(dv4, stream));
+  const Tensor v5 = must(cuda::download(dv5, stream));
+  const Tensor v6 = must(cuda::download(dv6, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -245,7 +242,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   }
   EXPECT_EQ(clobbered, 0) << label << ": bytes written outside out";
   const Tensor got = must(out_full.slice(2, kOutCol0, kOutCol0 + kD)).contiguous();
-  EXPECT_EQ(differing_values(v4, got), 0) << label << ": variant v4 must equal v2 bit for bit";
   const ModeError vs_ref = mode_error(got.data_as<uint16_t>(), ref.data_as<uint16_t>(), got.numel());
   const ModeError vs_exact = mode_error(got.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
   const ModeError ref_vs_exact = mode_error(ref.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
@@ -256,6 +252,16 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   EXPECT_GE(vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": GPU int8fp8 vs GPU exact";
   std::printf("int8fp8 %-40s vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f (CPU ref vs exact %.4f)\n",
               label.c_str(), vs_ref.rel_l2, vs_exact.rel_l2, vs_exact.cosine, ref_vs_exact.rel_l2);
+  for (const auto& [variant, out] : {std::pair{"v5", &v5}, std::pair{"v6", &v6}}) {
+    const ModeError v_ref = mode_error(out->data_as<uint16_t>(), ref.data_as<uint16_t>(), got.numel());
+    const ModeError v_exact = mode_error(out->data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
+    EXPECT_EQ(v_ref.nonfinite, 0) << label << " " << variant;
+    EXPECT_LE(v_ref.rel_l2, kVsReferenceRelL2) << label << " " << variant << ": GPU vs CPU int8fp8 reference";
+    EXPECT_LE(v_exact.rel_l2, peaked ? kPeakedVsExactRelL2 : kVsExactRelL2) << label << " " << variant;
+    EXPECT_GE(v_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << " " << variant;
+    std::printf("  variant %s: vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f\n", variant, v_ref.rel_l2,
+                v_exact.rel_l2, v_exact.cosine);
+  }
 }
 
 TEST_F(GpuAttentionInt8Fp8, MatchesCpuReferenceOnFusedQkvSlices) {
@@ -274,7 +280,7 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
 }
 
-// The timeline instances (clock marks in one CTA) of v2 and v4 compute the shipped kernel's output
+// The timeline instances (clock marks in one CTA) of v2 and v5 compute their variant's output
 // bit for bit, and every recorded tile's marks come in program order.
 TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3;
@@ -286,10 +292,10 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const Tensor marked = must(arena_.alloc({n, heads, kD}, DType::kBF16));
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, n, n, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
-  must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
-  const Tensor a = must(cuda::download(shipped, stream_));
-  for (const char* variant : {"v2", "v4"}) {
+  for (const char* variant : {"v2", "v5"}) {
     const ScopedInt8Fp8Variant selected(variant);
+    must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
+    const Tensor a = must(cuda::download(shipped, stream_));
     const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
     const Tensor b = must(cuda::download(marked, stream_));
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << variant << ": the timeline instance's output differs";
@@ -310,8 +316,12 @@ TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
     EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
   }
   {
-    const ScopedInt8Fp8Variant v4("v4");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV4);
+    const ScopedInt8Fp8Variant v5("v5");
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV5);
+  }
+  {
+    const ScopedInt8Fp8Variant v6("v6");
+    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV6);
   }
   const ScopedInt8Fp8Variant bad("v0");
   EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
@@ -408,13 +418,22 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
               static_cast<long long>(got.numel()), e.rel_l2, e.cosine);
   RecordProperty("vs_exact_rel_l2", std::to_string(e.rel_l2));
 
-  // Variant v4 on the canonical shape: v2's output bit for bit.
-  {
-    const ScopedInt8Fp8Variant v4("v4");
-    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, arena_, stream_));
+  // Variants v5 and v6 on the canonical shape, every output against exact (into out_, whose v2
+  // output is on the host).
+  for (const char* variant : {"v5", "v6"}) {
+    {
+      const ScopedInt8Fp8Variant selected(variant);
+      must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
+    }
+    const Tensor other = must(cuda::download(out_, stream_));
+    const ModeError ev = mode_error(other.data_as<uint16_t>(), exact.data_as<uint16_t>(), other.numel());
+    const ModeError vs_v2 = mode_error(other.data_as<uint16_t>(), got.data_as<uint16_t>(), other.numel());
+    EXPECT_EQ(ev.nonfinite, 0) << variant;
+    EXPECT_LE(ev.rel_l2, kVsExactRelL2) << variant << " vs exact at 37810x56x128";
+    EXPECT_GE(ev.cosine, kVsExactCosine) << variant << " vs exact at 37810x56x128";
+    std::printf("int8fp8 %s vs exact 37810x56x128: rel-L2 %.4f  cosine %.6f; vs v2 rel-L2 %.2e\n", variant, ev.rel_l2,
+                ev.cosine, vs_v2.rel_l2);
   }
-  EXPECT_EQ(differing_values(must(cuda::download(exact_, stream_)), got), 0)
-      << "variant v4 must equal v2 bit for bit at 37810x56x128";
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
