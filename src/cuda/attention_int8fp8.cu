@@ -37,7 +37,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -199,20 +198,6 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
   return r;
 }
 
-// 2^x with FMA-pipe instructions only: x = n + f with n = rint(x) (from the bits of x + 1.5·2^23)
-// and |f| <= 1/2, 2^f by a degree-3 minimax polynomial (relative error 7.5e-5, far below e4m3's
-// 2^-4 rounding step), n added to the exponent field. x is clamped at −125 first so the exponent
-// stays normal; such weights round to e4m3 zero either way.
-__device__ __forceinline__ float exp2_polynomial(float x) {
-  constexpr float kC0 = 0x1.fff692p-1f, kC1 = 0x1.62f31ap-1f, kC2 = 0x1.f0de1ap-3f, kC3 = 0x1.c3f76p-5f;
-  x = fmaxf(x, -125.0f);
-  const float biased = x + kMagic;  // its low mantissa bits hold n
-  const float f = x - (biased - kMagic);
-  const float poly = fmaf(fmaf(fmaf(kC3, f, kC2), f, kC1), f, kC0);
-  // bits(biased) << 23 is n << 23 (mod 2^32): the bias's bits all shift out.
-  return __uint_as_float(__float_as_uint(poly) + (__float_as_uint(biased) << 23));
-}
-
 // Accumulator layout of m64nNk32 (s32 or f32): thread t of the warpgroup holds rows 16·(t/32) +
 // (t%32)/4 (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns 8j + 2·(t%4) and + 1, for j < N/8.
 
@@ -220,11 +205,7 @@ __device__ __forceinline__ float exp2_polynomial(float x) {
 // on entry and the bits of P·448 (fp32) on return. c: the tile's factor q_scale·k_scale·scale·log2 e.
 // Keys at or past nk (only when kMask) get weight 0 and stay out of the max; alpha =
 // exp2(m_old − m_new) (0 on the first tile). The row sums come from the tensor core.
-// kPolyMask: bit j set → the weights of accumulator column group j (tile keys 8j .. 8j + 7) take
-// exp2_polynomial on the FMA pipe instead of the XU's ex2 (variants v5, v6): one warp's 64 ex2
-// per tile occupy the XU 512 cycles, the longest stretch of the softmax (ncu: 28% of the loop's
-// stall samples sit on MUFU.EX2), while the FMA pipe idles under them.
-template <bool kMask, uint32_t kPolyMask>
+template <bool kMask>
 __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
                                                int key0, int nk, int lane) {
 #pragma unroll
@@ -248,11 +229,8 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
     const float offset = fmaf(-kMagic, c, kLog2PScale - new_max);
 #pragma unroll
     for (int j = 0; j < kBlockK / 8; ++j) {
-      const float x0 = fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset);
-      const float x1 = fmaf(__uint_as_float(s[4 * j + 2 * r + 1] + kMagicBits), c, offset);
-      const bool polynomial = ((kPolyMask >> j) & 1u) != 0;  // unrolled: known at compile time
-      float p0 = polynomial ? exp2_polynomial(x0) : fast_exp2(x0);
-      float p1 = polynomial ? exp2_polynomial(x1) : fast_exp2(x1);
+      float p0 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset));
+      float p1 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r + 1] + kMagicBits), c, offset));
       if (kMask) {
         const int key = key0 + 8 * j + 2 * (lane % 4);
         p0 = key < nk ? p0 : 0.0f;
@@ -299,14 +277,13 @@ __device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_
 }
 
 // The online softmax of tile `tile`, masking keys past nk only in a tile that reaches them.
-template <uint32_t kPolyMask>
 __device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
                                              int tile, int nk, int lane) {
   const int key0 = tile * kBlockK;
   if (key0 + kBlockK > nk) {
-    online_softmax<true, kPolyMask>(s, c, row_max, alpha, key0, nk, lane);
+    online_softmax<true>(s, c, row_max, alpha, key0, nk, lane);
   } else {
-    online_softmax<false, kPolyMask>(s, c, row_max, alpha, key0, nk, lane);
+    online_softmax<false>(s, c, row_max, alpha, key0, nk, lane);
   }
 }
 
@@ -423,7 +400,6 @@ struct Consumer {
 
   // The start of the sweep: once Q has landed, tile 0's S = Q·K_0ᵀ in this consumer's first issue
   // slot and its softmax (no P·V yet); s then holds P_0.
-  template <uint32_t kPolyMask>
   __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&alpha)[2]) const {
     start_schedule();
     mbarrier_wait(bars + 8 * kFullQ, 0);
@@ -434,7 +410,7 @@ struct Consumer {
     wgmma_wait<0>();
     pin_registers(s);
     release(kEmptyK);
-    softmax_tile<kPolyMask>(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
+    softmax_tile(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
   }
 
   // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout. row_sum: the
@@ -466,7 +442,7 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-template <bool kTimeline, uint32_t kPolyMask>
+template <bool kTimeline>
 __device__ __forceinline__ void consume(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
@@ -501,7 +477,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
     for (int i = 0; i < 16; ++i) pk[i] = (pk_next[i] & p.all_ones) | (pk[i] & ~p.all_ones);
   };
 
-  w.first_tile<kPolyMask>(s, row_max, alpha);
+  w.first_tile(s, row_max, alpha);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
 
@@ -524,7 +500,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
     pin_registers(s);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
     w.release(kEmptyK + stage);
-    softmax_tile<kPolyMask>(s, c, row_max, alpha, tile, p.nk, w.lane);
+    softmax_tile(s, c, row_max, alpha, tile, p.nk, w.lane);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
@@ -554,8 +530,8 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
-// clock marks of one CTA. kPolyMask: the column groups whose exp2 is a polynomial (online_softmax).
-template <bool kTimeline, uint32_t kPolyMask>
+// clock marks of one CTA.
+template <bool kTimeline>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -597,14 +573,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline, kPolyMask>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
+    consume<kTimeline>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
   }
 }
-
-// The variants' polynomial column groups: v5 one in four (16 of a thread's 64 weights), v6 three
-// in eight (24).
-constexpr uint32_t kPolyMaskV5 = 0x8888u;
-constexpr uint32_t kPolyMaskV6 = 0xA4A4u;
 
 // ---- host: tensor maps and launch -------------------------------------------------------------------
 
@@ -678,10 +649,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
   params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kV5   ? attention_int8fp8_kernel<kTimeline, kPolyMaskV5>
-                      : variant == Int8Fp8Variant::kV6 ? attention_int8fp8_kernel<kTimeline, kPolyMaskV6>
-                                                       : attention_int8fp8_kernel<kTimeline, 0u>;
+  const auto kernel = attention_int8fp8_kernel<kTimeline>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -731,21 +699,8 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
-Result<Int8Fp8Variant> int8fp8_variant_from_env() {
-  const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
-  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v2") return Int8Fp8Variant::kV2;
-  if (std::string(variant) == "v5") return Int8Fp8Variant::kV5;
-  if (std::string(variant) == "v6") return Int8Fp8Variant::kV6;
-  return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
-                       " is not a variant of this build (v2, v5, v6)");
-}
-
 Result<KernelResources> attention_int8fp8_resources() {
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kV5   ? attention_int8fp8_kernel<false, kPolyMaskV5>
-                      : variant == Int8Fp8Variant::kV6 ? attention_int8fp8_kernel<false, kPolyMaskV6>
-                                                       : attention_int8fp8_kernel<false, 0u>;
-  return kernel_resources(reinterpret_cast<const void*>(kernel), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -89,15 +89,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 
-// Variants of the attention pass for A/B runs (VORTEX_VARIANT_INT8FP8, read on every call; v2
-// ships). v5 and v6 compute the exp2 of a quarter (v5) or three eighths (v6) of the weights with a
-// polynomial on the FMA pipe instead of the XU's ex2 (relative error 7.5e-5 before the weights'
-// e4m3 rounding): the same mode within its reference bound, not bitwise v2's output.
-enum class Int8Fp8Variant { kV2, kV5, kV6 };
-Result<Int8Fp8Variant> int8fp8_variant_from_env();
-
-// Registers, spills and shared memory of the int8fp8 attention kernel the environment selects (for
-// bench manifests).
+// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
 Result<KernelResources> attention_int8fp8_resources();
 
 }  // namespace vortex::cuda

@@ -15,9 +15,6 @@
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
-// - variants v5 and v6 (VORTEX_VARIANT_INT8FP8: a quarter or three eighths of the exp2 by
-//   polynomial, relative error 7.5e-5 before the e4m3 rounding of P) on every shape: the same
-//   bounds against the CPU reference and against exact as the shipped v2.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -25,11 +22,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "cpu/attention_int8fp8.h"
@@ -105,33 +100,6 @@ Tensor gather_heads(const Tensor& fused, int64_t col, int64_t heads) {
 
 class GpuAttentionInt8Fp8 : public test::GpuTest {};
 
-// Sets VORTEX_VARIANT_INT8FP8 for its lifetime and restores the caller's setting after.
-class ScopedInt8Fp8Variant {
- public:
-  explicit ScopedInt8Fp8Variant(const char* value) {
-    const char* saved = std::getenv(kName);
-    had_ = saved != nullptr;
-    if (had_) saved_ = saved;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedInt8Fp8Variant() {
-    if (had_) {
-      setenv(kName, saved_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-
- private:
-  static constexpr const char* kName = "VORTEX_VARIANT_INT8FP8";
-  bool had_ = false;
-  std::string saved_;
-};
-
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
@@ -156,17 +124,8 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
 
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena, nq, nk, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream));
-  {
-    const ScopedInt8Fp8Variant shipped(nullptr);
-    must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
-  }
+  must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
-  const Tensor dv5 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
-  const Tensor dv6 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
-  for (const auto& [variant, dst] : {std::pair{"v5", &dv5}, std::pair{"v6", &dv6}}) {
-    const ScopedInt8Fp8Variant selected(variant);
-    must(cuda::attention_int8fp8_quantized(ws, dst->view(), scale, stream));
-  }
 
   // ---- host copies and the CPU reference ----
   const Tensor kv_host = must(cuda::download(dkv, stream));
@@ -228,8 +187,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   // ---- the attention pass ----
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
-  const Tensor v5 = must(cuda::download(dv5, stream));
-  const Tensor v6 = must(cuda::download(dv6, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -252,16 +209,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   EXPECT_GE(vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": GPU int8fp8 vs GPU exact";
   std::printf("int8fp8 %-40s vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f (CPU ref vs exact %.4f)\n",
               label.c_str(), vs_ref.rel_l2, vs_exact.rel_l2, vs_exact.cosine, ref_vs_exact.rel_l2);
-  for (const auto& [variant, out] : {std::pair{"v5", &v5}, std::pair{"v6", &v6}}) {
-    const ModeError v_ref = mode_error(out->data_as<uint16_t>(), ref.data_as<uint16_t>(), got.numel());
-    const ModeError v_exact = mode_error(out->data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
-    EXPECT_EQ(v_ref.nonfinite, 0) << label << " " << variant;
-    EXPECT_LE(v_ref.rel_l2, kVsReferenceRelL2) << label << " " << variant << ": GPU vs CPU int8fp8 reference";
-    EXPECT_LE(v_exact.rel_l2, peaked ? kPeakedVsExactRelL2 : kVsExactRelL2) << label << " " << variant;
-    EXPECT_GE(v_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << " " << variant;
-    std::printf("  variant %s: vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f\n", variant, v_ref.rel_l2,
-                v_exact.rel_l2, v_exact.cosine);
-  }
 }
 
 TEST_F(GpuAttentionInt8Fp8, MatchesCpuReferenceOnFusedQkvSlices) {
@@ -280,8 +227,8 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
 }
 
-// The timeline instances (clock marks in one CTA) of v2 and v5 compute their variant's output
-// bit for bit, and every recorded tile's marks come in program order.
+// The timeline instance (clock marks in one CTA) computes the shipped kernel's output bit for bit,
+// and every recorded tile's marks come in program order.
 TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3;
   const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
@@ -292,58 +239,17 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const Tensor marked = must(arena_.alloc({n, heads, kD}, DType::kBF16));
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, n, n, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
-  for (const char* variant : {"v2", "v5"}) {
-    const ScopedInt8Fp8Variant selected(variant);
-    must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
-    const Tensor a = must(cuda::download(shipped, stream_));
-    const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
-    const Tensor b = must(cuda::download(marked, stream_));
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << variant << ": the timeline instance's output differs";
-    ASSERT_EQ(t.warps, 8);
-    ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
-    ASSERT_EQ(t.events.size(), 8u);
-    EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << variant << ": timeline marks missing or out of program order";
-  }
+  must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
+  const Tensor a = must(cuda::download(shipped, stream_));
+  const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
+  const Tensor b = must(cuda::download(marked, stream_));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "the timeline instance's output differs";
+  ASSERT_EQ(t.warps, 8);
+  ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
+  ASSERT_EQ(t.events.size(), 8u);
+  EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
 }
 
-TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
-  {
-    const ScopedInt8Fp8Variant unset(nullptr);
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
-  }
-  {
-    const ScopedInt8Fp8Variant v2("v2");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
-  }
-  {
-    const ScopedInt8Fp8Variant v5("v5");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV5);
-  }
-  {
-    const ScopedInt8Fp8Variant v6("v6");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV6);
-  }
-  const ScopedInt8Fp8Variant bad("v0");
-  EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(cuda::attention_int8fp8_resources().status().code(), StatusCode::kUnimplemented);
-}
-
-TEST_F(GpuAttentionInt8Fp8, RejectsBadOperands) {
-  const Tensor fused = must(arena_.alloc({16, 3 * 2 * kD}, DType::kBF16));
-  const Tensor out = must(arena_.alloc({16, 2 * kD}, DType::kBF16));
-  const TensorView q = test::head_view(fused, 0, 2, kD), k = test::head_view(fused, 2 * kD, 2, kD),
-                   v = test::head_view(fused, 4 * kD, 2, kD), o = test::head_view(out, 0, 2, kD);
-  EXPECT_EQ(cuda::attention_int8fp8(q, k, v, o, 0.0f, arena_, stream_).code(), StatusCode::kInvalidArgument);
-  const TensorView q64 = test::head_view(fused, 0, 4, 64);
-  EXPECT_EQ(cuda::attention_int8fp8(q64, q64, q64, test::head_view(out, 0, 4, 64), 0.1f, arena_, stream_).code(),
-            StatusCode::kInvalidArgument);  // head dim 64
-  TensorView k_short = k;
-  k_short.shape = Shape({8, 2, kD});
-  EXPECT_EQ(cuda::attention_int8fp8(q, k_short, v, o, 0.1f, arena_, stream_).code(), StatusCode::kInvalidArgument);
-  TensorView q_odd = q;
-  q_odd.data = static_cast<char*>(q_odd.data) + 2;  // not 16-byte aligned
-  EXPECT_EQ(cuda::attention_int8fp8(q_odd, k, v, o, 0.1f, arena_, stream_).code(), StatusCode::kInvalidArgument);
-}
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 ---------------------------------------------
 
@@ -373,10 +279,7 @@ class GpuAttentionInt8Fp8Canonical : public test::GpuTest {
 
 TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExact) {
   EXPECT_EQ(cudaMemsetAsync(out_.data(), kSentinel, out_.nbytes(), stream_), cudaSuccess);
-  {
-    const ScopedInt8Fp8Variant shipped(nullptr);
-    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
-  }
+  must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
   must(cuda::attention(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, stream_));
   sync();
 
@@ -418,22 +321,6 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
               static_cast<long long>(got.numel()), e.rel_l2, e.cosine);
   RecordProperty("vs_exact_rel_l2", std::to_string(e.rel_l2));
 
-  // Variants v5 and v6 on the canonical shape, every output against exact (into out_, whose v2
-  // output is on the host).
-  for (const char* variant : {"v5", "v6"}) {
-    {
-      const ScopedInt8Fp8Variant selected(variant);
-      must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
-    }
-    const Tensor other = must(cuda::download(out_, stream_));
-    const ModeError ev = mode_error(other.data_as<uint16_t>(), exact.data_as<uint16_t>(), other.numel());
-    const ModeError vs_v2 = mode_error(other.data_as<uint16_t>(), got.data_as<uint16_t>(), other.numel());
-    EXPECT_EQ(ev.nonfinite, 0) << variant;
-    EXPECT_LE(ev.rel_l2, kVsExactRelL2) << variant << " vs exact at 37810x56x128";
-    EXPECT_GE(ev.cosine, kVsExactCosine) << variant << " vs exact at 37810x56x128";
-    std::printf("int8fp8 %s vs exact 37810x56x128: rel-L2 %.4f  cosine %.6f; vs v2 rel-L2 %.2e\n", variant, ev.rel_l2,
-                ev.cosine, vs_v2.rel_l2);
-  }
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
