@@ -334,6 +334,12 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[36], uint32_t a0, uint32_t
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// ptxas follows wgmma groups within one loop iteration only: reading the accumulator of a wgmma
+// issued in an earlier iteration under wait_group N > 0 (other groups still pending) makes it
+// serialize every wgmma of the kernel (info C7514; correct output, 20–30% slower in the int8fp8
+// kernel). Retire everything from the previous iteration with wait_group 0 before reading, or issue
+// and read within one iteration. tools/kernels/check_ptxas.sh (ctest ptxas_wgmma_kernels) fails
+// on C7514.
 template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
