@@ -67,6 +67,18 @@ Result<Int8Fp8Workspace> int8fp8_workspace(DeviceArena& arena, int64_t nq, int64
 Status quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws,
                         cudaStream_t stream);
 
+// The quantize pass without Q: K's smoothing and int8 rows, V's e4m3 Vᵀ (quantize_int8fp8 is this
+// and Q's rows). k, v as quantize_int8fp8's.
+Status quantize_int8fp8_kv(const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws, cudaStream_t stream);
+
+// Q's producer fused with its quantization: from the raw rows q (the QKV projection's output, as
+// quantize_int8fp8 takes it), RMSNorm over D with `weight` (F32 or BF16 [128], or null) and `eps`,
+// then RoPE (cos, sin: F32 [Nq, rot], rot a multiple of 16 up to 128; both or neither), into
+// ws.q and ws.q_scale: bit for bit what head_norm_rope (cuda/elementwise.h) followed by
+// quantize_int8fp8 writes there. q is only read: its bf16 norm output is never written.
+Status norm_rope_quantize_q_int8fp8(const TensorView& q, const TensorView* weight, float eps, const TensorView* cos,
+                                    const TensorView* sin, const Int8Fp8Workspace& ws, cudaStream_t stream);
+
 // The attention pass over a quantized workspace. out: [Nq, H, 128] BF16 device view, unit stride
 // on D, pointer and N / H strides a multiple of 4 bytes; must not overlap the workspace.
 // scale: the softmax scale, finite and > 0. unimplemented when the driver offers no tensor-map

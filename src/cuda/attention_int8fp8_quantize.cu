@@ -9,6 +9,9 @@
 //              amax → scale = amax / 127, codes = rint(x · (127 / amax)) → int8 rows [H, Npad, 128].
 //   vt         grid (Nk_pad / 128, H): e4m3(v · (448 / amax)) for 128 keys, transposed through
 //              shared memory into Vᵀ rows [H, 128, Nk_pad] at the permuted key slots.
+//   q producer grid (Nq_pad / 64, H): Q's RMSNorm and RoPE (head_norm_rope's operations, rounded
+//              to bf16 where it rounds) from the raw QKV rows, then the rows pass's quantization
+//              of the block, so Q's bf16 rows are neither written nor read again.
 // Every pass reads the strided bf16 views with 16-byte loads (8 channels) and writes padding rows
 // as zeros, so the attention kernel never reads past what this pass wrote.
 #include "cuda/attention_int8fp8.h"
@@ -20,6 +23,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "cuda/row_math.cuh"
 
 namespace vortex::cuda {
 namespace {
@@ -105,34 +109,20 @@ __global__ void int8fp8_finalize_kernel(const double* k_partial, const uint32_t*
 
 // ---- rows: int8 Q / K blocks -------------------------------------------------------------------------------
 
-template <int kRows, bool kSmooth>
-__global__ void __launch_bounds__(kThreads) int8fp8_rows_kernel(RowsView src, int n, int64_t n_pad,
-                                                                const float* mean, int8_t* codes, float* scales) {
+// Quantizes one block of kRows rows of head h held by the CTA: x[p] is the thread's 8 channels
+// (from 8·lane) of row block·kRows + slot + p·kRowsInFlight, 0 past the end. amax over the block →
+// scales[h, block] = amax / 127, codes = clamp(rint(x · (127 / amax)), ±127) → int8 rows.
+template <int kRows>
+__device__ __forceinline__ void quantize_block(const float (&x)[kRows / kRowsInFlight][8], int block, int h,
+                                               int64_t n_pad, int8_t* codes, float* scales) {
   constexpr int kPerThread = kRows / kRowsInFlight;
   __shared__ float warp_max[kThreads / 32];
-  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
-  float mu[8] = {};
-  if (kSmooth) {
-#pragma unroll
-    for (int i = 0; i < 8; ++i) mu[i] = mean[h * kD + 8 * lane + i];
-  }
-  float x[kPerThread][8];
   float amax = 0.0f;
 #pragma unroll
   for (int p = 0; p < kPerThread; ++p) {
-    const int r = block * kRows + slot + p * kRowsInFlight;
-    if (r < n) {
-      load8(src, r, h, lane, x[p]);
-    } else {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) x[p][i] = 0.0f;
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      if (kSmooth && r < n) x[p][i] = x[p][i] - mu[i];
-      amax = fmaxf(amax, fabsf(x[p][i]));
-    }
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[p][i]));
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
@@ -155,6 +145,103 @@ __global__ void __launch_bounds__(kThreads) int8fp8_rows_kernel(RowsView src, in
     *reinterpret_cast<uint2*>(codes + (static_cast<int64_t>(h) * n_pad + r) * kD + 8 * lane) =
         make_uint2(packed[0], packed[1]);
   }
+}
+
+template <int kRows, bool kSmooth>
+__global__ void __launch_bounds__(kThreads) int8fp8_rows_kernel(RowsView src, int n, int64_t n_pad,
+                                                                const float* mean, int8_t* codes, float* scales) {
+  constexpr int kPerThread = kRows / kRowsInFlight;
+  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
+  float mu[8] = {};
+  if (kSmooth) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) mu[i] = mean[h * kD + 8 * lane + i];
+  }
+  float x[kPerThread][8];
+#pragma unroll
+  for (int p = 0; p < kPerThread; ++p) {
+    const int r = block * kRows + slot + p * kRowsInFlight;
+    if (r < n) {
+      load8(src, r, h, lane, x[p]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) x[p][i] = 0.0f;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      if (kSmooth && r < n) x[p][i] = x[p][i] - mu[i];
+    }
+  }
+  quantize_block<kRows>(x, block, h, n_pad, codes, scales);
+}
+
+// ---- q producer: RMSNorm + RoPE + quantize ---------------------------------------------------------------------
+
+struct QProducerParams {
+  RowsView q;             // the raw rows (the QKV projection's output)
+  const char* weight;     // [128] F32 or BF16, or null (weight 1)
+  bool weight_bf16;
+  float eps;
+  const float* cos;       // [Nq, rot] contiguous, or null (no RoPE)
+  const float* sin;
+  int rot, rot_lanes;     // rot channels; rot / 2 / 8 lanes hold each half
+  int nq;
+  int64_t nq_pad;
+  int8_t* codes;
+  float* scales;
+};
+
+// One Q block (64 rows of head h) per CTA. Each row is normalised as head_norm_rope's kernel does
+// it (16 lanes of 8 channels, the same fma order and shuffle tree, the same roundings), rotated
+// with the partner half fetched by shuffle, rounded to bf16 as the store would, and quantized with
+// the rows pass's operations: the codes and scale are those of head_norm_rope + quantize_int8fp8.
+__global__ void __launch_bounds__(kThreads) int8fp8_q_producer_kernel(QProducerParams p) {
+  constexpr int kPerThread = kInt8Fp8QBlock / kRowsInFlight;
+  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
+  const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
+  const int r = p.rot_lanes;
+  const int partner = lane < r ? lane + r : (lane < 2 * r ? lane - r : lane);
+  const int partner_lane = static_cast<int>(threadIdx.x % 32) - lane + partner;
+  float w[8];
+  if (p.weight != nullptr) {
+    detail::load_vec<8>(p.weight, p.weight_bf16, 8 * lane, w);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) w[i] = 1.0f;
+  }
+  float x[kPerThread][8];
+#pragma unroll
+  for (int k = 0; k < kPerThread; ++k) {
+    const int row = block * kInt8Fp8QBlock + slot + k * kRowsInFlight;
+    const bool active = row < p.nq;
+    float v[8] = {};
+    float ss = 0.0f;
+    if (active) {
+      load8(p.q, row, h, lane, v);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) ss = fmaf(v[i], v[i], ss);
+    }
+    for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
+    const float inv = detail::inv_rms(ss, kD, p.eps);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x[k][i] = active ? detail::round_bf16_device(__fmul_rn(__fmul_rn(v[i], inv), w[i])) : 0.0f;
+    float other[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) other[i] = __shfl_sync(0xffffffffu, x[k][i], partner_lane);
+    if (active && p.cos != nullptr && lane < 2 * r) {
+      float c[8], sn[8];
+      detail::load_vec<8>(reinterpret_cast<const char*>(p.cos + static_cast<int64_t>(row) * p.rot), false, 8 * lane, c);
+      detail::load_vec<8>(reinterpret_cast<const char*>(p.sin + static_cast<int64_t>(row) * p.rot), false, 8 * lane, sn);
+      const bool low = lane < r;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        x[k][i] = detail::round_bf16_device(low ? detail::rope_low(true, x[k][i], other[i], c[i], sn[i])
+                                                : detail::rope_high(true, other[i], x[k][i], c[i], sn[i]));
+      }
+    }
+  }
+  quantize_block<kInt8Fp8QBlock>(x, block, h, p.nq_pad, p.codes, p.scales);
 }
 
 // ---- vt: e4m3 Vᵀ, keys at their permuted slots ---------------------------------------------------------------
@@ -277,10 +364,19 @@ Result<Int8Fp8Workspace> int8fp8_workspace(DeviceArena& arena, int64_t nq, int64
 Status quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws,
                         cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_input("q", q, ws.nq, ws.heads));
+  VORTEX_RETURN_IF_ERROR(quantize_int8fp8_kv(k, v, ws, stream));
+  int8fp8_rows_kernel<kInt8Fp8QBlock, false>
+      <<<dim3(static_cast<unsigned>(ws.nq_pad / kInt8Fp8QBlock), static_cast<unsigned>(ws.heads)), kThreads, 0,
+         stream>>>(rows_view(q), static_cast<int>(ws.nq), ws.nq_pad, nullptr, ws.q, ws.q_scale);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status quantize_int8fp8_kv(const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_input("k", k, ws.nk, ws.heads));
   VORTEX_RETURN_IF_ERROR(check_input("v", v, ws.nk, ws.heads));
   const unsigned heads = static_cast<unsigned>(ws.heads);
-  const int nq = static_cast<int>(ws.nq), nk = static_cast<int>(ws.nk);
+  const int nk = static_cast<int>(ws.nk);
 
   VORTEX_CUDA_CHECK(cudaMemsetAsync(ws.v_amax, 0, static_cast<size_t>(ws.heads) * kD * sizeof(uint32_t), stream));
   int8fp8_stats_kernel<<<dim3(ws.chunks, heads), kThreads, 0, stream>>>(rows_view(k), rows_view(v), nk, ws.chunks,
@@ -288,16 +384,63 @@ Status quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorVi
   VORTEX_CUDA_CHECK_LAUNCH();
   int8fp8_finalize_kernel<<<heads, kD, 0, stream>>>(ws.k_partial, ws.v_amax, nk, ws.chunks, ws.k_mean, ws.v_scale);
   VORTEX_CUDA_CHECK_LAUNCH();
-  int8fp8_rows_kernel<kInt8Fp8QBlock, false>
-      <<<dim3(static_cast<unsigned>(ws.nq_pad / kInt8Fp8QBlock), heads), kThreads, 0, stream>>>(
-          rows_view(q), nq, ws.nq_pad, nullptr, ws.q, ws.q_scale);
-  VORTEX_CUDA_CHECK_LAUNCH();
   int8fp8_rows_kernel<kInt8Fp8KBlock, true>
       <<<dim3(static_cast<unsigned>(ws.nk_pad / kInt8Fp8KBlock), heads), kThreads, 0, stream>>>(
           rows_view(k), nk, ws.nk_pad, ws.k_mean, ws.k, ws.k_scale);
   VORTEX_CUDA_CHECK_LAUNCH();
   int8fp8_vt_kernel<<<dim3(static_cast<unsigned>(ws.nk_pad / kVtKeys), heads), kThreads, 0, stream>>>(
       rows_view(v), nk, ws.nk_pad, ws.v_amax, ws.vt);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status norm_rope_quantize_q_int8fp8(const TensorView& q, const TensorView* weight, float eps, const TensorView* cos,
+                                    const TensorView* sin, const Int8Fp8Workspace& ws, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_input("q", q, ws.nq, ws.heads));
+  if (static_cast<bool>(cos) != static_cast<bool>(sin)) {
+    return invalid_argument("attention_int8fp8 q producer: cos given without sin, or sin without cos");
+  }
+  QProducerParams p{};
+  p.q = rows_view(q);
+  if (weight != nullptr) {
+    const std::string what = "attention_int8fp8 q producer: " + describe_view("weight", *weight);
+    if (weight->device != Device::kCuda || (weight->dtype != DType::kF32 && weight->dtype != DType::kBF16)) {
+      return invalid_argument(what + " must be F32 or BF16 on the device");
+    }
+    if (weight->rank() != 1 || weight->shape[0] != kD || weight->strides[0] != 1 ||
+        reinterpret_cast<uintptr_t>(weight->data) % 16 != 0) {
+      return invalid_argument(what + " must be [128], contiguous and 16-byte aligned");
+    }
+    p.weight = static_cast<const char*>(weight->data);
+    p.weight_bf16 = weight->dtype == DType::kBF16;
+  }
+  if (cos != nullptr) {
+    for (const TensorView* t : {cos, sin}) {
+      const std::string what = "attention_int8fp8 q producer: " + describe_view(t == cos ? "cos" : "sin", *t);
+      const int64_t rot = t->rank() == 2 ? t->shape[1] : 0;
+      if (t->device != Device::kCuda || t->dtype != DType::kF32 || t->rank() != 2 || t->shape[0] != ws.nq ||
+          rot < 16 || rot > kD || rot % 16 != 0 || !t->is_contiguous() ||
+          reinterpret_cast<uintptr_t>(t->data) % 16 != 0) {
+        return invalid_argument(what + " must be F32 [" + std::to_string(ws.nq) +
+                                ", rot] on the device, contiguous, 16-byte aligned, rot a multiple of 16 up to 128");
+      }
+    }
+    if (sin->shape != cos->shape) {
+      return invalid_argument("attention_int8fp8 q producer: sin " + sin->shape.to_string() + " must match cos " +
+                              cos->shape.to_string());
+    }
+    p.cos = static_cast<const float*>(cos->data);
+    p.sin = static_cast<const float*>(sin->data);
+    p.rot = static_cast<int>(cos->shape[1]);
+    p.rot_lanes = p.rot / 16;
+  }
+  p.eps = eps;
+  p.nq = static_cast<int>(ws.nq);
+  p.nq_pad = ws.nq_pad;
+  p.codes = ws.q;
+  p.scales = ws.q_scale;
+  int8fp8_q_producer_kernel<<<dim3(static_cast<unsigned>(ws.nq_pad / kInt8Fp8QBlock), static_cast<unsigned>(ws.heads)),
+                              kThreads, 0, stream>>>(p);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }

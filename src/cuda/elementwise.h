@@ -53,8 +53,11 @@ Status gated_residual(const TensorView& x, const TensorView& gate, const int32_t
 // x = R(x + branch).
 Status residual_add(const TensorView& x, const TensorView& branch, cudaStream_t stream);
 
-// In place on q and k [N, H, D]: rms_norm over D with their weights, then (cos and sin given)
-// apply_rope; one launch where the shapes allow, else those ops in turn. Bitwise equal either way.
+// In place on x [N, H, D]: rms_norm over D with the weight, then (cos and sin given) apply_rope;
+// one launch where the shapes allow, else those ops in turn. Bitwise equal either way.
+Status head_norm_rope(const TensorView& x, const TensorView* weight, float eps, const TensorView* cos,
+                      const TensorView* sin, cudaStream_t stream);
+// head_norm_rope of q, then of k, with their weights.
 Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* q_weight, const TensorView* k_weight,
                     float eps, const TensorView* cos, const TensorView* sin, cudaStream_t stream);
 // In place on x [N, H, D]: x[:rot] = R(R(x * R(cos)) + R(rotate_half(x) * R(sin))); cos, sin: F32 [N, rot].

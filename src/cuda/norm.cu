@@ -8,10 +8,11 @@
 //                    rounded norm output. Each step rounds exactly where the separate op does, and
 //                    the reduction runs in the same threads and order as rms_norm's, so the fused
 //                    pass is bitwise equal to the three launches it replaces.
-//   qk_norm_rope:    the per-head q and k norms and their RoPE in one launch: each (token, head)
-//                    row is normalised as rms_norm's group kernel does (same lanes, same order),
-//                    and the rounded values are rotated in registers, the partner channel fetched
-//                    from the lane that holds it; bitwise equal to rms_norm + apply_rope.
+//   head_norm_rope:  the per-head q or k norm and its RoPE in one launch (qk_norm_rope: both):
+//                    each (token, head) row is normalised as rms_norm's group kernel does (same
+//                    lanes, same order), and the rounded values are rotated in registers, the
+//                    partner channel fetched from the lane that holds it; bitwise equal to
+//                    rms_norm + apply_rope.
 //
 // rms_norm variants (chosen by row width, not selectable: both compute the same thing):
 //   group  G lanes of a warp per row (G = 1..32, a power of two), for rows of up to 32·4 vectors
@@ -506,71 +507,63 @@ Status adaln_modulate(const TensorView& x, const TensorView& shift, const Tensor
   return ok_status();
 }
 
-Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* q_weight, const TensorView* k_weight,
-                    float eps, const TensorView* cos, const TensorView* sin, cudaStream_t stream) {
-  if (static_cast<bool>(cos) != static_cast<bool>(sin)) return invalid_argument("qk_norm_rope: cos without sin");
+Status head_norm_rope(const TensorView& x, const TensorView* weight, float eps, const TensorView* cos,
+                      const TensorView* sin, cudaStream_t stream) {
+  if (static_cast<bool>(cos) != static_cast<bool>(sin)) return invalid_argument("head_norm_rope: cos without sin");
   // Argument checks and the fallback both come from the separate ops: the fused kernel runs only
   // where it reproduces them exactly (vector loads, one vector per lane, whole vectors per half).
   const auto separate = [&]() -> Status {
-    VORTEX_RETURN_IF_ERROR(rms_norm(q, q_weight, eps, q, stream));
-    VORTEX_RETURN_IF_ERROR(rms_norm(k, k_weight, eps, k, stream));
-    if (!cos) return ok_status();
-    VORTEX_RETURN_IF_ERROR(apply_rope(q, *cos, *sin, stream));
-    return apply_rope(k, *cos, *sin, stream);
+    VORTEX_RETURN_IF_ERROR(rms_norm(x, weight, eps, x, stream));
+    return cos ? apply_rope(x, *cos, *sin, stream) : ok_status();
   };
-  if (q.rank() != 3 || k.rank() != 3 || q.shape != k.shape || q.device != Device::kCuda ||
-      k.device != Device::kCuda || q.dtype != k.dtype) {
-    return separate();
-  }
-  const int64_t d = q.shape[2], vecs = d / detail::kVec;
-  bool fits = d % detail::kVec == 0 && vecs <= 32 && detail::vec_aligned(q) && detail::vec_aligned(k);
-  for (const TensorView* w : {q_weight, k_weight}) {
-    if (w) {
-      fits = fits && w->device == Device::kCuda && w->rank() == 1 && w->shape[0] == d && w->strides[0] == 1 &&
-             (w->dtype == DType::kF32 || w->dtype == DType::kBF16) && detail::vec_aligned(*w);
-    }
+  if (x.rank() != 3 || x.device != Device::kCuda) return separate();
+  const int64_t d = x.shape[2], vecs = d / detail::kVec;
+  bool fits = d % detail::kVec == 0 && vecs <= 32 && detail::vec_aligned(x);
+  if (weight) {
+    fits = fits && weight->device == Device::kCuda && weight->rank() == 1 && weight->shape[0] == d &&
+           weight->strides[0] == 1 && (weight->dtype == DType::kF32 || weight->dtype == DType::kBF16) &&
+           detail::vec_aligned(*weight);
   }
   int64_t rot = 0;
   if (cos) {
     rot = cos->rank() == 2 ? cos->shape[1] : -1;
-    fits = fits && cos->rank() == 2 && sin->shape == cos->shape && cos->shape[0] == q.shape[0] && rot <= d &&
+    fits = fits && cos->rank() == 2 && sin->shape == cos->shape && cos->shape[0] == x.shape[0] && rot <= d &&
            (rot / 2) % detail::kVec == 0 && rot % 2 == 0 && cos->dtype == DType::kF32 && sin->dtype == DType::kF32 &&
            cos->is_contiguous() && sin->is_contiguous() && cos->device == Device::kCuda;
   }
   if (!fits) return separate();
-  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(q, "qk_norm_rope q"));
-  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(k, "qk_norm_rope k"));
-  // One launch per tensor: a kernel indexing an array of parameter structs by blockIdx would copy
-  // them to local memory.
+  VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, "head_norm_rope x"));
+  if (x.shape[0] * x.shape[1] == 0 || d == 0) return ok_status();
   QkNormRopeParams params{};
-  const TensorView* weights[2] = {q_weight, k_weight};
-  const TensorView* views[2] = {&q, &k};
-  if (q.shape[0] * q.shape[1] == 0 || d == 0) return ok_status();
   params.cos = cos ? static_cast<const float*>(cos->data) : nullptr;
   params.sin = sin ? static_cast<const float*>(sin->data) : nullptr;
   params.rot_vecs = static_cast<int>(rot / 2 / detail::kVec);
   // rms_norm's group layout for this width (vecs <= 32 lanes: one vector per lane).
-  const NormRowLayout l = norm_row_layout(q.shape[0] * q.shape[1], vecs, detail::kVec);
+  const NormRowLayout l = norm_row_layout(x.shape[0] * x.shape[1], vecs, detail::kVec);
   params.group = l.lanes;
-  for (int i = 0; i < 2; ++i) {
-    RmsNormParams& p = params.t;
-    p.x = p.y = detail::make_operand(*views[i]);
-    p.weight = weights[i] ? static_cast<const char*>(weights[i]->data) : nullptr;
-    p.weight_stride = 1;
-    p.weight_bf16 = weights[i] && weights[i]->dtype == DType::kBF16;
-    p.inner = q.shape[1];
-    p.rows = q.shape[0] * p.inner;
-    p.vecs = vecs;
-    p.c = static_cast<int>(d);
-    p.eps = eps;
-    if (q.dtype == DType::kBF16) {
-      qk_norm_rope_kernel<detail::kVec, true><<<l.grid, l.block, 0, stream>>>(params);
-    } else {
-      qk_norm_rope_kernel<detail::kVec, false><<<l.grid, l.block, 0, stream>>>(params);
-    }
-    VORTEX_CUDA_CHECK_LAUNCH();
+  RmsNormParams& p = params.t;
+  p.x = p.y = detail::make_operand(x);
+  p.weight = weight ? static_cast<const char*>(weight->data) : nullptr;
+  p.weight_stride = 1;
+  p.weight_bf16 = weight && weight->dtype == DType::kBF16;
+  p.inner = x.shape[1];
+  p.rows = x.shape[0] * p.inner;
+  p.vecs = vecs;
+  p.c = static_cast<int>(d);
+  p.eps = eps;
+  if (x.dtype == DType::kBF16) {
+    qk_norm_rope_kernel<detail::kVec, true><<<l.grid, l.block, 0, stream>>>(params);
+  } else {
+    qk_norm_rope_kernel<detail::kVec, false><<<l.grid, l.block, 0, stream>>>(params);
   }
+  VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
+}
+
+Status qk_norm_rope(const TensorView& q, const TensorView& k, const TensorView* q_weight, const TensorView* k_weight,
+                    float eps, const TensorView* cos, const TensorView* sin, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(head_norm_rope(q, q_weight, eps, cos, sin, stream));
+  return head_norm_rope(k, k_weight, eps, cos, sin, stream);
 }
 
 }  // namespace vortex::cuda

@@ -30,7 +30,9 @@
 #include "cpu/attention_int8fp8.h"
 #include "cuda/attention.h"
 #include "cuda/attention_int8fp8.h"
+#include "cuda/elementwise.h"
 #include "cuda/runtime.h"
+#include "cuda/synthetic_fill.h"
 #include "gpu/gemm_attention_test_util.h"
 #include "gpu/gpu_test_util.h"
 
@@ -225,6 +227,97 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 300, 77, 2, 1.0f, 101);
   check(arena_, stream_, 130, 1, 3, 0.125f, 102);
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
+}
+
+// Q's fused producer (RMSNorm + RoPE + quantize from the raw QKV rows) against head_norm_rope on a
+// copy followed by the quantize pass: the same int8 codes and scales bit for bit, and the raw rows
+// left as they were. Odd lengths (a partial last Q block), several heads, weights F32 / BF16 /
+// none, RoPE over all 128 channels, over 64, and none.
+TEST_F(GpuAttentionInt8Fp8, QProducerMatchesNormRopeThenQuantize) {
+  uint64_t seed = 500;
+  for (int64_t n : {1, 63, 65, 129, 1000}) {
+    for (int64_t heads : {1, 3}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const DType weight_dtype = variant == 1 ? DType::kBF16 : DType::kF32;
+        const int64_t rot = variant == 0 ? 128 : (variant == 1 ? 64 : 0);
+        const bool with_weight = variant != 2;
+        const std::string label = "n=" + std::to_string(n) + " heads=" + std::to_string(heads) +
+                                  " rot=" + std::to_string(rot) + (with_weight ? "" : " no weight");
+        const size_t mark = arena_.mark();
+        const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
+        fill_normal(fused, ++seed, stream_);
+        const Tensor copy = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
+        const Tensor pristine = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
+        for (const Tensor* dst : {&copy, &pristine}) {
+          ASSERT_EQ(cudaMemcpyAsync(dst->data(), fused.data(), fused.nbytes(), cudaMemcpyDeviceToDevice, stream_),
+                    cudaSuccess);
+        }
+        const Tensor weight = must(arena_.alloc({kD}, weight_dtype));
+        must(cuda::fill_scaled_normal(weight, ++seed, 1, 0.5f, stream_));
+        Tensor cos, sin;
+        if (rot > 0) {
+          cos = must(arena_.alloc({n, rot}, DType::kF32));
+          sin = must(arena_.alloc({n, rot}, DType::kF32));
+          must(cuda::fill_scaled_normal(cos, ++seed, 2, 0.7f, stream_));
+          must(cuda::fill_scaled_normal(sin, ++seed, 3, 0.7f, stream_));
+        }
+        const TensorView weight_view = weight.view(), cos_view = cos.defined() ? cos.view() : TensorView(),
+                         sin_view = sin.defined() ? sin.view() : TensorView();
+        const TensorView* w = with_weight ? &weight_view : nullptr;
+        const TensorView* c = rot > 0 ? &cos_view : nullptr;
+        const TensorView* sn = rot > 0 ? &sin_view : nullptr;
+        const float eps = 1e-6f;
+
+        const cuda::Int8Fp8Workspace got = must(cuda::int8fp8_workspace(arena_, n, n, heads));
+        must(cuda::norm_rope_quantize_q_int8fp8(test::head_view(fused, 0, heads, kD), w, eps, c, sn, got, stream_));
+        const cuda::Int8Fp8Workspace want = must(cuda::int8fp8_workspace(arena_, n, n, heads));
+        const TensorView q_copy = test::head_view(copy, 0, heads, kD);
+        must(cuda::head_norm_rope(q_copy, w, eps, c, sn, stream_));
+        must(cuda::quantize_int8fp8(q_copy, q_copy, q_copy, want, stream_));
+
+        const auto bytes = [&](const void* src, size_t count) {
+          std::vector<unsigned char> host(count);
+          EXPECT_EQ(cudaMemcpyAsync(host.data(), src, count, cudaMemcpyDeviceToHost, stream_), cudaSuccess);
+          EXPECT_EQ(cudaStreamSynchronize(stream_), cudaSuccess);
+          return host;
+        };
+        const size_t code_bytes = static_cast<size_t>(heads * got.nq_pad * kD);
+        const size_t scale_bytes = static_cast<size_t>(heads * got.nq_pad / 64) * sizeof(float);
+        EXPECT_TRUE(bytes(got.q, code_bytes) == bytes(want.q, code_bytes)) << label << ": Q codes differ";
+        EXPECT_TRUE(bytes(got.q_scale, scale_bytes) == bytes(want.q_scale, scale_bytes)) << label << ": Q scales differ";
+        // The raw rows are only read (the reference normalised its copy's Q in place).
+        EXPECT_TRUE(bytes(fused.data(), fused.nbytes()) == bytes(pristine.data(), pristine.nbytes()))
+            << label << ": the producer wrote to its input";
+        arena_.release_to(mark);
+      }
+    }
+  }
+}
+
+TEST_F(GpuAttentionInt8Fp8, QProducerRejectsBadArguments) {
+  const int64_t n = 100, heads = 2;
+  const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
+  const TensorView q = test::head_view(fused, 0, heads, kD);
+  const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, n, n, heads));
+  const Tensor short_weight = must(arena_.alloc({64}, DType::kF32));
+  const Tensor half_weight = must(arena_.alloc({kD}, DType::kF16));
+  const Tensor cos = must(arena_.alloc({n, kD}, DType::kF32));
+  const Tensor cos_rows = must(arena_.alloc({n + 1, kD}, DType::kF32));
+  const Tensor cos_odd = must(arena_.alloc({n, 24}, DType::kF32));
+  const TensorView sw = short_weight.view(), hw = half_weight.view(), cv = cos.view(), cr = cos_rows.view(),
+                   co = cos_odd.view();
+  const auto code = [&](const TensorView& qv, const TensorView* w, const TensorView* c, const TensorView* sn) {
+    return cuda::norm_rope_quantize_q_int8fp8(qv, w, 1e-6f, c, sn, ws, stream_).code();
+  };
+  EXPECT_EQ(code(q, &sw, nullptr, nullptr), StatusCode::kInvalidArgument) << "a weight of 64";
+  EXPECT_EQ(code(q, &hw, nullptr, nullptr), StatusCode::kInvalidArgument) << "an F16 weight";
+  EXPECT_EQ(code(q, nullptr, &cv, nullptr), StatusCode::kInvalidArgument) << "cos without sin";
+  EXPECT_EQ(code(q, nullptr, &cr, &cr), StatusCode::kInvalidArgument) << "cos for another length";
+  EXPECT_EQ(code(q, nullptr, &co, &co), StatusCode::kInvalidArgument) << "rot not a multiple of 16";
+  EXPECT_EQ(code(q, nullptr, &cv, &cr), StatusCode::kInvalidArgument) << "sin not matching cos";
+  TensorView q_short = q;
+  q_short.shape = Shape({n - 1, heads, kD});
+  EXPECT_EQ(code(q_short, nullptr, nullptr, nullptr), StatusCode::kInvalidArgument) << "q not the workspace's length";
 }
 
 // The timeline instance (clock marks in one CTA) computes the shipped kernel's output bit for bit,

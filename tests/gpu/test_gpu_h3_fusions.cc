@@ -1,7 +1,7 @@
 // The exactness gate of the CUDA model's fusions and CUDA graphs (DESIGN section 3): with each on,
 // the block output and a 2-step trajectory checksum are BITWISE equal to the unfused path. Two widths: the
 // small golden config (the norms' group kernel) and a 2048-wide config with the released head
-// shape (the block kernel the canonical 5376-wide model runs).
+// shape (the block kernel the canonical 5376-wide model runs); int8fp8 attention on the latter.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -99,6 +99,57 @@ TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
   for (int p = 0; p < 2; ++p) test::expect_same_trajectory(runs[p], runs[2], "path " + std::to_string(p));
   std::printf("2-step trajectory, fused + graph / fused / unfused: video %s, audio %s\n",
               runs[0].video.sha256.substr(0, 16).c_str(), runs[0].audio.sha256.substr(0, 16).c_str());
+}
+
+// The same gate with int8fp8 attention (head dim 128: the wide config), where the fused path also
+// runs Q's norm and RoPE inside its quantization (cuda::norm_rope_quantize_q_int8fp8) and the
+// unfused path normalises Q in bf16 and quantizes it in a separate pass.
+TEST(GpuH3FusionsInt8Fp8, BlockOutputAndTwoStepTrajectoryAreBitwiseEqualToTheUnfusedPath) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config c = wide_config();
+  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
+  ASSERT_TRUE(geometry.ok());
+  auto layout = h3::build_t2va_layout(16, *geometry, c);
+  ASSERT_TRUE(layout.ok());
+  h3::CudaModelOptions model_options;
+  model_options.int8fp8_attention = true;
+  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(13, nullptr), layout->num_rows, nullptr,
+                                             model_options);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  const Tensor text = h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream);
+  ASSERT_TRUE((*model)->prepare(*layout, text).ok());
+  ASSERT_TRUE((*model)->upload_step_tables(h3::assign_row_timesteps(*layout, 0.3f, 0.8f)).ok());
+  auto x = (*model)->residual().slice(0, 0, layout->num_rows);
+  ASSERT_TRUE(x.ok());
+  Tensor outputs[2];
+  for (bool fused : {true, false}) {
+    (*model)->set_fused_norms(fused);
+    ASSERT_TRUE(cuda::fill_scaled_normal(*x, 23, 100, 1.0f, nullptr).ok());
+    for (int block = 0; block < c.num_layers; ++block) {
+      ASSERT_TRUE((*model)->run_block(block, h3::AttentionMode::kInt8Fp8).ok());
+    }
+    auto out = cuda::download(*x, nullptr);
+    ASSERT_TRUE(out.ok());
+    outputs[fused ? 0 : 1] = std::move(*out);
+  }
+  for (int64_t i = 0; i < outputs[0].numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(element_as_double(outputs[0], i))) << "non-finite block output at element " << i;
+  }
+  EXPECT_TRUE(bitwise_equal(outputs[0], outputs[1]))
+      << "int8fp8 fused vs unfused block stack: rel-L2 " << test::rel_l2(outputs[0], outputs[1]);
+
+  h3::GenerateOptions options;
+  options.video = {128, 192, 22};
+  options.steps = 3;  // two forwards
+  options.seed = 5;
+  options.attention.mode = h3::AttentionMode::kInt8Fp8;
+  test::TrajectoryChecksums runs[2];
+  for (bool fused : {true, false}) {
+    (*model)->set_fused_norms(fused);
+    (*model)->set_cuda_graphs(fused);
+    runs[fused ? 0 : 1] = test::trajectory_checksums(**model, text, options);
+  }
+  test::expect_same_trajectory(runs[0], runs[1], "int8fp8, fused + graph vs unfused");
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, GpuH3Fusions, ::testing::Values(0, 1),

@@ -330,17 +330,41 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
   const TensorView v = heads_view(qkv, 2 * inner, heads, d);
   const TensorView nq = b.norm_q.view(), nk = b.norm_k.view();
   const float eps = static_cast<float>(c.qk_norm_eps);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  const TensorView out = heads_view(attn, 0, heads, d);
+  if (mode == AttentionMode::kInt8Fp8 && int8fp8_scratch_.capacity() == 0) {
+    return invalid_argument("int8fp8 attention was not enabled when this model was created");
+  }
+  Tensor cos, sin;
+  if (rope) {
+    VORTEX_ASSIGN_OR_RETURN(cos, rows_of(rope_cos_, n));
+    VORTEX_ASSIGN_OR_RETURN(sin, rows_of(rope_sin_, n));
+  }
+  const TensorView cos_view = cos.defined() ? cos.view() : TensorView(), sin_view = sin.defined() ? sin.view() : TensorView();
+  const TensorView* cos_arg = rope ? &cos_view : nullptr;
+  const TensorView* sin_arg = rope ? &sin_view : nullptr;
+  if (mode == AttentionMode::kInt8Fp8 && fused_norms_) {
+    // Q's norm and RoPE run inside its quantization (bit for bit the separate passes): its bf16
+    // rows are neither written nor read back.
+    const size_t mark = int8fp8_scratch_.mark();
+    const Status status = [&]() -> Status {
+      VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace ws, cuda::int8fp8_workspace(int8fp8_scratch_, n, n, heads));
+      {
+        cuda::SectionScope scope(profiler_, "qk_norm_rope", stream_);
+        VORTEX_RETURN_IF_ERROR(cuda::head_norm_rope(k, &nk, eps, cos_arg, sin_arg, stream_));
+        VORTEX_RETURN_IF_ERROR(cuda::norm_rope_quantize_q_int8fp8(q, &nq, eps, cos_arg, sin_arg, ws, stream_));
+      }
+      cuda::SectionScope scope(profiler_, "attention", stream_);
+      VORTEX_RETURN_IF_ERROR(cuda::quantize_int8fp8_kv(k, v, ws, stream_));
+      return cuda::attention_int8fp8_quantized(ws, out, scale, stream_);
+    }();
+    int8fp8_scratch_.release_to(mark);
+    return status;
+  }
   {
     cuda::SectionScope scope(profiler_, "qk_norm_rope", stream_);
-    Tensor cos, sin;
-    if (rope) {
-      VORTEX_ASSIGN_OR_RETURN(cos, rows_of(rope_cos_, n));
-      VORTEX_ASSIGN_OR_RETURN(sin, rows_of(rope_sin_, n));
-    }
-    const TensorView cos_view = cos.defined() ? cos.view() : TensorView(), sin_view = sin.defined() ? sin.view() : TensorView();
     if (fused_norms_) {
-      VORTEX_RETURN_IF_ERROR(
-          cuda::qk_norm_rope(q, k, &nq, &nk, eps, rope ? &cos_view : nullptr, rope ? &sin_view : nullptr, stream_));
+      VORTEX_RETURN_IF_ERROR(cuda::qk_norm_rope(q, k, &nq, &nk, eps, cos_arg, sin_arg, stream_));
     } else {
       VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &nq, eps, q, stream_));
       VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &nk, eps, k, stream_));
@@ -350,20 +374,11 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
     }
   }
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
-  {
-    cuda::SectionScope scope(profiler_, "attention", stream_);
-    if (mode == AttentionMode::kInt8Fp8) {
-      if (int8fp8_scratch_.capacity() == 0) {
-        return invalid_argument("int8fp8 attention was not enabled when this model was created");
-      }
-      VORTEX_RETURN_IF_ERROR(
-          cuda::attention_int8fp8(q, k, v, heads_view(attn, 0, heads, d), scale, int8fp8_scratch_, stream_));
-    } else {
-      VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, heads_view(attn, 0, heads, d), scale, stream_));
-    }
+  cuda::SectionScope scope(profiler_, "attention", stream_);
+  if (mode == AttentionMode::kInt8Fp8) {
+    return cuda::attention_int8fp8(q, k, v, out, scale, int8fp8_scratch_, stream_);
   }
-  return ok_status();
+  return cuda::attention(q, k, v, out, scale, stream_);
 }
 
 Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Tensor& out) {
