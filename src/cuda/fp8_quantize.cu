@@ -250,23 +250,26 @@ __device__ __forceinline__ uint32_t amax_bits(const float (&v)[V], uint32_t acc)
   return acc;
 }
 
+// fp8_quantize (cpu/fp8_scale.h) of each element: e4m3(h · inv) by the hardware conversion, which
+// equals f32_to_e4m3_bits on every non-NaN input; a finite row has no NaN (its amax would not be
+// finite), and a non-finite row is all kE4m3NanCode, as fp8_quantize writes it.
 template <int V>
 __device__ __forceinline__ void store_codes(const CodesOut& out, uint8_t* dst, int64_t e, const float (&h)[V],
                                             const Fp8RowScale& s) {
-  uint8_t q[V];
+  uint32_t pairs[(V + 1) / 2];
 #pragma unroll
-  for (int k = 0; k < V; ++k) q[k] = fp8_quantize(h[k], s);
+  for (int k = 0; k < V; k += 2) {
+    pairs[k / 2] = s.finite ? detail::e4m3x2_bits(fp8_mul_rn(h[k], s.inv), k + 1 < V ? fp8_mul_rn(h[k + 1], s.inv) : 0.0f)
+                            : kE4m3NanCode * 0x0101u;
+  }
   if constexpr (V == 8) {
     if (out.words) {
-      uint2 word;
-      word.x = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
-      word.y = q[4] | (q[5] << 8) | (q[6] << 16) | (static_cast<uint32_t>(q[7]) << 24);
-      *reinterpret_cast<uint2*>(dst + e) = word;
+      *reinterpret_cast<uint2*>(dst + e) = make_uint2(pairs[0] | (pairs[1] << 16), pairs[2] | (pairs[3] << 16));
       return;
     }
   }
 #pragma unroll
-  for (int k = 0; k < V; ++k) dst[e + k] = q[k];
+  for (int k = 0; k < V; ++k) dst[e + k] = static_cast<uint8_t>(pairs[k / 2] >> (8 * (k % 2)));
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------
