@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "cuda/runtime.h"
 #include "cuda/synthetic_fill.h"
@@ -34,6 +36,39 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
+// The residual stream after every block, run from a seeded start with fused or separate norms and
+// the given attention mode. Undefined (with the failure reported) if a block fails.
+Tensor block_stack_output(h3::CudaH3Transformer& model, int blocks, const Tensor& x, bool fused, h3::AttentionMode mode,
+                          uint64_t seed) {
+  model.set_fused_norms(fused);
+  if (!cuda::fill_scaled_normal(x, seed, 100, 1.0f, nullptr).ok()) {
+    ADD_FAILURE() << "could not fill the residual stream";
+    return Tensor();
+  }
+  for (int block = 0; block < blocks; ++block) {
+    const Status status = model.run_block(block, mode);
+    if (!status.ok()) {
+      ADD_FAILURE() << "block " << block << ": " << status.to_string();
+      return Tensor();
+    }
+  }
+  auto out = cuda::download(x, nullptr);
+  if (!out.ok()) {
+    ADD_FAILURE() << out.status().to_string();
+    return Tensor();
+  }
+  return std::move(*out);
+}
+
+// The fused and unfused block stacks' outputs: finite, and equal bit for bit.
+void expect_same_finite_outputs(const Tensor& fused, const Tensor& unfused, const std::string& what) {
+  ASSERT_TRUE(fused.defined() && unfused.defined()) << what;
+  for (int64_t i = 0; i < fused.numel(); ++i) {
+    ASSERT_TRUE(std::isfinite(element_as_double(fused, i))) << what << ": non-finite block output at element " << i;
+  }
+  EXPECT_TRUE(bitwise_equal(fused, unfused)) << what << ": fused vs unfused rel-L2 " << test::rel_l2(fused, unfused);
+}
+
 class GpuH3Fusions : public ::testing::TestWithParam<int> {
  protected:
   h3::H3Config config() const { return GetParam() == 0 ? small_config() : wide_config(); }
@@ -54,20 +89,9 @@ TEST_P(GpuH3Fusions, BlockOutputIsBitwiseEqualToTheUnfusedBlock) {
 
   auto x = (*model)->residual().slice(0, 0, layout->num_rows);
   ASSERT_TRUE(x.ok());
-  Tensor outputs[2];
-  for (bool fused : {true, false}) {
-    (*model)->set_fused_norms(fused);
-    ASSERT_TRUE(cuda::fill_scaled_normal(*x, 21, 100, 1.0f, nullptr).ok());
-    for (int block = 0; block < c.num_layers; ++block) ASSERT_TRUE((*model)->run_block(block).ok());
-    auto out = cuda::download(*x, nullptr);
-    ASSERT_TRUE(out.ok());
-    outputs[fused ? 0 : 1] = std::move(*out);
-  }
-  for (int64_t i = 0; i < outputs[0].numel(); ++i) {
-    ASSERT_TRUE(std::isfinite(element_as_double(outputs[0], i))) << "non-finite block output at element " << i;
-  }
-  EXPECT_TRUE(bitwise_equal(outputs[0], outputs[1]))
-      << "fused vs unfused block stack: rel-L2 " << test::rel_l2(outputs[0], outputs[1]);
+  const Tensor fused = block_stack_output(**model, c.num_layers, *x, true, h3::AttentionMode::kExact, 21);
+  const Tensor unfused = block_stack_output(**model, c.num_layers, *x, false, h3::AttentionMode::kExact, 21);
+  expect_same_finite_outputs(fused, unfused, "block stack");
 }
 
 TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
@@ -121,22 +145,9 @@ TEST(GpuH3FusionsInt8Fp8, BlockOutputAndTwoStepTrajectoryAreBitwiseEqualToTheUnf
   ASSERT_TRUE((*model)->upload_step_tables(h3::assign_row_timesteps(*layout, 0.3f, 0.8f)).ok());
   auto x = (*model)->residual().slice(0, 0, layout->num_rows);
   ASSERT_TRUE(x.ok());
-  Tensor outputs[2];
-  for (bool fused : {true, false}) {
-    (*model)->set_fused_norms(fused);
-    ASSERT_TRUE(cuda::fill_scaled_normal(*x, 23, 100, 1.0f, nullptr).ok());
-    for (int block = 0; block < c.num_layers; ++block) {
-      ASSERT_TRUE((*model)->run_block(block, h3::AttentionMode::kInt8Fp8).ok());
-    }
-    auto out = cuda::download(*x, nullptr);
-    ASSERT_TRUE(out.ok());
-    outputs[fused ? 0 : 1] = std::move(*out);
-  }
-  for (int64_t i = 0; i < outputs[0].numel(); ++i) {
-    ASSERT_TRUE(std::isfinite(element_as_double(outputs[0], i))) << "non-finite block output at element " << i;
-  }
-  EXPECT_TRUE(bitwise_equal(outputs[0], outputs[1]))
-      << "int8fp8 fused vs unfused block stack: rel-L2 " << test::rel_l2(outputs[0], outputs[1]);
+  const Tensor fused = block_stack_output(**model, c.num_layers, *x, true, h3::AttentionMode::kInt8Fp8, 23);
+  const Tensor unfused = block_stack_output(**model, c.num_layers, *x, false, h3::AttentionMode::kInt8Fp8, 23);
+  expect_same_finite_outputs(fused, unfused, "int8fp8 block stack");
 
   h3::GenerateOptions options;
   options.video = {128, 192, 22};
