@@ -126,8 +126,7 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
 // thread's two rows, in place: s holds the exact int32 scores on entry and the bits of P·448
 // (fp32) on return. c: the tile's factor q_scale·k_scale·scale·log2 e. Keys at or past nk (only
 // when kMask) get weight 0 and stay out of the max; alpha = exp2(m_old − m_new) (0 on the first
-// tile; 1 for a 64-key half wholly past nk, which leaves the state as it was). The row sums come
-// from the tensor core.
+// tile). The row sums come from the tensor core.
 template <bool kMask, int kKeys>
 __device__ __forceinline__ void online_softmax(uint32_t (&s)[kKeys / 2], float c, float (&row_max)[2],
                                                float (&alpha)[2], int key0, int nk, int lane) {
@@ -143,7 +142,7 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[kKeys / 2], float c
     int tile_max = max(max0, max1);
     tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    // Finite: key 0 of every 128-key tile is valid (a masked half keeps the earlier max). The max
+    // Finite: key 0 of every tile is valid (consume_sub64 skips a 64-key half with none). The max
     // of fp32(acc)·c is fp32(max acc)·c (c >= 0).
     const float new_max = fmaxf(row_max[r], static_cast<float>(tile_max) * c);
     alpha[r] = fast_exp2(row_max[r] - new_max);
