@@ -319,8 +319,10 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 // issued. Every accumulator is read in the iteration that issued its product (no C7514), and the
 // own products' latency is hidden but for Q·K_aᵀ's and P_b·V's. Live at the peak (the softmax of
 // b): O 64, S_b 32, the product in flight 68, P8 of both halves 16.
-// P8 of a half is merged into place after its product was retired the tile before (the v2 merge):
-// ptxas takes a wgmma's A registers as free once it is issued.
+// ptxas takes a wgmma's A registers as free once it is issued: after each product retires, its P8
+// registers are read into `operand_guard` (XOR), which the epilogue ORs into O masked to nothing,
+// so they stay allocated while the product runs and are free again once it is done. (sub64d, which
+// also deferred each P_b·V into the next stage's slot, spilled 112–672 bytes: not kept.)
 template <bool kTimeline>
 __device__ __forceinline__ void consume_sub64(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
@@ -332,16 +334,13 @@ __device__ __forceinline__ void consume_sub64(const Consumer& w) {
   float acc_lo[32], acc_hi[36];                     // one half's P·V: channels 0..63; 64..127 and the row sums
   uint32_t p_a[kHalfKeys / 8], p_b[kHalfKeys / 8];  // P8 of each half
 #pragma unroll
-  for (int i = 0; i < kHalfKeys / 8; ++i) p_a[i] = p_b[i] = 0u;
-#pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha_a[2], alpha_b[2];
-  // P·448 of a half → its P8 registers, reading the old ones (their product has been retired).
-  const auto pack_into = [&](const uint32_t (&scores)[kHalfKeys / 2], uint32_t (&p8)[kHalfKeys / 8]) {
-    uint32_t packed[kHalfKeys / 8];
-    pack_p<kHalfKeys>(scores, packed);
+  uint32_t operand_guard = 0u;
+  // A retired product's P8 registers, read once more (see above).
+  const auto release_operands = [&](const uint32_t (&p8)[kHalfKeys / 8]) {
 #pragma unroll
-    for (int i = 0; i < kHalfKeys / 8; ++i) p8[i] = (packed[i] & p.all_ones) | (p8[i] & ~p.all_ones);
+    for (int i = 0; i < kHalfKeys / 8; ++i) operand_guard ^= p8[i];
   };
   // P8·V of the half at key offset `half` of the stage, then (retired) added to O and l.
   const auto issue_product = [&](uint32_t (&p8)[kHalfKeys / 8], uint64_t v_desc, int half) {
@@ -376,7 +375,7 @@ __device__ __forceinline__ void consume_sub64(const Consumer& w) {
     pin_registers(s_a);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
     softmax_tile<kHalfKeys>(s_a, c, row_max, alpha_a, key0, p.nk, w.lane);
-    pack_into(s_a, p_a);
+    pack_p<kHalfKeys>(s_a, p_a);
     issue_product(p_a, w.v_desc(stage), 0);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<2>();  // S_b; both parts of P_a·V may still run
@@ -387,19 +386,22 @@ __device__ __forceinline__ void consume_sub64(const Consumer& w) {
     const bool second_half = key0 + kHalfKeys < p.nk;
     if (second_half) {
       softmax_tile<kHalfKeys>(s_b, c, row_max, alpha_b, key0 + kHalfKeys, p.nk, w.lane);
-      pack_into(s_b, p_b);
+      pack_p<kHalfKeys>(s_b, p_b);
     }
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     wgmma_wait<0>();  // P_a·V
+    release_operands(p_a);
     add_product(alpha_a);
     if (second_half) {
       issue_product(p_b, w.v_desc(stage), 1);
       wgmma_wait<0>();  // P_b·V
+      release_operands(p_b);
       add_product(alpha_b);
     }
     w.release(kEmptyV + stage);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
   }
+  o[0] = __uint_as_float(__float_as_uint(o[0]) | (operand_guard & ~p.all_ones));  // | 0: keeps the guard
   w.write_output(o, row_sum);
 }
 
