@@ -242,20 +242,13 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
   // alpha_b: of the tile whose second half is in flight.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
-  // A second half landed: its channels into O, and its row sums into l (columns 64 and 64 + 8 of
-  // the thread's rows g and g + 8: registers 32 and 34).
-  const auto add_second_half = [&](const float (&a)[2]) {
-    accumulate_half<1>(o, acc_b, a);
-    row_sum[0] = row_sum[0] * a[0] + acc_b[32];
-    row_sum[1] = row_sum[1] * a[1] + acc_b[34];
-  };
   // Retires the second half of (P·V)_{t−2} (none before tile 2), then merges P_{t−1} into pk.
   const auto retire_second_half = [&](int tile) {
     if (tile >= 2) {
       wgmma_wait<0>();
       pin_registers(acc_b);
       pin_registers(pk);
-      add_second_half(alpha_b);
+      accumulate_second_half(o, row_sum, acc_b, alpha_b);
     }
 #pragma unroll
     for (int i = 0; i < 16; ++i) pk[i] = (pk_next[i] & p.all_ones) | (pk[i] & ~p.all_ones);
@@ -307,7 +300,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   pin_registers(acc_a);
   pin_registers(acc_b);
   accumulate_half<0>(o, acc_a, alpha_a);
-  add_second_half(alpha_a);
+  accumulate_second_half(o, row_sum, acc_b, alpha_a);
   w.write_output(o, row_sum);
 }
 
@@ -321,8 +314,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
 // b): O 64, S_b 32, the product in flight 68, P8 of both halves 16.
 // ptxas takes a wgmma's A registers as free once it is issued: after each product retires, its P8
 // registers are read into `operand_guard` (XOR), which the epilogue ORs into O masked to nothing,
-// so they stay allocated while the product runs and are free again once it is done. (sub64d, which
-// also deferred each P_b·V into the next stage's slot, spilled 112–672 bytes: not kept.)
+// so they stay allocated while the product runs and are free again once it is done.
 template <bool kTimeline>
 __device__ __forceinline__ void consume_sub64(const Consumer& w) {
   const Int8Fp8Params& p = w.p;
@@ -351,9 +343,7 @@ __device__ __forceinline__ void consume_sub64(const Consumer& w) {
     pin_registers(acc_lo);
     pin_registers(acc_hi);
     accumulate_half<0>(o, acc_lo, alpha);
-    accumulate_half<1>(o, acc_hi, alpha);
-    row_sum[0] = row_sum[0] * alpha[0] + acc_hi[32];
-    row_sum[1] = row_sum[1] * alpha[1] + acc_hi[34];
+    accumulate_second_half(o, row_sum, acc_hi, alpha);
   };
 
   w.start_schedule();

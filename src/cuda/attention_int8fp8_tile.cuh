@@ -200,6 +200,16 @@ __device__ __forceinline__ void accumulate_half(float (&o)[64], const float (&o_
   }
 }
 
+// The second half of a P·V product landed (acc: channels 64..127 and the ones rows): its channels
+// into O, and its row sums into l (columns 64 and 64 + 8 of the thread's rows g and g + 8:
+// registers 32 and 34).
+__device__ __forceinline__ void accumulate_second_half(float (&o)[64], float (&row_sum)[2], const float (&acc)[36],
+                                                       const float (&alpha)[2]) {
+  accumulate_half<1>(o, acc, alpha);
+  row_sum[0] = row_sum[0] * alpha[0] + acc[32];
+  row_sum[1] = row_sum[1] * alpha[1] + acc[34];
+}
+
 // The online softmax of the kKeys keys from key0, masking keys past nk only in a tile that reaches
 // them.
 template <int kKeys>
