@@ -153,7 +153,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json env, environment_json(o));
   VORTEX_ASSIGN_OR_RETURN(const cuda::KernelResources int8fp8_resources, cuda::attention_int8fp8_resources());
-  VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Variant int8fp8_variant, cuda::int8fp8_variant_from_env());
   std::vector<Manifest> manifests;
   for (const AttentionShape& shape : shapes) {
     const int64_t N = shape.n, H = shape.heads;
@@ -197,9 +196,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_int8.implementation = {{"backend", "cuda"}, {"mode", "int8fp8"},
                              {"attention", "int8 QK^T and e4m3 PV wgmma (src/cuda/attention_int8fp8.cu), row sums "
                                            "of the e4m3 weights from the tensor core; time includes the quantize pass"},
-                             {"variant", int8fp8_variant == cuda::Int8Fp8Variant::kSub64
-                                             ? "sub64 (64-key softmax tiles, both halves' products under the softmax)"
-                                             : "v2"},
                              {"kernel", resources_json(int8fp8_resources)}};
 
     // Correctness: both outputs against the CPU's exact attention for 16 sampled query rows (all

@@ -60,19 +60,19 @@ Status check_out(const Int8Fp8Quantized& qz, const TensorView& out, int64_t rows
 
 // One query row of one head (the mode's definition, header comment), written to out[row_out, h].
 void attend_row(const Int8Fp8Quantized& qz, int64_t h, int64_t i, const std::vector<float>& v_values,
-                float scale_log2, int64_t softmax_tile, const TensorView& out, int64_t row_out,
+                float scale_log2, const TensorView& out, int64_t row_out,
                 std::vector<int32_t>& acc, std::vector<float>& o, std::vector<float>& o_tile) {
   const int64_t nk = qz.nk, d = qz.d;
   const int8_t* qrow = qz.q.data() + (h * qz.nq + i) * d;
   const int8_t* khead = qz.k.data() + h * nk * d;
   const float q_factor = qz.q_scale[h * qz.q_blocks() + i / kInt8Fp8QBlock] * scale_log2;
-  acc.resize(static_cast<size_t>(softmax_tile));
+  acc.resize(static_cast<size_t>(kInt8Fp8KBlock));
   o.assign(static_cast<size_t>(d), 0.0f);
   o_tile.resize(static_cast<size_t>(d));
   float m = -std::numeric_limits<float>::infinity(), l = 0.0f;
-  for (int64_t j0 = 0; j0 < nk; j0 += softmax_tile) {
-    const int64_t j1 = std::min(nk, j0 + softmax_tile);
-    const float c = q_factor * qz.k_scale[h * qz.k_blocks() + j0 / kInt8Fp8KBlock];
+  for (int64_t t = 0; t * kInt8Fp8KBlock < nk; ++t) {
+    const int64_t j0 = t * kInt8Fp8KBlock, j1 = std::min(nk, j0 + kInt8Fp8KBlock);
+    const float c = q_factor * qz.k_scale[h * qz.k_blocks() + t];
     int32_t acc_max = std::numeric_limits<int32_t>::min();
     for (int64_t j = j0; j < j1; ++j) {
       const int8_t* krow = khead + j * d;
@@ -105,8 +105,7 @@ void attend_row(const Int8Fp8Quantized& qz, int64_t h, int64_t i, const std::vec
 }
 
 // Runs attend_row for every (head, listed row), heads outermost so a thread widens few V heads.
-void attend_rows(const Int8Fp8Quantized& qz, const std::vector<int64_t>& rows, const TensorView& out, float scale,
-                 int64_t softmax_tile) {
+void attend_rows(const Int8Fp8Quantized& qz, const std::vector<int64_t>& rows, const TensorView& out, float scale) {
   const float scale_log2 = scale * kLog2e;
   const int64_t count = static_cast<int64_t>(rows.size());
   parallel_for(0, qz.heads * count, [&](int64_t t0, int64_t t1) {
@@ -121,7 +120,7 @@ void attend_rows(const Int8Fp8Quantized& qz, const std::vector<int64_t>& rows, c
         for (int64_t e = 0; e < qz.nk * qz.d; ++e) v_values[e] = e4m3_bits_to_f32(codes[e]);
         widened = h;
       }
-      attend_row(qz, h, rows[r], v_values, scale_log2, softmax_tile, out, r, acc, o, o_tile);
+      attend_row(qz, h, rows[r], v_values, scale_log2, out, r, acc, o, o_tile);
     }
   });
 }
@@ -192,24 +191,20 @@ Result<Int8Fp8Quantized> quantize_int8fp8(const TensorView& q, const TensorView&
   return qz;
 }
 
-Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale,
-                                   int64_t softmax_tile) {
+Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale) {
   std::vector<int64_t> rows(static_cast<size_t>(quantized.nq));
   for (int64_t i = 0; i < quantized.nq; ++i) rows[i] = i;
-  return attention_int8fp8_rows(quantized, rows, out, scale, softmax_tile);
+  return attention_int8fp8_rows(quantized, rows, out, scale);
 }
 
 Status attention_int8fp8_rows(const Int8Fp8Quantized& quantized, const std::vector<int64_t>& rows,
-                              const TensorView& out, float scale, int64_t softmax_tile) {
+                              const TensorView& out, float scale) {
   VORTEX_RETURN_IF_ERROR(check_out(quantized, out, static_cast<int64_t>(rows.size())));
   if (!(scale > 0.0f) || !std::isfinite(scale)) return invalid_argument("attention_int8fp8: scale must be finite and > 0");
-  if (softmax_tile != 64 && softmax_tile != kInt8Fp8KBlock) {
-    return invalid_argument("attention_int8fp8: softmax_tile must be 64 or 128, got " + std::to_string(softmax_tile));
-  }
   for (const int64_t r : rows) {
     if (r < 0 || r >= quantized.nq) return invalid_argument("attention_int8fp8: row " + std::to_string(r) + " is out of range");
   }
-  attend_rows(quantized, rows, out, scale, softmax_tile);
+  attend_rows(quantized, rows, out, scale);
   return ok_status();
 }
 

@@ -10,10 +10,8 @@
 //                 an all-zero block has scale 0 and codes 0.
 //   V e4m3        per (head, channel) over all keys: amax, scale = amax / 448,
 //                 v8 = e4m3_rne_saturating(v · (448 / amax)).
-// Attention (per query row i of Q block b, keys in tiles t of T keys, an online softmax in the
-// log2 domain whose tile boundaries are part of the definition; T = kKBlock = 128 is the mode's,
-// T = 64 the definition the GPU's sub64 variant computes, k_scale[t] then the scale of the 128-key
-// block holding the tile):
+// Attention (per query row i of Q block b, keys in tiles t of kKBlock, an online softmax in the
+// log2 domain whose tile boundaries are part of the definition):
 //   acc_j   = Σ_c q8[i, c] · k8[j, c]                        (exact int32, |acc| < 2^21 at D = 128)
 //   c_t     = (q_scale[b] · (scale · log2 e)) · k_scale[t]
 //   m_t     = max(m_{t−1}, fp32(max_j acc_j) · c_t)            (max over the tile's keys)
@@ -67,13 +65,11 @@ struct Int8Fp8Quantized {
 Result<Int8Fp8Quantized> quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v);
 
 // out: [Nq, H, D] (F32 or BF16, any strides on N and H). `scale` is the softmax scale (> 0).
-// softmax_tile: T above, 128 (the mode) or 64.
-Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale,
-                                   int64_t softmax_tile = kInt8Fp8KBlock);
+Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale);
 
 // Only the query rows `rows` (indices into Nq): out is [rows.size(), H, D].
 Status attention_int8fp8_rows(const Int8Fp8Quantized& quantized, const std::vector<int64_t>& rows,
-                              const TensorView& out, float scale, int64_t softmax_tile = kInt8Fp8KBlock);
+                              const TensorView& out, float scale);
 
 // quantize_int8fp8 then attention_int8fp8_quantized.
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -37,7 +37,6 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -189,12 +188,12 @@ struct Consumer {
     mbarrier_wait(bars + 8 * kFullQ, 0);
     wait_full(kFullK, 0);
     begin_slot();
-    issue_qk<kBlockK>(s, q_desc, k_desc(0));
+    issue_qk(s, q_desc, k_desc(0));
     end_slot(0);
     wgmma_wait<0>();
     pin_registers(s);
     release(kEmptyK);
-    softmax_tile<kBlockK>(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
+    softmax_tile(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
   }
 
   // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout. row_sum: the
@@ -255,7 +254,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   };
 
   w.first_tile(s, row_max, alpha);
-  pack_p<kBlockK>(s, pk_next);
+  pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
 
   for (int tile = 1; tile < w.tiles; ++tile) {
@@ -269,7 +268,7 @@ __device__ __forceinline__ void consume(const Consumer& w) {
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
-    issue_qk<kBlockK>(s, w.q_desc, w.k_desc(stage));
+    issue_qk(s, w.q_desc, w.k_desc(stage));
     issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
     w.end_slot(tile);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
@@ -277,14 +276,14 @@ __device__ __forceinline__ void consume(const Consumer& w) {
     pin_registers(s);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
     w.release(kEmptyK + stage);
-    softmax_tile<kBlockK>(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane);
+    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
     issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
-    pack_p<kBlockK>(s, pk_next);  // P_t, under the second half
+    pack_p(s, pk_next);  // P_t, under the second half
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
@@ -304,102 +303,11 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   w.write_output(o, row_sum);
 }
 
-// The sub64 variant's sweep (VORTEX_VARIANT_INT8FP8=sub64; the mode with 64-key softmax tiles,
-// cpu::attention_int8fp8_quantized's softmax_tile 64). Each 128-key stage is two 64-key halves a
-// and b. The slot issues S_a and S_b; the softmax of a runs while Q·K_bᵀ finishes, P_a·V is issued
-// and runs under the softmax of b, then P_b·V; each product lands in the one accumulator pair
-// (channels 0..63, and 64..127 with the ones rows' sums) and is added to O before the next is
-// issued. Every accumulator is read in the iteration that issued its product (no C7514), and the
-// own products' latency is hidden but for Q·K_aᵀ's and P_b·V's. Live at the peak (the softmax of
-// b): O 64, S_b 32, the product in flight 68, P8 of both halves 16.
-// ptxas takes a wgmma's A registers as free once it is issued: after each product retires, its P8
-// registers are read into `operand_guard` (XOR), which the epilogue ORs into O masked to nothing,
-// so they stay allocated while the product runs and are free again once it is done.
-template <bool kTimeline>
-__device__ __forceinline__ void consume_sub64(const Consumer& w) {
-  const Int8Fp8Params& p = w.p;
-  constexpr int kHalfKeys = kBlockK / 2;
-  // K rows of the second half: 64 rows × 128 B past the tile's start, in descriptor units.
-  constexpr uint64_t kSecondHalfKeyRows = static_cast<uint64_t>((kHalfKeys * kRowBytes) >> 4);
-  uint32_t s_a[kHalfKeys / 2], s_b[kHalfKeys / 2];  // S of each half, then the bits of P·448
-  float o[64];
-  float acc_lo[32], acc_hi[36];                     // one half's P·V: channels 0..63; 64..127 and the row sums
-  uint32_t p_a[kHalfKeys / 8], p_b[kHalfKeys / 8];  // P8 of each half
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha_a[2], alpha_b[2];
-  uint32_t operand_guard = 0u;
-  // A retired product's P8 registers, read once more (see above).
-  const auto release_operands = [&](const uint32_t (&p8)[kHalfKeys / 8]) {
-#pragma unroll
-    for (int i = 0; i < kHalfKeys / 8; ++i) operand_guard ^= p8[i];
-  };
-  // P8·V of the half at key offset `half` of the stage, then (retired) added to O and l.
-  const auto issue_product = [&](uint32_t (&p8)[kHalfKeys / 8], uint64_t v_desc, int half) {
-    issue_pv_half<0>(acc_lo, p8, v_desc + k32_step(2 * half));
-    issue_pv_half<1>(acc_hi, p8, v_desc + k32_step(2 * half));
-  };
-  const auto add_product = [&](const float (&alpha)[2]) {
-    pin_registers(acc_lo);
-    pin_registers(acc_hi);
-    accumulate_half<0>(o, acc_lo, alpha);
-    accumulate_second_half(o, row_sum, acc_hi, alpha);
-  };
-
-  w.start_schedule();
-  mbarrier_wait(w.bars + 8 * kFullQ, 0);
-  for (int tile = 0; tile < w.tiles; ++tile) {
-    const int stage = tile % kStages, key0 = tile * kBlockK;
-    const float c = w.tile_factor(tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
-    w.wait_full(kFullK, tile);
-    w.wait_full(kFullV, tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
-    w.begin_slot();
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
-    issue_qk<kHalfKeys>(s_a, w.q_desc, w.k_desc(stage));
-    issue_qk<kHalfKeys>(s_b, w.q_desc, w.k_desc(stage) + kSecondHalfKeyRows);
-    w.end_slot(tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
-    wgmma_wait<1>();  // S_a; S_b may still run
-    pin_registers(s_a);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
-    softmax_tile<kHalfKeys>(s_a, c, row_max, alpha_a, key0, p.nk, w.lane);
-    pack_p<kHalfKeys>(s_a, p_a);
-    issue_product(p_a, w.v_desc(stage), 0);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
-    wgmma_wait<2>();  // S_b; both parts of P_a·V may still run
-    pin_registers(s_b);
-    w.release(kEmptyK + stage);
-    // A second half wholly past nk (the last tile of a short key range) has no tile in the
-    // definition: it is skipped, not run as an all-masked tile.
-    const bool second_half = key0 + kHalfKeys < p.nk;
-    if (second_half) {
-      softmax_tile<kHalfKeys>(s_b, c, row_max, alpha_b, key0 + kHalfKeys, p.nk, w.lane);
-      pack_p<kHalfKeys>(s_b, p_b);
-    }
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
-    wgmma_wait<0>();  // P_a·V
-    release_operands(p_a);
-    add_product(alpha_a);
-    if (second_half) {
-      issue_product(p_b, w.v_desc(stage), 1);
-      wgmma_wait<0>();  // P_b·V
-      release_operands(p_b);
-      add_product(alpha_b);
-    }
-    w.release(kEmptyV + stage);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
-  }
-  o[0] = __uint_as_float(__float_as_uint(o[0]) | (operand_guard & ~p.all_ones));  // | 0: keeps the guard
-  w.write_output(o, row_sum);
-}
-
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
-// clock marks of one CTA. kSub64: the sub64 variant's sweep (consume_sub64).
-template <bool kTimeline, bool kSub64>
+// clock marks of one CTA.
+template <bool kTimeline>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -441,12 +349,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    const Consumer consumer(p, smem, bars, q0, head, tiles, warpgroup - 1);
-    if constexpr (kSub64) {
-      consume_sub64<kTimeline>(consumer);
-    } else {
-      consume<kTimeline>(consumer);
-    }
+    consume<kTimeline>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
   }
 }
 
@@ -522,9 +425,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
   params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kSub64 ? attention_int8fp8_kernel<kTimeline, true>
-                                                        : attention_int8fp8_kernel<kTimeline, false>;
+  const auto kernel = attention_int8fp8_kernel<kTimeline>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -542,7 +443,6 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream) {
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
   std::vector<std::string> events = {"tile start (second half of PV_t-2 retired, P_t-1 in place)",
                                      "operands (K_t, V_t-1 landed)",
                                      "slot begins (the other consumer issued)",
@@ -551,16 +451,6 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "softmax done",
                                      "first half landed",
                                      "second half issued, P_t packed"};
-  if (variant == Int8Fp8Variant::kSub64) {
-    events = {"tile start",
-              "operands (K_t, V_t landed)",
-              "slot begins (the other consumer issued)",
-              "issued (QK of both 64-key halves)",
-              "S_a landed",
-              "softmax a done, PV_a issued",
-              "softmax b done (S_b landed)",
-              "PV_a and PV_b added to O"};
-  }
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
   return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), stream,
                          [&](long long* marks) { return launch<true>(ws, out, scale, marks, stream); });
@@ -585,19 +475,8 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
-Result<Int8Fp8Variant> int8fp8_variant_from_env() {
-  const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
-  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v2") return Int8Fp8Variant::kV2;
-  if (std::string(variant) == "sub64") return Int8Fp8Variant::kSub64;
-  return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
-                       " is not a variant of this build (v2, sub64)");
-}
-
 Result<KernelResources> attention_int8fp8_resources() {
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const auto kernel = variant == Int8Fp8Variant::kSub64 ? attention_int8fp8_kernel<false, true>
-                                                        : attention_int8fp8_kernel<false, false>;
-  return kernel_resources(reinterpret_cast<const void*>(kernel), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

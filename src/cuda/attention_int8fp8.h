@@ -101,15 +101,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 
-// Variants of the attention pass for A/B runs (VORTEX_VARIANT_INT8FP8, read on every call; v2
-// ships). sub64 computes the mode with 64-key softmax tiles (cpu::attention_int8fp8_quantized's
-// softmax_tile 64: the same error against exact, outputs ~0.01 from v2's), which lets a consumer's
-// own products run under its softmax.
-enum class Int8Fp8Variant { kV2, kSub64 };
-Result<Int8Fp8Variant> int8fp8_variant_from_env();
-
-// Registers, spills and shared memory of the int8fp8 attention kernel the environment selects (for
-// bench manifests).
+// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
 Result<KernelResources> attention_int8fp8_resources();
 
 }  // namespace vortex::cuda

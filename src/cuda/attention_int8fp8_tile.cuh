@@ -122,19 +122,18 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
 // Accumulator layout of m64nNk32 (s32 or f32): thread t of the warpgroup holds rows 16·(t/32) +
 // (t%32)/4 (elements 4j, 4j+1) and that + 8 (4j+2, 4j+3), columns 8j + 2·(t%4) and + 1, for j < N/8.
 
-// Online softmax of one tile of kKeys keys (128, or a 64-key half in the sub64 variant) for this
-// thread's two rows, in place: s holds the exact int32 scores on entry and the bits of P·448
-// (fp32) on return. c: the tile's factor q_scale·k_scale·scale·log2 e. Keys at or past nk (only
-// when kMask) get weight 0 and stay out of the max; alpha = exp2(m_old − m_new) (0 on the first
-// tile). The row sums come from the tensor core.
-template <bool kMask, int kKeys>
-__device__ __forceinline__ void online_softmax(uint32_t (&s)[kKeys / 2], float c, float (&row_max)[2],
-                                               float (&alpha)[2], int key0, int nk, int lane) {
+// Online softmax of one tile for this thread's two rows, in place: s holds the exact int32 scores
+// on entry and the bits of P·448 (fp32) on return. c: the tile's factor q_scale·k_scale·scale·log2 e.
+// Keys at or past nk (only when kMask) get weight 0 and stay out of the max; alpha =
+// exp2(m_old − m_new) (0 on the first tile). The row sums come from the tensor core.
+template <bool kMask>
+__device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
+                                               int key0, int nk, int lane) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int max0 = INT_MIN, max1 = INT_MIN;  // over the exact scores; two chains: half the dependent latency
 #pragma unroll
-    for (int j = 0; j < kKeys / 8; ++j) {
+    for (int j = 0; j < kBlockK / 8; ++j) {
       const int key = key0 + 8 * j + 2 * (lane % 4);
       max0 = max(max0, (!kMask || key < nk) ? static_cast<int>(s[4 * j + 2 * r]) : INT_MIN);
       max1 = max(max1, (!kMask || key + 1 < nk) ? static_cast<int>(s[4 * j + 2 * r + 1]) : INT_MIN);
@@ -142,8 +141,7 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[kKeys / 2], float c
     int tile_max = max(max0, max1);
     tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
     tile_max = max(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-    // Finite: key 0 of every tile is valid (consume_sub64 skips a 64-key half with none). The max
-    // of fp32(acc)·c is fp32(max acc)·c (c >= 0).
+    // Finite: key 0 of every tile is valid. The max of fp32(acc)·c is fp32(max acc)·c (c >= 0).
     const float new_max = fmaxf(row_max[r], static_cast<float>(tile_max) * c);
     alpha[r] = fast_exp2(row_max[r] - new_max);
     row_max[r] = new_max;
@@ -151,7 +149,7 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[kKeys / 2], float c
     // 1.5·2^23 + acc (one integer add, no conversion); the offset takes the 1.5·2^23 back out.
     const float offset = fmaf(-kMagic, c, kLog2PScale - new_max);
 #pragma unroll
-    for (int j = 0; j < kKeys / 8; ++j) {
+    for (int j = 0; j < kBlockK / 8; ++j) {
       float p0 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset));
       float p1 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r + 1] + kMagicBits), c, offset));
       if (kMask) {
@@ -168,11 +166,10 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[kKeys / 2], float c
 // P·448 (fp32 bits, accumulator layout) → e4m3 A fragments of P·V. For k32 step s, register 4s + r + 2h
 // holds row g + 8r, keys (in Vᵀ slot order) 32s + 16h + 4t .. +3, which are the accumulator's
 // columns 8j + 2t, 8j + 2t + 1 for j = 4s + 2h and j = 4s + 2h + 1 (int8fp8_vt_slot's permutation).
-template <int kKeys>
-__device__ __forceinline__ void pack_p(const uint32_t (&s)[kKeys / 2], uint32_t (&p)[kKeys / 8]) {
+__device__ __forceinline__ void pack_p(const uint32_t (&s)[64], uint32_t (&p)[16]) {
   const auto x = [&](int i) { return __uint_as_float(s[i]); };
 #pragma unroll
-  for (int step = 0; step < kKeys / 32; ++step) {
+  for (int step = 0; step < kBlockK / 32; ++step) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -210,24 +207,20 @@ __device__ __forceinline__ void accumulate_second_half(float (&o)[64], float (&r
   row_sum[1] = row_sum[1] * alpha[1] + acc[34];
 }
 
-// The online softmax of the kKeys keys from key0, masking keys past nk only in a tile that reaches
-// them.
-template <int kKeys>
-__device__ __forceinline__ void softmax_tile(uint32_t (&s)[kKeys / 2], float c, float (&row_max)[2],
-                                             float (&alpha)[2], int key0, int nk, int lane) {
-  if (key0 + kKeys > nk) {
-    online_softmax<true, kKeys>(s, c, row_max, alpha, key0, nk, lane);
+// The online softmax of the tile from key0, masking keys past nk only in a tile that reaches them.
+__device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
+                                             int key0, int nk, int lane) {
+  if (key0 + kBlockK > nk) {
+    online_softmax<true>(s, c, row_max, alpha, key0, nk, lane);
   } else {
-    online_softmax<false, kKeys>(s, c, row_max, alpha, key0, nk, lane);
+    online_softmax<false>(s, c, row_max, alpha, key0, nk, lane);
   }
 }
 
 // ---- consumer products ----------------------------------------------------------------------------
 
-// S = Q8·K8ᵀ for this warpgroup's 64 rows and kKeys keys (a 128-key tile, or the 64-key half whose
-// K rows k_desc starts at): 4 k32 steps over D.
-template <int kKeys>
-__device__ __forceinline__ void issue_qk(uint32_t (&s)[kKeys / 2], uint64_t q_desc, uint64_t k_desc) {
+// S = Q8·K8ᵀ for this warpgroup's 64 rows and one 128-key tile: 4 k32 steps over D.
+__device__ __forceinline__ void issue_qk(uint32_t (&s)[64], uint64_t q_desc, uint64_t k_desc) {
   wgmma_fence();
   wgmma_s8<0>(s, q_desc, k_desc);
 #pragma unroll
@@ -235,20 +228,19 @@ __device__ __forceinline__ void issue_qk(uint32_t (&s)[kKeys / 2], uint64_t q_de
   wgmma_commit();
 }
 
-// o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile (P8 in 16 registers), or of
-// one 64-key half (8 registers; v_desc then starts at that half's keys): rows 64·H.. of the Vᵀ
-// tile, 64 rows × 128 B = 8 KB (eight swizzle periods) past its start. With 36 registers (the
-// second half) the product also covers the 8 ones rows after the tile: columns 64..71 are the row
-// sums Σ_k P8.
-template <int H, int N, int P>
-__device__ __forceinline__ void issue_pv_half(float (&o_half)[N], uint32_t (&p)[P], uint64_t v_desc) {
+// o_half = P8·V8 for channels 64·H .. 64·H + 63 of one 128-key tile: rows 64·H.. of the Vᵀ tile,
+// 64 rows × 128 B = 8 KB (eight swizzle periods) past its start. With 36 registers (the second
+// half) the product also covers the 8 ones rows after the tile: columns 64..71 are the row sums
+// Σ_k P8.
+template <int H, int N>
+__device__ __forceinline__ void issue_pv_half(float (&o_half)[N], uint32_t (&p)[16], uint64_t v_desc) {
   static_assert(N == 32 || (N == 36 && H == 1), "64 channels, or the second half with the ones rows");
   const uint64_t b = v_desc + static_cast<uint64_t>((H * (kHeadDim / 2) * kRowBytes) >> 4);
   pin_registers(p);
   wgmma_fence();
   wgmma_e4m3<0>(o_half, p[0], p[1], p[2], p[3], b);
 #pragma unroll
-  for (int step = 1; step < P / 4; ++step) {
+  for (int step = 1; step < kBlockK / 32; ++step) {
     wgmma_e4m3<1>(o_half, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], b + k32_step(step));
   }
   wgmma_commit();

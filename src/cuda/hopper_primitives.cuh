@@ -279,23 +279,6 @@ __device__ __forceinline__ void wgmma_s8(uint32_t (&d)[64], uint64_t a, uint64_t
     c(d[10]), c(d[11]), c(d[12]), c(d[13]), c(d[14]), c(d[15]), c(d[16]), c(d[17]), c(d[18]), \
     c(d[19]), c(d[20]), c(d[21]), c(d[22]), c(d[23]), c(d[24]), c(d[25]), c(d[26]), c(d[27]), \
     c(d[28]), c(d[29]), c(d[30]), c(d[31])
-// wgmma_s8 for 64 output columns (b [32, 64] int8): d 32 s32 registers.
-template <int kScaleD>
-__device__ __forceinline__ void wgmma_s8(uint32_t (&d)[32], uint64_t a, uint64_t b) {
-  if constexpr (kScaleD == 0) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 " VORTEX_WGMMA_D32 ", %32, %33, p;\n}\n"
-        : VORTEX_WGMMA_D32_OPERANDS("=r")
-        : "l"(a), "l"(b), "r"(0));
-  } else {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 " VORTEX_WGMMA_D32 ", %32, %33, p;\n}\n"
-        : VORTEX_WGMMA_D32_OPERANDS("+r")
-        : "l"(a), "l"(b), "r"(1));
-  }
-}
 // d (f32) = a·b (scale_d 0) or d += a·b for 64 output columns: a [64, 32] e4m3 in registers
 // (4 × 4 bytes: rows g / g+8, k 4t..4t+3 and 16+4t..16+4t+3), b [32, 64] e4m3 K-major in shared
 // memory, d 32 fp32 registers.

@@ -15,8 +15,6 @@
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
-// - variant sub64 (VORTEX_VARIANT_INT8FP8=sub64: 64-key softmax tiles) against the CPU reference
-//   with softmax_tile 64 and against exact: the same bounds.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -24,7 +22,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -105,33 +102,6 @@ Tensor gather_heads(const Tensor& fused, int64_t col, int64_t heads) {
 
 class GpuAttentionInt8Fp8 : public test::GpuTest {};
 
-// Sets VORTEX_VARIANT_INT8FP8 for its lifetime and restores the caller's setting after.
-class ScopedInt8Fp8Variant {
- public:
-  explicit ScopedInt8Fp8Variant(const char* value) {
-    const char* saved = std::getenv(kName);
-    had_ = saved != nullptr;
-    if (had_) saved_ = saved;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedInt8Fp8Variant() {
-    if (had_) {
-      setenv(kName, saved_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-
- private:
-  static constexpr const char* kName = "VORTEX_VARIANT_INT8FP8";
-  bool had_ = false;
-  std::string saved_;
-};
-
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
@@ -156,15 +126,7 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
 
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena, nq, nk, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream));
-  {
-    const ScopedInt8Fp8Variant shipped(nullptr);
-    must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
-  }
-  const Tensor dsub64 = must(arena.alloc({nq, heads, kD}, DType::kBF16));
-  {
-    const ScopedInt8Fp8Variant sub64("sub64");
-    must(cuda::attention_int8fp8_quantized(ws, dsub64.view(), scale, stream));
-  }
+  must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
 
   // ---- host copies and the CPU reference ----
@@ -175,8 +137,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   const cpu::Int8Fp8Quantized qz = must(cpu::quantize_int8fp8(hq.view(), hk.view(), hv.view()));
   Tensor ref = Tensor::empty({nq, heads, kD}, DType::kBF16);
   must(cpu::attention_int8fp8_quantized(qz, ref.view(), scale));
-  Tensor ref64 = Tensor::empty({nq, heads, kD}, DType::kBF16);
-  must(cpu::attention_int8fp8_quantized(qz, ref64.view(), scale, 64));
 
   // ---- the quantize pass, bit for bit ----
   const auto download_bytes = [&](const void* src, size_t bytes) {
@@ -229,7 +189,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   // ---- the attention pass ----
   const Tensor out_full = must(cuda::download(dout_full, stream));
   const Tensor exact = must(cuda::download(dexact, stream));
-  const Tensor sub64 = must(cuda::download(dsub64, stream));
   arena.release_to(mark);
   const auto* bytes = static_cast<const unsigned char*>(out_full.data());
   int64_t clobbered = 0;
@@ -252,15 +211,6 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   EXPECT_GE(vs_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << ": GPU int8fp8 vs GPU exact";
   std::printf("int8fp8 %-40s vs CPU ref rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f (CPU ref vs exact %.4f)\n",
               label.c_str(), vs_ref.rel_l2, vs_exact.rel_l2, vs_exact.cosine, ref_vs_exact.rel_l2);
-  // The sub64 variant against its definition (64-key softmax tiles) and against exact.
-  const ModeError sub64_ref = mode_error(sub64.data_as<uint16_t>(), ref64.data_as<uint16_t>(), got.numel());
-  const ModeError sub64_exact = mode_error(sub64.data_as<uint16_t>(), exact.data_as<uint16_t>(), got.numel());
-  EXPECT_EQ(sub64_ref.nonfinite, 0) << label << " sub64";
-  EXPECT_LE(sub64_ref.rel_l2, kVsReferenceRelL2) << label << " sub64: GPU vs CPU int8fp8 reference (64-key tiles)";
-  EXPECT_LE(sub64_exact.rel_l2, peaked ? kPeakedVsExactRelL2 : kVsExactRelL2) << label << " sub64 vs exact";
-  EXPECT_GE(sub64_exact.cosine, peaked ? kPeakedVsExactCosine : kVsExactCosine) << label << " sub64 vs exact";
-  std::printf("  sub64: vs CPU ref (64-key tiles) rel-L2 %.3e | vs exact rel-L2 %.4f cos %.6f\n", sub64_ref.rel_l2,
-              sub64_exact.rel_l2, sub64_exact.cosine);
 }
 
 TEST_F(GpuAttentionInt8Fp8, MatchesCpuReferenceOnFusedQkvSlices) {
@@ -370,8 +320,8 @@ TEST_F(GpuAttentionInt8Fp8, QProducerRejectsBadArguments) {
   EXPECT_EQ(code(q_short, nullptr, nullptr, nullptr), StatusCode::kInvalidArgument) << "q not the workspace's length";
 }
 
-// The timeline instances (clock marks in one CTA) of v2 and sub64 compute their variant's output bit
-// for bit, and every recorded tile's marks come in program order.
+// The timeline instance (clock marks in one CTA) computes the shipped kernel's output bit for bit,
+// and every recorded tile's marks come in program order.
 TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3;
   const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
@@ -382,36 +332,15 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const Tensor marked = must(arena_.alloc({n, heads, kD}, DType::kBF16));
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, n, n, heads));
   must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
-  for (const char* variant : {"v2", "sub64"}) {
-    const ScopedInt8Fp8Variant selected(variant);
-    must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
-    const Tensor a = must(cuda::download(shipped, stream_));
-    const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
-    const Tensor b = must(cuda::download(marked, stream_));
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << variant << ": the timeline instance's output differs";
-    ASSERT_EQ(t.warps, 8);
-    ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
-    ASSERT_EQ(t.events.size(), 8u);
-    EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << variant << ": timeline marks missing or out of program order";
-  }
-}
-
-TEST(GpuAttentionInt8Fp8Variant, ReadFromTheEnvironment) {
-  {
-    const ScopedInt8Fp8Variant unset(nullptr);
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
-  }
-  {
-    const ScopedInt8Fp8Variant v2("v2");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kV2);
-  }
-  {
-    const ScopedInt8Fp8Variant sub64("sub64");
-    EXPECT_EQ(must(cuda::int8fp8_variant_from_env()), cuda::Int8Fp8Variant::kSub64);
-  }
-  const ScopedInt8Fp8Variant bad("v0");
-  EXPECT_EQ(cuda::int8fp8_variant_from_env().status().code(), StatusCode::kUnimplemented);
-  EXPECT_EQ(cuda::attention_int8fp8_resources().status().code(), StatusCode::kUnimplemented);
+  must(cuda::attention_int8fp8_quantized(ws, shipped.view(), 0.088f, stream_));
+  const Tensor a = must(cuda::download(shipped, stream_));
+  const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
+  const Tensor b = must(cuda::download(marked, stream_));
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "the timeline instance's output differs";
+  ASSERT_EQ(t.warps, 8);
+  ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
+  ASSERT_EQ(t.events.size(), 8u);
+  EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
 }
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 ---------------------------------------------
@@ -442,10 +371,7 @@ class GpuAttentionInt8Fp8Canonical : public test::GpuTest {
 
 TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExact) {
   EXPECT_EQ(cudaMemsetAsync(out_.data(), kSentinel, out_.nbytes(), stream_), cudaSuccess);
-  {
-    const ScopedInt8Fp8Variant shipped(nullptr);
-    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
-  }
+  must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(out_, 0, kHeads, kD), kScale, arena_, stream_));
   must(cuda::attention(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, stream_));
   sync();
 
@@ -486,22 +412,6 @@ TEST_F(GpuAttentionInt8Fp8Canonical, SampledRowsMatchCpuAndWholeOutputMatchesExa
   std::printf("int8fp8 vs exact 37810x56x128, all %lld outputs: rel-L2 %.4f  cosine %.6f\n",
               static_cast<long long>(got.numel()), e.rel_l2, e.cosine);
   RecordProperty("vs_exact_rel_l2", std::to_string(e.rel_l2));
-
-  // The sub64 variant on the canonical shape, every output against exact (into exact_, whose
-  // output is on the host).
-  {
-    const ScopedInt8Fp8Variant sub64("sub64");
-    must(cuda::attention_int8fp8(q(), k(), v(), test::head_view(exact_, 0, kHeads, kD), kScale, arena_, stream_));
-  }
-  const Tensor sub64 = must(cuda::download(exact_, stream_));
-  const ModeError es = mode_error(sub64.data_as<uint16_t>(), exact.data_as<uint16_t>(), sub64.numel());
-  const ModeError vs_v2 = mode_error(sub64.data_as<uint16_t>(), got.data_as<uint16_t>(), sub64.numel());
-  EXPECT_EQ(es.nonfinite, 0);
-  EXPECT_LE(es.rel_l2, kVsExactRelL2) << "sub64 vs exact at 37810x56x128";
-  EXPECT_GE(es.cosine, kVsExactCosine) << "sub64 vs exact at 37810x56x128";
-  std::printf("int8fp8 sub64 vs exact 37810x56x128: rel-L2 %.4f  cosine %.6f; vs v2 rel-L2 %.4f\n", es.rel_l2,
-              es.cosine, vs_v2.rel_l2);
-
 }
 
 double median_ms(cudaStream_t stream, const std::function<Status()>& launch) {
