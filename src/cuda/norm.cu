@@ -360,62 +360,88 @@ Status set_fusion(const NormFusion& f, const TensorView& x, const TensorView& y,
 // ---- qk_norm_rope --------------------------------------------------------------------------------
 
 struct QkNormRopeParams {
-  RmsNormParams t;     // q or k: a rank-3 [N, H, D] view, V = kVec, one vector per lane
-  const float* cos;    // [N, rot] contiguous, or null (no RoPE)
+  RmsNormParams t;       // q or k: a rank-3 [N, H, D] view (rows = N·H, inner = H), V = kVec, one vector per lane
+  const float* cos;      // [N, rot] contiguous, or null (no RoPE)
   const float* sin;
-  int rot_vecs;        // rot / 2 / V: lanes [0, r) hold the first half, [r, 2r) its partners
-  int group;           // lanes per row, as rms_norm's group kernel picks for D / V vectors
+  int rot_vecs;          // rot / 2 / V: lanes [0, r) hold the first half, [r, 2r) its partners
+  int group;             // lanes per row, as rms_norm's group kernel picks for D / V vectors
+  int rows_per_thread;   // heads of one token a thread normalises: 1..kHeadRowsPerThread
+  int64_t chunks;        // head chunks per token: ceil(H / (rows per block · rows_per_thread))
 };
 
-// Every lane of a warp runs the same iterations (the row loop bound depends only on the block) so
-// the shuffles see full warps; inactive lanes carry garbage that nobody stores. Four blocks per SM
-// cap it at 64 registers (ptxas takes 72 otherwise, and only 3 blocks fit). kBf16: the tensor's
-// dtype (in place, so input and output share it) as a template argument, so that the rounding
-// and the loads and stores carry no runtime dtype test (PTX 719 → 577 instructions).
+// A thread normalises up to four heads of one token. One row per thread left a single 16-byte
+// load in flight per thread, and the norm ran at a quarter of HBM's bandwidth; four rows issue
+// their loads together, and the token's cos/sin slice and the weight slice (the same for every
+// head a lane touches) are loaded once instead of once per row.
+constexpr int kHeadRowsPerThread = 4;
+
+// One work item is one token's chunk of heads: thread (slot, lane) takes heads chunk·S·R + slot +
+// k·S for k < R (S = kNormThreads / group rows per pass). Each row is normalised as rms_norm's
+// group kernel does it (same lanes, same fma order, same shuffle tree), so the result is bitwise
+// rms_norm + apply_rope. The loop bounds depend only on the block, so whole warps reach the
+// shuffles; inactive lanes carry values nobody stores. kBf16: the tensor's dtype (in place, so
+// input and output share it) as a template argument, so the rounding and the loads and stores
+// carry no runtime dtype test. Two blocks per SM: ptxas takes 115 registers (the four cached
+// rows are 32 of them), and a cap of 80 for three blocks spills.
 template <int V, bool kBf16>
-__global__ void __launch_bounds__(kNormThreads, 4) qk_norm_rope_kernel(QkNormRopeParams params) {
+__global__ void __launch_bounds__(kNormThreads, 2) qk_norm_rope_kernel(QkNormRopeParams params) {
   const RmsNormParams& p = params.t;
   const int group = params.group, lane = threadIdx.x % group;
-  const int64_t rows_per_block = kNormThreads / group;
+  const int slot = threadIdx.x / group, slots = kNormThreads / group;
+  const int rows_per_thread = params.rows_per_thread;
+  const int64_t heads = p.inner, tokens = p.rows / p.inner;
   const int r = params.rot_vecs;
   const int partner = lane < r ? lane + r : (lane < 2 * r ? lane - r : lane);
   const int partner_lane = static_cast<int>(threadIdx.x % 32) - lane + partner;
-  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < p.rows; r0 += gridDim.x * rows_per_block) {
-    const int64_t row = r0 + threadIdx.x / group;
-    const bool active = row < p.rows && lane < p.vecs;
-    float v[V];
-    float ss = 0.0f;
-    if (active) {
-      detail::load_vec<V>(norm_src(p, row), kBf16, lane * V, v);
-      ss = sum_squares<V>(v, ss);
-    }
-    for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
-    const float inv = detail::inv_rms(ss, p.c, p.eps);
-    float w[V], normed[V];
-    if (active) load_weight<V>(p, lane * V, w);
+  const bool in_row = lane < p.vecs;
+  const bool rotates = params.cos != nullptr && lane < 2 * r;
+  const int64_t rot = 2 * static_cast<int64_t>(r) * V;
+  float w[V];
+  if (in_row) load_weight<V>(p, lane * V, w);
+  for (int64_t item = blockIdx.x; item < tokens * params.chunks; item += gridDim.x) {
+    const int64_t token = item / params.chunks;
+    const int64_t head0 = (item % params.chunks) * slots * rows_per_thread + slot;
+    float v[kHeadRowsPerThread][V];
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      normed[k] = active ? detail::round_out(kBf16, __fmul_rn(__fmul_rn(v[k], inv), w[k])) : 0.0f;
-    }
-    float other[V];
-#pragma unroll
-    for (int k = 0; k < V; ++k) other[k] = __shfl_sync(0xFFFFFFFFu, normed[k], partner_lane);
-    if (!active) continue;
-    if (params.cos != nullptr && lane < 2 * r) {
-      // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
-      const int64_t token = row / p.inner;
-      const int64_t rot = 2 * static_cast<int64_t>(r) * V;
-      float c[V], sn[V];
-      detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
-      detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
-      const bool low = lane < r;
-#pragma unroll
-      for (int k = 0; k < V; ++k) {
-        normed[k] = low ? detail::rope_low(kBf16, normed[k], other[k], c[k], sn[k])
-                        : detail::rope_high(kBf16, other[k], normed[k], c[k], sn[k]);
+    for (int k = 0; k < kHeadRowsPerThread; ++k) {
+      if (k < rows_per_thread && head0 + k * slots < heads && in_row) {
+        detail::load_vec<V>(detail::row_ptr(p.x, token, head0 + k * slots), kBf16, lane * V, v[k]);
       }
     }
-    detail::store_vec<V>(norm_dst(p, row), kBf16, lane * V, normed);
+    float c[V], sn[V];
+    if (rotates) {
+      detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
+      detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
+    }
+#pragma unroll
+    for (int k = 0; k < kHeadRowsPerThread; ++k) {
+      if (k >= rows_per_thread) break;
+      const int64_t h = head0 + k * slots;
+      const bool active = h < heads && in_row;
+      float ss = 0.0f;
+      if (active) ss = sum_squares<V>(v[k], ss);
+      for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
+      const float inv = detail::inv_rms(ss, p.c, p.eps);
+      float normed[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) {
+        normed[e] = active ? detail::round_out(kBf16, __fmul_rn(__fmul_rn(v[k][e], inv), w[e])) : 0.0f;
+      }
+      float other[V];
+#pragma unroll
+      for (int e = 0; e < V; ++e) other[e] = __shfl_sync(0xFFFFFFFFu, normed[e], partner_lane);
+      if (!active) continue;
+      if (rotates) {
+        // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
+        const bool low = lane < r;
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+          normed[e] = low ? detail::rope_low(kBf16, normed[e], other[e], c[e], sn[e])
+                          : detail::rope_high(kBf16, other[e], normed[e], c[e], sn[e]);
+        }
+      }
+      detail::store_vec<V>(detail::row_ptr(p.y, token, h), kBf16, lane * V, normed);
+    }
   }
 }
 
@@ -541,6 +567,10 @@ Status head_norm_rope(const TensorView& x, const TensorView* weight, float eps, 
   // rms_norm's group layout for this width (vecs <= 32 lanes: one vector per lane).
   const NormRowLayout l = norm_row_layout(x.shape[0] * x.shape[1], vecs, detail::kVec);
   params.group = l.lanes;
+  const int64_t slots = kNormThreads / l.lanes;
+  params.rows_per_thread = static_cast<int>(std::min<int64_t>(kHeadRowsPerThread, detail::ceil_div(x.shape[1], slots)));
+  params.chunks = detail::ceil_div(x.shape[1], slots * params.rows_per_thread);
+  const unsigned grid = static_cast<unsigned>(std::min(x.shape[0] * params.chunks, kNormMaxGrid));
   RmsNormParams& p = params.t;
   p.x = p.y = detail::make_operand(x);
   p.weight = weight ? static_cast<const char*>(weight->data) : nullptr;
@@ -552,9 +582,9 @@ Status head_norm_rope(const TensorView& x, const TensorView* weight, float eps, 
   p.c = static_cast<int>(d);
   p.eps = eps;
   if (x.dtype == DType::kBF16) {
-    qk_norm_rope_kernel<detail::kVec, true><<<l.grid, l.block, 0, stream>>>(params);
+    qk_norm_rope_kernel<detail::kVec, true><<<grid, kNormThreads, 0, stream>>>(params);
   } else {
-    qk_norm_rope_kernel<detail::kVec, false><<<l.grid, l.block, 0, stream>>>(params);
+    qk_norm_rope_kernel<detail::kVec, false><<<grid, kNormThreads, 0, stream>>>(params);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();

@@ -121,8 +121,10 @@ TEST_F(GpuNormFused, BadTableRowsGiveTheSameNanRows) {
 
 // qk_norm_rope on the q and k column slices of a fused [N, 3·H·D] buffer against rms_norm +
 // apply_rope on a copy: the released head (D 128, rotary 96), a full rotation, no rotation, D 64,
-// a 24-wide head (4-lane groups), F32, an odd column offset (the separate-launch fallback), and
-// 28,693 (token, head) rows (1,794 blocks).
+// a 24-wide head (4-lane groups), F32, an odd column offset (the separate-launch fallback),
+// 28,693 (token, head) rows (1,794 blocks), and head counts that exercise the several heads per
+// thread: H3's 56 (four per thread, the last rows of the block idle), 37 (three), 70 (two chunks
+// per token), 40 heads of 64 (two per thread) and 56 in F32.
 struct QkCase {
   int64_t rows, heads, dim, rot, col;
   DType dtype;
@@ -131,7 +133,10 @@ constexpr QkCase kQkCases[] = {{37, 3, 128, 96, 0, DType::kBF16}, {129, 2, 128, 
                                {5, 4, 128, 0, 0, DType::kBF16},   {33, 2, 64, 64, 0, DType::kBF16},
                                {17, 5, 24, 16, 0, DType::kBF16},  {9, 2, 128, 96, 0, DType::kF32},
                                {11, 2, 128, 96, 3, DType::kBF16},
-                               {4099, 7, 128, 96, 0, DType::kBF16}};
+                               {4099, 7, 128, 96, 0, DType::kBF16},
+                               {301, 56, 128, 128, 0, DType::kBF16}, {67, 37, 128, 96, 0, DType::kBF16},
+                               {45, 70, 128, 96, 8, DType::kBF16},   {23, 40, 64, 64, 0, DType::kBF16},
+                               {19, 56, 128, 96, 0, DType::kF32}};
 
 TEST_F(GpuNormFused, QkNormRopeIsBitwiseEqualToTheSeparateLaunches) {
   uint64_t seed = 9400;
