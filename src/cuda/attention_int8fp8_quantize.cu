@@ -224,21 +224,33 @@ __global__ void __launch_bounds__(kThreads) int8fp8_q_producer_kernel(QProducerP
     }
     for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
     const float inv = detail::inv_rms(ss, kD, p.eps);
+    // Two channels per instruction, as head_norm_rope's BF16 rows do it (its comments say why the
+    // bits are the same): R(x·inv·w), then R(R(mine·R(cos)) + R(other·±R(sin))).
+    uint32_t normed[4], other[4];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) x[k][i] = active ? detail::round_bf16_device(__fmul_rn(__fmul_rn(v[i], inv), w[i])) : 0.0f;
-    float other[8];
+    for (int i = 0; i < 4; ++i) {
+      normed[i] = active ? detail::bf16x2_bits(__fmul_rn(__fmul_rn(v[2 * i], inv), w[2 * i]),
+                                               __fmul_rn(__fmul_rn(v[2 * i + 1], inv), w[2 * i + 1]))
+                         : 0u;
+    }
 #pragma unroll
-    for (int i = 0; i < 8; ++i) other[i] = __shfl_sync(0xffffffffu, x[k][i], partner_lane);
+    for (int i = 0; i < 4; ++i) other[i] = __shfl_sync(0xffffffffu, normed[i], partner_lane);
     if (active && p.cos != nullptr && lane < 2 * r) {
       float c[8], sn[8];
       detail::load_vec<8>(reinterpret_cast<const char*>(p.cos + static_cast<int64_t>(row) * p.rot), false, 8 * lane, c);
       detail::load_vec<8>(reinterpret_cast<const char*>(p.sin + static_cast<int64_t>(row) * p.rot), false, 8 * lane, sn);
-      const bool low = lane < r;
+      const float sign = lane < r ? -1.0f : 1.0f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        x[k][i] = detail::round_bf16_device(low ? detail::rope_low(true, x[k][i], other[i], c[i], sn[i])
-                                                : detail::rope_high(true, other[i], x[k][i], c[i], sn[i]));
+      for (int i = 0; i < 4; ++i) {
+        const uint32_t cos2 = detail::bf16x2_bits(c[2 * i], c[2 * i + 1]);
+        const uint32_t sin2 = detail::bf16x2_bits(sign * sn[2 * i], sign * sn[2 * i + 1]);
+        normed[i] = detail::bf16x2_add(detail::bf16x2_mul(normed[i], cos2), detail::bf16x2_mul(other[i], sin2));
       }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[k][2 * i] = __uint_as_float(normed[i] << 16);
+      x[k][2 * i + 1] = __uint_as_float(normed[i] & 0xFFFF0000u);
     }
   }
   quantize_block<kInt8Fp8QBlock>(x, block, h, p.nq_pad, p.codes, p.scales);

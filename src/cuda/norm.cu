@@ -369,22 +369,97 @@ struct QkNormRopeParams {
   int64_t chunks;        // head chunks per token: ceil(H / (rows per block · rows_per_thread))
 };
 
-// A thread normalises up to four heads of one token. One row per thread left a single 16-byte
-// load in flight per thread, and the norm ran at a quarter of HBM's bandwidth; four rows issue
-// their loads together, and the token's cos/sin slice and the weight slice (the same for every
-// head a lane touches) are loaded once instead of once per row.
-constexpr int kHeadRowsPerThread = 4;
+// Heads of one token a thread normalises (qk_norm_rope_kernel says why two).
+constexpr int kHeadRowsPerThread = 2;
+
+// The per-row steps after the norm, rotating this lane's V channels against the partner lane's.
+// apply_rope's pair, seen from one lane: x[k] = R(lo·R(cos)) + R(−hi·R(sin)) in the low half and
+// x[k + half] = R(hi·R(cos)) + R(lo·R(sin)) in the high one are both R(mine·R(cos)) +
+// R(other·±R(sin)) (a sign is exact and rounding symmetric), so a token's rounded, signed factors
+// serve all of its heads. BF16 rows do it two channels per instruction (bf16x2_mul / bf16x2_add:
+// the same bits as the fp32 steps and their roundings); F32 rows have no rounding to fold.
+template <int V>
+struct RopeFactors {
+  float cos[V], sin[V];      // F32: cos and ±sin
+  uint32_t cos2[V / 2], sin2[V / 2];  // BF16: R(cos) and ±R(sin) pairs
+};
+
+template <int V, bool kBf16>
+__device__ __forceinline__ void load_rope_factors(const QkNormRopeParams& params, int64_t token, int lane,
+                                                  RopeFactors<V>& f) {
+  const int64_t rot = 2 * static_cast<int64_t>(params.rot_vecs) * V;
+  float c[V], sn[V];
+  detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
+  detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
+  const float sign = lane < params.rot_vecs ? -1.0f : 1.0f;
+#pragma unroll
+  for (int e = 0; e < V; ++e) sn[e] *= sign;
+  if constexpr (kBf16) {
+#pragma unroll
+    for (int e = 0; e < V / 2; ++e) {
+      f.cos2[e] = detail::bf16x2_bits(c[2 * e], c[2 * e + 1]);
+      f.sin2[e] = detail::bf16x2_bits(sn[2 * e], sn[2 * e + 1]);
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < V; ++e) {
+      f.cos[e] = c[e];
+      f.sin[e] = sn[e];
+    }
+  }
+}
+
+// Normalises one row's V channels (inv: the row's 1 / rms), rotates them when `rotates` and stores
+// them; every lane of the warp calls it (the partner shuffle), `active` ones store.
+template <int V, bool kBf16>
+__device__ __forceinline__ void norm_rope_store(const float (&v)[V], const float (&w)[V], float inv, bool active,
+                                                bool rotates, const RopeFactors<V>& f, int partner_lane, char* dst,
+                                                int64_t e0) {
+  if constexpr (kBf16) {
+    uint32_t normed[V / 2], other[V / 2];
+#pragma unroll
+    for (int e = 0; e < V / 2; ++e) {
+      normed[e] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(v[2 * e], inv), w[2 * e]),
+                                      __fmul_rn(__fmul_rn(v[2 * e + 1], inv), w[2 * e + 1]));
+    }
+#pragma unroll
+    for (int e = 0; e < V / 2; ++e) other[e] = __shfl_sync(0xFFFFFFFFu, normed[e], partner_lane);
+    if (!active) return;
+    if (rotates) {
+#pragma unroll
+      for (int e = 0; e < V / 2; ++e) {
+        normed[e] = detail::bf16x2_add(detail::bf16x2_mul(normed[e], f.cos2[e]), detail::bf16x2_mul(other[e], f.sin2[e]));
+      }
+    }
+    static_assert(V == 8, "one 16-byte store per lane");
+    *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(dst) + e0) = make_uint4(normed[0], normed[1], normed[2], normed[3]);
+  } else {
+    float normed[V], other[V];
+#pragma unroll
+    for (int e = 0; e < V; ++e) normed[e] = __fmul_rn(__fmul_rn(v[e], inv), w[e]);
+#pragma unroll
+    for (int e = 0; e < V; ++e) other[e] = __shfl_sync(0xFFFFFFFFu, normed[e], partner_lane);
+    if (!active) return;
+    if (rotates) {
+#pragma unroll
+      for (int e = 0; e < V; ++e) normed[e] = __fadd_rn(__fmul_rn(normed[e], f.cos[e]), __fmul_rn(other[e], f.sin[e]));
+    }
+    detail::store_vec<V>(dst, false, e0, normed);
+  }
+}
 
 // One work item is one token's chunk of heads: thread (slot, lane) takes heads chunk·S·R + slot +
-// k·S for k < R (S = kNormThreads / group rows per pass). Each row is normalised as rms_norm's
+// k·S for k < R (S = kNormThreads / group rows per pass). Two rows per thread: their loads are in
+// flight together, and the token's rope factors and the weight slice are loaded once for both (one
+// row per thread was issue- and latency-bound at 0.89 ms per canonical q or k; four rows took 112
+// registers, 2 blocks per SM, and ran slower than two at 3). Each row is normalised as rms_norm's
 // group kernel does it (same lanes, same fma order, same shuffle tree), so the result is bitwise
 // rms_norm + apply_rope. The loop bounds depend only on the block, so whole warps reach the
 // shuffles; inactive lanes carry values nobody stores. kBf16: the tensor's dtype (in place, so
-// input and output share it) as a template argument, so the rounding and the loads and stores
-// carry no runtime dtype test. Two blocks per SM: ptxas takes 115 registers (the four cached
-// rows are 32 of them), and a cap of 80 for three blocks spills.
+// input and output share it) as a template argument, so the loads and stores carry no runtime
+// dtype test.
 template <int V, bool kBf16>
-__global__ void __launch_bounds__(kNormThreads, 2) qk_norm_rope_kernel(QkNormRopeParams params) {
+__global__ void __launch_bounds__(kNormThreads, 3) qk_norm_rope_kernel(QkNormRopeParams params) {
   const RmsNormParams& p = params.t;
   const int group = params.group, lane = threadIdx.x % group;
   const int slot = threadIdx.x / group, slots = kNormThreads / group;
@@ -395,7 +470,6 @@ __global__ void __launch_bounds__(kNormThreads, 2) qk_norm_rope_kernel(QkNormRop
   const int partner_lane = static_cast<int>(threadIdx.x % 32) - lane + partner;
   const bool in_row = lane < p.vecs;
   const bool rotates = params.cos != nullptr && lane < 2 * r;
-  const int64_t rot = 2 * static_cast<int64_t>(r) * V;
   float w[V];
   if (in_row) load_weight<V>(p, lane * V, w);
   for (int64_t item = blockIdx.x; item < tokens * params.chunks; item += gridDim.x) {
@@ -408,11 +482,8 @@ __global__ void __launch_bounds__(kNormThreads, 2) qk_norm_rope_kernel(QkNormRop
         detail::load_vec<V>(detail::row_ptr(p.x, token, head0 + k * slots), kBf16, lane * V, v[k]);
       }
     }
-    float c[V], sn[V];
-    if (rotates) {
-      detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
-      detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
-    }
+    RopeFactors<V> factors;
+    if (rotates) load_rope_factors<V, kBf16>(params, token, lane, factors);
 #pragma unroll
     for (int k = 0; k < kHeadRowsPerThread; ++k) {
       if (k >= rows_per_thread) break;
@@ -422,25 +493,8 @@ __global__ void __launch_bounds__(kNormThreads, 2) qk_norm_rope_kernel(QkNormRop
       if (active) ss = sum_squares<V>(v[k], ss);
       for (int offset = group / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, offset);
       const float inv = detail::inv_rms(ss, p.c, p.eps);
-      float normed[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) {
-        normed[e] = active ? detail::round_out(kBf16, __fmul_rn(__fmul_rn(v[k][e], inv), w[e])) : 0.0f;
-      }
-      float other[V];
-#pragma unroll
-      for (int e = 0; e < V; ++e) other[e] = __shfl_sync(0xFFFFFFFFu, normed[e], partner_lane);
-      if (!active) continue;
-      if (rotates) {
-        // apply_rope's operations on the pair: this lane holds one half, `other` the partner.
-        const bool low = lane < r;
-#pragma unroll
-        for (int e = 0; e < V; ++e) {
-          normed[e] = low ? detail::rope_low(kBf16, normed[e], other[e], c[e], sn[e])
-                          : detail::rope_high(kBf16, other[e], normed[e], c[e], sn[e]);
-        }
-      }
-      detail::store_vec<V>(detail::row_ptr(p.y, token, h), kBf16, lane * V, normed);
+      norm_rope_store<V, kBf16>(v[k], w, inv, active, rotates, factors, partner_lane,
+                                active ? detail::row_ptr(p.y, token, h) : nullptr, lane * V);
     }
   }
 }

@@ -59,6 +59,21 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
+// Two elements' rounded product or sum in one instruction (mul.rn / add.rn .bf16x2, sm_90): each
+// half is RNE_bf16 of the exact result, which is exactly what the fp32 operation followed by a
+// bf16 rounding gives on bf16 operands, R(a·b) and R(a + b): the fp32 product of two bf16 values
+// is exact (or below bf16's subnormal grid), and an fp32 sum that rounds loses only bits far below
+// bf16's rounding point. tests/gpu/test_gpu_bf16_rounding.cu checks it on all 2^32 operand pairs.
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_add(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("add.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
 // Two floats to e4m3 in one hardware conversion (cvt.rn.satfinite.e4m3x2.f32), `lo` in the low
 // byte: RNE, saturating at ±448. Bit for bit core/dtype.h's f32_to_e4m3_bits on every float that is
 // not a NaN (tests/gpu/test_gpu_e4m3_rounding.cu, all 2^32 patterns); callers pass no NaN.
