@@ -46,15 +46,20 @@ RowsView rows_view(const TensorView& t) {
   return {static_cast<const __nv_bfloat16*>(t.data), t.strides[0], t.strides[1]};
 }
 
-// Channels [8·lane, 8·lane + 8) of row r of head h, widened to fp32.
-__device__ __forceinline__ void load8(const RowsView& t, int64_t r, int h, int lane, float (&x)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(t.data + r * t.row + h * t.head + 8 * lane);
+// Channels [8·lane, 8·lane + 8) of row r of head h: the raw bf16 pairs, and widened to fp32.
+__device__ __forceinline__ uint4 load_raw8(const RowsView& t, int64_t r, int h, int lane) {
+  return *reinterpret_cast<const uint4*>(t.data + r * t.row + h * t.head + 8 * lane);
+}
+__device__ __forceinline__ void widen8(const uint4& raw, float (&x)[8]) {
   const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     x[2 * i] = bf16_bits_to_f32(static_cast<uint16_t>(w[i] & 0xFFFFu));
     x[2 * i + 1] = bf16_bits_to_f32(static_cast<uint16_t>(w[i] >> 16));
   }
+}
+__device__ __forceinline__ void load8(const RowsView& t, int64_t r, int h, int lane, float (&x)[8]) {
+  widen8(load_raw8(t, r, h, lane), x);
 }
 
 // ---- stats: K column sums (fp64 per chunk), V column maxima ------------------------------------------
@@ -109,20 +114,24 @@ __global__ void int8fp8_finalize_kernel(const double* k_partial, const uint32_t*
 
 // ---- rows: int8 Q / K blocks -------------------------------------------------------------------------------
 
-// Quantizes one block of kRows rows of head h held by the CTA: x[p] is the thread's 8 channels
-// (from 8·lane) of row block·kRows + slot + p·kRowsInFlight, 0 past the end. amax over the block →
-// scales[h, block] = amax / 127, codes = clamp(rint(x · (127 / amax)), ±127) → int8 rows.
-template <int kRows>
-__device__ __forceinline__ void quantize_block(const float (&x)[kRows / kRowsInFlight][8], int block, int h,
-                                               int64_t n_pad, int8_t* codes, float* scales) {
+// Quantizes one block of kRows rows of head h held by the CTA: values(p, x) fills x with the
+// thread's 8 channels (from 8·lane) of row block·kRows + slot + p·kRowsInFlight, 0 past the end;
+// it is called twice per row (the amax, then the codes), so a caller may keep its rows in a
+// narrower form than 8 floats. amax over the block → scales[h, block] = amax / 127,
+// codes = clamp(rint(x · (127 / amax)), ±127) → int8 rows.
+template <int kRows, class Values>
+__device__ __forceinline__ void quantize_block(const Values& values, int block, int h, int64_t n_pad, int8_t* codes,
+                                               float* scales) {
   constexpr int kPerThread = kRows / kRowsInFlight;
   __shared__ float warp_max[kThreads / 32];
   const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
   float amax = 0.0f;
 #pragma unroll
   for (int p = 0; p < kPerThread; ++p) {
+    float x[8];
+    values(p, x);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[p][i]));
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(x[i]));
   }
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
@@ -136,10 +145,12 @@ __device__ __forceinline__ void quantize_block(const float (&x)[kRows / kRowsInF
 #pragma unroll
   for (int p = 0; p < kPerThread; ++p) {
     const int r = block * kRows + slot + p * kRowsInFlight;
+    float x[8];
+    values(p, x);
     uint32_t packed[2] = {0u, 0u};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const int code = min(127, max(-127, __float2int_rn(x[p][i] * inverse)));
+      const int code = min(127, max(-127, __float2int_rn(x[i] * inverse)));
       packed[i / 4] |= (static_cast<uint32_t>(code) & 0xFFu) << (8 * (i % 4));
     }
     *reinterpret_cast<uint2*>(codes + (static_cast<int64_t>(h) * n_pad + r) * kD + 8 * lane) =
@@ -147,8 +158,12 @@ __device__ __forceinline__ void quantize_block(const float (&x)[kRows / kRowsInF
   }
 }
 
+// K's blocks keep their 8 rows per thread as raw bf16 pairs (32 registers) and widen them for
+// each of quantize_block's two uses. 8 rows of 8 widened floats took 89 registers, 2 CTAs per SM,
+// and left the pass latency-bound at 41% of the DRAM bandwidth; three CTAs per SM cap it at 80,
+// which ptxas meets without spilling (at four it spills).
 template <int kRows, bool kSmooth>
-__global__ void __launch_bounds__(kThreads) int8fp8_rows_kernel(RowsView src, int n, int64_t n_pad,
+__global__ void __launch_bounds__(kThreads, 3) int8fp8_rows_kernel(RowsView src, int n, int64_t n_pad,
                                                                 const float* mean, int8_t* codes, float* scales) {
   constexpr int kPerThread = kRows / kRowsInFlight;
   const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
@@ -158,22 +173,22 @@ __global__ void __launch_bounds__(kThreads) int8fp8_rows_kernel(RowsView src, in
 #pragma unroll
     for (int i = 0; i < 8; ++i) mu[i] = mean[h * kD + 8 * lane + i];
   }
-  float x[kPerThread][8];
+  uint4 raw[kPerThread];
+  bool valid[kPerThread];
 #pragma unroll
   for (int p = 0; p < kPerThread; ++p) {
     const int r = block * kRows + slot + p * kRowsInFlight;
-    if (r < n) {
-      load8(src, r, h, lane, x[p]);
-    } else {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) x[p][i] = 0.0f;
-    }
+    valid[p] = r < n;
+    raw[p] = valid[p] ? load_raw8(src, r, h, lane) : make_uint4(0u, 0u, 0u, 0u);
+  }
+  const auto values = [&](int p, float (&x)[8]) {
+    widen8(raw[p], x);
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      if (kSmooth && r < n) x[p][i] = x[p][i] - mu[i];
+      if (kSmooth && valid[p]) x[i] = x[i] - mu[i];
     }
-  }
-  quantize_block<kRows>(x, block, h, n_pad, codes, scales);
+  };
+  quantize_block<kRows>(values, block, h, n_pad, codes, scales);
 }
 
 // ---- q producer: RMSNorm + RoPE + quantize ---------------------------------------------------------------------
@@ -253,17 +268,42 @@ __global__ void __launch_bounds__(kThreads) int8fp8_q_producer_kernel(QProducerP
       x[k][2 * i + 1] = __uint_as_float(normed[i] & 0xFFFF0000u);
     }
   }
-  quantize_block<kInt8Fp8QBlock>(x, block, h, p.nq_pad, p.codes, p.scales);
+  quantize_block<kInt8Fp8QBlock>(
+      [&](int k, float (&out)[8]) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) out[i] = x[k][i];
+      },
+      block, h, p.nq_pad, p.codes, p.scales);
 }
 
 // ---- vt: e4m3 Vᵀ, keys at their permuted slots ---------------------------------------------------------------
 
 constexpr int kVtKeys = kInt8Fp8KBlock;
-constexpr int kVtPitch = kVtKeys + 16;  // bytes per staged channel row: 16-byte aligned, staggered banks
+// A thread converts the four keys that land in four consecutive slots of a 16-key group (keys
+// 2t, 2t + 1, 8 + 2t, 9 + 2t → slots 4t .. 4t + 3, int8fp8_vt_slot), so each of its 8 channels
+// becomes one 32-bit word of the staged Vᵀ tile: 32 quads per 128-key block, two per thread.
+constexpr int kVtQuads = kVtKeys / 4;
+constexpr int kVtQuadsPerThread = kVtQuads / kRowsInFlight;
+
+// e4m3 codes of two values (`lo` in the low byte) with f32_to_e4m3_bits's result for a NaN
+// (sign | 0x7F), which the hardware conversion (e4m3x2_bits, equal on every other float) is not
+// asked to reproduce.
+__device__ __forceinline__ uint32_t e4m3x2_codes(float lo, float hi) {
+  uint32_t pair = detail::e4m3x2_bits(lo, hi);
+  if (lo != lo) pair = (pair & 0xFF00u) | ((__float_as_uint(lo) >> 24) & 0x80u) | 0x7Fu;
+  if (hi != hi) pair = (pair & 0x00FFu) | ((((__float_as_uint(hi) >> 24) & 0x80u) | 0x7Fu) << 8);
+  return pair;
+}
+
+// The staged tile is [128 channels][128 slots] bytes; the 16-byte chunk j of channel row c sits at
+// chunk j ^ (c / 8 mod 8), so that the word stores of a warp (16 lanes 8 channels apart, the same
+// chunk) spread over the banks (2-way) instead of all hitting one, and the row read-out stays one
+// 16-byte load per chunk.
+__device__ __forceinline__ int vt_tile_chunk(int c, int chunk) { return chunk ^ ((c >> 3) & 7); }
 
 __global__ void __launch_bounds__(kThreads) int8fp8_vt_kernel(RowsView v, int nk, int64_t nk_pad,
                                                               const uint32_t* v_amax, uint8_t* vt) {
-  __shared__ __align__(16) uint8_t tile[kD * kVtPitch];  // [channel][slot]
+  __shared__ __align__(16) uint32_t tile[kD * kVtKeys / 4];  // [channel][slot / 4], chunks swizzled
   const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
   float inverse[8];
@@ -272,15 +312,32 @@ __global__ void __launch_bounds__(kThreads) int8fp8_vt_kernel(RowsView v, int nk
     const float amax = __uint_as_float(v_amax[h * kD + 8 * lane + i]);
     inverse[i] = amax > 0.0f ? kP8Max / amax : 0.0f;
   }
+  // All eight rows' loads first (two quads of four keys), kept as raw bf16 pairs (32 registers
+  // where widened floats took 64), then the conversions.
+  uint4 raw[kVtQuadsPerThread][4];
 #pragma unroll
-  for (int p = 0; p < kVtKeys / kRowsInFlight; ++p) {
-    const int key = slot + p * kRowsInFlight;
-    const int r = block * kVtKeys + key;
-    float x[8] = {};
-    if (r < nk) load8(v, r, h, lane, x);
-    const int column = int8fp8_vt_slot(key);
+  for (int p = 0; p < kVtQuadsPerThread; ++p) {
+    const int quad = slot + p * kRowsInFlight, group = quad / 4, t = quad % 4;
+    const int keys[4] = {16 * group + 2 * t, 16 * group + 2 * t + 1, 16 * group + 8 + 2 * t, 16 * group + 9 + 2 * t};
 #pragma unroll
-    for (int i = 0; i < 8; ++i) tile[(8 * lane + i) * kVtPitch + column] = f32_to_e4m3_bits(x[i] * inverse[i]);
+    for (int j = 0; j < 4; ++j) {
+      const int r = block * kVtKeys + keys[j];
+      raw[p][j] = r < nk ? load_raw8(v, r, h, lane) : make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < kVtQuadsPerThread; ++p) {
+    const int quad = slot + p * kRowsInFlight;
+    float x[4][8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) widen8(raw[p][j], x[j]);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int c = 8 * lane + i;
+      const uint32_t word = e4m3x2_codes(x[0][i] * inverse[i], x[1][i] * inverse[i]) |
+                            (e4m3x2_codes(x[2][i] * inverse[i], x[3][i] * inverse[i]) << 16);
+      tile[c * (kVtKeys / 4) + 4 * vt_tile_chunk(c, quad / 4) + quad % 4] = word;
+    }
   }
   __syncthreads();
   constexpr int kChunksPerRow = kVtKeys / 16;
@@ -288,7 +345,7 @@ __global__ void __launch_bounds__(kThreads) int8fp8_vt_kernel(RowsView v, int nk
   for (int i = 0; i < kD * kChunksPerRow / kThreads; ++i) {
     const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
     const int c = idx / kChunksPerRow, chunk = idx % kChunksPerRow;
-    const uint4 value = *reinterpret_cast<const uint4*>(tile + c * kVtPitch + 16 * chunk);
+    const uint4 value = *reinterpret_cast<const uint4*>(tile + c * (kVtKeys / 4) + 4 * vt_tile_chunk(c, chunk));
     *reinterpret_cast<uint4*>(vt + (static_cast<int64_t>(h) * kD + c) * nk_pad + static_cast<int64_t>(block) * kVtKeys +
                               16 * chunk) = value;
   }
