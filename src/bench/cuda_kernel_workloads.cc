@@ -189,7 +189,19 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
       return cuda::attention_int8fp8(q, k, v, heads(out_int8fp8, 0), scale, scratch, nullptr);
     };
     VORTEX_ASSIGN_OR_RETURN(Samples int8fp8_samples, timer->measure(o, nullptr, int8fp8));
+    // The mode's two passes timed apart (medians), to tell the quantize pass's share at each shape.
+    const size_t split_mark = scratch.mark();
+    VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace split_ws, cuda::int8fp8_workspace(scratch, N, N, H));
+    VORTEX_ASSIGN_OR_RETURN(Samples quantize_samples, timer->measure(o, nullptr, [&]() {
+      return cuda::quantize_int8fp8(q, k, v, split_ws, nullptr);
+    }));
+    VORTEX_ASSIGN_OR_RETURN(Samples pass_samples, timer->measure(o, nullptr, [&]() {
+      return cuda::attention_int8fp8_quantized(split_ws, heads(out_int8fp8, 0), scale, nullptr);
+    }));
+    scratch.release_to(split_mark);
     Manifest m_int8 = base_manifest(o, std::string("attention-int8fp8") + shape.suffix, int8fp8_samples, flops);
+    m_int8.derived["quantize_pass_ms"] = quantize_samples.median();
+    m_int8.derived["attention_pass_ms"] = pass_samples.median();
     m_int8.workload_section = workload;
     m_int8.workload_section["name"] = m_int8.workload;
     m_int8.environment = env;
