@@ -4,8 +4,8 @@
 // answer decides whether the attention kernels can write e4m3 codes with per-(token, head) scales
 // in their epilogue (issue #5, bench/notes/block.md). Timing only: codes are random, scales 1.
 //
-//   nvcc -O2 -std=c++17 -arch=sm_90a tools/bench/probe_block_scaled_fp8_gemm.cu -lcublasLt -o probe
-//   ./probe [M K N]      (default: the canonical out projection, 37810 x 7168 -> 7168)
+//   <build>/probe_block_scaled_fp8_gemm [M K N]   (built with the tests; default: the canonical
+//                                                  out projection, 37810 x 7168 -> 7168)
 //
 // Shapes as gemm_fp8.cc hands them to the column-major library: A = weight [K, N] (op T),
 // B = activations [K, M], D = [N, M] bf16. Prints, per scale-mode pair, whether the heuristic
