@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(kThreads) int8fp8_q_producer_kernel(QProducerP
     }
     for (int offset = kLanesPerRow / 2; offset > 0; offset /= 2) ss += __shfl_xor_sync(0xffffffffu, ss, offset);
     const float inv = detail::inv_rms(ss, kD, p.eps);
-    // Two channels per instruction, as head_norm_rope's BF16 rows do it (its comments say why the
-    // bits are the same): R(x·inv·w), then R(R(mine·R(cos)) + R(other·±R(sin))).
+    // Two channels per instruction, as head_norm_rope's BF16 rows do it: R(x·inv·w), then the
+    // rotation from this lane's side (row_math.cuh: rope_bf16x2).
     uint32_t normed[4], other[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -254,13 +254,10 @@ __global__ void __launch_bounds__(kThreads) int8fp8_q_producer_kernel(QProducerP
       float c[8], sn[8];
       detail::load_vec<8>(reinterpret_cast<const char*>(p.cos + static_cast<int64_t>(row) * p.rot), false, 8 * lane, c);
       detail::load_vec<8>(reinterpret_cast<const char*>(p.sin + static_cast<int64_t>(row) * p.rot), false, 8 * lane, sn);
-      const float sign = lane < r ? -1.0f : 1.0f;
+      uint32_t cos2[4], sin2[4];
+      detail::rope_factors_bf16x2<4>(c, sn, lane < r, cos2, sin2);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const uint32_t cos2 = detail::bf16x2_bits(c[2 * i], c[2 * i + 1]);
-        const uint32_t sin2 = detail::bf16x2_bits(sign * sn[2 * i], sign * sn[2 * i + 1]);
-        normed[i] = detail::bf16x2_add(detail::bf16x2_mul(normed[i], cos2), detail::bf16x2_mul(other[i], sin2));
-      }
+      for (int i = 0; i < 4; ++i) normed[i] = detail::rope_bf16x2(normed[i], other[i], cos2[i], sin2[i]);
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

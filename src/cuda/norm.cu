@@ -372,12 +372,9 @@ struct QkNormRopeParams {
 // Heads of one token a thread normalises (qk_norm_rope_kernel says why two).
 constexpr int kHeadRowsPerThread = 2;
 
-// The per-row steps after the norm, rotating this lane's V channels against the partner lane's.
-// apply_rope's pair, seen from one lane: x[k] = R(lo·R(cos)) + R(−hi·R(sin)) in the low half and
-// x[k + half] = R(hi·R(cos)) + R(lo·R(sin)) in the high one are both R(mine·R(cos)) +
-// R(other·±R(sin)) (a sign is exact and rounding symmetric), so a token's rounded, signed factors
-// serve all of its heads. BF16 rows do it two channels per instruction (bf16x2_mul / bf16x2_add:
-// the same bits as the fp32 steps and their roundings); F32 rows have no rounding to fold.
+// The per-row steps after the norm, rotating this lane's V channels against the partner lane's
+// from this lane's side (row_math.cuh: rope_bf16x2), so a token's rounded, signed factors serve
+// all of its heads. BF16 rows go two channels per instruction; F32 rows have no rounding to fold.
 template <int V>
 struct RopeFactors {
   float cos[V], sin[V];      // F32: cos and ±sin
@@ -391,20 +388,15 @@ __device__ __forceinline__ void load_rope_factors(const QkNormRopeParams& params
   float c[V], sn[V];
   detail::load_vec<V>(reinterpret_cast<const char*>(params.cos + token * rot), false, lane * V, c);
   detail::load_vec<V>(reinterpret_cast<const char*>(params.sin + token * rot), false, lane * V, sn);
-  const float sign = lane < params.rot_vecs ? -1.0f : 1.0f;
-#pragma unroll
-  for (int e = 0; e < V; ++e) sn[e] *= sign;
+  const bool low = lane < params.rot_vecs;
   if constexpr (kBf16) {
-#pragma unroll
-    for (int e = 0; e < V / 2; ++e) {
-      f.cos2[e] = detail::bf16x2_bits(c[2 * e], c[2 * e + 1]);
-      f.sin2[e] = detail::bf16x2_bits(sn[2 * e], sn[2 * e + 1]);
-    }
+    detail::rope_factors_bf16x2<V / 2>(c, sn, low, f.cos2, f.sin2);
   } else {
+    const float sign = low ? -1.0f : 1.0f;
 #pragma unroll
     for (int e = 0; e < V; ++e) {
       f.cos[e] = c[e];
-      f.sin[e] = sn[e];
+      f.sin[e] = sign * sn[e];
     }
   }
 }
@@ -428,7 +420,7 @@ __device__ __forceinline__ void norm_rope_store(const float (&v)[V], const float
     if (rotates) {
 #pragma unroll
       for (int e = 0; e < V / 2; ++e) {
-        normed[e] = detail::bf16x2_add(detail::bf16x2_mul(normed[e], f.cos2[e]), detail::bf16x2_mul(other[e], f.sin2[e]));
+        normed[e] = detail::rope_bf16x2(normed[e], other[e], f.cos2[e], f.sin2[e]);
       }
     }
     static_assert(V == 8, "one 16-byte store per lane");

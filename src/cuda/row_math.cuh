@@ -51,4 +51,24 @@ __device__ __forceinline__ float rope_high(bool bf16, float lo, float hi, float 
   return __fadd_rn(c, d);
 }
 
+// The same pair from the side of the lane that holds one half (`mine`), its partner's half in
+// `other`: the low half's R(lo·R(cos)) + R(−hi·R(sin)) and the high half's R(hi·R(cos)) +
+// R(lo·R(sin)) are both R(mine·R(cos)) + R(other·s) with s = ∓R(sin) (a sign is exact and the
+// rounding symmetric). On bf16 rows two channels go per instruction, the sum rounded as the store
+// rounds it: bf16x2_mul / bf16x2_add give the fp32 steps' bits (row_io.cuh). rope_factors_bf16x2
+// packs R(cos) and s for 2·P channels once (per token, for every head it rotates).
+template <int P>
+__device__ __forceinline__ void rope_factors_bf16x2(const float (&cos)[2 * P], const float (&sin)[2 * P], bool low,
+                                                    uint32_t (&cos2)[P], uint32_t (&sin2)[P]) {
+  const float sign = low ? -1.0f : 1.0f;
+#pragma unroll
+  for (int i = 0; i < P; ++i) {
+    cos2[i] = bf16x2_bits(cos[2 * i], cos[2 * i + 1]);
+    sin2[i] = bf16x2_bits(sign * sin[2 * i], sign * sin[2 * i + 1]);
+  }
+}
+__device__ __forceinline__ uint32_t rope_bf16x2(uint32_t mine, uint32_t other, uint32_t cos2, uint32_t sin2) {
+  return bf16x2_add(bf16x2_mul(mine, cos2), bf16x2_mul(other, sin2));
+}
+
 }  // namespace vortex::cuda::detail
