@@ -15,8 +15,11 @@ namespace {
 
 int64_t blocks_of(int64_t n, int64_t per_block) { return (n + per_block - 1) / per_block; }
 
-Status check_codes(const TensorView& t, int64_t rows, int64_t cols, const std::string& what) {
-  if (t.device != Device::kCpu) return invalid_argument(what + ": CPU backend got a device tensor");
+Status check_codes(const TensorView& t, int64_t rows, int64_t cols, Device device, const std::string& what) {
+  if (t.device != device) {
+    return invalid_argument(what + (device == Device::kCpu ? ": CPU backend got a device tensor"
+                                                           : ": CUDA backend got a host tensor"));
+  }
   if (t.dtype != DType::kF8E4M3) return invalid_argument(what + ": dtype " + dtype_name(t.dtype) + " (expected F8_E4M3)");
   if (t.rank() != 2 || (rows >= 0 && t.shape[0] != rows) || (cols >= 0 && t.shape[1] != cols) || t.strides[1] != 1) {
     return invalid_argument(what + ": must be [" + (rows >= 0 ? std::to_string(rows) : std::string("N")) + ", " +
@@ -28,8 +31,11 @@ Status check_codes(const TensorView& t, int64_t rows, int64_t cols, const std::s
   return ok_status();
 }
 
-Status check_scales(const TensorView& t, int64_t rows, int64_t cols, const std::string& what) {
-  if (t.device != Device::kCpu) return invalid_argument(what + ": CPU backend got a device tensor");
+Status check_scales(const TensorView& t, int64_t rows, int64_t cols, Device device, const std::string& what) {
+  if (t.device != device) {
+    return invalid_argument(what + (device == Device::kCpu ? ": CPU backend got a device tensor"
+                                                           : ": CUDA backend got a host tensor"));
+  }
   if (t.dtype != DType::kF32) return invalid_argument(what + ": dtype " + dtype_name(t.dtype) + " (expected F32)");
   if (t.rank() != 2 || t.shape[0] != rows || t.shape[1] != cols || !t.is_contiguous()) {
     return invalid_argument(what + ": must be a contiguous [" + std::to_string(rows) + ", " + std::to_string(cols) +
@@ -49,6 +55,12 @@ Status check_block_width(int64_t cols, const std::string& what) {
 
 }  // namespace
 
+Status check_fp8_blocks_output(const TensorView& codes, const TensorView& scales, int64_t rows, int64_t cols,
+                               int64_t block_rows, Device device, const std::string& op) {
+  VORTEX_RETURN_IF_ERROR(check_codes(codes, rows, cols, device, op + " codes"));
+  return check_scales(scales, blocks_of(rows, block_rows), cols / kFp8BlockCols, device, op + " scales");
+}
+
 Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const TensorView& codes, const TensorView& scales) {
   const std::string op = "quantize_blocks_fp8";
   VORTEX_RETURN_IF_ERROR(check_activation(x, "quantize_blocks_fp8 input"));
@@ -57,8 +69,7 @@ Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const Tensor
   const int64_t n = x.shape[0], c = x.shape[1];
   VORTEX_RETURN_IF_ERROR(check_block_width(c, op + " input"));
   const int64_t row_blocks = blocks_of(n, block_rows), col_blocks = c / kFp8BlockCols;
-  VORTEX_RETURN_IF_ERROR(check_codes(codes, n, c, op + " codes"));
-  VORTEX_RETURN_IF_ERROR(check_scales(scales, row_blocks, col_blocks, op + " scales"));
+  VORTEX_RETURN_IF_ERROR(check_fp8_blocks_output(codes, scales, n, c, block_rows, Device::kCpu, op));
   parallel_for(0, row_blocks, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(block_rows * c));
     std::vector<uint32_t> amax(static_cast<size_t>(col_blocks));
@@ -99,13 +110,13 @@ Result<Fp8Blocks> quantize_blocks_fp8(const TensorView& x, int64_t block_rows) {
 Status linear_fp8_blocks(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
                          const TensorView* bias, const TensorView& y) {
   const std::string op = "linear_fp8_blocks";
-  VORTEX_RETURN_IF_ERROR(check_codes(qa, -1, -1, op + " activation codes"));
+  VORTEX_RETURN_IF_ERROR(check_codes(qa, -1, -1, Device::kCpu, op + " activation codes"));
   const int64_t m = qa.shape[0], k = qa.shape[1];
   VORTEX_RETURN_IF_ERROR(check_block_width(k, op + " activation codes"));
-  VORTEX_RETURN_IF_ERROR(check_codes(qw, -1, k, op + " weight codes"));
+  VORTEX_RETURN_IF_ERROR(check_codes(qw, -1, k, Device::kCpu, op + " weight codes"));
   const int64_t n = qw.shape[0], kb = k / kFp8BlockCols;
-  VORTEX_RETURN_IF_ERROR(check_scales(sa, blocks_of(m, kFp8TileRows), kb, op + " activation scales"));
-  VORTEX_RETURN_IF_ERROR(check_scales(sw, n, kb, op + " weight scales"));
+  VORTEX_RETURN_IF_ERROR(check_scales(sa, blocks_of(m, kFp8TileRows), kb, Device::kCpu, op + " activation scales"));
+  VORTEX_RETURN_IF_ERROR(check_scales(sw, n, kb, Device::kCpu, op + " weight scales"));
   VORTEX_RETURN_IF_ERROR(check_activation(y, "linear_fp8_blocks output"));
   if (y.rank() != 2 || y.shape[0] != m || y.shape[1] != n) {
     return invalid_argument(op + " output: must be [" + std::to_string(m) + ", " + std::to_string(n) + "], got " +

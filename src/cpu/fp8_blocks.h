@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -37,6 +38,12 @@ struct Fp8Blocks {
   Tensor codes;   // [N, C] F8_E4M3
   Tensor scales;  // [ceil(N / R), C / 128] F32
 };
+
+// Checks a block quantizer's outputs for x [rows, cols] on `device`: codes F8_E4M3 [rows, cols]
+// with unit column stride; scales F32 [ceil(rows / block_rows), cols / 128], contiguous. The CUDA
+// quantizer uses it too.
+Status check_fp8_blocks_output(const TensorView& codes, const TensorView& scales, int64_t rows, int64_t cols,
+                               int64_t block_rows, Device device, const std::string& op);
 
 // x: [N, C] F32 or BF16, C a multiple of 128, block_rows >= 1.
 Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const TensorView& codes, const TensorView& scales);

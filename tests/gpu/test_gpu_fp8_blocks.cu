@@ -1,0 +1,112 @@
+// cuda::quantize_blocks_fp8 against cpu::quantize_blocks_fp8, bit for bit (codes and scales):
+// 128-row tiles (a short last tile, one row, 300 and 4,097 rows), 1-row blocks (the weight form),
+// F32 and BF16, a 16-byte-aligned strided view (vector loads, word stores) and a column offset of 3
+// (scalar loads, byte stores), a block holding a NaN and one holding huge values; bytes outside
+// the codes view stay untouched; refused arguments name the field. Compiled; first run on the
+// device in the next session.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "cpu/fp8_blocks.h"
+#include "cuda/fp8_blocks.h"
+#include "gpu/gpu_test_util.h"
+
+namespace vortex {
+namespace {
+
+using test::columns;
+using test::must;
+using test::random_tensor;
+
+constexpr uint8_t kSentinel = 0xA5;
+constexpr int64_t kPad = 16;  // input columns past the view
+
+class GpuFp8Blocks : public test::GpuTest {};
+
+struct BlockCase {
+  int64_t rows, cols, block_rows, col;
+  DType dtype;
+};
+
+constexpr BlockCase kCases[] = {
+    {300, 256, 128, 0, DType::kBF16},  {1, 128, 128, 0, DType::kF32},    {4097, 384, 128, 8, DType::kBF16},
+    {129, 128, 128, 3, DType::kBF16},  {37, 256, 1, 0, DType::kBF16},    {20, 128, 1, 3, DType::kF32},
+    {130, 256, 128, 0, DType::kF32}};
+
+void set_value(Tensor& t, int64_t r, int64_t c, float v) {
+  const int64_t i = r * t.size(1) + c;
+  if (t.dtype() == DType::kBF16) {
+    t.data_as<uint16_t>()[i] = f32_to_bf16_bits(v);
+  } else {
+    t.data_as<float>()[i] = v;
+  }
+}
+
+TEST_F(GpuFp8Blocks, QuantizerMatchesTheCpuBitForBit) {
+  uint64_t seed = 7100;
+  for (const BlockCase& c : kCases) {
+    ArenaScope scope(arena_);
+    const std::string what = "rows " + std::to_string(c.rows) + " cols " + std::to_string(c.cols) + " block_rows " +
+                             std::to_string(c.block_rows) + " col " + std::to_string(c.col) + " " + dtype_name(c.dtype);
+    Tensor x = random_tensor({c.rows, c.col + c.cols + kPad}, c.dtype, ++seed, 2.0f);
+    if (c.rows >= 3) {
+      set_value(x, 1, c.col + 5, NAN);                 // poisons block (0, 0)
+      for (int64_t k = 0; k < 128; ++k) set_value(x, c.rows - 1, c.col + c.cols - 128 + k, 3e38f * (k % 2 ? 1 : -1));
+    }
+    const TensorView host_view = columns(x, c.col, c.cols);
+    const cpu::Fp8Blocks want = must(cpu::quantize_blocks_fp8(host_view, c.block_rows));
+
+    const Tensor xd = to_device(x);
+    // Code columns past the view, which must stay kSentinel: 16 keeps the rows 8-byte aligned (word
+    // stores), 13 does not (byte stores).
+    const int64_t code_pad = c.col == 3 ? 13 : 16;
+    const Tensor codes_full = must(arena_.alloc({c.rows, c.cols + code_pad}, DType::kF8E4M3));
+    ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
+    const Tensor scales = must(arena_.alloc(want.scales.shape(), DType::kF32));
+    VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(columns(xd, c.col, c.cols), c.block_rows,
+                                               columns(codes_full, 0, c.cols), scales.view(), stream_));
+    const Tensor got_codes = to_host(codes_full), got_scales = to_host(scales);
+    int64_t bad_codes = 0, clobbered = 0, bad_scales = 0;
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t k = 0; k < c.cols + code_pad; ++k) {
+        const uint8_t got = got_codes.data_as<uint8_t>()[r * (c.cols + code_pad) + k];
+        if (k < c.cols) {
+          bad_codes += got != want.codes.data_as<uint8_t>()[r * c.cols + k];
+        } else {
+          clobbered += got != kSentinel;
+        }
+      }
+    }
+    for (int64_t i = 0; i < want.scales.numel(); ++i) {
+      const float g = got_scales.data_as<float>()[i], w = want.scales.data_as<float>()[i];
+      bad_scales += !(f32_bits(g) == f32_bits(w) || (std::isnan(g) && std::isnan(w)));
+    }
+    EXPECT_EQ(bad_codes, 0) << what;
+    EXPECT_EQ(bad_scales, 0) << what;
+    EXPECT_EQ(clobbered, 0) << what << ": bytes written outside the codes view";
+  }
+}
+
+TEST_F(GpuFp8Blocks, RefusesArgumentsNamingTheField) {
+  const auto expect_invalid = [](const Status& s, const std::string& field) {
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+    EXPECT_NE(s.message().find(field), std::string::npos) << s.to_string();
+  };
+  const Tensor x = to_device(random_tensor({4, 256}, DType::kBF16, 1));
+  const Tensor codes = must(arena_.alloc({4, 256}, DType::kF8E4M3));
+  const Tensor scales = must(arena_.alloc({1, 2}, DType::kF32));
+  const Tensor wrong_scales = must(arena_.alloc({4, 2}, DType::kF32));
+  expect_invalid(cuda::quantize_blocks_fp8(x.view(), 128, codes.view(), wrong_scales.view(), stream_), "scales");
+  expect_invalid(cuda::quantize_blocks_fp8(columns(x, 0, 200), 128, columns(codes, 0, 200), scales.view(), stream_),
+                 "multiple of 128");
+  expect_invalid(cuda::quantize_blocks_fp8(x.view(), 0, codes.view(), scales.view(), stream_), "block_rows");
+  const Tensor host = random_tensor({4, 256}, DType::kBF16, 2);
+  expect_invalid(cuda::quantize_blocks_fp8(host.view(), 128, codes.view(), scales.view(), stream_), "host tensor");
+  VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(x.view(), 128, codes.view(), scales.view(), stream_));
+}
+
+}  // namespace
+}  // namespace vortex
