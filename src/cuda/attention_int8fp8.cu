@@ -27,7 +27,9 @@
 //     their products (named barriers, as in the exact kernel) so one's softmax runs under the
 //     other's tensor-core work.
 //   - epilogue: O · v_scale[channel] / row sum → bf16, 4-byte stores straight from the accumulator
-//     layout into the strided out view (tail queries skipped).
+//     layout into the strided out view (tail queries skipped). The e4m3-output instance instead
+//     quantizes those bf16 values as one block per CTA (the amax exchanged between the consumers
+//     through shared memory) and stores codes and one scale.
 // The tile configuration and the per-tile math (softmax, P8 packing, accumulation, the products)
 // live in attention_int8fp8_tile.cuh; this file holds the producer, the key sweep and the host.
 #include "cuda/attention_int8fp8.h"
@@ -42,9 +44,12 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/fp8_blocks.h"
+#include "cpu/fp8_scale.h"
 #include "cuda/attention_int8fp8_tile.cuh"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/kernel_timeline_record.h"
+#include "cuda/row_io.cuh"
 
 namespace vortex::cuda {
 namespace {
@@ -54,8 +59,14 @@ using namespace int8fp8;  // the tile configuration and per-tile math (attention
 // ---- params --------------------------------------------------------------------------------------
 
 struct Int8Fp8Params {
-  __nv_bfloat16* out;          // [Nq, H, 128]
+  __nv_bfloat16* out;          // [Nq, H, 128] (the bf16 instances)
   int64_t out_row, out_head;   // strides, elements
+  // The e4m3-output instance: codes [Nq, H·128] (row stride code_row bytes) and one scale per
+  // (128-query tile, head), code_scales [Nq_pad / 128, H] (cpu::quantize_blocks_fp8's tiles).
+  uint8_t* codes;
+  int64_t code_row;
+  float* code_scales;
+  int heads;
   const float* q_scale;        // [H, Nq_pad / 64]
   const float* k_scale;        // [H, Nk_pad / 128]
   const float* v_scale;        // [H, 128]
@@ -89,6 +100,7 @@ using hopper::release_registers;
 using hopper::claim_registers;
 using hopper::wgmma_wait;
 using hopper::pack_bf16x2;
+using detail::e4m3x2_bits;
 
 // One [128 rows, 128 bytes] box at (column, row) of a 2-d byte tensor map, completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int column, int row, uint32_t bar) {
@@ -215,6 +227,53 @@ struct Consumer {
       }
     }
   }
+
+  // The e4m3 output: the bf16 values write_output would store, quantized as one block of the
+  // CTA's 128 queries × this head's 128 channels (cpu/fp8_scale.h's rule over the block: the amax
+  // of the valid rows by bits, reduced over both consumers' warps through `warp_max` in shared
+  // memory, then e4m3 codes and one scale). Bit for bit quantize_blocks_fp8 (128-row tiles) on the
+  // bf16 output of the same kernel.
+  __device__ void write_output_e4m3(const float (&o)[64], const float (&row_sum)[2], uint32_t* warp_max) const {
+    const float inverse[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
+    const float* v_scale = p.v_scale + head * kHeadDim;
+    uint32_t y[2][kHeadDim / 8];
+    uint32_t amax = 0;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        const int channel = 8 * j + 2 * (lane % 4);
+        const float2 vs = __ldg(reinterpret_cast<const float2*>(v_scale + channel));
+        y[r][j] = pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
+        if (query < p.nq) {
+          amax = max(amax, fp8_abs_bits(__uint_as_float(y[r][j] << 16)));
+          amax = max(amax, fp8_abs_bits(__uint_as_float(y[r][j] & 0xFFFF0000u)));
+        }
+      }
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+    if (lane == 0) warp_max[consumer * (kWarpgroupThreads / 32) + warp] = amax;
+    named_barrier_sync(kBarrierEpilogue, kScheduleThreads);
+#pragma unroll
+    for (int w = 0; w < kConsumerWarps; ++w) amax = max(amax, warp_max[w]);
+    const Fp8RowScale s = fp8_row_scale(amax);
+    if (consumer == 0 && warp == 0 && lane == 0) p.code_scales[(q0 / kBlockQ) * p.heads + head] = s.scale;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
+      if (query >= p.nq) continue;
+      uint8_t* row = p.codes + static_cast<int64_t>(query) * p.code_row + static_cast<int64_t>(head) * kHeadDim;
+#pragma unroll
+      for (int j = 0; j < kHeadDim / 8; ++j) {
+        const float lo = __uint_as_float(y[r][j] << 16), hi = __uint_as_float(y[r][j] & 0xFFFF0000u);
+        const uint32_t pair = s.finite ? e4m3x2_bits(fp8_mul_rn(lo, s.inv), fp8_mul_rn(hi, s.inv))
+                                       : kE4m3NanCode * 0x0101u;
+        *reinterpret_cast<uint16_t*>(row + 8 * j + 2 * (lane % 4)) = static_cast<uint16_t>(pair);
+      }
+    }
+  }
 };
 
 // The key sweep. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; after the softmax of
@@ -225,8 +284,8 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-template <bool kTimeline>
-__device__ __forceinline__ void consume(const Consumer& w) {
+template <bool kTimeline, bool kE4m3Out>
+__device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
   float o[64];           // O: [64 rows, 128 channels]
@@ -300,14 +359,19 @@ __device__ __forceinline__ void consume(const Consumer& w) {
   pin_registers(acc_b);
   accumulate_half<0>(o, acc_a, alpha_a);
   accumulate_second_half(o, row_sum, acc_b, alpha_a);
-  w.write_output(o, row_sum);
+  if constexpr (kE4m3Out) {
+    w.write_output_e4m3(o, row_sum, warp_max);
+  } else {
+    w.write_output(o, row_sum);
+  }
 }
 
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
-// clock marks of one CTA.
-template <bool kTimeline>
+// clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per CTA
+// (attention_int8fp8_quantized_e4m3).
+template <bool kTimeline, bool kE4m3Out>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -349,7 +413,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1));
+    uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_raw + (smem - raw) + kSmemEpilogue);
+    consume<kTimeline, kE4m3Out>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1), warp_max);
   }
 }
 
@@ -379,11 +444,8 @@ Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void
 
 namespace {
 
-// Checks the arguments, encodes the tensor maps and launches the kTimeline instance; `timeline`
-// (kTimeline only) is [8 warps][tiles][events] of device memory.
-template <bool kTimeline>
-Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, long long* timeline,
-              cudaStream_t stream) {
+// The bf16 output's checks.
+Status check_output(const Int8Fp8Workspace& ws, const TensorView& out) {
   const std::string what = "attention_int8fp8: " + describe_view("out", out);
   if (out.device != Device::kCuda || out.dtype != DType::kBF16) return invalid_argument(what + " must be BF16 on the device");
   if (out.rank() != 3 || out.shape[0] != ws.nq || out.shape[1] != ws.heads || out.shape[2] != kHeadDim ||
@@ -395,6 +457,26 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
       (out.shape[1] > 1 && out.strides[1] % 2 != 0)) {
     return invalid_argument(what + ": the pointer and N / H strides must be multiples of 4 bytes");
   }
+  return ok_status();
+}
+
+// The e4m3 output's checks: codes [Nq, H·128] with 2-byte aligned rows (the epilogue stores pairs),
+// scales [Nq_pad / 128, H] contiguous.
+Status check_e4m3_output(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales) {
+  const std::string op = "attention_int8fp8_quantized_e4m3";
+  VORTEX_RETURN_IF_ERROR(cpu::check_fp8_blocks_output(codes, scales, ws.nq, ws.heads * kHeadDim, kBlockQ,
+                                                      Device::kCuda, op));
+  if (reinterpret_cast<uintptr_t>(codes.data) % 2 != 0 || (ws.nq > 1 && codes.strides[0] % 2 != 0)) {
+    return invalid_argument(op + " codes: the pointer and the row stride must be multiples of 2 bytes");
+  }
+  return ok_status();
+}
+
+// Encodes the tensor maps and launches an instance; `timeline` (kTimeline only) is
+// [8 warps][tiles][events] of device memory. The output's checks are the caller's.
+template <bool kTimeline, bool kE4m3Out>
+Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes, const TensorView* scales,
+              float scale, long long* timeline, cudaStream_t stream) {
   if (!(scale > 0.0f) || !std::isfinite(scale)) {
     return invalid_argument("attention_int8fp8: scale must be finite and > 0, got " + std::to_string(scale));
   }
@@ -406,9 +488,17 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
   VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &v_map, "vt8", ws.vt, ws.nk_pad, ws.heads * kHeadDim));
 
   Int8Fp8Params params{};
-  params.out = static_cast<__nv_bfloat16*>(out.data);
-  params.out_row = out.strides[0];
-  params.out_head = out.strides[1];
+  if (out != nullptr) {
+    params.out = static_cast<__nv_bfloat16*>(out->data);
+    params.out_row = out->strides[0];
+    params.out_head = out->strides[1];
+  }
+  if (codes != nullptr) {
+    params.codes = static_cast<uint8_t*>(codes->data);
+    params.code_row = codes->strides[0];
+    params.code_scales = static_cast<float*>(scales->data);
+  }
+  params.heads = static_cast<int>(ws.heads);
   params.q_scale = ws.q_scale;
   params.k_scale = ws.k_scale;
   params.v_scale = ws.v_scale;
@@ -425,7 +515,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
   params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  const auto kernel = attention_int8fp8_kernel<kTimeline>;
+  const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -438,7 +528,14 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView& out, float scale, lo
 
 Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                    cudaStream_t stream) {
-  return launch<false>(ws, out, scale, nullptr, stream);
+  VORTEX_RETURN_IF_ERROR(check_output(ws, out));
+  return launch<false, false>(ws, &out, nullptr, nullptr, scale, nullptr, stream);
+}
+
+Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales,
+                                        float scale, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_e4m3_output(ws, codes, scales));
+  return launch<false, true>(ws, nullptr, &codes, &scales, scale, nullptr, stream);
 }
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
@@ -453,7 +550,10 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "second half issued, P_t packed"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
   return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), stream,
-                         [&](long long* marks) { return launch<true>(ws, out, scale, marks, stream); });
+                         [&](long long* marks) -> Status {
+                           VORTEX_RETURN_IF_ERROR(check_output(ws, out));
+                           return launch<true, false>(ws, &out, nullptr, nullptr, scale, marks, stream);
+                         });
 }
 
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -476,7 +576,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 }
 
 Result<KernelResources> attention_int8fp8_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false>), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

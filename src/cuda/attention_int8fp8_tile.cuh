@@ -71,12 +71,16 @@ enum MbarrierIndex : int {
   kEmptyV = kEmptyK + kStages,     // [kStages]: ... the Vᵀ tile
   kMbarrierCount = kEmptyV + kStages
 };
+// The e4m3-output instance's exchange of the consumer warps' amax (one word per warp).
+constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
 constexpr int kSmemAlignment = 1024;
-constexpr int kSmemBytes = kSmemBarriers + kMbarrierCount * 8 + kSmemAlignment;  // slack to align the base
+constexpr int kSmemBytes = kSmemEpilogue + kConsumerWarps * 4 + kSmemAlignment;  // slack to align the base
 
 // Named barriers (0 is __syncthreads): consumer c waits on kBarrierSchedule + c before issuing its
 // products and then releases the other consumer's.
 constexpr int kBarrierSchedule = 1;
+// Both consumers' warps meet at kBarrierEpilogue once their amax is in shared memory (e4m3 output).
+constexpr int kBarrierEpilogue = 3;
 
 // exp2 scaled by 448: P8 = e4m3(448 · P) puts the row's largest weight on e4m3's largest value.
 constexpr float kLog2PScale = 8.80735492205760410f;  // log2(448), cpu::kInt8Fp8Log2PScale

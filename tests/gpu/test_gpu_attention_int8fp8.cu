@@ -15,6 +15,7 @@
 //   reference measures 0.037–0.039 at N = 1,000–4,097).
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
+// - the e4m3-output instance vs quantize_blocks_fp8 of the bf16 instance's output: bit for bit.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -31,6 +32,7 @@
 #include "cuda/attention.h"
 #include "cuda/attention_int8fp8.h"
 #include "cuda/elementwise.h"
+#include "cuda/fp8_blocks.h"
 #include "cuda/runtime.h"
 #include "cuda/synthetic_fill.h"
 #include "gpu/gemm_attention_test_util.h"
@@ -341,6 +343,65 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
   ASSERT_EQ(t.events.size(), 8u);
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
+}
+
+// The e4m3-output instance writes, bit for bit, what quantize_blocks_fp8 (128-row tiles) makes of
+// the bf16 instance's output: codes and scales, at query counts with a short last tile and with
+// unequal lengths; codes written into a strided view leave the bytes around it alone; a bad view
+// is refused. (Compiled; first run on the device in the next session.)
+TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
+  struct Case {
+    int64_t nq, nk, heads;
+  };
+  uint64_t seed = 880;
+  for (const Case c : {Case{1, 129, 1}, Case{129, 300, 3}, Case{300, 257, 2}}) {
+    ArenaScope scope(arena_);
+    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
+    const int64_t width = c.heads * kD;
+    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
+    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
+    fill_normal(kv, ++seed, stream_);
+    fill_normal(qf, ++seed, stream_);
+    const TensorView q = test::head_view(qf, 0, c.heads, kD), k = test::head_view(kv, width, c.heads, kD),
+                     v = test::head_view(kv, 2 * width, c.heads, kD);
+    const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, c.nq, c.nk, c.heads));
+    must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
+    const Tensor out = must(arena_.alloc({c.nq, c.heads, kD}, DType::kBF16));
+    must(cuda::attention_int8fp8_quantized(ws, out.view(), 0.088f, stream_));
+    const int64_t tiles = (c.nq + 127) / 128;
+    const Tensor want_codes = must(arena_.alloc({c.nq, width}, DType::kF8E4M3));
+    const Tensor want_scales = must(arena_.alloc({tiles, c.heads}, DType::kF32));
+    must(cuda::quantize_blocks_fp8(must(out.reshape({c.nq, width})).view(), 128, want_codes.view(),
+                                   want_scales.view(), stream_));
+
+    const Tensor codes_full = must(arena_.alloc({c.nq, width + kOutPad}, DType::kF8E4M3));
+    ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
+    const Tensor scales = must(arena_.alloc({tiles, c.heads}, DType::kF32));
+    must(cuda::attention_int8fp8_quantized_e4m3(ws, test::columns(codes_full, 0, width), scales.view(), 0.088f,
+                                                stream_));
+    const Tensor got = must(cuda::download(codes_full, stream_)), want = must(cuda::download(want_codes, stream_));
+    const Tensor got_s = must(cuda::download(scales, stream_)), want_s = must(cuda::download(want_scales, stream_));
+    int64_t bad_codes = 0, clobbered = 0;
+    for (int64_t r = 0; r < c.nq; ++r) {
+      for (int64_t col = 0; col < width + kOutPad; ++col) {
+        const uint8_t g = got.data_as<uint8_t>()[r * (width + kOutPad) + col];
+        if (col < width) {
+          bad_codes += g != want.data_as<uint8_t>()[r * width + col];
+        } else {
+          clobbered += g != kSentinel;
+        }
+      }
+    }
+    EXPECT_EQ(bad_codes, 0) << label << ": codes differ from quantize_blocks_fp8 of the bf16 output";
+    EXPECT_EQ(clobbered, 0) << label << ": bytes written outside the codes view";
+    EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), got_s.nbytes()), 0) << label << ": scales differ";
+  }
+  const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, 100, 100, 2));
+  const Tensor codes = must(arena_.alloc({100, 2 * kD}, DType::kF8E4M3));
+  const Tensor wrong_scales = must(arena_.alloc({2, 2}, DType::kF32));
+  EXPECT_EQ(cuda::attention_int8fp8_quantized_e4m3(ws, codes.view(), wrong_scales.view(), 0.088f, stream_).code(),
+            StatusCode::kInvalidArgument)
+      << "scales for 200 queries given 100";
 }
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 ---------------------------------------------
