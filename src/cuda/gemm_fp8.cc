@@ -14,7 +14,8 @@
 // (length M). The descriptor attributes, and why each is set:
 //   COMPUTE_32F, SCALE_TYPE 32F  fp32 accumulation; alpha = 1 and beta = 0 as fp32
 //   TRANSA = T, TRANSB = N       the TN form, the only one cuBLASLt's fp8 kernels implement
-//   A/B_SCALE_MODE = OUTER_VEC   the per-channel / per-token scale vectors of the recipe
+//   A/B_SCALE_MODE = OUTER_VEC   the per-channel / per-token scale vectors of the recipe (linear_blocks:
+//                                VEC128 on the weight, BLK128x128 on the activations)
 //   A/B_SCALE_POINTER            sw and sa, set on every call (the plan is shared across calls)
 //   FAST_ACCUM = 0               Hopper's fp8 MMA adds with reduced precision inside an
 //                                instruction; without fast accumulation cuBLASLt promotes partial
@@ -51,10 +52,11 @@ struct PlanKey {
   int64_t m, k, n, lda, ldw, ldy;
   DType out_dtype;
   bool has_bias;
+  bool block_scales;  // linear_blocks: VEC128 weight scales, BLK128x128 activation scales
   uint32_t align_a, align_w, align_y, align_bias;
 
   auto tie() const {
-    return std::tie(m, k, n, lda, ldw, ldy, out_dtype, has_bias, align_a, align_w, align_y, align_bias);
+    return std::tie(m, k, n, lda, ldw, ldy, out_dtype, has_bias, block_scales, align_a, align_w, align_y, align_bias);
   }
   bool operator<(const PlanKey& other) const { return tie() < other.tie(); }
 };
@@ -100,11 +102,14 @@ Result<LtPlan*> Fp8GemmRunner::Impl::plan_for(const PlanKey& key, const CallPoin
       cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof(transa)));
   VORTEX_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof(transb)));
-  const int32_t outer_vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  // A is the weight, B the activations (see the top of the file).
+  const int32_t a_mode = key.block_scales ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+  const int32_t b_mode =
+      key.block_scales ? CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F : CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
   VORTEX_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &outer_vec, sizeof(outer_vec)));
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &a_mode, sizeof(a_mode)));
   VORTEX_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &outer_vec, sizeof(outer_vec)));
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &b_mode, sizeof(b_mode)));
   const int8_t fast_accum = 0;
   VORTEX_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum, sizeof(fast_accum)));
@@ -126,7 +131,8 @@ Result<LtPlan*> Fp8GemmRunner::Impl::plan_for(const PlanKey& key, const CallPoin
   VORTEX_RETURN_IF_ERROR(lt_choose_algorithm(session, *plan, {key.align_w, key.align_a, key.align_y}, [&] {
     return "fp8 linear M=" + std::to_string(key.m) + " K=" + std::to_string(key.k) + " N=" + std::to_string(key.n) +
            " lda=" + std::to_string(key.lda) + " ldw=" + std::to_string(key.ldw) + " ldy=" + std::to_string(key.ldy) +
-           " ->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "");
+           " ->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "") +
+           (key.block_scales ? " (128-wide block scales)" : "");
   }));
   LtPlan* raw = plan.get();
   plans.emplace(key, std::move(plan));
@@ -151,8 +157,20 @@ Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const F
 
 Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
                              const TensorView* bias, const TensorView& y, cudaStream_t stream) {
+  return run(qa, sa, qw, sw, bias, y, false, stream);
+}
+
+Status Fp8GemmRunner::linear_blocks(const TensorView& qa, const TensorView& sa, const TensorView& qw,
+                                    const TensorView& sw, const TensorView* bias, const TensorView& y,
+                                    cudaStream_t stream) {
+  return run(qa, sa, qw, sw, bias, y, true, stream);
+}
+
+Status Fp8GemmRunner::run(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
+                          const TensorView* bias, const TensorView& y, bool block_scales, cudaStream_t stream) {
   const auto bad = [&](const std::string& what) {
-    std::string message = "cuda linear_fp8: " + what + " (" + describe_view("qa", qa) + ", " +
+    std::string message = std::string(block_scales ? "cuda linear_fp8_blocks: " : "cuda linear_fp8: ") + what + " (" +
+                          describe_view("qa", qa) + ", " +
                           describe_view("sa", sa) + ", " + describe_view("qw", qw) + ", " + describe_view("sw", sw) +
                           ", " + describe_view("y", y);
     if (bias) message += ", " + describe_view("bias", *bias);
@@ -176,11 +194,25 @@ Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const T
   if (n < kFp8DimMultiple || n % kFp8DimMultiple != 0) return bad("N (weight rows) must be a positive multiple of 16");
   if (!fp8_aligned(qa)) return bad("activation codes qa need a 16-byte aligned base and row stride");
   if (!fp8_aligned(qw)) return bad("weight codes qw need a 16-byte aligned base and row stride");
-  const auto scales_ok = [](const TensorView& t, int64_t len) {
-    return t.dtype == DType::kF32 && t.rank() == 1 && t.shape[0] == len && t.strides[0] == 1 && aligned(t.data);
-  };
-  if (!scales_ok(sa, m)) return bad("activation scales sa must be F32 [M], unit stride, 16-byte aligned");
-  if (!scales_ok(sw, n)) return bad("weight scales sw must be F32 [N], unit stride, 16-byte aligned");
+  if (block_scales) {
+    // One scale per 128 tokens × 128 inputs (sa) and per output channel × 128 inputs (sw), as
+    // cpu::quantize_blocks_fp8 lays them out.
+    const auto blocks_ok = [](const TensorView& t, int64_t rows, int64_t cols) {
+      return t.dtype == DType::kF32 && t.rank() == 2 && t.shape[0] == rows && t.shape[1] == cols && t.is_contiguous() &&
+             aligned(t.data);
+    };
+    if (k % 128 != 0) return bad("K must be a multiple of 128 for block scales");
+    if (!blocks_ok(sa, (m + 127) / 128, k / 128)) {
+      return bad("activation scales sa must be a contiguous F32 [ceil(M / 128), K / 128], 16-byte aligned");
+    }
+    if (!blocks_ok(sw, n, k / 128)) return bad("weight scales sw must be a contiguous F32 [N, K / 128], 16-byte aligned");
+  } else {
+    const auto scales_ok = [](const TensorView& t, int64_t len) {
+      return t.dtype == DType::kF32 && t.rank() == 1 && t.shape[0] == len && t.strides[0] == 1 && aligned(t.data);
+    };
+    if (!scales_ok(sa, m)) return bad("activation scales sa must be F32 [M], unit stride, 16-byte aligned");
+    if (!scales_ok(sw, n)) return bad("weight scales sw must be F32 [N], unit stride, 16-byte aligned");
+  }
   if (y.dtype != DType::kBF16 && y.dtype != DType::kF32) return bad("output y must be BF16 or F32");
   const int64_t y_esize = static_cast<int64_t>(dtype_size(y.dtype));
   if (y.rank() != 2 || y.shape[0] != m || y.shape[1] != n || y.strides[1] != 1 || y.strides[0] < n ||
@@ -201,6 +233,7 @@ Status Fp8GemmRunner::linear(const TensorView& qa, const TensorView& sa, const T
                     y.strides[0],
                     y.dtype,
                     bias != nullptr,
+                    block_scales,
                     lt_alignment_of(qa.data),
                     lt_alignment_of(qw.data),
                     lt_alignment_of(y.data),

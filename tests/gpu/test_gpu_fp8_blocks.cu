@@ -2,16 +2,19 @@
 // 128-row tiles (a short last tile, one row, 300 and 4,097 rows), 1-row blocks (the weight form),
 // F32 and BF16, a 16-byte-aligned strided view (vector loads, word stores) and a column offset of 3
 // (scalar loads, byte stores), a block holding a NaN and one holding huge values; bytes outside
-// the codes view stay untouched; refused arguments name the field. Compiled; first run on the
-// device in the next session.
+// the codes view stay untouched; refused arguments name the field. Then Fp8GemmRunner's
+// block-scaled linear against cpu::linear_fp8_blocks. Compiled; first run on the device in the
+// next session.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "cpu/fp8_blocks.h"
 #include "cuda/fp8_blocks.h"
+#include "cuda/gemm_fp8.h"
 #include "gpu/gpu_test_util.h"
 
 namespace vortex {
@@ -106,6 +109,55 @@ TEST_F(GpuFp8Blocks, RefusesArgumentsNamingTheField) {
   const Tensor host = random_tensor({4, 256}, DType::kBF16, 2);
   expect_invalid(cuda::quantize_blocks_fp8(host.view(), 128, codes.view(), scales.view(), stream_), "host tensor");
   VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(x.view(), 128, codes.view(), scales.view(), stream_));
+}
+
+// Fp8GemmRunner::linear_blocks against cpu::linear_fp8_blocks on block-quantized operands whose
+// blocks differ in magnitude by up to 2^3 (a misread scale layout shows as errors of that order):
+// every row within the bounds test_gpu_fp8.cu holds the per-token fp8 GEMM to (rel-L2 2e-3 for an
+// F32 y, 1e-2 for bf16: Hopper's fp8 tensor cores add partial products with ~14 mantissa bits
+// before cuBLASLt promotes them). 300 tokens (a short last tile), K 384, N 256, with and without a
+// bias.
+TEST_F(GpuFp8Blocks, BlockScaledLinearMatchesTheCpu) {
+  const int64_t m = 300, k = 384, n = 256;
+  Tensor x = random_tensor({m, k}, DType::kF32, 7301, 1.0f), w = random_tensor({n, k}, DType::kF32, 7302, 0.05f);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < k; ++c) x.data_as<float>()[r * k + c] *= std::ldexp(1.0f, static_cast<int>((r / 128 + c / 128) % 4) - 2);
+  }
+  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(x.view(), cpu::kFp8TileRows));
+  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(w.view(), 1));
+  const Tensor bias = random_tensor({n}, DType::kBF16, 7303, 0.5f);
+  const Tensor qa_d = to_device(qa.codes), sa_d = to_device(qa.scales), qw_d = to_device(qw.codes),
+               sw_d = to_device(qw.scales), bias_d = to_device(bias);
+  auto runner = must(cuda::Fp8GemmRunner::create(arena_));
+  for (const DType out : {DType::kF32, DType::kBF16}) {
+    for (const bool with_bias : {false, true}) {
+      ArenaScope scope(arena_);
+      const std::string what = std::string(dtype_name(out)) + (with_bias ? " with bias" : "");
+      const TensorView bias_host = bias.view(), bias_dev = bias_d.view();
+      Tensor want = Tensor::empty({m, n}, out);
+      must(cpu::linear_fp8_blocks(qa.codes.view(), qa.scales.view(), qw.codes.view(), qw.scales.view(),
+                                  with_bias ? &bias_host : nullptr, want.view()));
+      const Tensor y = must(arena_.alloc({m, n}, out));
+      VORTEX_EXPECT_OK(runner->linear_blocks(qa_d.view(), sa_d.view(), qw_d.view(), sw_d.view(),
+                                             with_bias ? &bias_dev : nullptr, y.view(), stream_));
+      const Tensor got = to_host(y);
+      double worst = 0.0;
+      for (int64_t r = 0; r < m; ++r) {
+        double diff2 = 0.0, ref2 = 0.0;
+        for (int64_t c = 0; c < n; ++c) {
+          const double g = test::view_element(got.view(), r * n + c), wv = test::view_element(want.view(), r * n + c);
+          diff2 += (g - wv) * (g - wv);
+          ref2 += wv * wv;
+        }
+        worst = std::max(worst, std::sqrt(diff2 / ref2));
+      }
+      EXPECT_LE(worst, out == DType::kF32 ? 2e-3 : 1e-2) << what << ": the worst row's rel-L2";
+    }
+  }
+  Tensor y = must(arena_.alloc({m, n}, DType::kF32));
+  EXPECT_EQ(runner->linear_blocks(qa_d.view(), sw_d.view(), qw_d.view(), sw_d.view(), nullptr, y.view(), stream_).code(),
+            StatusCode::kInvalidArgument)
+      << "weight scales passed as activation scales";
 }
 
 }  // namespace
