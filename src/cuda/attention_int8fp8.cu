@@ -47,6 +47,7 @@
 #include "cpu/fp8_blocks.h"
 #include "cpu/fp8_scale.h"
 #include "cuda/attention_int8fp8_tile.cuh"
+#include "cuda/fp8_amax.cuh"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/kernel_timeline_record.h"
 #include "cuda/row_io.cuh"
@@ -247,17 +248,19 @@ struct Consumer {
         const float2 vs = __ldg(reinterpret_cast<const float2*>(v_scale + channel));
         y[r][j] = pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
         if (query < p.nq) {
-          amax = max(amax, fp8_abs_bits(__uint_as_float(y[r][j] << 16)));
-          amax = max(amax, fp8_abs_bits(__uint_as_float(y[r][j] & 0xFFFF0000u)));
+          const float pair[2] = {__uint_as_float(y[r][j] << 16), __uint_as_float(y[r][j] & 0xFFFF0000u)};
+          amax = detail::amax_bits<2>(pair, amax);
         }
       }
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+    // The block spans both consumers' warps, and the producer warpgroup never joins a barrier
+    // here: the warps' maxima meet through shared memory at a named barrier of the 256 consumer
+    // threads (team_max's __syncthreads would wait for the producer).
+    amax = detail::warp_max_bits(amax, 32);
     if (lane == 0) warp_max[consumer * (kWarpgroupThreads / 32) + warp] = amax;
     named_barrier_sync(kBarrierEpilogue, kScheduleThreads);
 #pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) amax = max(amax, warp_max[w]);
+    for (int w = 0; w < kConsumerWarps; ++w) amax = fp8_max_bits(amax, warp_max[w]);
     const Fp8RowScale s = fp8_row_scale(amax);
     if (consumer == 0 && warp == 0 && lane == 0) p.code_scales[(q0 / kBlockQ) * p.heads + head] = s.scale;
 #pragma unroll

@@ -1,8 +1,8 @@
 // Block-scaled e4m3 quantizer (contract: cuda/fp8_blocks.h; rule: cpu/fp8_scale.h).
 //
 // One CTA of 256 threads per block of block_rows rows × 128 columns: thread t takes the 8 columns
-// from 8·(t % 16) of rows t / 16, t / 16 + 16, ... of the block. Pass 1 takes the amax as the max
-// of |x|'s bits (order-free, NaN above everything) and reduces it over the CTA; pass 2 re-reads the
+// from 8·(t % 16) of rows t / 16, t / 16 + 16, ... of the block. Pass 1 takes the amax by bits
+// (fp8_amax.cuh) and reduces it over the CTA; pass 2 re-reads the
 // block (it is L1/L2-resident: 32 KB for a bf16 128 × 128 tile) and writes the codes with the
 // hardware conversion, which equals f32_to_e4m3_bits on every finite input; a non-finite block
 // writes kE4m3NanCode everywhere, as cpu::quantize_blocks_fp8 does.
@@ -12,6 +12,7 @@
 
 #include "cpu/fp8_blocks.h"
 #include "cpu/fp8_scale.h"
+#include "cuda/fp8_amax.cuh"
 #include "cuda/row_io.cuh"
 #include "cuda/runtime.h"
 
@@ -55,17 +56,9 @@ __global__ void __launch_bounds__(kThreads) quantize_blocks_fp8_kernel(Operand x
   for (int64_t r = r0 + slot; r < r1; r += kRowSlots) {
     float v[8];
     load8<kVector>(x, r, col, v);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) amax = fp8_max_bits(amax, fp8_abs_bits(v[i]));
+    amax = detail::amax_bits<8>(v, amax);
   }
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) amax = max(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-  __syncthreads();
-  amax = warp_max[0];
-#pragma unroll
-  for (int w = 1; w < kThreads / 32; ++w) amax = max(amax, warp_max[w]);
-  const Fp8RowScale s = fp8_row_scale(amax);
+  const Fp8RowScale s = fp8_row_scale(detail::team_max(amax, kThreads, warp_max));
   if (threadIdx.x == 0) scales[row_block * col_blocks + col_block] = s.scale;
   for (int64_t r = r0 + slot; r < r1; r += kRowSlots) {
     float v[8];

@@ -40,6 +40,7 @@
 #include "cpu/fp8.h"
 #include "cpu/fp8_scale.h"
 #include "cuda/elementwise.h"
+#include "cuda/fp8_amax.cuh"
 #include "cuda/norm_layout.h"
 #include "cuda/row_io.cuh"
 #include "cuda/row_math.cuh"
@@ -224,29 +225,10 @@ __device__ __forceinline__ float team_sum(float s, int team, float* warp_sums) {
   return total;
 }
 
-__device__ __forceinline__ uint32_t team_max(uint32_t m, int team, uint32_t* warp_max) {
-  const int width = team < 32 ? team : 32;
-  for (int offset = width / 2; offset > 0; offset /= 2) m = fp8_max_bits(m, __shfl_xor_sync(0xFFFFFFFFu, m, offset));
-  if (team <= 32) return m;
-  if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
-  __syncthreads();
-  uint32_t total = 0;
-  for (int w = 0; w < team / 32; ++w) total = fp8_max_bits(total, warp_max[w]);
-  __syncthreads();
-  return total;
-}
-
 template <int V>
 __device__ __forceinline__ float sum_squares(const float (&v)[V], float acc) {
 #pragma unroll
   for (int k = 0; k < V; ++k) acc = fmaf(v[k], v[k], acc);
-  return acc;
-}
-
-template <int V>
-__device__ __forceinline__ uint32_t amax_bits(const float (&v)[V], uint32_t acc) {
-#pragma unroll
-  for (int k = 0; k < V; ++k) acc = fp8_max_bits(acc, fp8_abs_bits(v[k]));
   return acc;
 }
 
@@ -327,18 +309,18 @@ __global__ void __maxnreg__(80) fp8_rows_kernel(Source src, CodesOut out, int64_
           if (vec < vecs) {
             if constexpr (!Source::kNormalizes) src.load(row, vec * V, h[q]);
             src.finish(row, vec * V, h[q], inv);
-            amax = amax_bits<V>(h[q], amax);
+            amax = detail::amax_bits<V>(h[q], amax);
           }
         }
       } else {
         for (int64_t vec = lane; vec < vecs; vec += team) {
           src.load(row, vec * V, h[0]);
           src.finish(row, vec * V, h[0], inv);
-          amax = amax_bits<V>(h[0], amax);
+          amax = detail::amax_bits<V>(h[0], amax);
         }
       }
     }
-    const Fp8RowScale s = fp8_row_scale(team_max(amax, team, warp_max));
+    const Fp8RowScale s = fp8_row_scale(detail::team_max(amax, team, warp_max));
 
     if (active) {
       uint8_t* dst = out.codes + r * out.stride;
@@ -383,12 +365,12 @@ __global__ void __launch_bounds__(kSwigluMaxThreads) swiglu_quantize_cached_kern
       if (vec < vecs) {
         float h[V];
         src.load<V>(row, vec * V, h);
-        amax = amax_bits<V>(h, amax);
+        amax = detail::amax_bits<V>(h, amax);
 #pragma unroll
         for (int k = 0; k < V / 2; ++k) packed[q][k] = (__float_as_uint(h[2 * k]) >> 16) | (__float_as_uint(h[2 * k + 1]) & 0xFFFF0000u);
       }
     }
-    const Fp8RowScale s = fp8_row_scale(team_max(amax, team, warp_max));
+    const Fp8RowScale s = fp8_row_scale(detail::team_max(amax, team, warp_max));
     uint8_t* dst = out.codes + r * out.stride;
     if (lane == 0) out.scales[r] = s.scale;
 #pragma unroll
