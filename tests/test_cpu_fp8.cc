@@ -29,7 +29,6 @@
 #include <cstring>
 #include <limits>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -37,20 +36,14 @@
 #include "cpu/elementwise.h"
 #include "cpu/fp8.h"
 #include "cpu/fp8_scale.h"
+#include "must.h"
 #include "cpu/gemm.h"
 #include "cpu/norm.h"
 
 namespace vortex {
 namespace {
 
-template <class T>
-T must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().to_string());
-  return std::move(r).value();
-}
-void must(const Status& s) {
-  if (!s.ok()) throw std::runtime_error(s.to_string());
-}
+using test::must;
 
 // N(0, stddev) values in fp32, rounded once into `dtype`.
 Tensor random_tensor(const Shape& shape, DType dtype, uint64_t seed, float stddev = 1.0f) {

@@ -16,7 +16,6 @@
 #include <cstdio>
 #include <limits>
 #include <random>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -24,18 +23,12 @@
 #include "cpu/fp8.h"
 #include "cpu/fp8_blocks.h"
 #include "cpu/fp8_scale.h"
+#include "must.h"
 
 namespace vortex {
 namespace {
 
-template <class T>
-T must(Result<T> r) {
-  if (!r.ok()) throw std::runtime_error(r.status().to_string());
-  return std::move(r).value();
-}
-void must(const Status& s) {
-  if (!s.ok()) throw std::runtime_error(s.to_string());
-}
+using test::must;
 
 // N(0, 1) values scaled per column block: block b of a row is multiplied by 2^(b % 7 − 3), so
 // blocks of different magnitudes sit side by side as heads do in an attention output.

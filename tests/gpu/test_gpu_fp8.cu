@@ -43,6 +43,7 @@ namespace {
 using test::columns;
 using test::must;
 using test::random_tensor;
+using test::set_value;
 
 constexpr unsigned char kSentinel = 0xA5;
 constexpr int64_t kRows[] = {1, 7, 129, 1000};
@@ -52,15 +53,6 @@ constexpr int64_t kPad = 16;
 std::string describe(const char* op, DType dtype, int64_t rows, int64_t channels, int64_t col) {
   return std::string(op) + " " + dtype_name(dtype) + " [" + std::to_string(rows) + ", " + std::to_string(channels) +
          "] at column " + std::to_string(col);
-}
-
-void set_value(Tensor& t, int64_t r, int64_t k, float v) {
-  const int64_t i = r * t.size(1) + k;
-  if (t.dtype() == DType::kBF16) {
-    t.data_as<uint16_t>()[i] = f32_to_bf16_bits(v);
-  } else {
-    t.data_as<float>()[i] = v;
-  }
 }
 
 // Codes [n, c] as columns [col, col + c) of a sentinel-filled [n, c + kPad] device buffer, and scales [n].
@@ -431,38 +423,6 @@ Tensor upload_into_columns(const Tensor& host, cuda::DeviceArena& arena, cudaStr
   return must(full.slice(1, col, col + width));
 }
 
-// The fp8 GEMM against the CPU's exact-sum reference, row by row (the test rows span many orders
-// of magnitude, so a global or per-element measure would be decided by the largest or the
-// near-zero outputs). Hopper's fp8 tensor cores add partial products with about 14 mantissa bits
-// before cuBLASLt promotes them to fp32, so the sums are not fp32-exact: on the H200 the worst
-// element of an fp32 output was ~4e-3 of its row's RMS and every fp32 row within 2e-3 rel-L2. A
-// bf16 output adds its own rounding: a 16-wide row dominated by one element that rounds the other
-// way is already 2^-8..2^-7 off, and the worst bf16 row measured 6.2e-3 (whole tensors <= 1.7e-3).
-constexpr double kFp8GemmRowRelL2F32 = 2e-3, kFp8GemmRowRelL2Bf16 = 1e-2;
-
-void expect_gemm_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  const test::Comparison cmp = test::compare(got, want);
-  EXPECT_EQ(cmp.nonfinite, 0) << what << ": " << cmp.summary();
-  const int64_t rows = want.size(0), cols = want.size(1);
-  double worst = 0.0;
-  int64_t worst_row = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double diff2 = 0.0, ref2 = 0.0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const double g = element_as_double(got, r * cols + c), w = element_as_double(want, r * cols + c);
-      diff2 += (g - w) * (g - w);
-      ref2 += w * w;
-    }
-    const double rel = ref2 > 0.0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
-    if (rel > worst) {
-      worst = rel;
-      worst_row = r;
-    }
-  }
-  const double bound = want.dtype() == DType::kF32 ? kFp8GemmRowRelL2F32 : kFp8GemmRowRelL2Bf16;
-  EXPECT_LE(worst, bound) << what << ": worst row " << worst_row << " rel-L2 " << worst << "; " << cmp.summary();
-}
-
 TEST_F(GpuFp8Gemm, MatchesCpuReferenceOnOddAndStridedShapes) {
   uint64_t seed = 5000;
   struct Kn {
@@ -509,7 +469,7 @@ TEST_F(GpuFp8Gemm, MatchesCpuReferenceOnOddAndStridedShapes) {
             const TensorView bv = b.view();
             must(cpu::linear_fp8(qa.codes.view(), qa.scales.view(), qw.codes.view(), qw.scales.view(),
                                  bias ? &bv : nullptr, want.view()));
-            expect_gemm_close(got, want, what);
+            test::expect_fp8_gemm_rows_close(got, want, what);
           }
         }
       }
@@ -586,7 +546,7 @@ TEST_F(GpuFp8GemmBlock, BlockShapesOnSampledRows) {
     Tensor want = Tensor::empty({kSampled, g.n}, DType::kBF16);
     must(cpu::linear_fp8(qa_rows.view(), sa_rows.view(), to_host(qw.codes).view(), to_host(qw.scales).view(), nullptr,
                          want.view()));
-    expect_gemm_close(y_rows, want, g.name);
+    test::expect_fp8_gemm_rows_close(y_rows, want, g.name);
   }
 }
 
