@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -69,6 +70,46 @@ void expect_same_finite_outputs(const Tensor& fused, const Tensor& unfused, cons
   EXPECT_TRUE(bitwise_equal(fused, unfused)) << what << ": fused vs unfused rel-L2 " << test::rel_l2(fused, unfused);
 }
 
+// The text tokens the block-stack gate prepares its model with.
+Tensor gate_text(const h3::H3Config& c) { return h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream); }
+
+// The block-stack gate: a model of `c` on the {128, 192, 22} clip with 16 text tokens, prepared at
+// timesteps 0.3..0.8; its block stack, run from the same start with fused and with separate
+// norms, must give the same finite output bit for bit. Returns the model for further gates (null,
+// with the failure reported, when it cannot be built).
+std::unique_ptr<h3::CudaH3Transformer> expect_block_stack_gate(const h3::H3Config& c, uint64_t weight_seed,
+                                                               const h3::CudaModelOptions& options,
+                                                               h3::AttentionMode mode, uint64_t start_seed,
+                                                               const std::string& what) {
+  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
+  if (!geometry.ok()) {
+    ADD_FAILURE() << what << ": " << geometry.status().to_string();
+    return nullptr;
+  }
+  auto layout = h3::build_t2va_layout(16, *geometry, c);
+  if (!layout.ok()) {
+    ADD_FAILURE() << what << ": " << layout.status().to_string();
+    return nullptr;
+  }
+  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(weight_seed, nullptr), layout->num_rows,
+                                             nullptr, options);
+  if (!model.ok()) {
+    ADD_FAILURE() << what << ": " << model.status().to_string();
+    return nullptr;
+  }
+  Status status = (*model)->prepare(*layout, gate_text(c));
+  if (status.ok()) status = (*model)->upload_step_tables(h3::assign_row_timesteps(*layout, 0.3f, 0.8f));
+  auto x = (*model)->residual().slice(0, 0, layout->num_rows);
+  if (!status.ok() || !x.ok()) {
+    ADD_FAILURE() << what << ": " << (status.ok() ? x.status() : status).to_string();
+    return nullptr;
+  }
+  const Tensor fused = block_stack_output(**model, c.num_layers, *x, true, mode, start_seed);
+  const Tensor unfused = block_stack_output(**model, c.num_layers, *x, false, mode, start_seed);
+  expect_same_finite_outputs(fused, unfused, what);
+  return std::move(*model);
+}
+
 class GpuH3Fusions : public ::testing::TestWithParam<int> {
  protected:
   h3::H3Config config() const { return GetParam() == 0 ? small_config() : wide_config(); }
@@ -76,22 +117,7 @@ class GpuH3Fusions : public ::testing::TestWithParam<int> {
 
 TEST_P(GpuH3Fusions, BlockOutputIsBitwiseEqualToTheUnfusedBlock) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  const h3::H3Config c = config();
-  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
-  ASSERT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(16, *geometry, c);
-  ASSERT_TRUE(layout.ok());
-  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(11, nullptr), layout->num_rows);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const Tensor text = h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream);
-  ASSERT_TRUE((*model)->prepare(*layout, text).ok());
-  ASSERT_TRUE((*model)->upload_step_tables(h3::assign_row_timesteps(*layout, 0.3f, 0.8f)).ok());
-
-  auto x = (*model)->residual().slice(0, 0, layout->num_rows);
-  ASSERT_TRUE(x.ok());
-  const Tensor fused = block_stack_output(**model, c.num_layers, *x, true, h3::AttentionMode::kExact, 21);
-  const Tensor unfused = block_stack_output(**model, c.num_layers, *x, false, h3::AttentionMode::kExact, 21);
-  expect_same_finite_outputs(fused, unfused, "block stack");
+  expect_block_stack_gate(config(), 11, {}, h3::AttentionMode::kExact, 21, "block stack");
 }
 
 TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
@@ -130,35 +156,23 @@ TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
 // unfused path normalises Q in bf16 and quantizes it in a separate pass.
 TEST(GpuH3FusionsInt8Fp8, BlockOutputAndTwoStepTrajectoryAreBitwiseEqualToTheUnfusedPath) {
   if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
-  const h3::H3Config c = wide_config();
-  auto geometry = h3::resolve_geometry({128, 192, 22}, c);
-  ASSERT_TRUE(geometry.ok());
-  auto layout = h3::build_t2va_layout(16, *geometry, c);
-  ASSERT_TRUE(layout.ok());
   h3::CudaModelOptions model_options;
   model_options.int8fp8_attention = true;
-  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(13, nullptr), layout->num_rows, nullptr,
-                                             model_options);
-  ASSERT_TRUE(model.ok()) << model.status().to_string();
-  const Tensor text = h3::seeded_normal({16, c.text_dim}, 4, h3::kSyntheticTextStream);
-  ASSERT_TRUE((*model)->prepare(*layout, text).ok());
-  ASSERT_TRUE((*model)->upload_step_tables(h3::assign_row_timesteps(*layout, 0.3f, 0.8f)).ok());
-  auto x = (*model)->residual().slice(0, 0, layout->num_rows);
-  ASSERT_TRUE(x.ok());
-  const Tensor fused = block_stack_output(**model, c.num_layers, *x, true, h3::AttentionMode::kInt8Fp8, 23);
-  const Tensor unfused = block_stack_output(**model, c.num_layers, *x, false, h3::AttentionMode::kInt8Fp8, 23);
-  expect_same_finite_outputs(fused, unfused, "int8fp8 block stack");
+  const std::unique_ptr<h3::CudaH3Transformer> model =
+      expect_block_stack_gate(wide_config(), 13, model_options, h3::AttentionMode::kInt8Fp8, 23, "int8fp8 block stack");
+  ASSERT_NE(model, nullptr);
 
   h3::GenerateOptions options;
   options.video = {128, 192, 22};
   options.steps = 3;  // two forwards
   options.seed = 5;
   options.attention.mode = h3::AttentionMode::kInt8Fp8;
+  const Tensor text = gate_text(wide_config());
   test::TrajectoryChecksums runs[2];
   for (bool fused : {true, false}) {
-    (*model)->set_fused_norms(fused);
-    (*model)->set_cuda_graphs(fused);
-    runs[fused ? 0 : 1] = test::trajectory_checksums(**model, text, options);
+    model->set_fused_norms(fused);
+    model->set_cuda_graphs(fused);
+    runs[fused ? 0 : 1] = test::trajectory_checksums(*model, text, options);
   }
   test::expect_same_trajectory(runs[0], runs[1], "int8fp8, fused + graph vs unfused");
 }
