@@ -73,6 +73,7 @@ Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const Tensor
   parallel_for(0, row_blocks, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(block_rows * c));
     std::vector<uint32_t> amax(static_cast<size_t>(col_blocks));
+    std::vector<Fp8RowScale> s(static_cast<size_t>(col_blocks));
     for (int64_t rb = begin; rb < end; ++rb) {
       const int64_t r0 = rb * block_rows, rows = std::min(block_rows, n - r0);
       std::fill(amax.begin(), amax.end(), 0u);
@@ -81,7 +82,6 @@ Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const Tensor
         load_row(row_ptr(x, r0 + i), x.dtype, c, row);
         for (int64_t k = 0; k < c; ++k) amax[k / kFp8BlockCols] = fp8_max_bits(amax[k / kFp8BlockCols], fp8_abs_bits(row[k]));
       }
-      std::vector<Fp8RowScale> s(static_cast<size_t>(col_blocks));
       for (int64_t b = 0; b < col_blocks; ++b) {
         s[b] = fp8_row_scale(amax[b]);
         static_cast<float*>(scales.data)[rb * col_blocks + b] = s[b].scale;
