@@ -1,7 +1,8 @@
 // The block-scaled fp8 linear's CPU reference (cpu/fp8_blocks.h):
 // - quantize_blocks_fp8 applies cpu/fp8_scale.h's rule to each block: every scale and code equals
 //   the rule applied to that block's elements alone (128-row tiles with a short last tile, and
-//   1-row weight blocks); a non-finite block poisons itself and nothing else;
+//   1-row weight blocks), stored where the layout says (the kTiles padding 0); a non-finite block
+//   poisons itself and nothing else;
 // - on 128-column rows with 1-row blocks (one block per row) it is quantize_rows_fp8, bit for bit;
 // - linear_fp8_blocks against a double product of the dequantized operands: an F32 y within
 //   2^-21 of it (the exact block sums, one fp32 rounding of the total, the bias add);
@@ -50,8 +51,13 @@ float value_at(const Tensor& t, int64_t i) {
 }
 
 // Every scale and code of `q` against the rule applied to each block alone.
-void expect_blockwise_rule(const Tensor& x, int64_t block_rows, const cpu::Fp8Blocks& q, const std::string& what) {
+void expect_blockwise_rule(const Tensor& x, cpu::Fp8BlockLayout layout, const cpu::Fp8Blocks& q,
+                           const std::string& what) {
   const int64_t n = x.size(0), c = x.size(1), col_blocks = c / 128;
+  const cpu::Fp8BlockScales at = cpu::fp8_block_scales(layout, n, c);
+  const int64_t block_rows = at.block_rows;
+  ASSERT_EQ(q.scales.shape(), at.shape) << what;
+  std::vector<bool> written(static_cast<size_t>(at.shape.numel()), false);
   int64_t bad_scales = 0, bad_codes = 0;
   for (int64_t rb = 0; rb * block_rows < n; ++rb) {
     for (int64_t b = 0; b < col_blocks; ++b) {
@@ -60,7 +66,9 @@ void expect_blockwise_rule(const Tensor& x, int64_t block_rows, const cpu::Fp8Bl
         for (int64_t k = b * 128; k < (b + 1) * 128; ++k) amax = fp8_max_bits(amax, fp8_abs_bits(value_at(x, r * c + k)));
       }
       const Fp8RowScale s = fp8_row_scale(amax);
-      const float got = q.scales.data_as<float>()[rb * col_blocks + b];
+      const int64_t at_index = rb * at.row_block_stride + b * at.col_block_stride;
+      written[static_cast<size_t>(at_index)] = true;
+      const float got = q.scales.data_as<float>()[at_index];
       bad_scales += !(f32_bits(got) == f32_bits(s.scale) || (std::isnan(got) && std::isnan(s.scale)));
       for (int64_t r = rb * block_rows; r < std::min(n, (rb + 1) * block_rows); ++r) {
         for (int64_t k = b * 128; k < (b + 1) * 128; ++k) {
@@ -69,26 +77,29 @@ void expect_blockwise_rule(const Tensor& x, int64_t block_rows, const cpu::Fp8Bl
       }
     }
   }
+  int64_t bad_padding = 0;
+  for (int64_t i = 0; i < at.shape.numel(); ++i) bad_padding += !written[i] && q.scales.data_as<float>()[i] != 0.0f;
   EXPECT_EQ(bad_scales, 0) << what;
   EXPECT_EQ(bad_codes, 0) << what;
+  EXPECT_EQ(bad_padding, 0) << what << ": padding not 0";
 }
 
 TEST(CpuFp8Blocks, EachBlockFollowsTheRowRuleOverItsOwnElements) {
   for (const DType dtype : {DType::kF32, DType::kBF16}) {
-    // 300 rows: two full 128-row tiles and a short one of 44.
-    const Tensor x = headed_tensor(300, 512, dtype, 11, true);
-    const cpu::Fp8Blocks tiles = must(cpu::quantize_blocks_fp8(x.view(), cpu::kFp8TileRows));
+    // 300 rows: two full 128-row tiles and a short one of 44. 3 column blocks: kTiles pads them to 4.
+    const Tensor x = headed_tensor(300, 384, dtype, 11, true);
+    const cpu::Fp8Blocks tiles = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kTiles));
     EXPECT_EQ(tiles.scales.shape(), Shape({3, 4}));
-    expect_blockwise_rule(x, 128, tiles, std::string("128-row tiles, ") + dtype_name(dtype));
-    const cpu::Fp8Blocks rows = must(cpu::quantize_blocks_fp8(x.view(), 1));
-    EXPECT_EQ(rows.scales.shape(), Shape({300, 4}));
-    expect_blockwise_rule(x, 1, rows, std::string("1-row blocks, ") + dtype_name(dtype));
+    expect_blockwise_rule(x, cpu::Fp8BlockLayout::kTiles, tiles, std::string("128-row tiles, ") + dtype_name(dtype));
+    const cpu::Fp8Blocks rows = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kRows));
+    EXPECT_EQ(rows.scales.shape(), Shape({3, 300}));
+    expect_blockwise_rule(x, cpu::Fp8BlockLayout::kRows, rows, std::string("1-row blocks, ") + dtype_name(dtype));
   }
 }
 
 TEST(CpuFp8Blocks, OneBlockPerRowIsTheRowQuantizer) {
   const Tensor x = headed_tensor(37, 128, DType::kBF16, 12, false);
-  const cpu::Fp8Blocks blocks = must(cpu::quantize_blocks_fp8(x.view(), 1));
+  const cpu::Fp8Blocks blocks = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kRows));
   const cpu::Fp8Rows rows = must(cpu::quantize_rows_fp8(x.view()));
   for (int64_t i = 0; i < x.numel(); ++i) {
     ASSERT_EQ(blocks.codes.data_as<uint8_t>()[i], rows.codes.data_as<uint8_t>()[i]) << "element " << i;
@@ -100,9 +111,9 @@ TEST(CpuFp8Blocks, OneBlockPerRowIsTheRowQuantizer) {
 
 TEST(CpuFp8Blocks, ANonFiniteBlockPoisonsOnlyItself) {
   Tensor x = headed_tensor(130, 256, DType::kF32, 13, true);
-  const cpu::Fp8Blocks clean = must(cpu::quantize_blocks_fp8(x.view(), 128));
+  const cpu::Fp8Blocks clean = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kTiles));
   x.data_as<float>()[129 * 256 + 200] = std::numeric_limits<float>::quiet_NaN();  // tile (1, 1)
-  const cpu::Fp8Blocks dirty = must(cpu::quantize_blocks_fp8(x.view(), 128));
+  const cpu::Fp8Blocks dirty = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kTiles));
   for (int64_t r = 0; r < 130; ++r) {
     for (int64_t k = 0; k < 256; ++k) {
       const uint8_t got = dirty.codes.data_as<uint8_t>()[r * 256 + k];
@@ -113,8 +124,9 @@ TEST(CpuFp8Blocks, ANonFiniteBlockPoisonsOnlyItself) {
       }
     }
   }
-  EXPECT_TRUE(std::isnan(dirty.scales.data_as<float>()[3]));
-  for (int b = 0; b < 3; ++b) EXPECT_EQ(dirty.scales.data_as<float>()[b], clean.scales.data_as<float>()[b]);
+  // Scales [2 tiles, 2 column blocks padded to 4]: tile (1, 1) is element 5.
+  EXPECT_TRUE(std::isnan(dirty.scales.data_as<float>()[5]));
+  for (int i : {0, 1, 4}) EXPECT_EQ(dirty.scales.data_as<float>()[i], clean.scales.data_as<float>()[i]) << i;
 }
 
 // y with an F32 output against Σ_k deq(qa)·deq(qw) + bias in double.
@@ -126,8 +138,8 @@ TEST(CpuFp8Blocks, LinearMatchesTheDequantizedProduct) {
   Tensor bias = Tensor::empty({n}, DType::kF32);
   for (int64_t j = 0; j < n; ++j) bias.data_as<float>()[j] = 0.1f * static_cast<float>(j % 7) - 0.3f;
   const TensorView bias_v = bias.view();
-  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(x.view(), cpu::kFp8TileRows));
-  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(w.view(), 1));
+  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kTiles));
+  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(w.view(), cpu::Fp8BlockLayout::kRows));
   Tensor y = Tensor::empty({m, n}, DType::kF32);
   must(cpu::linear_fp8_blocks(qa.codes.view(), qa.scales.view(), qw.codes.view(), qw.scales.view(), &bias_v, y.view()));
   int64_t bad = 0;
@@ -136,9 +148,9 @@ TEST(CpuFp8Blocks, LinearMatchesTheDequantizedProduct) {
       double ref = 0.0, magnitude = 0.0;
       for (int64_t i = 0; i < k; ++i) {
         const double a = static_cast<double>(e4m3_bits_to_f32(qa.codes.data_as<uint8_t>()[r * k + i])) *
-                         qa.scales.data_as<float>()[(r / 128) * 3 + i / 128];
+                         qa.scales.data_as<float>()[(r / 128) * 4 + i / 128];
         const double b = static_cast<double>(e4m3_bits_to_f32(qw.codes.data_as<uint8_t>()[j * k + i])) *
-                         qw.scales.data_as<float>()[j * 3 + i / 128];
+                         qw.scales.data_as<float>()[(i / 128) * n + j];
         ref += a * b;
         magnitude += std::fabs(a * b);
       }
@@ -156,17 +168,22 @@ TEST(CpuFp8Blocks, RefusesShapesAndDtypesNamingTheField) {
     EXPECT_NE(s.message().find(field), std::string::npos) << s.to_string();
   };
   const Tensor x = headed_tensor(4, 200, DType::kF32, 31, false);
-  expect_invalid(cpu::quantize_blocks_fp8(x.view(), 128).status(), "multiple of 128");
+  expect_invalid(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kTiles).status(), "multiple of 128");
   const Tensor ok = headed_tensor(4, 128, DType::kF32, 32, false);
-  expect_invalid(cpu::quantize_blocks_fp8(ok.view(), 0).status(), "block_rows");
   Tensor codes = Tensor::empty({4, 128}, DType::kF8E4M3), wrong_scales = Tensor::empty({4, 1}, DType::kF32);
-  expect_invalid(cpu::quantize_blocks_fp8(ok.view(), 128, codes.view(), wrong_scales.view()), "scales");
-  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(ok.view(), 128));
-  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(ok.view(), 1));
+  expect_invalid(cpu::quantize_blocks_fp8(ok.view(), cpu::Fp8BlockLayout::kTiles, codes.view(), wrong_scales.view()),
+                 "scales");
+  expect_invalid(cpu::quantize_blocks_fp8(ok.view(), cpu::Fp8BlockLayout::kRows, codes.view(), wrong_scales.view()),
+                 "scales");  // kRows: [1 column block, 4 rows]
+  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(ok.view(), cpu::Fp8BlockLayout::kTiles));
+  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(ok.view(), cpu::Fp8BlockLayout::kRows));
   Tensor y = Tensor::empty({4, 4}, DType::kF32);
-  expect_invalid(cpu::linear_fp8_blocks(qa.codes.view(), qw.scales.view(), qw.codes.view(), qw.scales.view(), nullptr,
-                                        y.view()),
+  expect_invalid(cpu::linear_fp8_blocks(qa.codes.view(), wrong_scales.view(), qw.codes.view(), qw.scales.view(),
+                                        nullptr, y.view()),
                  "activation scales");
+  expect_invalid(cpu::linear_fp8_blocks(qa.codes.view(), qa.scales.view(), qw.codes.view(), wrong_scales.view(),
+                                        nullptr, y.view()),
+                 "weight scales");
   Tensor y_bad = Tensor::empty({4, 5}, DType::kF32);
   expect_invalid(cpu::linear_fp8_blocks(qa.codes.view(), qa.scales.view(), qw.codes.view(), qw.scales.view(), nullptr,
                                         y_bad.view()),
@@ -206,8 +223,8 @@ TEST(CpuFp8Blocks, BlockRecipeErrorAgainstThePerTokenRecipe) {
         exact[r * n + j] = acc;
       }
     }
-    const cpu::Fp8Blocks qa_tiles = must(cpu::quantize_blocks_fp8(x.view(), cpu::kFp8TileRows));
-    const cpu::Fp8Blocks qw_blocks = must(cpu::quantize_blocks_fp8(w.view(), 1));
+    const cpu::Fp8Blocks qa_tiles = must(cpu::quantize_blocks_fp8(x.view(), cpu::Fp8BlockLayout::kTiles));
+    const cpu::Fp8Blocks qw_blocks = must(cpu::quantize_blocks_fp8(w.view(), cpu::Fp8BlockLayout::kRows));
     Tensor y_blocks = Tensor::empty({m, n}, DType::kF32);
     must(cpu::linear_fp8_blocks(qa_tiles.codes.view(), qa_tiles.scales.view(), qw_blocks.codes.view(),
                                 qw_blocks.scales.view(), nullptr, y_blocks.view()));

@@ -31,15 +31,14 @@ Status check_codes(const TensorView& t, int64_t rows, int64_t cols, Device devic
   return ok_status();
 }
 
-Status check_scales(const TensorView& t, int64_t rows, int64_t cols, Device device, const std::string& what) {
+Status check_scales(const TensorView& t, const Shape& shape, Device device, const std::string& what) {
   if (t.device != device) {
     return invalid_argument(what + (device == Device::kCpu ? ": CPU backend got a device tensor"
                                                            : ": CUDA backend got a host tensor"));
   }
   if (t.dtype != DType::kF32) return invalid_argument(what + ": dtype " + dtype_name(t.dtype) + " (expected F32)");
-  if (t.rank() != 2 || t.shape[0] != rows || t.shape[1] != cols || !t.is_contiguous()) {
-    return invalid_argument(what + ": must be a contiguous [" + std::to_string(rows) + ", " + std::to_string(cols) +
-                            "], got " + t.shape.to_string());
+  if (t.shape != shape || !t.is_contiguous()) {
+    return invalid_argument(what + ": must be a contiguous " + shape.to_string() + ", got " + t.shape.to_string());
   }
   if (t.data == nullptr && t.numel() > 0) return invalid_argument(what + ": null data pointer");
   return ok_status();
@@ -55,22 +54,45 @@ Status check_block_width(int64_t cols, const std::string& what) {
 
 }  // namespace
 
-Status check_fp8_blocks_output(const TensorView& codes, const TensorView& scales, int64_t rows, int64_t cols,
-                               int64_t block_rows, Device device, const std::string& op) {
-  VORTEX_RETURN_IF_ERROR(check_codes(codes, rows, cols, device, op + " codes"));
-  return check_scales(scales, blocks_of(rows, block_rows), cols / kFp8BlockCols, device, op + " scales");
+Fp8BlockScales fp8_block_scales(Fp8BlockLayout layout, int64_t rows, int64_t cols) {
+  Fp8BlockScales s;
+  s.col_blocks = cols / kFp8BlockCols;
+  if (layout == Fp8BlockLayout::kTiles) {
+    const int64_t padded_cols = (s.col_blocks + 3) / 4 * 4;
+    s.block_rows = kFp8TileRows;
+    s.row_blocks = blocks_of(rows, kFp8TileRows);
+    s.row_block_stride = padded_cols;
+    s.col_block_stride = 1;
+    s.shape = Shape({s.row_blocks, padded_cols});
+  } else {
+    s.block_rows = 1;
+    s.row_blocks = rows;
+    s.row_block_stride = 1;
+    s.col_block_stride = rows;
+    s.shape = Shape({s.col_blocks, rows});
+  }
+  return s;
 }
 
-Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const TensorView& codes, const TensorView& scales) {
+Status check_fp8_blocks_output(const TensorView& codes, const TensorView& scales, int64_t rows, int64_t cols,
+                               Fp8BlockLayout layout, Device device, const std::string& op) {
+  VORTEX_RETURN_IF_ERROR(check_codes(codes, rows, cols, device, op + " codes"));
+  return check_scales(scales, fp8_block_scales(layout, rows, cols).shape, device, op + " scales");
+}
+
+Status quantize_blocks_fp8(const TensorView& x, Fp8BlockLayout layout, const TensorView& codes,
+                           const TensorView& scales) {
   const std::string op = "quantize_blocks_fp8";
   VORTEX_RETURN_IF_ERROR(check_activation(x, "quantize_blocks_fp8 input"));
   if (x.rank() != 2) return invalid_argument(op + " input: must be 2-D, got " + x.shape.to_string());
-  if (block_rows < 1) return invalid_argument(op + " block_rows: " + std::to_string(block_rows) + " (must be >= 1)");
   const int64_t n = x.shape[0], c = x.shape[1];
   VORTEX_RETURN_IF_ERROR(check_block_width(c, op + " input"));
-  const int64_t row_blocks = blocks_of(n, block_rows), col_blocks = c / kFp8BlockCols;
-  VORTEX_RETURN_IF_ERROR(check_fp8_blocks_output(codes, scales, n, c, block_rows, Device::kCpu, op));
-  parallel_for(0, row_blocks, [&](int64_t begin, int64_t end) {
+  VORTEX_RETURN_IF_ERROR(check_fp8_blocks_output(codes, scales, n, c, layout, Device::kCpu, op));
+  const Fp8BlockScales at = fp8_block_scales(layout, n, c);
+  const int64_t block_rows = at.block_rows, col_blocks = at.col_blocks;
+  float* scale_out = static_cast<float*>(scales.data);
+  if (at.padded()) std::fill(scale_out, scale_out + at.shape.numel(), 0.0f);
+  parallel_for(0, at.row_blocks, [&](int64_t begin, int64_t end) {
     std::vector<float> v(static_cast<size_t>(block_rows * c));
     std::vector<uint32_t> amax(static_cast<size_t>(col_blocks));
     std::vector<Fp8RowScale> s(static_cast<size_t>(col_blocks));
@@ -84,7 +106,7 @@ Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const Tensor
       }
       for (int64_t b = 0; b < col_blocks; ++b) {
         s[b] = fp8_row_scale(amax[b]);
-        static_cast<float*>(scales.data)[rb * col_blocks + b] = s[b].scale;
+        scale_out[rb * at.row_block_stride + b * at.col_block_stride] = s[b].scale;
       }
       for (int64_t i = 0; i < rows; ++i) {
         uint8_t* dst = static_cast<uint8_t*>(codes.data) + (r0 + i) * codes.strides[0];
@@ -95,15 +117,12 @@ Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const Tensor
   return ok_status();
 }
 
-Result<Fp8Blocks> quantize_blocks_fp8(const TensorView& x, int64_t block_rows) {
+Result<Fp8Blocks> quantize_blocks_fp8(const TensorView& x, Fp8BlockLayout layout) {
   if (x.rank() != 2) return invalid_argument("quantize_blocks_fp8 input: must be 2-D, got " + x.shape.to_string());
-  if (block_rows < 1) {
-    return invalid_argument("quantize_blocks_fp8 block_rows: " + std::to_string(block_rows) + " (must be >= 1)");
-  }
   VORTEX_RETURN_IF_ERROR(check_block_width(x.shape[1], "quantize_blocks_fp8 input"));
   Fp8Blocks out{Tensor::empty(x.shape, DType::kF8E4M3),
-                Tensor::empty({blocks_of(x.shape[0], block_rows), x.shape[1] / kFp8BlockCols}, DType::kF32)};
-  VORTEX_RETURN_IF_ERROR(quantize_blocks_fp8(x, block_rows, out.codes.view(), out.scales.view()));
+                Tensor::empty(fp8_block_scales(layout, x.shape[0], x.shape[1]).shape, DType::kF32)};
+  VORTEX_RETURN_IF_ERROR(quantize_blocks_fp8(x, layout, out.codes.view(), out.scales.view()));
   return out;
 }
 
@@ -115,8 +134,10 @@ Status linear_fp8_blocks(const TensorView& qa, const TensorView& sa, const Tenso
   VORTEX_RETURN_IF_ERROR(check_block_width(k, op + " activation codes"));
   VORTEX_RETURN_IF_ERROR(check_codes(qw, -1, k, Device::kCpu, op + " weight codes"));
   const int64_t n = qw.shape[0], kb = k / kFp8BlockCols;
-  VORTEX_RETURN_IF_ERROR(check_scales(sa, blocks_of(m, kFp8TileRows), kb, Device::kCpu, op + " activation scales"));
-  VORTEX_RETURN_IF_ERROR(check_scales(sw, n, kb, Device::kCpu, op + " weight scales"));
+  const Fp8BlockScales sa_at = fp8_block_scales(Fp8BlockLayout::kTiles, m, k);
+  const Fp8BlockScales sw_at = fp8_block_scales(Fp8BlockLayout::kRows, n, k);
+  VORTEX_RETURN_IF_ERROR(check_scales(sa, sa_at.shape, Device::kCpu, op + " activation scales"));
+  VORTEX_RETURN_IF_ERROR(check_scales(sw, sw_at.shape, Device::kCpu, op + " weight scales"));
   VORTEX_RETURN_IF_ERROR(check_activation(y, "linear_fp8_blocks output"));
   if (y.rank() != 2 || y.shape[0] != m || y.shape[1] != n) {
     return invalid_argument(op + " output: must be [" + std::to_string(m) + ", " + std::to_string(n) + "], got " +
@@ -142,7 +163,7 @@ Status linear_fp8_blocks(const TensorView& qa, const TensorView& sa, const Tenso
     for (int64_t r = begin; r < end; ++r) {
       const uint8_t* src = static_cast<const uint8_t*>(qa.data) + r * qa.strides[0];
       for (int64_t i = 0; i < k; ++i) a[i] = e4m3_bits_to_f32(src[i]);
-      const float* sa_r = sa_v + (r / kFp8TileRows) * kb;
+      const float* sa_r = sa_v + (r / kFp8TileRows) * sa_at.row_block_stride;
       for (int64_t j = 0; j < n; ++j) {
         const float* wj = w.data() + j * k;
         double acc = 0.0;
@@ -151,7 +172,7 @@ Status linear_fp8_blocks(const TensorView& qa, const TensorView& sa, const Tenso
           for (int64_t i = blk * kFp8BlockCols; i < (blk + 1) * kFp8BlockCols; ++i) {
             partial += static_cast<double>(a[i] * wj[i]);
           }
-          acc += partial * static_cast<double>(sa_r[blk]) * static_cast<double>(sw_v[j * kb + blk]);
+          acc += partial * static_cast<double>(sa_r[blk]) * static_cast<double>(sw_v[blk * sw_at.col_block_stride + j]);
         }
         const float scaled = static_cast<float>(acc);
         row[j] = round_to(out, bias ? scaled + b[j] : scaled);

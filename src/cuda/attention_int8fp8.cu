@@ -63,10 +63,12 @@ struct Int8Fp8Params {
   __nv_bfloat16* out;          // [Nq, H, 128] (the bf16 instances)
   int64_t out_row, out_head;   // strides, elements
   // The e4m3-output instance: codes [Nq, H·128] (row stride code_row bytes) and one scale per
-  // (128-query tile, head), code_scales [Nq_pad / 128, H] (cpu::quantize_blocks_fp8's tiles).
+  // (128-query tile, head) in cpu::Fp8BlockLayout::kTiles: tile t's scales start at
+  // t · code_scale_row (round_up(H, 4)).
   uint8_t* codes;
   int64_t code_row;
   float* code_scales;
+  int code_scale_row;
   int heads;
   const float* q_scale;        // [H, Nq_pad / 64]
   const float* k_scale;        // [H, Nk_pad / 128]
@@ -262,7 +264,7 @@ struct Consumer {
 #pragma unroll
     for (int w = 0; w < kConsumerWarps; ++w) amax = fp8_max_bits(amax, warp_max[w]);
     const Fp8RowScale s = fp8_row_scale(amax);
-    if (consumer == 0 && warp == 0 && lane == 0) p.code_scales[(q0 / kBlockQ) * p.heads + head] = s.scale;
+    if (consumer == 0 && warp == 0 && lane == 0) p.code_scales[(q0 / kBlockQ) * p.code_scale_row + head] = s.scale;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
@@ -464,11 +466,11 @@ Status check_output(const Int8Fp8Workspace& ws, const TensorView& out) {
 }
 
 // The e4m3 output's checks: codes [Nq, H·128] with 2-byte aligned rows (the epilogue stores pairs),
-// scales [Nq_pad / 128, H] contiguous.
+// scales in cpu::Fp8BlockLayout::kTiles, [Nq_pad / 128, round_up(H, 4)] contiguous.
 Status check_e4m3_output(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales) {
   const std::string op = "attention_int8fp8_quantized_e4m3";
-  VORTEX_RETURN_IF_ERROR(cpu::check_fp8_blocks_output(codes, scales, ws.nq, ws.heads * kHeadDim, kBlockQ,
-                                                      Device::kCuda, op));
+  VORTEX_RETURN_IF_ERROR(cpu::check_fp8_blocks_output(codes, scales, ws.nq, ws.heads * kHeadDim,
+                                                      cpu::Fp8BlockLayout::kTiles, Device::kCuda, op));
   if (reinterpret_cast<uintptr_t>(codes.data) % 2 != 0 || (ws.nq > 1 && codes.strides[0] % 2 != 0)) {
     return invalid_argument(op + " codes: the pointer and the row stride must be multiples of 2 bytes");
   }
@@ -500,6 +502,10 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
     params.codes = static_cast<uint8_t*>(codes->data);
     params.code_row = codes->strides[0];
     params.code_scales = static_cast<float*>(scales->data);
+    const cpu::Fp8BlockScales at = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, ws.nq, ws.heads * kHeadDim);
+    params.code_scale_row = static_cast<int>(at.row_block_stride);
+    // The layout's padding (heads not a multiple of 4) is written 0, as the quantizers write it.
+    if (at.padded()) VORTEX_CUDA_CHECK(cudaMemsetAsync(params.code_scales, 0, sizeof(float) * at.shape.numel(), stream));
   }
   params.heads = static_cast<int>(ws.heads);
   params.q_scale = ws.q_scale;

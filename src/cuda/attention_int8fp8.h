@@ -88,10 +88,10 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 
 // The attention pass with its output quantized in the kernel for the fp8 recipe's out projection
 // (cpu/fp8_blocks.h): each CTA's 128 queries × one head become e4m3 codes with one fp32 scale,
-// bit for bit quantize_blocks_fp8 (128-row tiles) applied to attention_int8fp8_quantized's bf16
-// output; no bf16 output is written. codes: F8_E4M3 [Nq, H·128] device view, unit column stride,
-// pointer and row stride multiples of 2 bytes; scales: contiguous F32 [Nq_pad / 128, H]. Compiled;
-// its first run on the device is the next session's.
+// bit for bit quantize_blocks_fp8 (cpu::Fp8BlockLayout::kTiles) applied to
+// attention_int8fp8_quantized's bf16 output; no bf16 output is written. codes: F8_E4M3 [Nq, H·128]
+// device view, unit column stride, pointer and row stride multiples of 2 bytes; scales: contiguous
+// F32 [ceil(Nq / 128), round_up(H, 4)] (the kTiles layout; its padding is written 0).
 Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales,
                                         float scale, cudaStream_t stream);
 

@@ -1,6 +1,6 @@
 // Block-scaled e4m3 quantizer (contract: cuda/fp8_blocks.h; rule: cpu/fp8_scale.h).
 //
-// One CTA of 256 threads per block of block_rows rows × 128 columns: thread t takes the 8 columns
+// One CTA of 256 threads per block of block_rows (128 or 1) rows × 128 columns: thread t takes the 8 columns
 // from 8·(t % 16) of rows t / 16, t / 16 + 16, ... of the block. Pass 1 takes the amax by bits
 // (fp8_amax.cuh) and reduces it over the CTA; pass 2 re-reads the
 // block (it is L1/L2-resident: 32 KB for a bf16 128 × 128 tile) and writes the codes with the
@@ -46,7 +46,8 @@ template <bool kVector>
 __global__ void __launch_bounds__(kThreads) quantize_blocks_fp8_kernel(Operand x, int64_t rows, int64_t block_rows,
                                                                       uint8_t* codes, int64_t code_stride,
                                                                       bool code_words, float* scales,
-                                                                      int64_t col_blocks) {
+                                                                      int64_t row_block_stride,
+                                                                      int64_t col_block_stride) {
   __shared__ uint32_t warp_max[kThreads / 32];
   const int64_t col_block = blockIdx.x, row_block = blockIdx.y;
   const int group = static_cast<int>(threadIdx.x) % kColumnGroups, slot = static_cast<int>(threadIdx.x) / kColumnGroups;
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(kThreads) quantize_blocks_fp8_kernel(Operand x
     amax = detail::amax_bits<8>(v, amax);
   }
   const Fp8RowScale s = fp8_row_scale(detail::team_max(amax, kThreads, warp_max));
-  if (threadIdx.x == 0) scales[row_block * col_blocks + col_block] = s.scale;
+  if (threadIdx.x == 0) scales[row_block * row_block_stride + col_block * col_block_stride] = s.scale;
   for (int64_t r = r0 + slot; r < r1; r += kRowSlots) {
     float v[8];
     load8<kVector>(x, r, col, v);
@@ -81,34 +82,38 @@ __global__ void __launch_bounds__(kThreads) quantize_blocks_fp8_kernel(Operand x
 
 }  // namespace
 
-Status quantize_blocks_fp8(const TensorView& x, int64_t block_rows, const TensorView& codes,
+Status quantize_blocks_fp8(const TensorView& x, cpu::Fp8BlockLayout layout, const TensorView& codes,
                            const TensorView& scales, cudaStream_t stream) {
   const std::string op = "quantize_blocks_fp8";
   VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, "quantize_blocks_fp8 input"));
   if (x.rank() != 2) return invalid_argument(op + " input: must be 2-D, got " + x.shape.to_string());
-  if (block_rows < 1) return invalid_argument(op + " block_rows: " + std::to_string(block_rows) + " (must be >= 1)");
   const int64_t n = x.shape[0], c = x.shape[1];
   if (c < 1 || c % cpu::kFp8BlockCols != 0) {
     return invalid_argument(op + " input: " + std::to_string(c) + " columns, not a positive multiple of " +
                             std::to_string(cpu::kFp8BlockCols));
   }
-  VORTEX_RETURN_IF_ERROR(cpu::check_fp8_blocks_output(codes, scales, n, c, block_rows, Device::kCuda, op));
+  VORTEX_RETURN_IF_ERROR(cpu::check_fp8_blocks_output(codes, scales, n, c, layout, Device::kCuda, op));
   if (n == 0) return ok_status();
-  const int64_t row_blocks = detail::ceil_div(n, block_rows), col_blocks = c / cpu::kFp8BlockCols;
-  if (row_blocks > 65535) {
-    return invalid_argument(op + " input: " + std::to_string(row_blocks) + " blocks of rows exceed the grid's 65535");
+  const cpu::Fp8BlockScales at = cpu::fp8_block_scales(layout, n, c);
+  if (at.row_blocks > 65535) {
+    return invalid_argument(op + " input: " + std::to_string(at.row_blocks) + " blocks of rows exceed the grid's 65535");
+  }
+  float* scale_ptr = static_cast<float*>(scales.data);
+  if (at.padded()) {
+    VORTEX_CUDA_CHECK(cudaMemsetAsync(scale_ptr, 0, sizeof(float) * at.shape.numel(), stream));
   }
   const bool code_words = reinterpret_cast<uintptr_t>(codes.data) % 8 == 0 && (n <= 1 || codes.strides[0] % 8 == 0);
-  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(row_blocks));
+  const dim3 grid(static_cast<unsigned>(at.col_blocks), static_cast<unsigned>(at.row_blocks));
   const Operand xo = detail::make_operand(x);
   uint8_t* code_ptr = static_cast<uint8_t*>(codes.data);
-  float* scale_ptr = static_cast<float*>(scales.data);
   if (detail::vec_aligned(x)) {
-    quantize_blocks_fp8_kernel<true><<<grid, kThreads, 0, stream>>>(xo, n, block_rows, code_ptr, codes.strides[0],
-                                                                     code_words, scale_ptr, col_blocks);
+    quantize_blocks_fp8_kernel<true><<<grid, kThreads, 0, stream>>>(xo, n, at.block_rows, code_ptr, codes.strides[0],
+                                                                     code_words, scale_ptr, at.row_block_stride,
+                                                                     at.col_block_stride);
   } else {
-    quantize_blocks_fp8_kernel<false><<<grid, kThreads, 0, stream>>>(xo, n, block_rows, code_ptr, codes.strides[0],
-                                                                      code_words, scale_ptr, col_blocks);
+    quantize_blocks_fp8_kernel<false><<<grid, kThreads, 0, stream>>>(xo, n, at.block_rows, code_ptr, codes.strides[0],
+                                                                      code_words, scale_ptr, at.row_block_stride,
+                                                                      at.col_block_stride);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();

@@ -28,6 +28,8 @@
 // strides, output dtype, bias, pointer alignments), as in GemmRunner.
 #include "cuda/gemm_fp8.h"
 
+#include "cpu/fp8_blocks.h"
+
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -195,17 +197,22 @@ Status Fp8GemmRunner::run(const TensorView& qa, const TensorView& sa, const Tens
   if (!fp8_aligned(qa)) return bad("activation codes qa need a 16-byte aligned base and row stride");
   if (!fp8_aligned(qw)) return bad("weight codes qw need a 16-byte aligned base and row stride");
   if (block_scales) {
-    // One scale per 128 tokens × 128 inputs (sa) and per output channel × 128 inputs (sw), as
-    // cpu::quantize_blocks_fp8 lays them out.
-    const auto blocks_ok = [](const TensorView& t, int64_t rows, int64_t cols) {
-      return t.dtype == DType::kF32 && t.rank() == 2 && t.shape[0] == rows && t.shape[1] == cols && t.is_contiguous() &&
-             aligned(t.data);
+    // One scale per 128 tokens × 128 inputs (sa, kTiles) and per output channel × 128 inputs (sw,
+    // kRows), in the layouts of cpu/fp8_blocks.h, which are the ones cuBLASLt reads.
+    const auto blocks_ok = [](const TensorView& t, const Shape& shape) {
+      return t.dtype == DType::kF32 && t.shape == shape && t.is_contiguous() && aligned(t.data);
     };
     if (k % 128 != 0) return bad("K must be a multiple of 128 for block scales");
-    if (!blocks_ok(sa, (m + 127) / 128, k / 128)) {
-      return bad("activation scales sa must be a contiguous F32 [ceil(M / 128), K / 128], 16-byte aligned");
+    const Shape sa_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, m, k).shape;
+    const Shape sw_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kRows, n, k).shape;
+    if (!blocks_ok(sa, sa_shape)) {
+      return bad("activation scales sa must be a contiguous F32 " + sa_shape.to_string() +
+                 " (cpu::Fp8BlockLayout::kTiles), 16-byte aligned");
     }
-    if (!blocks_ok(sw, n, k / 128)) return bad("weight scales sw must be a contiguous F32 [N, K / 128], 16-byte aligned");
+    if (!blocks_ok(sw, sw_shape)) {
+      return bad("weight scales sw must be a contiguous F32 " + sw_shape.to_string() +
+                 " (cpu::Fp8BlockLayout::kRows), 16-byte aligned");
+    }
   } else {
     const auto scales_ok = [](const TensorView& t, int64_t len) {
       return t.dtype == DType::kF32 && t.rank() == 1 && t.shape[0] == len && t.strides[0] == 1 && aligned(t.data);

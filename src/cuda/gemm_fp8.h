@@ -48,12 +48,10 @@ class Fp8GemmRunner {
   Status linear(const TensorView& qa, const TensorView& sa, const Fp8Weight& w, const TensorView* bias,
                 const TensorView& y, cudaStream_t stream);
 
-  // The block-scaled linear (cpu::linear_fp8_blocks): sa F32 [ceil(M / 128), K / 128], one scale per
-  // 128 tokens × 128 inputs; sw F32 [N, K / 128], one per output channel × 128 inputs; K a multiple
-  // of 128. cuBLASLt's VEC128 (weight) × BLK128x128 (activation) scaling, the pair sm_90 offers.
-  // The scale arrays are passed as cpu::quantize_blocks_fp8 lays them out; that this is the layout
-  // cuBLASLt reads is what tools/bench/probe_block_scaled_fp8_gemm.cu's layout phase checks.
-  // Compiled; its first run on the device is the next session's.
+  // The block-scaled linear (cpu::linear_fp8_blocks): sa one scale per 128 tokens × 128 inputs
+  // (cpu::Fp8BlockLayout::kTiles), sw one per output channel × 128 inputs (kRows); K a multiple of
+  // 128. cuBLASLt's VEC128 (weight) × BLK128x128 (activation) scaling, the pair sm_90 offers, with
+  // the scale layouts tools/bench/probe_block_scaled_fp8_gemm.cu found it to read.
   Status linear_blocks(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
                        const TensorView* bias, const TensorView& y, cudaStream_t stream);
 

@@ -345,10 +345,10 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
 }
 
-// The e4m3-output instance writes, bit for bit, what quantize_blocks_fp8 (128-row tiles) makes of
-// the bf16 instance's output: codes and scales, at query counts with a short last tile and with
-// unequal lengths; codes written into a strided view leave the bytes around it alone; a bad view
-// is refused. (Compiled; first run on the device in the next session.)
+// The e4m3-output instance writes, bit for bit, what quantize_blocks_fp8 (kTiles) makes of the bf16
+// instance's output: codes and scales (the layout's padding included: 1–3 heads pad to 4), at
+// query counts with a short last tile and with unequal lengths; codes written into a strided view
+// leave the bytes around it alone; a bad view is refused.
 TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
   struct Case {
     int64_t nq, nk, heads;
@@ -368,15 +368,16 @@ TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
     must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
     const Tensor out = must(arena_.alloc({c.nq, c.heads, kD}, DType::kBF16));
     must(cuda::attention_int8fp8_quantized(ws, out.view(), 0.088f, stream_));
-    const int64_t tiles = (c.nq + 127) / 128;
+    const Shape scale_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, c.nq, width).shape;
     const Tensor want_codes = must(arena_.alloc({c.nq, width}, DType::kF8E4M3));
-    const Tensor want_scales = must(arena_.alloc({tiles, c.heads}, DType::kF32));
-    must(cuda::quantize_blocks_fp8(must(out.reshape({c.nq, width})).view(), 128, want_codes.view(),
-                                   want_scales.view(), stream_));
+    const Tensor want_scales = must(arena_.alloc(scale_shape, DType::kF32));
+    must(cuda::quantize_blocks_fp8(must(out.reshape({c.nq, width})).view(), cpu::Fp8BlockLayout::kTiles,
+                                   want_codes.view(), want_scales.view(), stream_));
 
     const Tensor codes_full = must(arena_.alloc({c.nq, width + kOutPad}, DType::kF8E4M3));
     ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
-    const Tensor scales = must(arena_.alloc({tiles, c.heads}, DType::kF32));
+    const Tensor scales = must(arena_.alloc(scale_shape, DType::kF32));
+    ASSERT_EQ(cudaMemsetAsync(scales.data(), 0xff, scales.nbytes(), stream_), cudaSuccess);  // NaN until written
     must(cuda::attention_int8fp8_quantized_e4m3(ws, test::columns(codes_full, 0, width), scales.view(), 0.088f,
                                                 stream_));
     const Tensor got = must(cuda::download(codes_full, stream_)), want = must(cuda::download(want_codes, stream_));
@@ -401,7 +402,7 @@ TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
   const Tensor wrong_scales = must(arena_.alloc({2, 2}, DType::kF32));
   EXPECT_EQ(cuda::attention_int8fp8_quantized_e4m3(ws, codes.view(), wrong_scales.view(), 0.088f, stream_).code(),
             StatusCode::kInvalidArgument)
-      << "scales for 200 queries given 100";
+      << "scales [2, 2] where the kTiles layout of 100 queries × 2 heads is [1, 4]";
 }
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 ---------------------------------------------

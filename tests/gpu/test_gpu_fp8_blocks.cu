@@ -1,10 +1,11 @@
 // cuda::quantize_blocks_fp8 against cpu::quantize_blocks_fp8, bit for bit (codes and scales):
-// 128-row tiles (a short last tile, one row, 300 and 4,097 rows), 1-row blocks (the weight form),
+// the kTiles layout (a short last tile, one row, 300 and 4,097 rows; column blocks padded to 4 and
+// the padding written 0) and the kRows layout (the weight form),
 // F32 and BF16, a 16-byte-aligned strided view (vector loads, word stores) and a column offset of 3
 // (scalar loads, byte stores), a block holding a NaN and one holding huge values; bytes outside
 // the codes view stay untouched; refused arguments name the field. Then Fp8GemmRunner's
-// block-scaled linear against cpu::linear_fp8_blocks. Compiled; first run on the device in the
-// next session.
+// block-scaled linear against cpu::linear_fp8_blocks, which holds only if the scale layouts are
+// the ones cuBLASLt reads.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -30,28 +31,31 @@ constexpr int64_t kPad = 16;  // input columns past the view
 class GpuFp8Blocks : public test::GpuTest {};
 
 struct BlockCase {
-  int64_t rows, cols, block_rows, col;
+  int64_t rows, cols;
+  cpu::Fp8BlockLayout layout;
+  int64_t col;
   DType dtype;
 };
 
+constexpr cpu::Fp8BlockLayout kTiles = cpu::Fp8BlockLayout::kTiles, kRows = cpu::Fp8BlockLayout::kRows;
 constexpr BlockCase kCases[] = {
-    {300, 256, 128, 0, DType::kBF16},  {1, 128, 128, 0, DType::kF32},    {4097, 384, 128, 8, DType::kBF16},
-    {129, 128, 128, 3, DType::kBF16},  {37, 256, 1, 0, DType::kBF16},    {20, 128, 1, 3, DType::kF32},
-    {130, 256, 128, 0, DType::kF32}};
+    {300, 256, kTiles, 0, DType::kBF16}, {1, 128, kTiles, 0, DType::kF32},   {4097, 384, kTiles, 8, DType::kBF16},
+    {129, 128, kTiles, 3, DType::kBF16}, {37, 256, kRows, 0, DType::kBF16},  {20, 128, kRows, 3, DType::kF32},
+    {130, 512, kTiles, 0, DType::kF32},  {70, 384, kRows, 0, DType::kBF16}};
 
 TEST_F(GpuFp8Blocks, QuantizerMatchesTheCpuBitForBit) {
   uint64_t seed = 7100;
   for (const BlockCase& c : kCases) {
     ArenaScope scope(arena_);
-    const std::string what = "rows " + std::to_string(c.rows) + " cols " + std::to_string(c.cols) + " block_rows " +
-                             std::to_string(c.block_rows) + " col " + std::to_string(c.col) + " " + dtype_name(c.dtype);
+    const std::string what = "rows " + std::to_string(c.rows) + " cols " + std::to_string(c.cols) + 
+                             (c.layout == kTiles ? " tiles" : " rows") + " col " + std::to_string(c.col) + " " + dtype_name(c.dtype);
     Tensor x = random_tensor({c.rows, c.col + c.cols + kPad}, c.dtype, ++seed, 2.0f);
     if (c.rows >= 3) {
       set_value(x, 1, c.col + 5, NAN);                 // poisons block (0, 0)
       for (int64_t k = 0; k < 128; ++k) set_value(x, c.rows - 1, c.col + c.cols - 128 + k, 3e38f * (k % 2 ? 1 : -1));
     }
     const TensorView host_view = columns(x, c.col, c.cols);
-    const cpu::Fp8Blocks want = must(cpu::quantize_blocks_fp8(host_view, c.block_rows));
+    const cpu::Fp8Blocks want = must(cpu::quantize_blocks_fp8(host_view, c.layout));
 
     const Tensor xd = to_device(x);
     // Code columns past the view, which must stay kSentinel: 16 keeps the rows 8-byte aligned (word
@@ -59,8 +63,10 @@ TEST_F(GpuFp8Blocks, QuantizerMatchesTheCpuBitForBit) {
     const int64_t code_pad = c.col == 3 ? 13 : 16;
     const Tensor codes_full = must(arena_.alloc({c.rows, c.cols + code_pad}, DType::kF8E4M3));
     ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
+    // Scales start as NaN, so that the layout's padding must be written (0, as the CPU writes it).
     const Tensor scales = must(arena_.alloc(want.scales.shape(), DType::kF32));
-    VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(columns(xd, c.col, c.cols), c.block_rows,
+    ASSERT_EQ(cudaMemsetAsync(scales.data(), 0xff, scales.nbytes(), stream_), cudaSuccess);
+    VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(columns(xd, c.col, c.cols), c.layout,
                                                columns(codes_full, 0, c.cols), scales.view(), stream_));
     const Tensor got_codes = to_host(codes_full), got_scales = to_host(scales);
     int64_t bad_codes = 0, clobbered = 0, bad_scales = 0;
@@ -91,15 +97,15 @@ TEST_F(GpuFp8Blocks, RefusesArgumentsNamingTheField) {
   };
   const Tensor x = to_device(random_tensor({4, 256}, DType::kBF16, 1));
   const Tensor codes = must(arena_.alloc({4, 256}, DType::kF8E4M3));
-  const Tensor scales = must(arena_.alloc({1, 2}, DType::kF32));
-  const Tensor wrong_scales = must(arena_.alloc({4, 2}, DType::kF32));
-  expect_invalid(cuda::quantize_blocks_fp8(x.view(), 128, codes.view(), wrong_scales.view(), stream_), "scales");
-  expect_invalid(cuda::quantize_blocks_fp8(columns(x, 0, 200), 128, columns(codes, 0, 200), scales.view(), stream_),
+  const Tensor scales = must(arena_.alloc({1, 4}, DType::kF32));  // kTiles: 2 column blocks padded to 4
+  const Tensor wrong_scales = must(arena_.alloc({1, 2}, DType::kF32));
+  expect_invalid(cuda::quantize_blocks_fp8(x.view(), kTiles, codes.view(), wrong_scales.view(), stream_), "scales");
+  expect_invalid(cuda::quantize_blocks_fp8(x.view(), kRows, codes.view(), scales.view(), stream_), "scales");
+  expect_invalid(cuda::quantize_blocks_fp8(columns(x, 0, 200), kTiles, columns(codes, 0, 200), scales.view(), stream_),
                  "multiple of 128");
-  expect_invalid(cuda::quantize_blocks_fp8(x.view(), 0, codes.view(), scales.view(), stream_), "block_rows");
   const Tensor host = random_tensor({4, 256}, DType::kBF16, 2);
-  expect_invalid(cuda::quantize_blocks_fp8(host.view(), 128, codes.view(), scales.view(), stream_), "host tensor");
-  VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(x.view(), 128, codes.view(), scales.view(), stream_));
+  expect_invalid(cuda::quantize_blocks_fp8(host.view(), kTiles, codes.view(), scales.view(), stream_), "host tensor");
+  VORTEX_EXPECT_OK(cuda::quantize_blocks_fp8(x.view(), kTiles, codes.view(), scales.view(), stream_));
 }
 
 // Fp8GemmRunner::linear_blocks against cpu::linear_fp8_blocks on block-quantized operands whose
@@ -112,8 +118,8 @@ TEST_F(GpuFp8Blocks, BlockScaledLinearMatchesTheCpu) {
   for (int64_t r = 0; r < m; ++r) {
     for (int64_t c = 0; c < k; ++c) x.data_as<float>()[r * k + c] *= std::ldexp(1.0f, static_cast<int>((r / 128 + c / 128) % 4) - 2);
   }
-  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(x.view(), cpu::kFp8TileRows));
-  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(w.view(), 1));
+  const cpu::Fp8Blocks qa = must(cpu::quantize_blocks_fp8(x.view(), kTiles));
+  const cpu::Fp8Blocks qw = must(cpu::quantize_blocks_fp8(w.view(), kRows));
   const Tensor bias = random_tensor({n}, DType::kBF16, 7303, 0.5f);
   const Tensor qa_d = to_device(qa.codes), sa_d = to_device(qa.scales), qw_d = to_device(qw.codes),
                sw_d = to_device(qw.scales), bias_d = to_device(bias);

@@ -213,25 +213,32 @@ void find_layout(cublasLtHandle_t lt, void* workspace, cudaStream_t stream) {
   CHECK_CUDA(cudaMalloc(&x, host_x.size()));
   CHECK_CUDA(cudaMalloc(&d, sizeof(float) * m * n));
   CHECK_CUDA(cudaMalloc(&dev_sw, sizeof(float) * sw.size()));
-  CHECK_CUDA(cudaMalloc(&dev_sa, sizeof(float) * sa.size()));
+  CHECK_CUDA(cudaMalloc(&dev_sa, sizeof(float) * static_cast<size_t>(mb * ((kb + 3) / 4 * 4))));
   CHECK_CUDA(cudaMemcpy(w, host_w.data(), host_w.size(), cudaMemcpyHostToDevice));
   CHECK_CUDA(cudaMemcpy(x, host_x.data(), host_x.size(), cudaMemcpyHostToDevice));
   std::vector<float> got(static_cast<size_t>(m * n));
+  // Activation candidates: K blocks fastest (row stride kb, or kb padded to a multiple of 4, the
+  // padding 0), or token blocks fastest.
+  const int64_t kb_pad4 = (kb + 3) / 4 * 4;
+  const char* act_names[] = {"activation scales [M/128][K/128]", "activation scales [M/128][round_up(K/128, 4)]",
+                             "activation scales [K/128][M/128]"};
   for (const bool weight_k_fastest : {true, false}) {
-    for (const bool act_k_fastest : {true, false}) {
-      std::vector<float> lw(sw.size()), la(sa.size());
+    for (int act_layout = 0; act_layout < 3; ++act_layout) {
+      std::vector<float> lw(sw.size()), la(static_cast<size_t>(mb * kb_pad4), 0.0f);
       for (int64_t j = 0; j < n; ++j) {
         for (int64_t b = 0; b < kb; ++b) lw[weight_k_fastest ? j * kb + b : b * n + j] = sw[j * kb + b];
       }
       for (int64_t t = 0; t < mb; ++t) {
-        for (int64_t b = 0; b < kb; ++b) la[act_k_fastest ? t * kb + b : b * mb + t] = sa[t * kb + b];
+        for (int64_t b = 0; b < kb; ++b) {
+          la[act_layout == 0 ? t * kb + b : act_layout == 1 ? t * kb_pad4 + b : b * mb + t] = sa[t * kb + b];
+        }
       }
       CHECK_CUDA(cudaMemcpy(dev_sw, lw.data(), sizeof(float) * lw.size(), cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemcpy(dev_sa, la.data(), sizeof(float) * la.size(), cudaMemcpyHostToDevice));
       const Gemm gemm(lt, m, k, n, CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F, CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F,
                       dev_sw, dev_sa, CUDA_R_32F);
       const char* name_w = weight_k_fastest ? "weight scales [N][K/128]" : "weight scales [K/128][N]";
-      const char* name_a = act_k_fastest ? "activation scales [M/128][K/128]" : "activation scales [K/128][M/128]";
+      const char* name_a = act_names[act_layout];
       if (!gemm.found) {
         std::printf("layout %s, %s: no algorithm (fp32 output)\n", name_w, name_a);
         continue;
