@@ -3,7 +3,8 @@
 // cuBLASLt's fp8 GEMMs need on the GPU) with synthetic bf16 weights, the fp8 forward repeats bit
 // for bit, really differs from the bf16 forward and stays within a stated bound of it; the stages
 // outside the transformer blocks are the bf16 program's; every block is, bit for bit, the
-// sequence of cpu/fp8.h ops that cuda_block_fp8.cc launches; f32 weights are refused.
+// sequence of cpu/fp8.h and cpu/fp8_blocks.h ops that cuda_block_fp8.cc launches; f32 weights and
+// an inner dim that is not a multiple of 128 are refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include "cpu/attention.h"
 #include "cpu/elementwise.h"
 #include "cpu/fp8.h"
+#include "cpu/fp8_blocks.h"
 #include "cpu/gemm.h"
 #include "cpu/norm.h"
 #include "h3_golden_util.h"
@@ -34,12 +36,13 @@ namespace {
 constexpr double kFp8VsBf16Bound = 1e-2;
 constexpr uint64_t kWeightSeed = 11;
 
-// hidden 64, inner 3 × 32 = 96 (≠ hidden), FFN 160: multiples of 16, distinct, and partial rotary
-// (24 of 32 channels), so a mixed-up width or column offset cannot pass.
+// hidden 64, inner 3 × 128 = 384 (≠ hidden; the out projection's block scales need a multiple of
+// 128, and 3 heads pad the scale layout), FFN 160: multiples of 16, distinct, and partial rotary
+// (24 of 128 channels), so a mixed-up width or column offset cannot pass.
 h3::H3Config fp8_config() {
   h3::H3Config c = *h3::config_preset("h3");
   c.num_attention_heads = 3;
-  c.attention_head_dim = 32;
+  c.attention_head_dim = 128;
   c.hidden_size = 64;
   c.num_layers = 2;
   c.num_refiner_layers = 1;
@@ -182,9 +185,12 @@ Tensor hand_block(const h3::H3Config& c, const h3::BlockWeights& w, const cpu::F
   ok(cpu::apply_rope(k, cos, sin));
   Tensor attn = Tensor::empty({n, inner}, DType::kBF16);
   ok(cpu::attention(q, k, v, h3::heads_view(attn, 0, H, D), static_cast<float>(1.0 / std::sqrt(double(D)))));
-  auto attn_codes = cpu::quantize_rows_fp8(attn.view());
-  EXPECT_TRUE(attn_codes.ok());
-  const Tensor attn_branch = fp8_linear(*attn_codes, weight_codes(w.out.weight), C);
+  auto attn_codes = cpu::quantize_blocks_fp8(attn.view(), cpu::Fp8BlockLayout::kTiles);
+  auto out_codes = cpu::quantize_blocks_fp8(w.out.weight.view(), cpu::Fp8BlockLayout::kRows);
+  EXPECT_TRUE(attn_codes.ok() && out_codes.ok());
+  Tensor attn_branch = Tensor::empty({n, C}, DType::kBF16);
+  ok(cpu::linear_fp8_blocks(attn_codes->codes.view(), attn_codes->scales.view(), out_codes->codes.view(),
+                            out_codes->scales.view(), nullptr, attn_branch.view()));
 
   const TensorView attn_branch_view = attn_branch.view();
   cpu::Fp8Rows h2 = fresh_rows(C);
@@ -243,6 +249,22 @@ TEST(H3Fp8, F32WeightsAreRefusedWithOneLine) {
   EXPECT_NE(message.find("fp8 recipe"), std::string::npos) << message;
   EXPECT_NE(message.find("F32"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+// The out projection's block scales cover one head of 128 channels: an inner dim of 3 × 32 is
+// refused when the model is made, naming the width.
+TEST(H3Fp8, AnInnerDimNotAMultipleOf128IsRefused) {
+  h3::H3Config c = fp8_config();
+  c.attention_head_dim = 32;
+  auto tensors = h3::synthetic_weights(c, DType::kBF16, kWeightSeed);
+  ASSERT_TRUE(tensors.ok());
+  auto weights = h3::assemble_weights(*tensors, c, DType::kBF16);
+  ASSERT_TRUE(weights.ok());
+  auto model = h3::H3Transformer::create(std::move(*weights), {h3::LinearRecipe::kFp8});
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(model.status().message().find("inner dim"), std::string::npos) << model.status().message();
+  EXPECT_NE(model.status().message().find("96"), std::string::npos) << model.status().message();
 }
 
 }  // namespace

@@ -54,7 +54,9 @@ std::string recipe_name(h3::LinearRecipe recipe) { return recipe == h3::LinearRe
 nlohmann::json recipe_description(h3::LinearRecipe recipe) {
   if (recipe == h3::LinearRecipe::kBf16) return "bf16 (cuBLASLt bf16 GEMMs, fp32 accumulate)";
   return "fp8 (e4m3 block weights per output channel, e4m3 activations per token from fused producers, "
-         "cuBLASLt outer-vector scales, fp32 accumulate)";
+         "cuBLASLt outer-vector scales; the out projection: weight scales per output channel x 128 inputs, "
+         "attention-output scales per 128 tokens x head written by the attention pass, cuBLASLt VEC128 x "
+         "BLK128x128 scales; fp32 accumulate)";
 }
 
 Result<nlohmann::json> memory_json(const h3::CudaH3Transformer& model) {

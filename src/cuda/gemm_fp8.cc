@@ -28,8 +28,6 @@
 // strides, output dtype, bias, pointer alignments), as in GemmRunner.
 #include "cuda/gemm_fp8.h"
 
-#include "cpu/fp8_blocks.h"
-
 #include <cublasLt.h>
 
 #include <cstdint>
@@ -38,8 +36,10 @@
 #include <tuple>
 #include <utility>
 
+#include "cpu/fp8_blocks.h"
 #include "cuda/cublas_check.h"
 #include "cuda/cublaslt_plan.h"
+#include "cuda/fp8_blocks.h"
 #include "cuda/fp8_quantize.h"
 
 namespace vortex::cuda {
@@ -168,6 +168,11 @@ Status Fp8GemmRunner::linear_blocks(const TensorView& qa, const TensorView& sa, 
   return run(qa, sa, qw, sw, bias, y, true, stream);
 }
 
+Status Fp8GemmRunner::linear_blocks(const TensorView& qa, const TensorView& sa, const Fp8Weight& w,
+                                    const TensorView* bias, const TensorView& y, cudaStream_t stream) {
+  return linear_blocks(qa, sa, w.codes.view(), w.scales.view(), bias, y, stream);
+}
+
 Status Fp8GemmRunner::run(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
                           const TensorView* bias, const TensorView& y, bool block_scales, cudaStream_t stream) {
   const auto bad = [&](const std::string& what) {
@@ -256,16 +261,21 @@ Status Fp8GemmRunner::run(const TensorView& qa, const TensorView& sa, const Tens
   return ok_status();
 }
 
-Result<Fp8Weight> quantize_weight_fp8(const Tensor& w, DeviceArena& arena, cudaStream_t stream) {
+namespace {
+
+// Quantizes w into fresh codes and scales of `scale_shape` in `arena` with `quantize` (a device
+// pass over a device view); a host weight goes through a scratch copy at the top of the arena.
+template <typename Quantize>
+Result<Fp8Weight> quantize_weight(const Tensor& w, const Shape& scale_shape, DeviceArena& arena, cudaStream_t stream,
+                                  const std::string& op, Quantize quantize) {
   if (w.rank() != 2 || (w.dtype() != DType::kF32 && w.dtype() != DType::kBF16) || !w.is_contiguous()) {
-    return invalid_argument("quantize_weight_fp8 weight: must be a contiguous F32 or BF16 [O, I], got " + w.describe());
+    return invalid_argument(op + " weight: must be a contiguous F32 or BF16 [O, I], got " + w.describe());
   }
   Fp8Weight out;
   VORTEX_ASSIGN_OR_RETURN(out.codes, arena.alloc(w.shape(), DType::kF8E4M3));
-  VORTEX_ASSIGN_OR_RETURN(out.scales, arena.alloc({w.size(0)}, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(out.scales, arena.alloc(scale_shape, DType::kF32));
   if (w.device() == Device::kCuda) {
-    VORTEX_RETURN_IF_ERROR(quantize_rows_fp8(w.view(), out.codes.view(), out.scales.view(), stream)
-                               .with_context("quantize_weight_fp8 weight"));
+    VORTEX_RETURN_IF_ERROR(quantize(w.view(), out).with_context(op + " weight"));
     return out;
   }
   // The scratch copy sits above the codes and scales, so releasing it leaves them in place.
@@ -273,8 +283,7 @@ Result<Fp8Weight> quantize_weight_fp8(const Tensor& w, DeviceArena& arena, cudaS
   const auto quantize_from_host = [&]() -> Status {
     VORTEX_ASSIGN_OR_RETURN(Tensor scratch, arena.alloc(w.shape(), w.dtype()));
     VORTEX_RETURN_IF_ERROR(copy_to_device_staged(w, scratch, stream));
-    VORTEX_RETURN_IF_ERROR(quantize_rows_fp8(scratch.view(), out.codes.view(), out.scales.view(), stream)
-                               .with_context("quantize_weight_fp8 weight"));
+    VORTEX_RETURN_IF_ERROR(quantize(scratch.view(), out).with_context(op + " weight"));
     // The kernel must finish reading the scratch before the arena hands its memory out again.
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
     return ok_status();
@@ -286,6 +295,29 @@ Result<Fp8Weight> quantize_weight_fp8(const Tensor& w, DeviceArena& arena, cudaS
   arena.release_to(mark);
   if (!status.ok()) return status;
   return out;
+}
+
+}  // namespace
+
+Result<Fp8Weight> quantize_weight_fp8(const Tensor& w, DeviceArena& arena, cudaStream_t stream) {
+  const Shape scale_shape = w.rank() == 2 ? Shape({w.size(0)}) : Shape();
+  return quantize_weight(w, scale_shape, arena, stream, "quantize_weight_fp8",
+                         [&](const TensorView& x, const Fp8Weight& out) {
+                           return quantize_rows_fp8(x, out.codes.view(), out.scales.view(), stream);
+                         });
+}
+
+Result<Fp8Weight> quantize_weight_fp8_blocks(const Tensor& w, DeviceArena& arena, cudaStream_t stream) {
+  const std::string op = "quantize_weight_fp8_blocks";
+  if (w.rank() == 2 && (w.size(1) < 1 || w.size(1) % cpu::kFp8BlockCols != 0)) {
+    return invalid_argument(op + " weight: " + std::to_string(w.size(1)) + " inputs, not a positive multiple of " +
+                            std::to_string(cpu::kFp8BlockCols));
+  }
+  const Shape scale_shape =
+      w.rank() == 2 ? cpu::fp8_block_scales(cpu::Fp8BlockLayout::kRows, w.size(0), w.size(1)).shape : Shape();
+  return quantize_weight(w, scale_shape, arena, stream, op, [&](const TensorView& x, const Fp8Weight& out) {
+    return quantize_blocks_fp8(x, cpu::Fp8BlockLayout::kRows, out.codes.view(), out.scales.view(), stream);
+  });
 }
 
 }  // namespace vortex::cuda

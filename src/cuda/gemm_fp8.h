@@ -26,7 +26,7 @@ namespace vortex::cuda {
 // A linear's weight in the fp8 recipe, in device memory.
 struct Fp8Weight {
   Tensor codes;   // [O, I] F8_E4M3, contiguous
-  Tensor scales;  // [O] F32
+  Tensor scales;  // [O] F32 (quantize_weight_fp8), or [I / 128, O] F32 (quantize_weight_fp8_blocks)
 };
 
 // Quantizes a weight [O, I] (F32 or BF16, contiguous, on the host or the device) per output
@@ -34,6 +34,10 @@ struct Fp8Weight {
 // through a bf16/f32 scratch copy at the top of the arena, which is released before returning;
 // the call synchronises `stream`.
 Result<Fp8Weight> quantize_weight_fp8(const Tensor& w, DeviceArena& arena, cudaStream_t stream);
+// The same with one scale per output channel and 128 inputs (cpu::Fp8BlockLayout::kRows), the
+// weight of a block-scaled linear (linear_blocks); I a multiple of 128. Bitwise
+// cpu::quantize_blocks_fp8's.
+Result<Fp8Weight> quantize_weight_fp8_blocks(const Tensor& w, DeviceArena& arena, cudaStream_t stream);
 
 class Fp8GemmRunner {
  public:
@@ -54,6 +58,8 @@ class Fp8GemmRunner {
   // the scale layouts tools/bench/probe_block_scaled_fp8_gemm.cu found it to read.
   Status linear_blocks(const TensorView& qa, const TensorView& sa, const TensorView& qw, const TensorView& sw,
                        const TensorView* bias, const TensorView& y, cudaStream_t stream);
+  Status linear_blocks(const TensorView& qa, const TensorView& sa, const Fp8Weight& w, const TensorView* bias,
+                       const TensorView& y, cudaStream_t stream);
 
   size_t cached_plans() const;
 

@@ -14,7 +14,9 @@
 //    256 channels) with a different power-of-two scale per block: the result under each candidate
 //    layout of the two scale arrays against the product computed here in double. Logical scales
 //    are sw[n][kb] (channel n, K block kb) and sa[mb][kb] (token block mb); the layout whose error
-//    is at rounding level is the one cuBLASLt reads.
+//    is at the level of the fp8 products' accumulation error (1.2e-3 of max |y| on the H200,
+//    against 0.75-0.95 for a misread layout) is the one cuBLASLt reads. Found: weight
+//    [K/128][N], activation [M/128][round_up(K/128, 4)] (cpu::Fp8BlockLayout).
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -256,7 +258,7 @@ void find_layout(cublasLtHandle_t lt, void* workspace, cudaStream_t stream) {
         max_ref = std::max(max_ref, std::fabs(want[i]));
       }
       std::printf("layout %s, %s: max |error| / max |y| = %.2e%s\n", name_w, name_a, max_err / max_ref,
-                  max_err / max_ref < 1e-5 ? "  <- matches" : "");
+                  max_err / max_ref < 1e-2 ? "  <- matches" : "");
     }
   }
   cudaFree(w);

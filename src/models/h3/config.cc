@@ -101,6 +101,14 @@ Status read_field(const nlohmann::json& json, const char* key, T& out) {
 
 }  // namespace
 
+Status check_fp8_attention_width(const H3Config& config) {
+  if (config.inner_dim() % 128 != 0) {
+    return invalid_argument("the fp8 recipe needs the inner dim (num_attention_heads x attention_head_dim) to be a "
+                            "multiple of 128, got " + std::to_string(config.inner_dim()));
+  }
+  return ok_status();
+}
+
 Result<H3Config> config_from_json(const nlohmann::json& json) {
   if (!json.is_object()) return invalid_argument("config must be a JSON object");
   H3Config c;

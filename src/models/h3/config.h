@@ -54,6 +54,11 @@ struct H3Config {
   bool operator==(const H3Config&) const = default;
 };
 
+// The fp8 recipe's out projection scales its input per 128 tokens × 128 channels (one attention
+// head of 128; cpu/fp8_blocks.h), so it needs the inner dim to be a multiple of 128.
+// invalid_argument names it.
+Status check_fp8_attention_width(const H3Config& config);
+
 // Parses a diffusers config.json object; unknown keys are ignored, wrong types are errors naming
 // the field.
 Result<H3Config> config_from_json(const nlohmann::json& json);

@@ -1,16 +1,20 @@
 // A transformer block under the `fp8` recipe (LinearRecipe::kFp8). The block's program is the
-// bf16 one; only the four linears differ. Each takes e4m3 activations with one scale per token,
-// written by the kernel that produces them, and no bf16 copy of those activations is written:
+// bf16 one; only the four linears differ. Each takes e4m3 activations written by the kernel that
+// produces them, and no bf16 copy of those activations is written:
 //
-//   norm1 + modulation   -> e4m3  -> QKV        (rms_norm_fused_quantize_fp8)
-//   attention output     -> e4m3  -> out proj   (quantize_rows_fp8)
-//   residual + norm2 + modulation -> e4m3 -> FC1 (rms_norm_fused_quantize_fp8)
-//   SwiGLU               -> e4m3  -> FC2        (swiglu_quantize_fp8)
+//   norm1 + modulation   -> e4m3, a scale per token -> QKV        (rms_norm_fused_quantize_fp8)
+//   attention output     -> e4m3, a scale per 128 tokens × head -> out proj (linear_blocks)
+//                           (the int8fp8 kernel quantizes its own output tiles; after the exact
+//                           kernel, quantize_blocks_fp8 reads its bf16 output)
+//   residual + norm2 + modulation -> e4m3, per token -> FC1       (rms_norm_fused_quantize_fp8)
+//   SwiGLU               -> e4m3, per token -> FC2                (swiglu_quantize_fp8)
 //
 // The bf16 values those kernels quantize are bitwise the bf16 path's, so the recipe's error is the
 // quantisation and the fp8 GEMMs alone (bench h3-block states it against the bf16 block).
+#include "cpu/fp8_blocks.h"
 #include "cuda/elementwise.h"
 #include "cuda/fp8_quantize.h"
+#include "cuda/gemm_fp8.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/tensor_views.h"
 
@@ -26,6 +30,8 @@ Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, Att
   const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
   VORTEX_ASSIGN_OR_RETURN(Tensor codes, codes_.slice(0, 0, n));
   VORTEX_ASSIGN_OR_RETURN(Tensor scales, code_scales_.slice(0, 0, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor tile_scales,
+                          tile_scales_.slice(0, 0, cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, n, inner).row_blocks));
   const TensorView sv = scales.view();
   VORTEX_ASSIGN_OR_RETURN(Tensor qkv, qkv_.slice(0, 0, n));
   VORTEX_ASSIGN_OR_RETURN(Tensor attn, attn_.slice(0, 0, n));
@@ -50,12 +56,14 @@ Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, Att
         cuda::rms_norm_fused_quantize_fp8(x.view(), &n1, eps, first, columns(codes, 0, C), sv, stream_));
   }
   VORTEX_RETURN_IF_ERROR(gemm("gemm_qkv", b.fp8.qkv, b.qkv, C, qkv));
-  VORTEX_RETURN_IF_ERROR(attention_core(b, qkv, /*rope=*/true, mode, attn));
+  E4m3Tiles attn_codes{TensorView(), tile_scales.view()};
+  VORTEX_RETURN_IF_ERROR(attention_core(b, qkv, /*rope=*/true, mode, attn, &attn_codes));
   {
-    cuda::SectionScope scope(profiler_, "quantize", stream_);
-    VORTEX_RETURN_IF_ERROR(cuda::quantize_rows_fp8(attn.view(), columns(codes, 0, inner), sv, stream_));
+    cuda::SectionScope scope(profiler_, "gemm_out", stream_);
+    const TensorView bias = b.out.bias.defined() ? b.out.bias.view() : TensorView();
+    VORTEX_RETURN_IF_ERROR(fp8_gemm_->linear_blocks(attn_codes.codes, attn_codes.scales, b.fp8.out,
+                                                    b.out.bias.defined() ? &bias : nullptr, branch.view(), stream_));
   }
-  VORTEX_RETURN_IF_ERROR(gemm("gemm_out", b.fp8.out, b.out, inner, branch));
   {
     cuda::SectionScope scope(profiler_, "residual_norm_modulate_quantize", stream_);
     const cuda::NormFusion second{&branch_view, &gate1, rows, &shift2, &scale2, rows};

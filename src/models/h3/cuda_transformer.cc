@@ -10,6 +10,7 @@
 #include "cuda/attention.h"
 #include "cuda/attention_int8fp8.h"
 #include "cuda/elementwise.h"
+#include "cuda/fp8_blocks.h"
 #include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
 #include "models/h3/checkpoint_writer.h"
@@ -165,11 +166,11 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
     if (fp8 && adaln) {
       const TensorSpec* qkv[3] = {specs.at(p + ".attn.to_q.weight"), specs.at(p + ".attn.to_k.weight"),
                                   specs.at(p + ".attn.to_v.weight")};
-      VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, qkv, 3, staging, b.fp8.qkv));
+      VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, qkv, 3, staging, false, b.fp8.qkv));
       for (auto [name, target] : {std::pair{".attn.to_out.0.weight", &b.fp8.out},
                                   std::pair{".ff.net.0.proj.weight", &b.fp8.fc1}, std::pair{".ff.net.2.weight", &b.fp8.fc2}}) {
         const TensorSpec* part = specs.at(p + name);
-        VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, &part, 1, staging, *target));
+        VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, &part, 1, staging, target == &b.fp8.out, *target));
       }
       if (adaln_resident) {
         VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
@@ -221,9 +222,9 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
 }
 
 // Fills the parts of one linear (q, k, v stacked for the fused QKV) in bf16 into `staging`, then
-// quantizes them per output channel into the weights arena.
+// quantizes them per output channel (or per output channel and 128 inputs) into the weights arena.
 Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count,
-                                          cuda::DeviceArena& staging, cuda::Fp8Weight& out) {
+                                          cuda::DeviceArena& staging, bool block_scales, cuda::Fp8Weight& out) {
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += parts[i]->shape[0];
   const size_t mark = staging.mark();
@@ -235,7 +236,8 @@ Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const Tensor
       VORTEX_RETURN_IF_ERROR(fill(*parts[i], slice));
       row += parts[i]->shape[0];
     }
-    VORTEX_ASSIGN_OR_RETURN(out, cuda::quantize_weight_fp8(w, weights_arena_, stream_));
+    VORTEX_ASSIGN_OR_RETURN(out, block_scales ? cuda::quantize_weight_fp8_blocks(w, weights_arena_, stream_)
+                                              : cuda::quantize_weight_fp8(w, weights_arena_, stream_));
     // The next linear reuses the staging memory: the quantize pass must have read it.
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return ok_status();
@@ -269,6 +271,9 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
       VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, plan.widest_input}, DType::kF8E4M3));
     }
     VORTEX_ASSIGN_OR_RETURN(code_scales_, a.alloc({N}, DType::kF32));
+    VORTEX_ASSIGN_OR_RETURN(tile_scales_,
+                            a.alloc(cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, N, inner).shape, DType::kF32));
+    VORTEX_ASSIGN_OR_RETURN(attn_codes_, alias(shared, {N, inner}, DType::kF8E4M3, plan.qkv_slot));
   }
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(rope_sin_, a.alloc({N, c.rotary_dim()}, DType::kF32));
@@ -323,7 +328,7 @@ Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool r
 }
 
 Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode,
-                                        const Tensor& attn) {
+                                        const Tensor& attn, E4m3Tiles* e4m3) {
   const H3Config& c = config_;
   const int64_t n = qkv.size(0), heads = c.num_attention_heads, d = c.attention_head_dim, inner = c.inner_dim();
   const TensorView q = heads_view(qkv, 0, heads, d), k = heads_view(qkv, inner, heads, d);
@@ -356,6 +361,11 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
       cuda::SectionScope scope(profiler_, "attention", stream_);
       VORTEX_RETURN_IF_ERROR(cuda::quantize_int8fp8_kv(k, v, ws, stream_));
+      if (e4m3) {
+        VORTEX_ASSIGN_OR_RETURN(Tensor codes, attn_codes_.slice(0, 0, n));
+        e4m3->codes = codes.view();
+        return cuda::attention_int8fp8_quantized_e4m3(ws, e4m3->codes, e4m3->scales, scale, stream_);
+      }
       return cuda::attention_int8fp8_quantized(ws, out, scale, stream_);
     }();
     int8fp8_scratch_.release_to(mark);
@@ -374,11 +384,17 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
     }
   }
-  cuda::SectionScope scope(profiler_, "attention", stream_);
-  if (mode == AttentionMode::kInt8Fp8) {
-    return cuda::attention_int8fp8(q, k, v, out, scale, int8fp8_scratch_, stream_);
+  {
+    cuda::SectionScope scope(profiler_, "attention", stream_);
+    VORTEX_RETURN_IF_ERROR(mode == AttentionMode::kInt8Fp8
+                               ? cuda::attention_int8fp8(q, k, v, out, scale, int8fp8_scratch_, stream_)
+                               : cuda::attention(q, k, v, out, scale, stream_));
   }
-  return cuda::attention(q, k, v, out, scale, stream_);
+  if (!e4m3) return ok_status();
+  cuda::SectionScope scope(profiler_, "quantize", stream_);
+  VORTEX_ASSIGN_OR_RETURN(Tensor codes, codes_.slice(0, 0, n));
+  e4m3->codes = columns(codes, 0, inner);
+  return cuda::quantize_blocks_fp8(attn.view(), cpu::Fp8BlockLayout::kTiles, e4m3->codes, e4m3->scales, stream_);
 }
 
 Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Tensor& out) {

@@ -130,7 +130,7 @@ class CudaH3Transformer : public StepModel {
     Tensor norm1, norm2, norm_q, norm_k;
     Linear qkv, out, fc1, fc2, adaln;  // under the fp8 recipe, qkv / out / fc1 / fc2 hold biases only
     struct {
-      cuda::Fp8Weight qkv, out, fc1, fc2;
+      cuda::Fp8Weight qkv, out, fc1, fc2;  // out: block scales [inner / 128, C] (linear_blocks)
     } fp8;  // the fp8 recipe's transformer-block weights
   };
 
@@ -148,8 +148,19 @@ class CudaH3Transformer : public StepModel {
   Status allocate_activations(int64_t max_rows);
   Status linear(const Linear& l, const Tensor& x, const Tensor& y);
   Status attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode, const Tensor& out);
+  // The attention output as the fp8 recipe's out projection reads it: e4m3 codes [n, inner] and one
+  // scale per 128 tokens × one head (cpu::Fp8BlockLayout::kTiles).
+  struct E4m3Tiles {
+    TensorView codes;   // set by attention_core
+    TensorView scales;  // given
+  };
   // QK norm + RoPE in place on the [n, 3·inner] qkv buffer, then attention into attn [n, inner].
-  Status attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode, const Tensor& attn);
+  // With `e4m3`, the output is quantized and e4m3->codes says where the codes are: the int8fp8
+  // kernel quantizes its own tiles into attn's memory (attn_codes_) and writes no bf16 output; the
+  // other paths write attn, then quantize_blocks_fp8 reads it into codes_. (codes_ shares memory
+  // with the int8fp8 workspace, which the kernel is still reading while it writes.)
+  Status attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode, const Tensor& attn,
+                        E4m3Tiles* e4m3 = nullptr);
   Result<Tensor> block_modulation(const Block& b);
   // silu(time embedding) of the timesteps, rounded to bf16: what the AdaLN and output-norm linears read.
   Result<Tensor> silu_time_embedding(const std::vector<float>& timesteps) const;  // host [T, TE]
@@ -160,8 +171,10 @@ class CudaH3Transformer : public StepModel {
   // block_forward.
   Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode, const PendingResidual* pending_in,
                            PendingResidual* pending_out);
+  // block_scales: one scale per output channel and 128 inputs (the out projection's weight),
+  // else one per output channel.
   Status load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count, cuda::DeviceArena& staging,
-                         cuda::Fp8Weight& out);
+                         bool block_scales, cuda::Fp8Weight& out);
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out);
   // One block in place on x. pending_in: the previous block's FFN residual, added by this block's
   // first norm; pending_out: where to leave this block's instead of adding it (both transformer
@@ -205,6 +218,8 @@ class CudaH3Transformer : public StepModel {
   // Activations (device).
   Tensor x_, h_, branch_, qkv_, attn_, fc1_, swiglu_;
   Tensor codes_, code_scales_;  // fp8 recipe: e4m3 [N, max(C, inner, F)] activations, F32 [N] scales
+  Tensor tile_scales_;          // fp8 recipe: the attention output's block scales (E4m3Tiles)
+  Tensor attn_codes_;           // fp8 recipe: e4m3 [N, inner] in attn_'s memory (E4m3Tiles)
   Tensor rope_cos_, rope_sin_, text_in_, text_tokens_;
   Tensor text_idx_, audio_idx_, video_idx_;  // int64
   Tensor adaln_rows_, timestep_rows_;        // int32

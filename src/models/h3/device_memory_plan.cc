@@ -38,7 +38,7 @@ Status check_cuda_fp8_widths(const H3Config& config) {
                               std::to_string(width));
     }
   }
-  return ok_status();
+  return check_fp8_attention_width(config);
 }
 
 size_t device_weight_bytes(const H3Config& config, LinearRecipe recipe, bool adaln_resident) {
@@ -46,8 +46,10 @@ size_t device_weight_bytes(const H3Config& config, LinearRecipe recipe, bool ada
   size_t total = 0;
   for (const auto& spec : diffusers_schema(config)) {
     if (!adaln_resident && is_block_adaln_weight(spec.name)) continue;
-    if (fp8 && is_block_linear_weight(spec.name)) {  // e4m3 codes + one fp32 scale per row
-      total += static_cast<size_t>(spec.shape.numel() + 4 * spec.shape[0]) + 2 * kAlignment;
+    if (fp8 && is_block_linear_weight(spec.name)) {
+      // e4m3 codes + one fp32 scale per row (the out projection: per row and 128 inputs)
+      const int64_t scales_per_row = spec.name.ends_with(".attn.to_out.0.weight") ? spec.shape[1] / 128 : 1;
+      total += static_cast<size_t>(spec.shape.numel() + 4 * scales_per_row * spec.shape[0]) + 2 * kAlignment;
     } else {
       total += static_cast<size_t>(spec.shape.numel()) * (spec.fp32_island ? 4 : 2) + kAlignment;
     }
@@ -80,6 +82,7 @@ ActivationPlan plan_activations(const H3Config& c, int64_t rows, LinearRecipe re
   if (!p.text_alias) total += bytes(N, c.text_dim, 2);
   if (recipe == LinearRecipe::kFp8) {
     total += (p.codes_alias ? 0 : bytes(N, p.widest_input, 1)) + bytes(N, 1, 4) + (size_t{64} << 20);  // + fp8 GEMM workspace
+    total += bytes((N + 127) / 128, (c.num_attention_heads + 3) / 4 * 4, 4);  // the attention output's tile scales
   }
   total += (size_t{64} << 20) + (size_t{1} << 20);  // bf16 GEMM workspace and slack
   p.total = total;

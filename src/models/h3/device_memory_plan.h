@@ -33,7 +33,8 @@ bool is_block_linear_weight(const std::string& diffusers_name);
 bool is_block_adaln_weight(const std::string& diffusers_name);
 
 // Whether the CUDA model can run this config under the fp8 recipe: cuBLASLt's fp8 GEMMs take K
-// and N in multiples of 16 (hidden size, inner dim, FFN width). invalid_argument names the width.
+// and N in multiples of 16 (hidden size, inner dim, FFN width), and the inner dim must be a
+// multiple of 128 (check_fp8_attention_width). invalid_argument names the width.
 Status check_cuda_fp8_widths(const H3Config& config);
 
 // Bytes of the weight arena: bf16 (fp32 islands in fp32), the fp8 recipe's block linears as e4m3

@@ -59,6 +59,7 @@ Result<std::unique_ptr<H3Transformer>> H3Transformer::create(H3Weights weights, 
     return invalid_argument(std::string("the fp8 recipe runs on the bf16 program; these weights are ") +
                             dtype_name(weights.dtype) + " (load them as BF16)");
   }
+  if (options.recipe == LinearRecipe::kFp8) VORTEX_RETURN_IF_ERROR(check_fp8_attention_width(weights.config));
   std::unique_ptr<H3Transformer> model(new H3Transformer(std::move(weights), options.recipe));
   VORTEX_RETURN_IF_ERROR(model->pack());
   return model;

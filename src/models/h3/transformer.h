@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cpu/fp8.h"
+#include "cpu/fp8_blocks.h"
 #include "cpu/gemm.h"
 #include "models/h3/layout.h"
 #include "models/h3/weights.h"
@@ -113,7 +114,8 @@ class H3Transformer {
     Tensor norm1, norm2, norm_q, norm_k;
     Linear qkv, out, fc1, fc2, adaln;  // under the fp8 recipe, qkv / out / fc1 / fc2 hold biases only
     struct {
-      cpu::Fp8Rows qkv, out, fc1, fc2;  // [O, I] e4m3 codes, [O] scales; qkv rows q_all; k_all; v_all
+      cpu::Fp8Rows qkv, fc1, fc2;  // [O, I] e4m3 codes, [O] scales; qkv rows q_all; k_all; v_all
+      cpu::Fp8Blocks out;          // [O, I] e4m3 codes, scales per row and 128 inputs (Fp8BlockLayout::kRows)
     } fp8;  // the fp8 recipe's transformer-block weights
   };
 
