@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cpu/fp8_blocks.h"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/runtime.h"
 
@@ -371,29 +372,44 @@ Status attention(const TensorView& q, const TensorView& k, const TensorView& v, 
   return attention_variant(variant, q, k, v, out, scale, stream);
 }
 
-Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
-                         const TensorView& out, float scale, cudaStream_t stream, AttentionVariant* ran) {
+namespace {
+
+// The operand checks of attention() and attention_quantized_e4m3 (out: the bf16 output, when
+// there is one); `aligned` receives whether every view suits the tensor-core kernels.
+Status check_attention_operands(const std::string& op, const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView* out, float scale, bool& aligned) {
   const auto bad = [&](const std::string& what) {
-    return invalid_argument("cuda attention: " + what + " (" + describe_view("q", q) + ", " + describe_view("k", k) +
-                            ", " + describe_view("v", v) + ", " + describe_view("out", out) + ")");
+    return invalid_argument(op + ": " + what + " (" + describe_view("q", q) + ", " + describe_view("k", k) + ", " +
+                            describe_view("v", v) + (out ? ", " + describe_view("out", *out) : std::string()) + ")");
   };
-  if (ran != nullptr) *ran = AttentionVariant::kV0;
-  bool aligned = true;
-  for (const TensorView* t : {&q, &k, &v, &out}) {
+  aligned = true;
+  for (const TensorView* t : {&q, &k, &v, out}) {
+    if (t == nullptr) continue;
     if (t->device != Device::kCuda || t->dtype != DType::kBF16) return bad("every operand must be BF16 on the device");
     if (t->rank() != 3 || t->strides[2] != 1) return bad("every operand must be [N, H, D] with unit stride on D");
     aligned = aligned && chunk_aligned(*t);
   }
   const int64_t nq = q.shape[0], nk = k.shape[0], heads = q.shape[1], d = q.shape[2];
-  if (out.shape != q.shape || v.shape != k.shape || k.shape[1] != heads || k.shape[2] != d) {
+  if ((out && out->shape != q.shape) || v.shape != k.shape || k.shape[1] != heads || k.shape[2] != d) {
     return bad("shapes must be q, out [Nq, H, D] and k, v [Nk, H, D]");
   }
   if (nq < 1 || nk < 1 || heads < 1) return bad("Nq, Nk and H must be >= 1");
   if (!(scale > 0.0f) || !std::isfinite(scale)) return bad("scale must be finite and > 0, got " + std::to_string(scale));
+  if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
+  return ok_status();
+}
+
+}  // namespace
+
+Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
+                         const TensorView& out, float scale, cudaStream_t stream, AttentionVariant* ran) {
+  if (ran != nullptr) *ran = AttentionVariant::kV0;
+  bool aligned = true;
+  VORTEX_RETURN_IF_ERROR(check_attention_operands("cuda attention", q, k, v, &out, scale, aligned));
+  const int64_t nq = q.shape[0], nk = k.shape[0], heads = q.shape[1], d = q.shape[2];
   // The tensor-core kernels take head dims 64 and 128 on 16-byte aligned rows; anything else (the
   // small test models, odd views) goes to the warp-per-row fallback with the same numerics.
   if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
-  if (nq > INT32_MAX - kBlockQ || nk > INT32_MAX - kBlockK || heads > 65535) return bad("too large for one launch");
 
   if (variant != AttentionVariant::kV0 && d == 128) {
     const Status status =
@@ -422,6 +438,33 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
   params.scale_log2 = scale * kLog2e;
   return d == 64 ? launch_v0<64>(params, static_cast<int>(heads), stream)
                  : launch_v0<128>(params, static_cast<int>(heads), stream);
+}
+
+Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& codes, const TensorView& scales, float scale, cudaStream_t stream) {
+  const std::string op = "cuda attention_quantized_e4m3";
+  bool aligned = true;
+  VORTEX_RETURN_IF_ERROR(check_attention_operands(op, q, k, v, nullptr, scale, aligned));
+  const int64_t nq = q.shape[0], width = q.shape[1] * q.shape[2];
+  if (width % cpu::kFp8BlockCols != 0) {
+    return invalid_argument(op + ": H·D = " + std::to_string(width) + ", not a multiple of 128");
+  }
+  VORTEX_RETURN_IF_ERROR(
+      cpu::check_fp8_blocks_output(codes, scales, nq, width, cpu::Fp8BlockLayout::kTiles, Device::kCuda, op));
+  if (reinterpret_cast<uintptr_t>(codes.data) % 2 != 0 || (nq > 1 && codes.strides[0] % 2 != 0)) {
+    return invalid_argument(op + " codes: the pointer and the row stride must be multiples of 2 bytes");
+  }
+  if (q.shape[2] != 128 || !aligned) return unimplemented(op + ": the v1 kernel needs D = 128 and 16-byte aligned views");
+  VORTEX_RETURN_IF_ERROR(attention_wgmma_quantized_e4m3(q, k, v, codes, scales, scale, stream));
+  // The layout's padding (heads not a multiple of 4), which no CTA writes. After the kernel's
+  // launch, so that an unimplemented return has written nothing.
+  const cpu::Fp8BlockScales at = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, nq, width);
+  if (at.padded()) {
+    const int64_t row_blocks = at.row_blocks, used = at.col_blocks, stride = at.row_block_stride;
+    VORTEX_CUDA_CHECK(cudaMemset2DAsync(static_cast<float*>(scales.data) + used, sizeof(float) * stride, 0,
+                                        sizeof(float) * (stride - used), row_blocks, stream));
+  }
+  return ok_status();
 }
 
 }  // namespace vortex::cuda

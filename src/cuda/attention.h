@@ -51,4 +51,15 @@ const char* attention_variant_description(AttentionVariant variant);
 Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
                          const TensorView& out, float scale, cudaStream_t stream, AttentionVariant* ran = nullptr);
 
+// The exact attention with its output quantized for the fp8 recipe's out projection
+// (cpu/fp8_blocks.h): q [Nq, H, 128], k, v as attention(); codes F8_E4M3 [Nq, H·128] device view
+// with unit column stride, pointer and row stride multiples of 2 bytes; scales contiguous F32 of
+// cpu::fp8_block_scales(kTiles, Nq, H·128).shape (its padding is written 0). Each 128 queries × one
+// head become e4m3 codes and one scale, bit for bit quantize_blocks_fp8 (kTiles) of the v1 kernel's
+// bf16 output; no bf16 output is written. Runs the v1 kernel only: returns unimplemented, having
+// launched nothing, when it does not apply (D ≠ 128, views not 16-byte aligned, no tensor-map
+// encoder); the caller then runs attention() and quantize_blocks_fp8. Bad operands: invalid_argument.
+Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& codes, const TensorView& scales, float scale, cudaStream_t stream);
+
 }  // namespace vortex::cuda

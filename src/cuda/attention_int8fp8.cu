@@ -46,6 +46,7 @@
 
 #include "cpu/fp8_blocks.h"
 #include "cpu/fp8_scale.h"
+#include "cuda/attention_e4m3_tile.cuh"
 #include "cuda/attention_int8fp8_tile.cuh"
 #include "cuda/fp8_amax.cuh"
 #include "cuda/hopper_primitives.cuh"
@@ -231,53 +232,27 @@ struct Consumer {
     }
   }
 
-  // The e4m3 output: the bf16 values write_output would store, quantized as one block of the
-  // CTA's 128 queries × this head's 128 channels (cpu/fp8_scale.h's rule over the block: the amax
-  // of the valid rows by bits, reduced over both consumers' warps through `warp_max` in shared
-  // memory, then e4m3 codes and one scale). Bit for bit quantize_blocks_fp8 (128-row tiles) on the
-  // bf16 output of the same kernel.
+  // The e4m3 output: the bf16 values write_output would store, quantized as one kTiles block of
+  // the CTA's 128 queries × this head (attention_e4m3_tile.cuh): bit for bit quantize_blocks_fp8
+  // on the bf16 output of the same kernel.
   __device__ void write_output_e4m3(const float (&o)[64], const float (&row_sum)[2], uint32_t* warp_max) const {
     const float inverse[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
     const float* v_scale = p.v_scale + head * kHeadDim;
     uint32_t y[2][kHeadDim / 8];
-    uint32_t amax = 0;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
 #pragma unroll
       for (int j = 0; j < kHeadDim / 8; ++j) {
         const int channel = 8 * j + 2 * (lane % 4);
         const float2 vs = __ldg(reinterpret_cast<const float2*>(v_scale + channel));
         y[r][j] = pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
-        if (query < p.nq) {
-          const float pair[2] = {__uint_as_float(y[r][j] << 16), __uint_as_float(y[r][j] & 0xFFFF0000u)};
-          amax = detail::amax_bits<2>(pair, amax);
-        }
       }
     }
-    // The block spans both consumers' warps, and the producer warpgroup never joins a barrier
-    // here: the warps' maxima meet through shared memory at a named barrier of the 256 consumer
-    // threads (team_max's __syncthreads would wait for the producer).
-    amax = detail::warp_max_bits(amax, 32);
-    if (lane == 0) warp_max[consumer * (kWarpgroupThreads / 32) + warp] = amax;
-    named_barrier_sync(kBarrierEpilogue, kScheduleThreads);
-#pragma unroll
-    for (int w = 0; w < kConsumerWarps; ++w) amax = fp8_max_bits(amax, warp_max[w]);
-    const Fp8RowScale s = fp8_row_scale(amax);
-    if (consumer == 0 && warp == 0 && lane == 0) p.code_scales[(q0 / kBlockQ) * p.code_scale_row + head] = s.scale;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int query = q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4 + 8 * r;
-      if (query >= p.nq) continue;
-      uint8_t* row = p.codes + static_cast<int64_t>(query) * p.code_row + static_cast<int64_t>(head) * kHeadDim;
-#pragma unroll
-      for (int j = 0; j < kHeadDim / 8; ++j) {
-        const float lo = __uint_as_float(y[r][j] << 16), hi = __uint_as_float(y[r][j] & 0xFFFF0000u);
-        const uint32_t pair = s.finite ? e4m3x2_bits(fp8_mul_rn(lo, s.inv), fp8_mul_rn(hi, s.inv))
-                                       : kE4m3NanCode * 0x0101u;
-        *reinterpret_cast<uint16_t*>(row + 8 * j + 2 * (lane % 4)) = static_cast<uint16_t>(pair);
-      }
-    }
+    const detail::E4m3TileOut out{p.codes, p.code_row, p.code_scales, p.code_scale_row};
+    detail::store_e4m3_tile<kConsumerWarps>(y, out, q0 / kBlockQ, head,
+                                            q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4, p.nq,
+                                            consumer * (kWarpgroupThreads / 32) + warp, lane, warp_max,
+                                            kBarrierEpilogue);
   }
 };
 

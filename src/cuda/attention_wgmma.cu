@@ -20,7 +20,9 @@
 //         barriers makes them issue their products in turn, so one's softmax overlaps the other's
 //         matrix work (ping-pong).
 //       - epilogue: O / row sum → bf16 → the warpgroup's own rows of the Q tile → 16-byte stores
-//         into the strided out view (tail queries skipped).
+//         into the strided out view (tail queries skipped); or, in the e4m3-output instance, the
+//         CTA's bf16 values quantized as one block of the fp8 recipe's out-projection input
+//         (attention_e4m3_tile.cuh) and no bf16 output.
 //       Q, K, V tiles are [rows, 64 channels] boxes with the 128-byte swizzle, two per 128-channel
 //       tile; TMA writes them in exactly the layout the wgmma descriptors describe.
 #include "cuda/attention_wgmma.h"
@@ -33,6 +35,8 @@
 #include <utility>
 #include <vector>
 
+#include "cpu/fp8_blocks.h"
+#include "cuda/attention_e4m3_tile.cuh"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/kernel_timeline_record.h"
 #include "cuda/runtime.h"
@@ -94,23 +98,28 @@ enum MbarrierIndex : int {
   kEmptyV = kEmptyK + kStages,     // [kStages]: ... the V tile
   kMbarrierCount = kEmptyV + kStages
 };
+// The e4m3 output's per-warp amax words.
+constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
 constexpr int kSmemAlignment = 1024;
-constexpr int kSmemBytes = kSmemBarriers + kMbarrierCount * 8 + kSmemAlignment;  // slack to align the base
+constexpr int kSmemBytes = kSmemEpilogue + kConsumerWarps * 4 + kSmemAlignment;  // slack to align the base
 static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory one CTA may have on sm_90");
 
 // Named barriers (0 is __syncthreads). Consumer c waits on kBarrierSchedule + c before issuing its
 // products and then releases the other consumer's; kBarrierEpilogue + c orders one consumer's
-// shared-memory staging of O before its global stores.
+// shared-memory staging of O before its global stores. Both consumers' warps meet at
+// kBarrierE4m3 once their amax is in shared memory (e4m3 output).
 constexpr int kBarrierSchedule = 1;
 constexpr int kBarrierEpilogue = kBarrierSchedule + kConsumers;
+constexpr int kBarrierE4m3 = kBarrierEpilogue + kConsumers;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- params --------------------------------------------------------------------------------------
 
 struct WgmmaParams {
-  __nv_bfloat16* out;  // [Nq, H, 128]
+  __nv_bfloat16* out;  // [Nq, H, 128] (the bf16 instances)
   int64_t out_row, out_head;  // strides, elements
+  detail::E4m3TileOut e4m3;   // the e4m3-output instance
   int nq, nk;
   float scale_log2;  // scale · log2(e): softmax by exp2
   // The timeline instance only: clock64() at each WgmmaTimelineEvent of every key tile, from lane
@@ -279,7 +288,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
-template <bool kTimeline>
+template <bool kTimeline, bool kE4m3Out>
 __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* smem_ptr, uint32_t smem, uint32_t bars,
                                         int q0, int head, int tiles, int consumer) {
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -381,6 +390,19 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     sum += __shfl_xor_sync(0xffffffffu, sum, 2);
     inverse[r] = 1.0f / sum;
   }
+  if constexpr (kE4m3Out) {
+    uint32_t y[2][kHeadDim / 8];
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) y[r][j] = pack_bf16x2(o[4 * j + 2 * r] * inverse[r], o[4 * j + 2 * r + 1] * inverse[r]);
+    }
+    uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_ptr + kSmemEpilogue);
+    detail::store_e4m3_tile<kConsumerWarps>(y, p.e4m3, q0 / kBlockQ, head,
+                                            q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4, p.nq,
+                                            consumer * (kWarpgroupThreads / 32) + warp, lane, warp_max, kBarrierE4m3);
+    return;
+  }
   // Staging in Q's own layout (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8)): the quad
   // of a row writes one chunk, the 8 rows of a warp's store land in 8 different chunks (no bank
   // conflicts). This warpgroup read its Q rows into registers before its first product, and no one
@@ -417,8 +439,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_wgmma_timeline); the same operations plus the
-// clock marks of one CTA.
-template <bool kTimeline>
+// clock marks of one CTA. kE4m3Out: the e4m3-output instance (attention_wgmma_quantized_e4m3).
+template <bool kTimeline, bool kE4m3Out>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_wgmma_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const WgmmaParams p) {
@@ -449,7 +471,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) produce(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles);
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
+    consume<kTimeline, kE4m3Out>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
   }
 }
 
@@ -459,11 +481,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 namespace {
 
-// Encodes the tensor maps and launches the kTimeline instance; `timeline` (kTimeline only) is
-// [8 warps][tiles][events] of device memory.
-template <bool kTimeline>
-Status launch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
-              long long* timeline, cudaStream_t stream) {
+// Encodes the tensor maps and launches an instance: bf16 into `out`, or (kE4m3Out) e4m3 into
+// `e4m3`; `timeline` (kTimeline only) is [8 warps][tiles][events] of device memory.
+template <bool kTimeline, bool kE4m3Out>
+Status launch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* out,
+              const detail::E4m3TileOut* e4m3, float scale, long long* timeline, cudaStream_t stream) {
   if (q.shape[2] != kHeadDim) return invalid_argument("attention v1: head dim must be 128");
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention v1: the driver offers no cuTensorMapEncodeTiled");
@@ -473,9 +495,12 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
   VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v1", "v", v, kHeadDim, kBlockK));
 
   WgmmaParams params{};
-  params.out = static_cast<__nv_bfloat16*>(out.data);
-  params.out_row = out.strides[0];
-  params.out_head = out.strides[1];
+  if (out != nullptr) {
+    params.out = static_cast<__nv_bfloat16*>(out->data);
+    params.out_row = out->strides[0];
+    params.out_head = out->strides[1];
+  }
+  if (e4m3 != nullptr) params.e4m3 = *e4m3;
   params.nq = static_cast<int>(q.shape[0]);
   params.nk = static_cast<int>(k.shape[0]);
   params.scale_log2 = scale * kLog2e;
@@ -485,7 +510,7 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
   params.timeline_block = static_cast<int>(q_blocks / 2);
   params.timeline_head = static_cast<int>(q.shape[1] / 2);
 
-  const auto kernel = attention_wgmma_kernel<kTimeline>;
+  const auto kernel = attention_wgmma_kernel<kTimeline, kE4m3Out>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2.
   const dim3 grid(q_blocks, static_cast<unsigned>(q.shape[1]));
@@ -498,7 +523,17 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
 
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                        float scale, cudaStream_t stream) {
-  return launch<false>(q, k, v, out, scale, nullptr, stream);
+  return launch<false, false>(q, k, v, &out, nullptr, scale, nullptr, stream);
+}
+
+Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& codes, const TensorView& scales, float scale,
+                                      cudaStream_t stream) {
+  const cpu::Fp8BlockScales at =
+      cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, q.shape[0], q.shape[1] * kHeadDim);
+  const detail::E4m3TileOut e4m3{static_cast<uint8_t*>(codes.data), codes.strides[0], static_cast<float*>(scales.data),
+                                 static_cast<int>(at.row_block_stride)};
+  return launch<false, true>(q, k, v, nullptr, &e4m3, scale, nullptr, stream);
 }
 
 Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -513,11 +548,11 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
   return record_timeline(std::move(events), kConsumerWarps, tiles, stream,
-                         [&](long long* marks) { return launch<true>(q, k, v, out, scale, marks, stream); });
+                         [&](long long* marks) { return launch<true, false>(q, k, v, &out, nullptr, scale, marks, stream); });
 }
 
 Result<KernelResources> attention_wgmma_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_wgmma_kernel<false>), kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_wgmma_kernel<false, false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

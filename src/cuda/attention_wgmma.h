@@ -18,6 +18,13 @@ namespace vortex::cuda {
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                        float scale, cudaStream_t stream);
 
+// The same with the output quantized for the fp8 recipe's out projection (attention.h's
+// attention_quantized_e4m3, which validates the operands and writes the scales' padding): codes
+// [Nq, H·128] F8_E4M3, scales in cpu::Fp8BlockLayout::kTiles. unimplemented as above.
+Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const TensorView& codes, const TensorView& scales, float scale,
+                                      cudaStream_t stream);
+
 // Diagnostics (cuda/kernel_timeline.h): the v1 kernel's timeline instance, arguments as
 // attention_wgmma. Its events per key tile t: K_t and V_{t−1} landed; the issue slot begins;
 // Q·K_tᵀ and P_{t−1}·V_{t−1} issued; S_t landed; its softmax done; P_{t−1}·V_{t−1} landed; P_t

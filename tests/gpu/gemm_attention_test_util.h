@@ -1,7 +1,7 @@
 // What the GEMM and attention GPU tests need beyond gpu_test_util.h: device-side random fills for
 // multi-gigabyte operands, downloads of a few rows of a strided device matrix, the cancellation
-// allowance of the bf16 GEMM bound, and the order check of an attention kernel's timeline. Holds a
-// kernel: include it from .cu files only.
+// allowance of the bf16 GEMM bound, the order check of an attention kernel's timeline, and the
+// check of an attention kernel's e4m3 output tiles. Holds a kernel: include it from .cu files only.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,10 +9,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 #include "core/dtype.h"
 #include "cuda/kernel_timeline.h"
 #include "cuda/runtime.h"
+#include "must.h"
 #include "vortex/tensor.h"
 
 namespace vortex::test {
@@ -104,6 +107,33 @@ inline int64_t timeline_marks_out_of_order(const cuda::KernelTimeline& t) {
     }
   }
   return bad;
+}
+
+// An attention kernel's e4m3 output (the fp8 recipe's out-projection input) against
+// quantize_blocks_fp8 (kTiles) of its bf16 output, all device tensors: codes written into the first
+// `width` columns of codes_full (whose other bytes were set to `sentinel` and must stay so) equal
+// want_codes [rows, width] bit for bit, and the scales (padding included) equal want_scales.
+inline void expect_e4m3_tiles_equal(const Tensor& codes_full, int64_t width, const Tensor& want_codes,
+                                    const Tensor& scales, const Tensor& want_scales, unsigned char sentinel,
+                                    const std::string& label, cudaStream_t stream) {
+  const Tensor got = must(cuda::download(codes_full, stream)), want = must(cuda::download(want_codes, stream));
+  const Tensor got_s = must(cuda::download(scales, stream)), want_s = must(cuda::download(want_scales, stream));
+  const int64_t rows = got.size(0), full = got.size(1);
+  int64_t bad_codes = 0, clobbered = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t col = 0; col < full; ++col) {
+      const uint8_t g = got.data_as<uint8_t>()[r * full + col];
+      if (col < width) {
+        bad_codes += g != want.data_as<uint8_t>()[r * width + col];
+      } else {
+        clobbered += g != sentinel;
+      }
+    }
+  }
+  EXPECT_EQ(bad_codes, 0) << label << ": codes differ from quantize_blocks_fp8 of the bf16 output";
+  EXPECT_EQ(clobbered, 0) << label << ": bytes written outside the codes view";
+  ASSERT_EQ(got_s.nbytes(), want_s.nbytes()) << label;
+  EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), got_s.nbytes()), 0) << label << ": scales differ";
 }
 
 }  // namespace vortex::test

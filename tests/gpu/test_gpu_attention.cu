@@ -13,7 +13,8 @@
 // bf16 for the P·V product (relative error up to 2^-9, uniform, per weight) and the output is
 // rounded to bf16 once (rms 2^-8/√12 relative); the fp32 parts differ only in summation order.
 // Max-abs is printed; it is bounded by 2e-2 · max|v| (an output is a convex combination of v rows).
-// With a single key every weight is exactly 1 and the output must equal v bit for bit.
+// With a single key every weight is exactly 1 and the output must equal v bit for bit. v1's
+// e4m3-output instance must be quantize_blocks_fp8 of its bf16 output, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -30,9 +31,11 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/fp8_blocks.h"
 #include "cuda/attention.h"
 #include "cuda/attention_wgmma.h"
 #include "cuda/attention_wgmma_v2.h"
+#include "cuda/fp8_blocks.h"
 #include "cuda/runtime.h"
 #include "gpu/gemm_attention_test_util.h"
 #include "gpu/gpu_test_util.h"
@@ -217,6 +220,59 @@ TEST_F(GpuAttention, V1TimelineInstanceMatchesAndMarksInOrder) {
   ASSERT_EQ(t.tiles, 8);  // 1,000 keys in 128-key tiles
   ASSERT_EQ(t.events.size(), 7u);
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
+}
+
+// The e4m3-output instance of v1 (attention_quantized_e4m3, the fp8 recipe's out-projection input)
+// writes, bit for bit, what quantize_blocks_fp8 (kTiles) makes of v1's bf16 output: codes and
+// scales (padding included: 1-3 heads pad to 4; 4 heads do not), at query counts with a short last
+// tile and unequal lengths; codes written into a strided view leave the bytes around it alone.
+// Where v1 does not apply it returns unimplemented; a bad scales shape is refused.
+TEST_F(GpuAttention, E4m3OutputIsTheBlockQuantizerOnV1sBf16Output) {
+  struct Case {
+    int64_t nq, nk, heads;
+  };
+  uint64_t seed = 950;
+  for (const Case c : {Case{1, 129, 1}, Case{129, 300, 3}, Case{300, 257, 2}, Case{200, 130, 4}}) {
+    ArenaScope scope(arena_);
+    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
+    const int64_t width = c.heads * 128;
+    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
+    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
+    must(test::fill_uniform(qf, ++seed, 2.0f, stream_));
+    must(test::fill_uniform(kv, ++seed, 2.0f, stream_));
+    const TensorView q = test::head_view(qf, 0, c.heads, 128), k = test::head_view(kv, width, c.heads, 128),
+                     v = test::head_view(kv, 2 * width, c.heads, 128);
+    const Tensor out = must(arena_.alloc({c.nq, c.heads, 128}, DType::kBF16));
+    cuda::AttentionVariant ran = cuda::AttentionVariant::kV0;
+    must(cuda::attention_variant(cuda::AttentionVariant::kV1, q, k, v, out.view(), 0.088f, stream_, &ran));
+    ASSERT_EQ(ran, cuda::AttentionVariant::kV1) << label;
+    const Shape scale_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, c.nq, width).shape;
+    const Tensor want_codes = must(arena_.alloc({c.nq, width}, DType::kF8E4M3));
+    const Tensor want_scales = must(arena_.alloc(scale_shape, DType::kF32));
+    must(cuda::quantize_blocks_fp8(must(out.reshape({c.nq, width})).view(), cpu::Fp8BlockLayout::kTiles,
+                                   want_codes.view(), want_scales.view(), stream_));
+
+    const Tensor codes_full = must(arena_.alloc({c.nq, width + kOutPad}, DType::kF8E4M3));
+    ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
+    const Tensor scales = must(arena_.alloc(scale_shape, DType::kF32));
+    ASSERT_EQ(cudaMemsetAsync(scales.data(), 0xff, scales.nbytes(), stream_), cudaSuccess);  // NaN until written
+    must(cuda::attention_quantized_e4m3(q, k, v, test::columns(codes_full, 0, width), scales.view(), 0.088f, stream_));
+    test::expect_e4m3_tiles_equal(codes_full, width, want_codes, scales, want_scales, kSentinel, label, stream_);
+  }
+  const Tensor fused = must(arena_.alloc({100, 3 * 2 * 128}, DType::kBF16));
+  const Tensor codes = must(arena_.alloc({100, 2 * 128}, DType::kF8E4M3));
+  const Tensor scales = must(arena_.alloc({1, 4}, DType::kF32)), wrong_scales = must(arena_.alloc({2, 2}, DType::kF32));
+  const TensorView q = test::head_view(fused, 0, 2, 128), k = test::head_view(fused, 256, 2, 128),
+                   v = test::head_view(fused, 512, 2, 128);
+  EXPECT_EQ(cuda::attention_quantized_e4m3(q, k, v, codes.view(), wrong_scales.view(), 0.088f, stream_).code(),
+            StatusCode::kInvalidArgument)
+      << "scales [2, 2] where the kTiles layout of 100 queries x 2 heads is [1, 4]";
+  const Tensor fused64 = must(arena_.alloc({100, 3 * 4 * 64}, DType::kBF16));
+  const TensorView q64 = test::head_view(fused64, 0, 4, 64), k64 = test::head_view(fused64, 256, 4, 64),
+                   v64 = test::head_view(fused64, 512, 4, 64);
+  EXPECT_EQ(cuda::attention_quantized_e4m3(q64, k64, v64, codes.view(), scales.view(), 0.088f, stream_).code(),
+            StatusCode::kUnimplemented)
+      << "head dim 64: the v1 kernel does not apply";
 }
 
 TEST_F(GpuAttention, OtherHeadDimsTakeTheFallback) {

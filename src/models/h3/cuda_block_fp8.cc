@@ -4,8 +4,8 @@
 //
 //   norm1 + modulation   -> e4m3, a scale per token -> QKV        (rms_norm_fused_quantize_fp8)
 //   attention output     -> e4m3, a scale per 128 tokens × head -> out proj (linear_blocks)
-//                           (the int8fp8 kernel quantizes its own output tiles; after the exact
-//                           kernel, quantize_blocks_fp8 reads its bf16 output)
+//                           (the attention kernels quantize their own output tiles; where no
+//                           such kernel applies, quantize_blocks_fp8 reads the bf16 output)
 //   residual + norm2 + modulation -> e4m3, per token -> FC1       (rms_norm_fused_quantize_fp8)
 //   SwiGLU               -> e4m3, per token -> FC2                (swiglu_quantize_fp8)
 //

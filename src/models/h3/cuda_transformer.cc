@@ -384,6 +384,15 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
     }
   }
+  if (e4m3 && mode == AttentionMode::kExact) {
+    // The exact kernel quantizes its own output tiles (into attn's memory, as the int8fp8 one);
+    // unimplemented (nothing launched) where it does not apply.
+    cuda::SectionScope scope(profiler_, "attention", stream_);
+    VORTEX_ASSIGN_OR_RETURN(Tensor codes, attn_codes_.slice(0, 0, n));
+    e4m3->codes = codes.view();
+    const Status status = cuda::attention_quantized_e4m3(q, k, v, e4m3->codes, e4m3->scales, scale, stream_);
+    if (status.code() != StatusCode::kUnimplemented) return status;
+  }
   {
     cuda::SectionScope scope(profiler_, "attention", stream_);
     VORTEX_RETURN_IF_ERROR(mode == AttentionMode::kInt8Fp8

@@ -156,9 +156,10 @@ class CudaH3Transformer : public StepModel {
   };
   // QK norm + RoPE in place on the [n, 3·inner] qkv buffer, then attention into attn [n, inner].
   // With `e4m3`, the output is quantized and e4m3->codes says where the codes are: the int8fp8
-  // kernel quantizes its own tiles into attn's memory (attn_codes_) and writes no bf16 output; the
-  // other paths write attn, then quantize_blocks_fp8 reads it into codes_. (codes_ shares memory
-  // with the int8fp8 workspace, which the kernel is still reading while it writes.)
+  // kernel (fused norms) and the exact v1 kernel quantize their own tiles into attn's memory
+  // (attn_codes_) and write no bf16 output; the other paths write attn, then quantize_blocks_fp8
+  // reads it into codes_. (codes_ shares memory with the int8fp8 workspace, which the kernel is
+  // still reading while it writes.)
   Status attention_core(const Block& b, const Tensor& qkv, bool rope, AttentionMode mode, const Tensor& attn,
                         E4m3Tiles* e4m3 = nullptr);
   Result<Tensor> block_modulation(const Block& b);
