@@ -26,7 +26,9 @@
 // cache: 24 values in vectors, 8 scalars). Rows too wide for that re-read x in passes 2 and 3 (after
 // pass 1 wrote the residual back, so they read the updated row) and recompute the same bits.
 //
-// SwiGLU rows wider than that cache get a kernel of their own (swiglu_quantize_cached_kernel).
+// SwiGLU rows wider than that cache get a kernel of their own (swiglu_quantize_cached_kernel), and
+// the fused norm on bf16 operands (the fp8 blocks') one that computes on packed bf16 pairs
+// (fp8_rows_bf16_kernel), with the same layout and bits.
 //
 // Teams: T <= 32 lanes share a warp, and 256-thread blocks hold 256 / T rows (narrow rows). Wider
 // rows get one block of T threads per row (T a multiple of 32, up to 512: the 5376-channel rows
@@ -135,12 +137,21 @@ struct NormSource {
   };
   __device__ Row row(int64_t r) const {
     Row out{detail::row_ptr(x, r), nullptr, nullptr, nullptr, nullptr, false, false};
+    residual_rows(r, out);
+    modulation_rows(r, out);
+    return out;
+  }
+  // The two halves of row(): pass 1's operands and pass 2's (fp8_rows_bf16_kernel looks them up
+  // when it needs them, to hold fewer pointers at a time).
+  __device__ void residual_rows(int64_t r, Row& out) const {
     if (residual != kNoResidual) out.branch = detail::row_ptr(branch, r);
     if (residual == kGatedResidual) {
       const int32_t t = gate_row[r];
       out.bad_gate = t < 0 || t >= gate_rows;
       if (!out.bad_gate) out.gate = detail::row_ptr(gate, t);
     }
+  }
+  __device__ void modulation_rows(int64_t r, Row& out) const {
     if (modulate) {
       const int32_t t = mod_row[r];
       out.bad_mod = t < 0 || t >= mod_rows;
@@ -149,7 +160,6 @@ struct NormSource {
         out.scale = detail::row_ptr(scale, t);
       }
     }
-    return out;
   }
   // Pass 1: x with the residual applied (gated_residual's / residual_add's operations) and written
   // back; norm.cu's load_row.
@@ -342,6 +352,138 @@ __global__ void __maxnreg__(80) fp8_rows_kernel(Source src, CodesOut out, int64_
   }
 }
 
+// ---- the all-bf16 norm kernel -------------------------------------------------------------------------
+
+// fp8_rows_kernel<NormSource, 8, true> for bf16 operands (x, branch, gate, shift, scale and the
+// weight; every fp8 block's): the same layout, passes and bits, on packed bf16 pairs. The steps the
+// program rounds to bf16 from bf16 operands (the residual R(x + R(gate · branch)), the modulation
+// R(R(h · R(1 + scale)) + shift)) are one mul.rn / add.rn .bf16x2 per two elements, which equal
+// the fp32 step plus its rounding (row_io.cuh's bf16x2_mul / bf16x2_add); the norm's fp32 product
+// (x · inv) · w is rounded two at a time by one cvt.rn.bf16x2.f32; the register cache holds bf16
+// pairs (h is bf16 by definition), and the amax is the max of the pairs' magnitude bits, which
+// orders them as the widened floats' bits do. The generic kernel spends ~45 instructions per
+// element on the fp32 round trips and holds fp32 values: 80 registers, a third of the SM's warps.
+// Capped at 56 registers: five 224-thread blocks of a 5376-wide row per SM (the gated and
+// modulated instance spills 4 bytes there; uncapped, ptxas takes 62, and four fit).
+__device__ __forceinline__ float low_f32(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float high_f32(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
+
+__device__ __forceinline__ uint4 load_bf16x8(const char* row, int64_t e) {
+  return *reinterpret_cast<const uint4*>(row + 2 * e);
+}
+
+template <int kResidual, bool kModulate>
+__global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut out,
+                                                                             int64_t rows, int64_t vecs, int team) {
+  constexpr uint32_t kNanPair = 0x7FFF7FFFu;  // bf16_bits of a NaN, twice
+  constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
+  __shared__ float warp_sums[kMaxWarps];
+  __shared__ uint32_t warp_max[kMaxWarps];
+  constexpr int kCache = norm_block_cache_vecs(8) > kNormGroupMaxVecs ? norm_block_cache_vecs(8) : kNormGroupMaxVecs;
+  const int lane = static_cast<int>(threadIdx.x) % team;
+  const int64_t rows_per_block = blockDim.x / team;
+  for (int64_t r0 = blockIdx.x * rows_per_block; r0 < rows; r0 += gridDim.x * rows_per_block) {
+    const int64_t r = r0 + threadIdx.x / team;
+    const bool active = r < rows;
+    uint32_t h[kCache][4];
+
+    // Pass 1: the residual, written back, and the sum of squares in rms_norm's order.
+    float ss = 0.0f;
+    if (active) {
+      NormSource::Row row{detail::row_ptr(src.x, r), nullptr, nullptr, nullptr, nullptr, false, false};
+      src.residual_rows(r, row);
+#pragma unroll
+      for (int q = 0; q < kCache; ++q) {
+        const int64_t vec = lane + static_cast<int64_t>(q) * team;
+        if (vec >= vecs) continue;
+        const uint4 xv = load_bf16x8(row.x, vec * 8);
+        uint32_t v[4] = {xv.x, xv.y, xv.z, xv.w};
+        if constexpr (kResidual != kNoResidual) {
+          const uint4 bv = load_bf16x8(row.branch, vec * 8);
+          const uint32_t b[4] = {bv.x, bv.y, bv.z, bv.w};
+          if constexpr (kResidual == kGatedResidual) {
+            if (row.bad_gate) {
+#pragma unroll
+              for (int i = 0; i < 4; ++i) v[i] = kNanPair;
+            } else {
+              const uint4 gv = __ldg(reinterpret_cast<const uint4*>(row.gate) + vec);
+              const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+              for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], detail::bf16x2_mul(g[i], b[i]));
+            }
+          } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], b[i]);
+          }
+          *reinterpret_cast<uint4*>(row.x + 16 * vec) = make_uint4(v[0], v[1], v[2], v[3]);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          ss = fmaf(low_f32(v[i]), low_f32(v[i]), ss);
+          ss = fmaf(high_f32(v[i]), high_f32(v[i]), ss);
+          h[q][i] = v[i];
+        }
+      }
+    }
+    const float inv = src.inv_rms(team_sum(ss, team, warp_sums));
+
+    // Pass 2: h = R((x · inv) · w), then the modulation; the amax of |h| on the pairs.
+    uint32_t amax_pairs = 0;
+    if (active) {
+      NormSource::Row row{};
+      src.modulation_rows(r, row);
+#pragma unroll
+      for (int q = 0; q < kCache; ++q) {
+        const int64_t vec = lane + static_cast<int64_t>(q) * team;
+        if (vec >= vecs) continue;
+        uint32_t w[4] = {kOnePair, kOnePair, kOnePair, kOnePair};
+        if (src.weight != nullptr) {
+          const uint4 wv = __ldg(reinterpret_cast<const uint4*>(src.weight) + vec);
+          w[0] = wv.x, w[1] = wv.y, w[2] = wv.z, w[3] = wv.w;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          h[q][i] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(low_f32(h[q][i]), inv), low_f32(w[i])),
+                                        __fmul_rn(__fmul_rn(high_f32(h[q][i]), inv), high_f32(w[i])));
+        }
+        if constexpr (kModulate) {
+          if (row.bad_mod) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) h[q][i] = kNanPair;
+          } else {
+            const uint4 shv = __ldg(reinterpret_cast<const uint4*>(row.shift) + vec);
+            const uint4 scv = __ldg(reinterpret_cast<const uint4*>(row.scale) + vec);
+            const uint32_t sh[4] = {shv.x, shv.y, shv.z, shv.w}, sc[4] = {scv.x, scv.y, scv.z, scv.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              h[q][i] = detail::bf16x2_add(detail::bf16x2_mul(h[q][i], detail::bf16x2_add(kOnePair, sc[i])), sh[i]);
+            }
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) amax_pairs = __vmaxu2(amax_pairs, h[q][i] & 0x7FFF7FFFu);
+      }
+    }
+    const uint32_t amax = max(amax_pairs & 0xFFFFu, amax_pairs >> 16) << 16;
+    const Fp8RowScale s = fp8_row_scale(detail::team_max(amax, team, warp_max));
+
+    // Pass 3: the codes.
+    if (active) {
+      uint8_t* dst = out.codes + r * out.stride;
+      if (lane == 0) out.scales[r] = s.scale;
+#pragma unroll
+      for (int q = 0; q < kCache; ++q) {
+        const int64_t vec = lane + static_cast<int64_t>(q) * team;
+        if (vec >= vecs) continue;
+        float f[8];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[2 * i] = low_f32(h[q][i]), f[2 * i + 1] = high_f32(h[q][i]);
+        store_codes<8>(out, dst, vec * 8, f, s);
+      }
+    }
+  }
+}
+
 // SwiGLU's own layout for rows the shared one would re-read (more vectors than the register
 // cache holds at 512 threads: the 14336-wide FFN rows). SwiGLU has no sum whose order must match
 // another kernel's (the row amax is order-free), so one block per row gets as many threads as
@@ -415,6 +557,18 @@ Status launch_fp8_rows(const Source& src, const CodesOut& out, int64_t rows, int
   }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
+}
+
+void launch_bf16_norm(const NormSource& src, const CodesOut& out, int64_t rows, int64_t vecs, const NormRowLayout& l,
+                      cudaStream_t stream) {
+  const auto run = [&](auto kernel) { kernel<<<l.grid, l.block, 0, stream>>>(src, out, rows, vecs, l.lanes); };
+  if (src.residual == kGatedResidual) {
+    src.modulate ? run(fp8_rows_bf16_kernel<kGatedResidual, true>) : run(fp8_rows_bf16_kernel<kGatedResidual, false>);
+  } else if (src.residual == kPlainResidual) {
+    src.modulate ? run(fp8_rows_bf16_kernel<kPlainResidual, true>) : run(fp8_rows_bf16_kernel<kPlainResidual, false>);
+  } else {
+    src.modulate ? run(fp8_rows_bf16_kernel<kNoResidual, true>) : run(fp8_rows_bf16_kernel<kNoResidual, false>);
+  }
 }
 
 Status check_matrix_input(const TensorView& x, const std::string& what) {
@@ -514,6 +668,18 @@ Status rms_norm_fused_quantize_fp8(const TensorView& x, const TensorView* weight
                           (!fusion.gate || detail::vec_aligned(*fusion.gate)) &&
                           (!fusion.shift || (detail::vec_aligned(*fusion.shift) && detail::vec_aligned(*fusion.scale)));
   const bool vec = c % detail::kVec == 0 && detail::vec_aligned(x) && weight_vec && fusion_vec;
+  const bool all_bf16 = x.dtype == DType::kBF16 && (!weight || weight->dtype == DType::kBF16) &&
+                        (!fusion.branch || fusion.branch->dtype == DType::kBF16) &&
+                        (!fusion.gate || fusion.gate->dtype == DType::kBF16) &&
+                        (!fusion.shift || (fusion.shift->dtype == DType::kBF16 && fusion.scale->dtype == DType::kBF16));
+  if (vec && all_bf16 && n > 0) {
+    const NormRowLayout l = norm_row_layout(n, c / detail::kVec, detail::kVec);
+    if (l.cached) {
+      launch_bf16_norm(src, out, n, c / detail::kVec, l, stream);
+      VORTEX_CUDA_CHECK_LAUNCH();
+      return ok_status();
+    }
+  }
   return launch_fp8_rows(src, out, n, c, vec, stream);
 }
 
