@@ -13,6 +13,8 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "cpu/fp8_blocks.h"
+#include "cuda/fp8_blocks.h"
 #include "cuda/kernel_timeline.h"
 #include "cuda/runtime.h"
 #include "must.h"
@@ -110,29 +112,45 @@ inline int64_t timeline_marks_out_of_order(const cuda::KernelTimeline& t) {
 }
 
 // An attention kernel's e4m3 output (the fp8 recipe's out-projection input) against
-// quantize_blocks_fp8 (kTiles) of its bf16 output, all device tensors: codes written into the first
-// `width` columns of codes_full (whose other bytes were set to `sentinel` and must stay so) equal
-// want_codes [rows, width] bit for bit, and the scales (padding included) equal want_scales.
-inline void expect_e4m3_tiles_equal(const Tensor& codes_full, int64_t width, const Tensor& want_codes,
-                                    const Tensor& scales, const Tensor& want_scales, unsigned char sentinel,
-                                    const std::string& label, cudaStream_t stream) {
+// quantize_blocks_fp8 (kTiles) of its bf16 output `out` [Nq, H, 128] (device): `run(codes, scales)`
+// writes the e4m3 output into a codes view of the first H·128 columns of a wider buffer (whose
+// other bytes hold a sentinel and must keep it) and into scales that start as NaN (so the layout's
+// padding must be written). Codes and scales must equal the quantizer's bit for bit. Allocates
+// from `arena`.
+template <class Run>
+void expect_e4m3_tiles_of(const Tensor& out, cuda::DeviceArena& arena, Run run, const std::string& label,
+                          cudaStream_t stream) {
+  constexpr unsigned char kSentinel = 0x5A;
+  constexpr int64_t kPad = 16;
+  const int64_t rows = out.size(0), width = out.size(1) * out.size(2);
+  const Shape scale_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, rows, width).shape;
+  const Tensor want_codes = must(arena.alloc({rows, width}, DType::kF8E4M3));
+  const Tensor want_scales = must(arena.alloc(scale_shape, DType::kF32));
+  must(cuda::quantize_blocks_fp8(must(out.reshape({rows, width})).view(), cpu::Fp8BlockLayout::kTiles,
+                                 want_codes.view(), want_scales.view(), stream));
+  const Tensor codes_full = must(arena.alloc({rows, width + kPad}, DType::kF8E4M3));
+  ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream), cudaSuccess);
+  const Tensor scales = must(arena.alloc(scale_shape, DType::kF32));
+  ASSERT_EQ(cudaMemsetAsync(scales.data(), 0xff, scales.nbytes(), stream), cudaSuccess);
+  TensorView codes = codes_full.view();
+  codes.shape = Shape({rows, width});
+  must(run(codes, scales.view()));
+
   const Tensor got = must(cuda::download(codes_full, stream)), want = must(cuda::download(want_codes, stream));
   const Tensor got_s = must(cuda::download(scales, stream)), want_s = must(cuda::download(want_scales, stream));
-  const int64_t rows = got.size(0), full = got.size(1);
   int64_t bad_codes = 0, clobbered = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t col = 0; col < full; ++col) {
-      const uint8_t g = got.data_as<uint8_t>()[r * full + col];
+    for (int64_t col = 0; col < width + kPad; ++col) {
+      const uint8_t g = got.data_as<uint8_t>()[r * (width + kPad) + col];
       if (col < width) {
         bad_codes += g != want.data_as<uint8_t>()[r * width + col];
       } else {
-        clobbered += g != sentinel;
+        clobbered += g != kSentinel;
       }
     }
   }
   EXPECT_EQ(bad_codes, 0) << label << ": codes differ from quantize_blocks_fp8 of the bf16 output";
   EXPECT_EQ(clobbered, 0) << label << ": bytes written outside the codes view";
-  ASSERT_EQ(got_s.nbytes(), want_s.nbytes()) << label;
   EXPECT_EQ(std::memcmp(got_s.data(), want_s.data(), got_s.nbytes()), 0) << label << ": scales differ";
 }
 

@@ -31,11 +31,9 @@
 #include <vector>
 
 #include "cpu/attention.h"
-#include "cpu/fp8_blocks.h"
 #include "cuda/attention.h"
 #include "cuda/attention_wgmma.h"
 #include "cuda/attention_wgmma_v2.h"
-#include "cuda/fp8_blocks.h"
 #include "cuda/runtime.h"
 #include "gpu/gemm_attention_test_util.h"
 #include "gpu/gpu_test_util.h"
@@ -246,18 +244,12 @@ TEST_F(GpuAttention, E4m3OutputIsTheBlockQuantizerOnV1sBf16Output) {
     cuda::AttentionVariant ran = cuda::AttentionVariant::kV0;
     must(cuda::attention_variant(cuda::AttentionVariant::kV1, q, k, v, out.view(), 0.088f, stream_, &ran));
     ASSERT_EQ(ran, cuda::AttentionVariant::kV1) << label;
-    const Shape scale_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, c.nq, width).shape;
-    const Tensor want_codes = must(arena_.alloc({c.nq, width}, DType::kF8E4M3));
-    const Tensor want_scales = must(arena_.alloc(scale_shape, DType::kF32));
-    must(cuda::quantize_blocks_fp8(must(out.reshape({c.nq, width})).view(), cpu::Fp8BlockLayout::kTiles,
-                                   want_codes.view(), want_scales.view(), stream_));
-
-    const Tensor codes_full = must(arena_.alloc({c.nq, width + kOutPad}, DType::kF8E4M3));
-    ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
-    const Tensor scales = must(arena_.alloc(scale_shape, DType::kF32));
-    ASSERT_EQ(cudaMemsetAsync(scales.data(), 0xff, scales.nbytes(), stream_), cudaSuccess);  // NaN until written
-    must(cuda::attention_quantized_e4m3(q, k, v, test::columns(codes_full, 0, width), scales.view(), 0.088f, stream_));
-    test::expect_e4m3_tiles_equal(codes_full, width, want_codes, scales, want_scales, kSentinel, label, stream_);
+    test::expect_e4m3_tiles_of(
+        out, arena_,
+        [&](const TensorView& codes, const TensorView& scales) {
+          return cuda::attention_quantized_e4m3(q, k, v, codes, scales, 0.088f, stream_);
+        },
+        label, stream_);
   }
   const Tensor fused = must(arena_.alloc({100, 3 * 2 * 128}, DType::kBF16));
   const Tensor codes = must(arena_.alloc({100, 2 * 128}, DType::kF8E4M3));

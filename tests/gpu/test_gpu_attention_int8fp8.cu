@@ -32,7 +32,6 @@
 #include "cuda/attention.h"
 #include "cuda/attention_int8fp8.h"
 #include "cuda/elementwise.h"
-#include "cuda/fp8_blocks.h"
 #include "cuda/runtime.h"
 #include "cuda/synthetic_fill.h"
 #include "gpu/gemm_attention_test_util.h"
@@ -368,19 +367,12 @@ TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
     must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
     const Tensor out = must(arena_.alloc({c.nq, c.heads, kD}, DType::kBF16));
     must(cuda::attention_int8fp8_quantized(ws, out.view(), 0.088f, stream_));
-    const Shape scale_shape = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, c.nq, width).shape;
-    const Tensor want_codes = must(arena_.alloc({c.nq, width}, DType::kF8E4M3));
-    const Tensor want_scales = must(arena_.alloc(scale_shape, DType::kF32));
-    must(cuda::quantize_blocks_fp8(must(out.reshape({c.nq, width})).view(), cpu::Fp8BlockLayout::kTiles,
-                                   want_codes.view(), want_scales.view(), stream_));
-
-    const Tensor codes_full = must(arena_.alloc({c.nq, width + kOutPad}, DType::kF8E4M3));
-    ASSERT_EQ(cudaMemsetAsync(codes_full.data(), kSentinel, codes_full.nbytes(), stream_), cudaSuccess);
-    const Tensor scales = must(arena_.alloc(scale_shape, DType::kF32));
-    ASSERT_EQ(cudaMemsetAsync(scales.data(), 0xff, scales.nbytes(), stream_), cudaSuccess);  // NaN until written
-    must(cuda::attention_int8fp8_quantized_e4m3(ws, test::columns(codes_full, 0, width), scales.view(), 0.088f,
-                                                stream_));
-    test::expect_e4m3_tiles_equal(codes_full, width, want_codes, scales, want_scales, kSentinel, label, stream_);
+    test::expect_e4m3_tiles_of(
+        out, arena_,
+        [&](const TensorView& codes, const TensorView& scales) {
+          return cuda::attention_int8fp8_quantized_e4m3(ws, codes, scales, 0.088f, stream_);
+        },
+        label, stream_);
   }
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, 100, 100, 2));
   const Tensor codes = must(arena_.alloc({100, 2 * kD}, DType::kF8E4M3));
