@@ -45,10 +45,8 @@
 #include <vector>
 
 #include "cpu/fp8_blocks.h"
-#include "cpu/fp8_scale.h"
 #include "cuda/attention_e4m3_tile.cuh"
 #include "cuda/attention_int8fp8_tile.cuh"
-#include "cuda/fp8_amax.cuh"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/kernel_timeline_record.h"
 #include "cuda/row_io.cuh"
