@@ -1,9 +1,9 @@
 // The fp8 linear with 128-wide block scales: what cuBLASLt's block scaling computes on sm_90, and
-// the planned form of the out projection in the `fp8` recipe (bench/notes/block.md, "The attention
-// output's e4m3 quantize"). There one scale covers 128 tokens × 128 channels of the attention
-// output, i.e. one head of one 128-query tile, which an attention kernel holds whole when it
-// writes its output. So the kernel can quantize its own tile and no bf16 copy of the attention
-// output needs to exist. The weight then takes one scale per output channel and 128 inputs.
+// the out projection of the `fp8` recipe (models/h3/block_fp8.cc, cuda_block_fp8.cc;
+// bench/notes/block.md). There one scale covers 128 tokens × 128 channels of the attention output,
+// i.e. one head of one 128-query tile, which an attention kernel holds whole when it writes its
+// output: the kernel quantizes its own tile and no bf16 copy of the attention output exists. The
+// weight takes one scale per output channel and 128 inputs.
 //
 //   quantize_blocks_fp8  x [N, C] → codes [N, C] and one scale per block of the layout's rows ×
 //                        128 columns, by cpu/fp8_scale.h's rule over the block's elements (the last
