@@ -1,6 +1,7 @@
 #include "bench/cuda_workloads.h"
 
 #include "bench/cuda_bench_util.h"
+#include "bench/softmax_max_growth.h"
 
 #include <cuda_runtime.h>
 #include <cublasLt.h>
@@ -37,6 +38,8 @@ namespace fs = std::filesystem;
 // exact on every element, and times exact attention and int8fp8's two passes on those inputs and,
 // in the same strided layout, on N(0,1) q, k, v (what `bench attention` times): the mode is much
 // nearer exact in the block than in isolation, and this separates the passes and the inputs.
+// Also counts, on both inputs, how often the online softmax's running max grows between key tiles
+// (softmax_max_growth.h: the redo rate of a speculative-max kernel).
 Result<nlohmann::json> attention_on_block_activations(const h3::CudaH3Transformer& model, const h3::H3Config& config,
                                                       Timer& timer, const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(Tensor qkv, model.attention_inputs());
@@ -59,6 +62,13 @@ Result<nlohmann::json> attention_on_block_activations(const h3::CudaH3Transforme
   VORTEX_ASSIGN_OR_RETURN(Tensor b, cuda::download(exact, nullptr));
   nlohmann::json out = error_json(a, b);
   out["inputs"] = "block 0's q, k, v (synthetic weights, seeded residual stream)";
+  // How often a 16-row warp's running max grows from one 128-key tile to the next: the redo rate a
+  // speculative-max kernel would pay (softmax_max_growth.h), on both inputs, 8 warps per head.
+  for (const auto& [name, source] : {std::pair{"block_qkv", &qkv}, std::pair{"normal_qkv", &normal}}) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor host, cuda::download(*source, nullptr));
+    VORTEX_ASSIGN_OR_RETURN(const MaxGrowth growth, softmax_max_growth(heads(host, 0), heads(host, inner), 8));
+    out["softmax_max_growth"][name] = max_growth_json(growth);
+  }
   for (const auto& [name, source] : {std::pair{"block_qkv", &qkv}, std::pair{"normal_qkv", &normal}}) {
     const Tensor& t = *source;
     auto exact_body = [&] {
