@@ -34,14 +34,15 @@ static_assert(kBlockK == kInt8Fp8KBlock, "one K scale per tile");
 // Three stages: 8-bit tiles are 16 KB, so a deeper ring is cheap (Q 16 KB + 3 × 32 KB).
 constexpr int kStages = 3;
 
-constexpr int kWarpgroupThreads = 128;
+using hopper::kWarpgroupThreads;
+using hopper::register_budgets_fit;
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
 // setmaxnreg budgets: the consumers hold S (64) + O (64) + one half's P·V accumulator (32 or 36) +
 // two P8 sets (32) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
-static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
               "register budgets exceed the register file");
 
 // Every tile row is 128 bytes (128 int8 channels, or 128 e4m3 keys): one 128-byte swizzle span,

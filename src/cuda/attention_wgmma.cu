@@ -63,14 +63,13 @@ constexpr int kBlockK = 128;
 // uses 160 KB of the 227 KB. A third stage measured slower (63.27 → 64.32 ms, bench/notes/attention.md).
 constexpr int kStages = 2;
 
-constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
 // setmaxnreg budgets: the producer only computes coordinates and barrier addresses; the consumers
 // hold S (64) + O (64) + P (32) + Q (32) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
-static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
               "register budgets exceed the register file");
 
 // The 128-byte swizzle takes boxes at most 128 bytes wide: 64 bf16 channels. A 128-channel tile is

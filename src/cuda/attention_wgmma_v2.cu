@@ -49,14 +49,13 @@ constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
 // does not fit (32 + 3 · 88 KB > 227 KB).
 constexpr int kStages = 2;
 
-constexpr int kWarpgroupThreads = 128;
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
 // setmaxnreg budgets: the producer only computes coordinates and barrier addresses; a consumer
 // holds S (88 at 176 keys) + O (64) + P (44) + softmax state. 128·24 + 256·240 = 64,512 of 65,536.
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
-static_assert(kWarpgroupThreads * (kProducerRegisters + kConsumers * kConsumerRegisters) <= 65536,
+static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
               "register budgets exceed the register file");
 
 // 128-byte swizzle boxes are [rows, 64 channels]; a 128-channel tile is two column halves.

@@ -88,6 +88,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 
 // ---- named barriers, register budgets --------------------------------------------------------------
 
+// A warpgroup: the four warps that a wgmma and a setmaxnreg act on together.
+constexpr int kWarpgroupThreads = 128;
+// Whether the setmaxnreg budgets (registers per thread) of one producer warpgroup and `consumers`
+// consumer warpgroups fit in the SM's 65,536 registers.
+constexpr bool register_budgets_fit(int producer, int consumers, int consumer) {
+  return kWarpgroupThreads * (producer + consumers * consumer) <= 65536;
+}
+
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
