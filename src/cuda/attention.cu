@@ -25,6 +25,7 @@
 #include "cuda/attention_fallback.h"
 #include "cuda/attention_wgmma.h"
 #include "cuda/attention_wgmma_v2.h"
+#include "cuda/fp8_blocks.h"
 
 #include <cuda_bf16.h>
 
@@ -456,15 +457,8 @@ Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const 
   }
   if (q.shape[2] != 128 || !aligned) return unimplemented(op + ": the v1 kernel needs D = 128 and 16-byte aligned views");
   VORTEX_RETURN_IF_ERROR(attention_wgmma_quantized_e4m3(q, k, v, codes, scales, scale, stream));
-  // The layout's padding (heads not a multiple of 4), which no CTA writes. After the kernel's
-  // launch, so that an unimplemented return has written nothing.
-  const cpu::Fp8BlockScales at = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, nq, width);
-  if (at.padded()) {
-    const int64_t row_blocks = at.row_blocks, used = at.col_blocks, stride = at.row_block_stride;
-    VORTEX_CUDA_CHECK(cudaMemset2DAsync(static_cast<float*>(scales.data) + used, sizeof(float) * stride, 0,
-                                        sizeof(float) * (stride - used), row_blocks, stream));
-  }
-  return ok_status();
+  // After the kernel's launch, so that an unimplemented return has written nothing.
+  return zero_block_scale_padding(scales, nq, width, stream);
 }
 
 }  // namespace vortex::cuda

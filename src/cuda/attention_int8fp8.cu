@@ -47,6 +47,7 @@
 #include "cpu/fp8_blocks.h"
 #include "cuda/attention_e4m3_tile.cuh"
 #include "cuda/attention_int8fp8_tile.cuh"
+#include "cuda/fp8_blocks.h"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/kernel_timeline_record.h"
 #include "cuda/row_io.cuh"
@@ -477,8 +478,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
     params.code_scales = static_cast<float*>(scales->data);
     const cpu::Fp8BlockScales at = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, ws.nq, ws.heads * kHeadDim);
     params.code_scale_row = static_cast<int>(at.row_block_stride);
-    // The layout's padding (heads not a multiple of 4) is written 0, as the quantizers write it.
-    if (at.padded()) VORTEX_CUDA_CHECK(cudaMemsetAsync(params.code_scales, 0, sizeof(float) * at.shape.numel(), stream));
+    VORTEX_RETURN_IF_ERROR(zero_block_scale_padding(*scales, ws.nq, ws.heads * kHeadDim, stream));
   }
   params.heads = static_cast<int>(ws.heads);
   params.q_scale = ws.q_scale;

@@ -99,9 +99,7 @@ Status quantize_blocks_fp8(const TensorView& x, cpu::Fp8BlockLayout layout, cons
     return invalid_argument(op + " input: " + std::to_string(at.row_blocks) + " blocks of rows exceed the grid's 65535");
   }
   float* scale_ptr = static_cast<float*>(scales.data);
-  if (at.padded()) {
-    VORTEX_CUDA_CHECK(cudaMemsetAsync(scale_ptr, 0, sizeof(float) * at.shape.numel(), stream));
-  }
+  if (layout == cpu::Fp8BlockLayout::kTiles) VORTEX_RETURN_IF_ERROR(zero_block_scale_padding(scales, n, c, stream));
   const bool code_words = reinterpret_cast<uintptr_t>(codes.data) % 8 == 0 && (n <= 1 || codes.strides[0] % 8 == 0);
   const dim3 grid(static_cast<unsigned>(at.col_blocks), static_cast<unsigned>(at.row_blocks));
   const Operand xo = detail::make_operand(x);
@@ -116,6 +114,15 @@ Status quantize_blocks_fp8(const TensorView& x, cpu::Fp8BlockLayout layout, cons
                                                                       at.col_block_stride);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status zero_block_scale_padding(const TensorView& scales, int64_t rows, int64_t cols, cudaStream_t stream) {
+  const cpu::Fp8BlockScales at = cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, rows, cols);
+  if (!at.padded() || at.row_blocks == 0) return ok_status();
+  const int64_t used = at.col_blocks, stride = at.row_block_stride;
+  VORTEX_CUDA_CHECK(cudaMemset2DAsync(static_cast<float*>(scales.data) + used, sizeof(float) * stride, 0,
+                                      sizeof(float) * (stride - used), at.row_blocks, stream));
   return ok_status();
 }
 

@@ -24,4 +24,9 @@ namespace vortex::cuda {
 Status quantize_blocks_fp8(const TensorView& x, cpu::Fp8BlockLayout layout, const TensorView& codes,
                            const TensorView& scales, cudaStream_t stream);
 
+// Writes 0 into the padding of kTiles scales (the K blocks past cols / 128 in each row of
+// round_up(cols / 128, 4)), which no block of the quantizer or of an attention epilogue writes;
+// nothing when there is none. scales: a contiguous F32 device tensor of that layout's shape.
+Status zero_block_scale_padding(const TensorView& scales, int64_t rows, int64_t cols, cudaStream_t stream);
+
 }  // namespace vortex::cuda

@@ -384,16 +384,18 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
     }
   }
-  VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
-  if (e4m3 && mode == AttentionMode::kExact && variant == cuda::AttentionVariant::kV1) {
+  if (e4m3 && mode == AttentionMode::kExact) {
     // The v1 kernel (the default exact variant) quantizes its own output tiles (into attn's memory,
     // as the int8fp8 one); unimplemented (nothing launched) where it does not apply. Another
     // variant chosen by VORTEX_VARIANT_ATTENTION runs as chosen, followed by quantize_blocks_fp8.
-    cuda::SectionScope scope(profiler_, "attention", stream_);
-    VORTEX_ASSIGN_OR_RETURN(Tensor codes, attn_codes_.slice(0, 0, n));
-    e4m3->codes = codes.view();
-    const Status status = cuda::attention_quantized_e4m3(q, k, v, e4m3->codes, e4m3->scales, scale, stream_);
-    if (status.code() != StatusCode::kUnimplemented) return status;
+    VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
+    if (variant == cuda::AttentionVariant::kV1) {
+      cuda::SectionScope scope(profiler_, "attention", stream_);
+      VORTEX_ASSIGN_OR_RETURN(Tensor codes, attn_codes_.slice(0, 0, n));
+      e4m3->codes = codes.view();
+      const Status status = cuda::attention_quantized_e4m3(q, k, v, e4m3->codes, e4m3->scales, scale, stream_);
+      if (status.code() != StatusCode::kUnimplemented) return status;
+    }
   }
   {
     cuda::SectionScope scope(profiler_, "attention", stream_);
