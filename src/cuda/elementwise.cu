@@ -36,7 +36,12 @@ struct SwigluParams {
   int64_t rows, f, vecs;
 };
 
-template <int V>
+// kBf16Pairs (bf16 u and y, 16-byte vectors: the bf16 block's case) computes on packed bf16
+// pairs: silu in fp32 as below, R(silu) of two elements in one conversion and R(value · R(silu))
+// by mul.rn.bf16x2 (exact: the fp32 product of two bf16 values needs no rounding, so the one
+// rounding is the store's). Same bits with half the conversions, which share the exp2 unit with
+// silu's expf and division. The F32-input instance is the test's independent path.
+template <int V, bool kBf16Pairs>
 __global__ void swiglu_kernel(SwigluParams p) {
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (vec >= p.vecs) return;
@@ -44,14 +49,29 @@ __global__ void swiglu_kernel(SwigluParams p) {
   for (int64_t i = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; i < p.rows;
        i += static_cast<int64_t>(gridDim.y) * blockDim.y) {
     const char* src = detail::row_ptr(p.u, i);
-    float value[V], gate[V];
-    detail::load_vec<V>(src, p.u.bf16, e, value);
-    detail::load_vec<V>(src, p.u.bf16, p.f + e, gate);
+    if constexpr (kBf16Pairs) {
+      static_assert(V == 8, "one 16-byte vector of each half");
+      const uint4 vv = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(src) + e);
+      const uint4 gv = *reinterpret_cast<const uint4*>(reinterpret_cast<const uint16_t*>(src) + p.f + e);
+      const uint32_t value[4] = {vv.x, vv.y, vv.z, vv.w}, gate[4] = {gv.x, gv.y, gv.z, gv.w};
+      uint32_t y[4];
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      value[k] = __fmul_rn(value[k], detail::round_out(p.y.bf16, detail::silu_f32(gate[k])));
+      for (int k = 0; k < 4; ++k) {
+        y[k] = detail::bf16x2_mul(value[k], detail::bf16x2_bits(detail::silu_f32(__uint_as_float(gate[k] << 16)),
+                                                                detail::silu_f32(__uint_as_float(gate[k] & 0xFFFF0000u))));
+      }
+      *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(detail::row_ptr(p.y, i)) + e) =
+          make_uint4(y[0], y[1], y[2], y[3]);
+    } else {
+      float value[V], gate[V];
+      detail::load_vec<V>(src, p.u.bf16, e, value);
+      detail::load_vec<V>(src, p.u.bf16, p.f + e, gate);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        value[k] = __fmul_rn(value[k], detail::round_out(p.y.bf16, detail::silu_f32(gate[k])));
+      }
+      detail::store_vec<V>(detail::row_ptr(p.y, i), p.y.bf16, e, value);
     }
-    detail::store_vec<V>(detail::row_ptr(p.y, i), p.y.bf16, e, value);
   }
 }
 
@@ -227,10 +247,12 @@ Status swiglu(const TensorView& u, const TensorView& y, cudaStream_t stream) {
   const bool vec = f % detail::kVec == 0 && detail::vec_aligned(u) && detail::vec_aligned(y);
   p.vecs = vec ? f / detail::kVec : f;
   const detail::RowLaunch l = detail::row_launch(n, p.vecs);
-  if (vec) {
-    swiglu_kernel<detail::kVec><<<l.grid, l.block, 0, stream>>>(p);
+  if (vec && u.dtype == DType::kBF16 && y.dtype == DType::kBF16) {
+    swiglu_kernel<detail::kVec, true><<<l.grid, l.block, 0, stream>>>(p);
+  } else if (vec) {
+    swiglu_kernel<detail::kVec, false><<<l.grid, l.block, 0, stream>>>(p);
   } else {
-    swiglu_kernel<1><<<l.grid, l.block, 0, stream>>>(p);
+    swiglu_kernel<1, false><<<l.grid, l.block, 0, stream>>>(p);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();

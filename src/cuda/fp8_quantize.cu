@@ -489,29 +489,54 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
 // another kernel's (the row amax is order-free), so one block per row gets as many threads as
 // kSwigluCachedVecs vectors each need, and each thread keeps its h values as bf16 bits, which
 // is exact: h is rounded to bf16 by its definition. The row is read once instead of twice.
+//
+// kBf16Pairs (bf16 input, the fp8 block's case) computes on packed bf16 pairs: silu in fp32 as
+// SwigluSource does, R(silu) of two elements in one conversion (bf16x2_bits) and
+// R(value · R(silu)) by mul.rn.bf16x2 (bf16x2_mul: the fp32 product of two bf16 values is exact,
+// so one rounding of it is the source's two steps), the amax on the pairs' bits. The same bits,
+// with half the conversions of one value at a time: they share the exp2 unit with silu's expf and
+// division (bench/notes/attention.md, "The conversions share the exp2 unit").
 constexpr int kSwigluCachedVecs = 4;
 constexpr int kSwigluMaxThreads = 1024;
 
-__global__ void __launch_bounds__(kSwigluMaxThreads) swiglu_quantize_cached_kernel(SwigluSource src, CodesOut out,
-                                                                                   int64_t rows, int64_t vecs) {
+template <bool kBf16Pairs>
+__device__ __forceinline__ void swiglu_quantize_cached_rows(const SwigluSource& src, const CodesOut& out, int64_t rows,
+                                                            int64_t vecs, uint32_t* warp_max) {
   constexpr int V = detail::kVec;
-  __shared__ uint32_t warp_max[kSwigluMaxThreads / 32];
   const int team = static_cast<int>(blockDim.x), lane = static_cast<int>(threadIdx.x);
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {  // uniform per block: every thread syncs
     const SwigluSource::Row row = src.row(r);
     uint32_t packed[kSwigluCachedVecs][V / 2];
-    uint32_t amax = 0;
+    uint32_t amax = 0, amax_pairs = 0;
 #pragma unroll
     for (int q = 0; q < kSwigluCachedVecs; ++q) {
       const int64_t vec = lane + static_cast<int64_t>(q) * team;
       if (vec < vecs) {
-        float h[V];
-        src.load<V>(row, vec * V, h);
-        amax = detail::amax_bits<V>(h, amax);
+        if constexpr (kBf16Pairs) {
+          const uint16_t* u = reinterpret_cast<const uint16_t*>(row.u);
+          const uint4 vv = *reinterpret_cast<const uint4*>(u + vec * V);
+          const uint4 gv = *reinterpret_cast<const uint4*>(u + src.f + vec * V);
+          const uint32_t value[V / 2] = {vv.x, vv.y, vv.z, vv.w}, gate[V / 2] = {gv.x, gv.y, gv.z, gv.w};
 #pragma unroll
-        for (int k = 0; k < V / 2; ++k) packed[q][k] = (__float_as_uint(h[2 * k]) >> 16) | (__float_as_uint(h[2 * k + 1]) & 0xFFFF0000u);
+          for (int k = 0; k < V / 2; ++k) {
+            const uint32_t silu = detail::bf16x2_bits(detail::silu_f32(__uint_as_float(gate[k] << 16)),
+                                                      detail::silu_f32(__uint_as_float(gate[k] & 0xFFFF0000u)));
+            packed[q][k] = detail::bf16x2_mul(value[k], silu);
+            amax_pairs = __vmaxu2(amax_pairs, packed[q][k] & 0x7FFF7FFFu);
+          }
+        } else {
+          float h[V];
+          src.load<V>(row, vec * V, h);
+          amax = detail::amax_bits<V>(h, amax);
+#pragma unroll
+          for (int k = 0; k < V / 2; ++k) {
+            packed[q][k] = (__float_as_uint(h[2 * k]) >> 16) | (__float_as_uint(h[2 * k + 1]) & 0xFFFF0000u);
+          }
+        }
       }
     }
+    // A pair's halves are bf16 bits: their max, shifted up, is the max of the fp32 bits.
+    if constexpr (kBf16Pairs) amax = max(amax_pairs & 0xFFFFu, amax_pairs >> 16) << 16;
     const Fp8RowScale s = fp8_row_scale(detail::team_max(amax, team, warp_max));
     uint8_t* dst = out.codes + r * out.stride;
     if (lane == 0) out.scales[r] = s.scale;
@@ -529,6 +554,22 @@ __global__ void __launch_bounds__(kSwigluMaxThreads) swiglu_quantize_cached_kern
       }
     }
   }
+}
+
+__global__ void __launch_bounds__(kSwigluMaxThreads) swiglu_quantize_cached_kernel(SwigluSource src, CodesOut out,
+                                                                                   int64_t rows, int64_t vecs) {
+  __shared__ uint32_t warp_max[kSwigluMaxThreads / 32];
+  swiglu_quantize_cached_rows<false>(src, out, rows, vecs, warp_max);
+}
+
+// 40 registers (ptxas takes 53 uncapped; 20 bytes spill at 40): three 448-thread blocks of a
+// 14336-wide row per SM instead of two. 48 is not enough: a block's 14 warps spread 4-4-3-3 over
+// the SM's four 16K-register partitions, so a third block needs 11 warps of 48 (16.9K) on two.
+// ncu, canonical fp8 block: 1.16 ms (64 registers, the scalar steps) → 1.03 (48) → 0.87 ms (40).
+__global__ void __maxnreg__(40) swiglu_quantize_cached_bf16_kernel(SwigluSource src, CodesOut out, int64_t rows,
+                                                                   int64_t vecs) {
+  __shared__ uint32_t warp_max[kSwigluMaxThreads / 32];
+  swiglu_quantize_cached_rows<true>(src, out, rows, vecs, warp_max);
 }
 
 // ---- launch ----------------------------------------------------------------------------------------
@@ -697,8 +738,12 @@ Status swiglu_quantize_fp8(const TensorView& u, const TensorView& codes, const T
   if (vec && n > 0 && !norm_row_layout(n, vecs, detail::kVec).cached &&
       vecs <= int64_t{kSwigluMaxThreads} * kSwigluCachedVecs) {
     const int64_t threads = detail::ceil_div(detail::ceil_div(vecs, kSwigluCachedVecs), 32) * 32;
-    swiglu_quantize_cached_kernel<<<static_cast<unsigned>(std::min(n, kNormMaxGrid)), static_cast<unsigned>(threads), 0,
-                                    stream>>>(src, out, n, vecs);
+    const dim3 grid(static_cast<unsigned>(std::min(n, kNormMaxGrid))), block(static_cast<unsigned>(threads));
+    if (u.dtype == DType::kBF16) {
+      swiglu_quantize_cached_bf16_kernel<<<grid, block, 0, stream>>>(src, out, n, vecs);
+    } else {
+      swiglu_quantize_cached_kernel<<<grid, block, 0, stream>>>(src, out, n, vecs);
+    }
     VORTEX_CUDA_CHECK_LAUNCH();
     return ok_status();
   }

@@ -19,6 +19,7 @@
 #include <gtest/gtest-spi.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -314,6 +315,29 @@ TEST_F(GpuElementwise, SwigluMatchesCpu) {
             test::expect_max_rel(compare(got, y), kF32RelBound, what);
           }
         }
+      }
+    }
+  }
+}
+
+// The bf16 → bf16 instance computes on packed pairs (mul.rn.bf16x2 for R(value · R(silu))): bit
+// for bit the F32-input instance on the same values with a bf16 output, which takes the scalar
+// fp32 steps. Widths with and without 16-byte vectors, the FFN's included, and an offset view.
+TEST_F(GpuElementwise, SwigluBf16PairsEqualScalarPathBitwise) {
+  uint64_t seed = 5100;
+  for (int64_t f : {int64_t{8}, int64_t{24}, int64_t{77}, int64_t{5376}, int64_t{14336}}) {
+    for (int64_t n : {int64_t{1}, int64_t{5}, int64_t{300}}) {
+      for (int64_t col : {int64_t{0}, int64_t{8}}) {
+        ArenaScope scope(arena_);
+        const std::string what = describe("swiglu pairs", DType::kBF16, n, f, col);
+        const Tensor u = random_tensor({n, 2 * f + kPad + 8}, DType::kBF16, ++seed, 3.0f);
+        const Tensor u32 = must(u.to(DType::kF32));
+        const Tensor ud = to_device(u), ud32 = to_device(u32);
+        const Tensor pairs = must(arena_.alloc({n, f}, DType::kBF16)), scalar = must(arena_.alloc({n, f}, DType::kBF16));
+        VORTEX_EXPECT_OK(cuda::swiglu(columns(ud, col, 2 * f), pairs.view(), stream_));
+        VORTEX_EXPECT_OK(cuda::swiglu(columns(ud32, col, 2 * f), scalar.view(), stream_));
+        const Tensor a = to_host(pairs), b = to_host(scalar);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << what;
       }
     }
   }
