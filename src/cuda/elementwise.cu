@@ -57,8 +57,8 @@ __global__ void swiglu_kernel(SwigluParams p) {
       uint32_t y[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        y[k] = detail::bf16x2_mul(value[k], detail::bf16x2_bits(detail::silu_f32(__uint_as_float(gate[k] << 16)),
-                                                                detail::silu_f32(__uint_as_float(gate[k] & 0xFFFF0000u))));
+        y[k] = detail::bf16x2_mul(value[k], detail::bf16x2_bits(detail::silu_f32(detail::bf16x2_low(gate[k])),
+                                                                detail::silu_f32(detail::bf16x2_high(gate[k]))));
       }
       *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(detail::row_ptr(p.y, i)) + e) =
           make_uint4(y[0], y[1], y[2], y[3]);

@@ -365,8 +365,8 @@ __global__ void __maxnreg__(80) fp8_rows_kernel(Source src, CodesOut out, int64_
 // element on the fp32 round trips and holds fp32 values: 80 registers, a third of the SM's warps.
 // Capped at 56 registers: five 224-thread blocks of a 5376-wide row per SM (the gated and
 // modulated instance spills 4 bytes there; uncapped, ptxas takes 62, and four fit).
-__device__ __forceinline__ float low_f32(uint32_t pair) { return __uint_as_float(pair << 16); }
-__device__ __forceinline__ float high_f32(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
+using detail::bf16x2_high;
+using detail::bf16x2_low;
 
 __device__ __forceinline__ uint4 load_bf16x8(const char* row, int64_t e) {
   return *reinterpret_cast<const uint4*>(row + 2 * e);
@@ -419,8 +419,8 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          ss = fmaf(low_f32(v[i]), low_f32(v[i]), ss);
-          ss = fmaf(high_f32(v[i]), high_f32(v[i]), ss);
+          ss = fmaf(bf16x2_low(v[i]), bf16x2_low(v[i]), ss);
+          ss = fmaf(bf16x2_high(v[i]), bf16x2_high(v[i]), ss);
           h[q][i] = v[i];
         }
       }
@@ -443,8 +443,8 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
         }
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          h[q][i] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(low_f32(h[q][i]), inv), low_f32(w[i])),
-                                        __fmul_rn(__fmul_rn(high_f32(h[q][i]), inv), high_f32(w[i])));
+          h[q][i] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(bf16x2_low(h[q][i]), inv), bf16x2_low(w[i])),
+                                        __fmul_rn(__fmul_rn(bf16x2_high(h[q][i]), inv), bf16x2_high(w[i])));
         }
         if constexpr (kModulate) {
           if (row.bad_mod) {
@@ -477,7 +477,7 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
         if (vec >= vecs) continue;
         float f[8];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) f[2 * i] = low_f32(h[q][i]), f[2 * i + 1] = high_f32(h[q][i]);
+        for (int i = 0; i < 4; ++i) f[2 * i] = bf16x2_low(h[q][i]), f[2 * i + 1] = bf16x2_high(h[q][i]);
         store_codes<8>(out, dst, vec * 8, f, s);
       }
     }
@@ -519,8 +519,8 @@ __device__ __forceinline__ void swiglu_quantize_cached_rows(const SwigluSource& 
           const uint32_t value[V / 2] = {vv.x, vv.y, vv.z, vv.w}, gate[V / 2] = {gv.x, gv.y, gv.z, gv.w};
 #pragma unroll
           for (int k = 0; k < V / 2; ++k) {
-            const uint32_t silu = detail::bf16x2_bits(detail::silu_f32(__uint_as_float(gate[k] << 16)),
-                                                      detail::silu_f32(__uint_as_float(gate[k] & 0xFFFF0000u)));
+            const uint32_t silu =
+                detail::bf16x2_bits(detail::silu_f32(bf16x2_low(gate[k])), detail::silu_f32(bf16x2_high(gate[k])));
             packed[q][k] = detail::bf16x2_mul(value[k], silu);
             amax_pairs = __vmaxu2(amax_pairs, packed[q][k] & 0x7FFF7FFFu);
           }
@@ -547,8 +547,8 @@ __device__ __forceinline__ void swiglu_quantize_cached_rows(const SwigluSource& 
         float h[V];
 #pragma unroll
         for (int k = 0; k < V / 2; ++k) {
-          h[2 * k] = __uint_as_float(packed[q][k] << 16);
-          h[2 * k + 1] = __uint_as_float(packed[q][k] & 0xFFFF0000u);
+          h[2 * k] = bf16x2_low(packed[q][k]);
+          h[2 * k + 1] = bf16x2_high(packed[q][k]);
         }
         store_codes<V>(out, dst, vec * V, h, s);
       }

@@ -22,7 +22,9 @@
 //          vectors each); falls back to re-reading the row from global memory (L1/L2-resident)
 //          when it does not fit in the per-thread register cache.
 // Both keep the row in registers between the reduction and the write, so x is read from memory
-// once, and may alias y.
+// once, and may alias y. rms_norm_fused with a fusion and bf16 operands on the cached block layout
+// (the bf16 block's norms) runs the block variant on packed bf16 pairs (rms_norm_fused_bf16_kernel):
+// the same layout, order and bits.
 //
 // Numerics against the CPU: the sum of squares is accumulated in fp32 (fma per element, then a
 // shuffle tree across lanes and, in the block variant, a fixed-order sum of the warp partials),
@@ -248,6 +250,121 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
       }
     }
   }
+}
+
+// rms_norm_block_kernel<8, true> for rms_norm_fused with a residual or a modulation and bf16
+// operands throughout (the bf16 block's two norms): the same layout, reduction order and bits, on
+// packed bf16 pairs. The steps that round bf16 operands to bf16 (the residual R(x + R(gate ·
+// branch)) or R(x + branch), the modulation R(R(h · R(1 + scale)) + shift)) are one mul.rn /
+// add.rn .bf16x2 per two elements, the fp32 step plus its rounding (row_io.cuh); the norm's fp32
+// product (x · inv) · w is rounded two at a time by one conversion. The generic kernel rounds one
+// element at a time, and those conversions share the exp2 unit (16 per clock per SM) that the
+// norm then waits on. The separate launches (gated_residual, rms_norm, adaln_modulate) keep the
+// scalar steps: tests/gpu/test_gpu_norm_fused.cu holds this kernel to them bit for bit.
+template <int kResidual, bool kModulate>
+__global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms_norm_fused_bf16_kernel(RmsNormParams p) {
+  constexpr uint32_t kNanPair = 0x7FFF7FFFu;  // bf16_bits of a NaN, twice
+  constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
+  constexpr int kCache = norm_block_cache_vecs(8);
+  __shared__ float warp_sums[kNormBlockMaxThreads / 32];
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    char* x = detail::row_ptr(p.x, r);
+    uint32_t h[kCache][4];
+    float ss = 0.0f;
+    // Pass 1: the residual, written back to x, and the sum of squares in rms_norm's order.
+    const char* branch = kResidual != kNoResidual ? detail::row_ptr(p.branch, r) : nullptr;
+    const int32_t gate_row = kResidual == kGatedResidual ? p.gate_row[r] : 0;
+    const bool bad_gate = gate_row < 0 || gate_row >= p.gate_rows;
+#pragma unroll
+    for (int q = 0; q < kCache; ++q) {
+      const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
+      if (vec >= p.vecs) continue;
+      const uint4 xv = reinterpret_cast<const uint4*>(x)[vec];
+      uint32_t v[4] = {xv.x, xv.y, xv.z, xv.w};
+      if constexpr (kResidual != kNoResidual) {
+        const uint4 bv = reinterpret_cast<const uint4*>(branch)[vec];
+        const uint32_t b[4] = {bv.x, bv.y, bv.z, bv.w};
+        if constexpr (kResidual == kGatedResidual) {
+          if (bad_gate) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] = kNanPair;
+          } else {
+            const uint4 gv = reinterpret_cast<const uint4*>(detail::row_ptr(p.gate, gate_row))[vec];
+            const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], detail::bf16x2_mul(g[i], b[i]));
+          }
+        } else {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], b[i]);
+        }
+        reinterpret_cast<uint4*>(x)[vec] = make_uint4(v[0], v[1], v[2], v[3]);
+      }
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        ss = fmaf(detail::bf16x2_low(v[i]), detail::bf16x2_low(v[i]), ss);
+        ss = fmaf(detail::bf16x2_high(v[i]), detail::bf16x2_high(v[i]), ss);
+        h[q][i] = v[i];
+      }
+    }
+    const float inv = detail::inv_rms(block_sum(ss, warp_sums), p.c, p.eps);
+
+    // Pass 2: y = R((x · inv) · w), then the modulation.
+    char* y = detail::row_ptr(p.y, r);
+    const int32_t mod_row = kModulate ? p.mod_row[r] : 0;
+    const bool bad_mod = mod_row < 0 || mod_row >= p.mod_rows;
+#pragma unroll
+    for (int q = 0; q < kCache; ++q) {
+      const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
+      if (vec >= p.vecs) continue;
+      uint32_t w[4] = {kOnePair, kOnePair, kOnePair, kOnePair};
+      if (p.weight != nullptr) {
+        const uint4 wv = __ldg(reinterpret_cast<const uint4*>(p.weight) + vec);
+        w[0] = wv.x, w[1] = wv.y, w[2] = wv.z, w[3] = wv.w;
+      }
+      uint32_t out[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        out[i] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(detail::bf16x2_low(h[q][i]), inv), detail::bf16x2_low(w[i])),
+                                     __fmul_rn(__fmul_rn(detail::bf16x2_high(h[q][i]), inv), detail::bf16x2_high(w[i])));
+      }
+      if constexpr (kModulate) {
+        if (bad_mod) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) out[i] = kNanPair;
+        } else {
+          const uint4 shv = reinterpret_cast<const uint4*>(detail::row_ptr(p.shift, mod_row))[vec];
+          const uint4 scv = reinterpret_cast<const uint4*>(detail::row_ptr(p.scale, mod_row))[vec];
+          const uint32_t sh[4] = {shv.x, shv.y, shv.z, shv.w}, sc[4] = {scv.x, scv.y, scv.z, scv.w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            out[i] = detail::bf16x2_add(detail::bf16x2_mul(out[i], detail::bf16x2_add(kOnePair, sc[i])), sh[i]);
+          }
+        }
+      }
+      reinterpret_cast<uint4*>(y)[vec] = make_uint4(out[0], out[1], out[2], out[3]);
+    }
+  }
+}
+
+// Launches rms_norm_fused_bf16_kernel when it applies (a fusion, bf16 operands with 16-byte vectors,
+// a weight that is bf16 or none, rows the register-cached block layout takes); false otherwise.
+bool launch_fused_bf16(const RmsNormParams& p, cudaStream_t stream) {
+  const bool bf16 = p.x.bf16 && p.y.bf16 && (p.weight == nullptr || p.weight_bf16) &&
+                    (p.residual == kNoResidual || p.branch.bf16) && (p.residual != kGatedResidual || p.gate.bf16) &&
+                    (!p.modulate || (p.shift.bf16 && p.scale.bf16));
+  if (!bf16 || p.inner != 1 || (p.residual == kNoResidual && !p.modulate)) return false;
+  const NormRowLayout l = norm_row_layout(p.rows, p.vecs, detail::kVec);
+  if (l.group || !l.cached) return false;
+  const auto run = [&](auto kernel) { kernel<<<l.grid, l.block, 0, stream>>>(p); };
+  if (p.residual == kGatedResidual) {
+    p.modulate ? run(rms_norm_fused_bf16_kernel<kGatedResidual, true>) : run(rms_norm_fused_bf16_kernel<kGatedResidual, false>);
+  } else if (p.residual == kPlainResidual) {
+    p.modulate ? run(rms_norm_fused_bf16_kernel<kPlainResidual, true>) : run(rms_norm_fused_bf16_kernel<kPlainResidual, false>);
+  } else {
+    run(rms_norm_fused_bf16_kernel<kNoResidual, true>);
+  }
+  return true;
 }
 
 template <int V>
@@ -536,6 +653,11 @@ Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, 
                           (!fusion.gate || detail::vec_aligned(*fusion.gate)) &&
                           (!fusion.shift || (detail::vec_aligned(*fusion.shift) && detail::vec_aligned(*fusion.scale)));
   if (c % detail::kVec == 0 && detail::vec_aligned(x) && detail::vec_aligned(y) && weight_vec && fusion_vec) {
+    p.vecs = c / detail::kVec;
+    if (launch_fused_bf16(p, stream)) {
+      VORTEX_CUDA_CHECK_LAUNCH();
+      return ok_status();
+    }
     return launch_rms_norm<detail::kVec>(p, stream);
   }
   return launch_rms_norm<1>(p, stream);

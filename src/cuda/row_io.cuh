@@ -59,6 +59,9 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
+// The halves of a bf16 pair widened to fp32 (exact), the low half first in memory.
+__device__ __forceinline__ float bf16x2_low(uint32_t pair) { return __uint_as_float(pair << 16); }
+__device__ __forceinline__ float bf16x2_high(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }
 // Two elements' rounded product or sum in one instruction (mul.rn / add.rn .bf16x2, sm_90): each
 // half is RNE_bf16 of the exact result, which is exactly what the fp32 operation followed by a
 // bf16 rounding gives on bf16 operands, R(a·b) and R(a + b): the fp32 product of two bf16 values

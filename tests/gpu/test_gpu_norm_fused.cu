@@ -2,8 +2,10 @@
 // rms_norm, adaln_modulate) on the same random inputs: BITWISE equal outputs and residual streams,
 // which is what lets the block use it by default (DESIGN section 3). Widths cover every rms_norm
 // variant: the group kernel (24, 200), the register-cached block kernel (5376), and the re-reading
-// block kernel (5001 at an odd column offset: scalar loads, more than the cache holds); views are
-// column slices of wider buffers, aligned and odd. Also: bad gate / modulation rows give NaN rows
+// block kernel (5001 at an odd column offset: scalar loads, more than the cache holds); with bf16
+// operands at 5376 and an aligned view, the fused pass runs on packed bf16 pairs (norm.cu's
+// rms_norm_fused_bf16_kernel) while the separate launches keep the scalar steps. Views are
+// column slices of wider buffers, aligned and odd; with a weight and without. Also: bad gate / modulation rows give NaN rows
 // as the separate ops do, and bad arguments are refused with the operand named.
 #include <algorithm>
 #include <cmath>
@@ -45,9 +47,10 @@ TEST_F(GpuNormFused, BitwiseEqualToTheSeparateLaunches) {
   constexpr int64_t kPad = 16, kTableRows = 6;
   for (const Case& c : kCases) {
     for (Residual residual : {Residual::kNone, Residual::kPlain, Residual::kGated}) {
-      for (bool modulate : {false, true}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool modulate = variant % 2 == 1, with_weight = variant < 2;
         ArenaScope scope(arena_);
-        const std::string what = describe(c, residual, modulate);
+        const std::string what = describe(c, residual, modulate) + (with_weight ? "" : " no weight");
         const int64_t n = c.rows, C = c.channels;
         const Tensor x = random_tensor({n, C + kPad}, c.dtype, ++seed, 3.0f, 0.2f);
         const Tensor branch = random_tensor({n, C + kPad}, c.dtype, ++seed);
@@ -67,7 +70,8 @@ TEST_F(GpuNormFused, BitwiseEqualToTheSeparateLaunches) {
         const TensorView xs_v = columns(xs, c.col, C), ys_v = columns(ys, c.col, C);
         if (residual == Residual::kGated) VORTEX_EXPECT_OK(cuda::gated_residual(xs_v, gate, gate_row_d, b, stream_));
         if (residual == Residual::kPlain) VORTEX_EXPECT_OK(cuda::residual_add(xs_v, b, stream_));
-        VORTEX_EXPECT_OK(cuda::rms_norm(xs_v, &w, 1e-6f, ys_v, stream_));
+        const TensorView* wp = with_weight ? &w : nullptr;
+        VORTEX_EXPECT_OK(cuda::rms_norm(xs_v, wp, 1e-6f, ys_v, stream_));
         if (modulate) VORTEX_EXPECT_OK(cuda::adaln_modulate(ys_v, shift, scale, mod_row_d, ys_v, stream_));
 
         // One fused pass.
@@ -83,7 +87,7 @@ TEST_F(GpuNormFused, BitwiseEqualToTheSeparateLaunches) {
           fusion.scale = &scale;
           fusion.mod_row = mod_row_d;
         }
-        VORTEX_EXPECT_OK(cuda::rms_norm_fused(columns(xf, c.col, C), &w, 1e-6f, fusion, columns(yf, c.col, C), stream_));
+        VORTEX_EXPECT_OK(cuda::rms_norm_fused(columns(xf, c.col, C), wp, 1e-6f, fusion, columns(yf, c.col, C), stream_));
 
         test::expect_bitwise(compare(to_host(yf), to_host(ys)), what + ": output");
         test::expect_bitwise(compare(to_host(xf), to_host(xs)), what + ": residual stream");
