@@ -409,7 +409,7 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
               const uint4 gv = __ldg(reinterpret_cast<const uint4*>(row.gate) + vec);
               const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
 #pragma unroll
-              for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], detail::bf16x2_mul(g[i], b[i]));
+              for (int i = 0; i < 4; ++i) v[i] = detail::gated_residual_pair(v[i], g[i], b[i]);
             }
           } else {
 #pragma unroll
@@ -456,7 +456,7 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
             const uint32_t sh[4] = {shv.x, shv.y, shv.z, shv.w}, sc[4] = {scv.x, scv.y, scv.z, scv.w};
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-              h[q][i] = detail::bf16x2_add(detail::bf16x2_mul(h[q][i], detail::bf16x2_add(kOnePair, sc[i])), sh[i]);
+              h[q][i] = detail::modulate_pair(h[q][i], sh[i], sc[i]);
             }
           }
         }

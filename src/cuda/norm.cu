@@ -292,7 +292,7 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
             const uint4 gv = reinterpret_cast<const uint4*>(detail::row_ptr(p.gate, gate_row))[vec];
             const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
 #pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], detail::bf16x2_mul(g[i], b[i]));
+            for (int i = 0; i < 4; ++i) v[i] = detail::gated_residual_pair(v[i], g[i], b[i]);
           }
         } else {
 #pragma unroll
@@ -338,7 +338,7 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
           const uint32_t sh[4] = {shv.x, shv.y, shv.z, shv.w}, sc[4] = {scv.x, scv.y, scv.z, scv.w};
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            out[i] = detail::bf16x2_add(detail::bf16x2_mul(out[i], detail::bf16x2_add(kOnePair, sc[i])), sh[i]);
+            out[i] = detail::modulate_pair(out[i], sh[i], sc[i]);
           }
         }
       }

@@ -37,6 +37,16 @@ __device__ __forceinline__ float modulate_value(bool bf16, float x, float shift,
   return round_out(bf16, __fadd_rn(scaled, shift));
 }
 
+// The same three steps on two bf16 elements at a time (bf16 operands and output), each the fp32
+// step plus its rounding (row_io.cuh's bf16x2_mul / bf16x2_add): the packed-pair kernels' forms.
+__device__ __forceinline__ uint32_t gated_residual_pair(uint32_t x, uint32_t gate, uint32_t branch) {
+  return bf16x2_add(x, bf16x2_mul(gate, branch));
+}
+__device__ __forceinline__ uint32_t modulate_pair(uint32_t x, uint32_t shift, uint32_t scale) {
+  constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
+  return bf16x2_add(bf16x2_mul(x, bf16x2_add(kOnePair, scale)), shift);
+}
+
 // apply_rope on one pair (lo = x[k], hi = x[k + half]); rotate_half(x) is [-hi, lo]:
 //   x[k]        = R(lo · R(cos[k]))        + R(-hi · R(sin[k]))
 //   x[k + half] = R(hi · R(cos[k + half])) + R(lo · R(sin[k + half]))

@@ -28,14 +28,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CHECK_CUDA(x)                                                              \
-  do {                                                                             \
-    cudaError_t e = (x);                                                           \
-    if (e != cudaSuccess) {                                                        \
-      std::printf("cuda %s at line %d\n", cudaGetErrorString(e), __LINE__);        \
-      std::exit(1);                                                                \
-    }                                                                              \
-  } while (0)
+#include "probe_check.h"
 
 namespace {
 
