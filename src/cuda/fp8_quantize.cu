@@ -26,9 +26,10 @@
 // cache: 24 values in vectors, 8 scalars). Rows too wide for that re-read x in passes 2 and 3 (after
 // pass 1 wrote the residual back, so they read the updated row) and recompute the same bits.
 //
-// SwiGLU rows wider than that cache get a kernel of their own (swiglu_quantize_cached_kernel), and
-// the fused norm on bf16 operands (the fp8 blocks') one that computes on packed bf16 pairs
-// (fp8_rows_bf16_kernel), with the same layout and bits.
+// SwiGLU rows wider than that cache get a kernel of their own (swiglu_quantize_cached_kernel; on
+// packed bf16 pairs for bf16 input, swiglu_quantize_cached_bf16_kernel), and the fused norm on bf16
+// operands (the fp8 blocks') one that computes on packed bf16 pairs (fp8_rows_bf16_kernel), with
+// the same layout and bits.
 //
 // Teams: T <= 32 lanes share a warp, and 256-thread blocks hold 256 / T rows (narrow rows). Wider
 // rows get one block of T threads per row (T a multiple of 32, up to 512: the 5376-channel rows
