@@ -402,20 +402,8 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
         if constexpr (kResidual != kNoResidual) {
           const uint4 bv = load_bf16x8(row.branch, vec * 8);
           const uint32_t b[4] = {bv.x, bv.y, bv.z, bv.w};
-          if constexpr (kResidual == kGatedResidual) {
-            if (row.bad_gate) {
-#pragma unroll
-              for (int i = 0; i < 4; ++i) v[i] = kNanPair;
-            } else {
-              const uint4 gv = __ldg(reinterpret_cast<const uint4*>(row.gate) + vec);
-              const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
-#pragma unroll
-              for (int i = 0; i < 4; ++i) v[i] = detail::gated_residual_pair(v[i], g[i], b[i]);
-            }
-          } else {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], b[i]);
-          }
+          detail::residual_pairs<kResidual == kGatedResidual>(
+              v, b, row.bad_gate, [&] { return __ldg(reinterpret_cast<const uint4*>(row.gate) + vec); });
           *reinterpret_cast<uint4*>(row.x + 16 * vec) = make_uint4(v[0], v[1], v[2], v[3]);
         }
 #pragma unroll

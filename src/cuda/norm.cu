@@ -284,20 +284,9 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
       if constexpr (kResidual != kNoResidual) {
         const uint4 bv = reinterpret_cast<const uint4*>(branch)[vec];
         const uint32_t b[4] = {bv.x, bv.y, bv.z, bv.w};
-        if constexpr (kResidual == kGatedResidual) {
-          if (bad_gate) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = kNanPair;
-          } else {
-            const uint4 gv = reinterpret_cast<const uint4*>(detail::row_ptr(p.gate, gate_row))[vec];
-            const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
-#pragma unroll
-            for (int i = 0; i < 4; ++i) v[i] = detail::gated_residual_pair(v[i], g[i], b[i]);
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) v[i] = detail::bf16x2_add(v[i], b[i]);
-        }
+        detail::residual_pairs<kResidual == kGatedResidual>(v, b, bad_gate, [&] {
+          return reinterpret_cast<const uint4*>(detail::row_ptr(p.gate, gate_row))[vec];
+        });
         reinterpret_cast<uint4*>(x)[vec] = make_uint4(v[0], v[1], v[2], v[3]);
       }
 #pragma unroll

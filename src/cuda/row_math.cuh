@@ -37,14 +37,38 @@ __device__ __forceinline__ float modulate_value(bool bf16, float x, float shift,
   return round_out(bf16, __fadd_rn(scaled, shift));
 }
 
-// The same three steps on two bf16 elements at a time (bf16 operands and output), each the fp32
-// step plus its rounding (row_io.cuh's bf16x2_mul / bf16x2_add): the packed-pair kernels' forms.
+// gated_residual and adaln_modulate on two bf16 elements at a time (bf16 operands and output),
+// each step the fp32 one plus its rounding (row_io.cuh's bf16x2_mul / bf16x2_add; residual_add's
+// pair form is bf16x2_add itself): the packed-pair kernels' forms.
 __device__ __forceinline__ uint32_t gated_residual_pair(uint32_t x, uint32_t gate, uint32_t branch) {
   return bf16x2_add(x, bf16x2_mul(gate, branch));
 }
 __device__ __forceinline__ uint32_t modulate_pair(uint32_t x, uint32_t shift, uint32_t scale) {
   constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
   return bf16x2_add(bf16x2_mul(x, bf16x2_add(kOnePair, scale)), shift);
+}
+
+// A fused norm's residual update of one 16-byte vector of x (four bf16 pairs v, in place) with the
+// branch's pairs b: R(x + R(gate · branch)) when kGated, with the gate's pairs from load_gate()
+// (not called when the row's gate index is bad: the row becomes NaN, as gated_residual makes it);
+// R(x + branch) otherwise.
+template <bool kGated, class LoadGate>
+__device__ __forceinline__ void residual_pairs(uint32_t (&v)[4], const uint32_t (&b)[4], bool bad_gate,
+                                               const LoadGate& load_gate) {
+  if constexpr (kGated) {
+    if (bad_gate) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[i] = 0x7FFF7FFFu;  // bf16_bits of a NaN, twice
+      return;
+    }
+    const uint4 gv = load_gate();
+    const uint32_t g[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = gated_residual_pair(v[i], g[i], b[i]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[i] = bf16x2_add(v[i], b[i]);
+  }
 }
 
 // apply_rope on one pair (lo = x[k], hi = x[k + half]); rotate_half(x) is [-hi, lo]:
