@@ -6,9 +6,10 @@
 // error against `exact` is reported by its tests; it is never the default.
 //
 // Two passes (both on `stream`):
-//   quantize   (attention_int8fp8_quantize.cu) bf16 q, k, v → the workspace below: per-head K
-//              column sums (fp64, fixed order) and V column maxima, then int8 Q / K rows and the
-//              e4m3 Vᵀ that the fp8 tensor-core product needs (its B operand must be K-major).
+//   quantize   (attention_int8fp8_quantize.cu, two launches) bf16 q, k, v → the workspace below:
+//              per-head K column sums (fp64, fixed order) and V column maxima with Q's int8 rows,
+//              then int8 K rows and the e4m3 Vᵀ that the fp8 tensor-core product needs (its B
+//              operand must be K-major).
 //   attention  (attention_int8fp8.cu) TMA producer warpgroup + two consumer warpgroups:
 //              S = Q8·K8ᵀ by wgmma m64n128k32 s8 → s32, softmax, O += P8·V8 by wgmma m64n128k32
 //              e4m3 → f32 into a per-tile accumulator.
@@ -52,7 +53,9 @@ struct Int8Fp8Workspace {
   float* v_scale = nullptr;        // [H, 128]
   float* k_mean = nullptr;         // [H, 128]
   double* k_partial = nullptr;     // [chunks, H, 128] column sums of K per row chunk
-  uint32_t* v_amax = nullptr;      // [H, 128] bits of max |v| per column (non-negative floats)
+  float* v_partial = nullptr;      // [chunks, H, 128] column maxima of |V| per row chunk
+  float* v_amax = nullptr;         // [H, 128] max |v| per column
+  unsigned* stats_done = nullptr;  // [H] row chunks summed so far (the last one reduces them)
 };
 
 // Bytes int8fp8_workspace takes from an arena (every part 256-byte aligned).

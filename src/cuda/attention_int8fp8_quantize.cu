@@ -1,17 +1,23 @@
 // The quantize pass of the int8fp8 attention mode (contract in attention_int8fp8.h; the math is
 // cpu/attention_int8fp8.h's, operation for operation, so the codes and scales are bit-identical
-// to the CPU reference's):
+// to the CPU reference's). Two launches, so that a short sequence does not pay the ramps and gaps
+// of five (at 4,608 × 24 the pass went 77 → 66 µs):
 //
-//   stats      grid (chunks, H): column sums of K in fp64 over a chunk of rows (fixed order) →
-//              k_partial; column maxima of |V| → atomicMax on the float bits (order-free).
-//   finalize   grid H: mean = fp32(Σ_chunks k_partial / Nk) in chunk order; v_scale = amax / 448.
-//   rows       grid (Npad / rows, H): one Q block (64 rows) or K block (128 rows, minus the mean):
-//              amax → scale = amax / 127, codes = rint(x · (127 / amax)) → int8 rows [H, Npad, 128].
-//   vt         grid (Nk_pad / 128, H): e4m3(v · (448 / amax)) for 128 keys, transposed through
-//              shared memory into Vᵀ rows [H, 128, Nk_pad] at the permuted key slots.
-//   q producer grid (Nq_pad / 64, H): Q's RMSNorm and RoPE (head_norm_rope's operations, rounded
-//              to bf16 where it rounds) from the raw QKV rows, then the rows pass's quantization
-//              of the block, so Q's bf16 rows are neither written nor read again.
+//   stats + q  1-D grid: chunks · H stats blocks, then Nq_pad / 64 · H Q blocks.
+//              stats  a chunk of 128 rows (Nk / 64 when longer) of one head: K's column sums in
+//                     fp64 (fixed order) → k_partial, |V|'s column maxima → v_partial. The head's
+//                     last chunk to finish (a counter per head) reduces them in chunk order:
+//                     mean = fp32(Σ k_partial / Nk), amax = max, v_scale = amax / 448.
+//              rows   one Q block (64 rows): amax → scale = amax / 127, codes = rint(x · (127 /
+//                     amax)) → int8 rows [H, Npad, 128].
+//   k + vt     grid (2 · Nk_pad / 128, H), even blocks K, odd blocks V:
+//              rows   one K block (128 rows minus the mean), as Q's.
+//              vt     e4m3(v · (448 / amax)) for 128 keys, transposed through shared memory into
+//                     Vᵀ rows [H, 128, Nk_pad] at the permuted key slots.
+//   q producer grid (Nq_pad / 64, H), the block's path instead of the stats launch's Q blocks:
+//              Q's RMSNorm and RoPE (head_norm_rope's operations, rounded to bf16 where it rounds)
+//              from the raw QKV rows, then the rows' quantization of the block, so Q's bf16 rows
+//              are neither written nor read again.
 // Every pass reads the strided bf16 views with 16-byte loads (8 channels) and writes padding rows
 // as zeros, so the attention kernel never reads past what this pass wrote.
 #include "cuda/attention_int8fp8.h"
@@ -62,26 +68,43 @@ __device__ __forceinline__ void load8(const RowsView& t, int64_t r, int h, int l
   widen8(load_raw8(t, r, h, lane), x);
 }
 
-// ---- stats: K column sums (fp64 per chunk), V column maxima ------------------------------------------
+// ---- stats: K column sums (fp64 per chunk), V column maxima, reduced by the head's last chunk ----------
 
-__global__ void __launch_bounds__(kThreads) int8fp8_stats_kernel(RowsView k, RowsView v, int nk, int chunks,
-                                                                 double* k_partial, uint32_t* v_amax) {
+// One chunk of head h's rows: its column sums of K → k_partial[chunk, h], its column maxima of |V|
+// → v_partial[chunk, h]. The block that finishes a head's last chunk reduces them all in chunk
+// order (the counter `done[h]` is zero before the launch).
+__device__ __forceinline__ void stats_chunk(const RowsView& k, const RowsView& v, int nk, int chunks, int chunk, int h,
+                                            int heads, double* k_partial, float* v_partial, unsigned* done, float* k_mean,
+                                            float* v_amax, float* v_scale) {
   __shared__ double sums[kRowsInFlight][kD];
   __shared__ float maxima[kRowsInFlight][kD];
-  const int chunk = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y), heads = static_cast<int>(gridDim.y);
+  __shared__ bool last_chunk;
   const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
   const int per_chunk = (nk + chunks - 1) / chunks;
   const int r0 = chunk * per_chunk, r1 = min(nk, r0 + per_chunk);
   double s[8] = {};
   float m[8] = {};
-  for (int r = r0 + slot; r < r1; r += kRowsInFlight) {
+  // Two rows' loads in flight per step; the sums still add the rows in order.
+  for (int r = r0 + slot; r < r1; r += 2 * kRowsInFlight) {
+    const bool second = r + kRowsInFlight < r1;
+    const uint4 k0 = load_raw8(k, r, h, lane), v0 = load_raw8(v, r, h, lane);
+    uint4 k1 = make_uint4(0u, 0u, 0u, 0u), v1 = k1;
+    if (second) k1 = load_raw8(k, r + kRowsInFlight, h, lane), v1 = load_raw8(v, r + kRowsInFlight, h, lane);
     float x[8];
-    load8(k, r, h, lane, x);
+    widen8(k0, x);
 #pragma unroll
     for (int i = 0; i < 8; ++i) s[i] += static_cast<double>(x[i]);
-    load8(v, r, h, lane, x);
+    widen8(v0, x);
 #pragma unroll
     for (int i = 0; i < 8; ++i) m[i] = fmaxf(m[i], fabsf(x[i]));
+    if (second) {
+      widen8(k1, x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s[i] += static_cast<double>(x[i]);
+      widen8(v1, x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) m[i] = fmaxf(m[i], fabsf(x[i]));
+    }
   }
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
@@ -89,27 +112,36 @@ __global__ void __launch_bounds__(kThreads) int8fp8_stats_kernel(RowsView k, Row
     maxima[slot][8 * lane + i] = m[i];
   }
   __syncthreads();
-  if (threadIdx.x < kD) {
-    const int c = static_cast<int>(threadIdx.x);
+  const int c = static_cast<int>(threadIdx.x);
+  const int64_t at = (static_cast<int64_t>(chunk) * heads + h) * kD + c;
+  if (c < kD) {
     double total = 0.0;
     float amax = 0.0f;
     for (int i = 0; i < kRowsInFlight; ++i) {
       total += sums[i][c];
       amax = fmaxf(amax, maxima[i][c]);
     }
-    k_partial[(static_cast<int64_t>(chunk) * heads + h) * kD + c] = total;
-    // Non-negative floats order like their bits: the maximum is the same in any arrival order.
-    atomicMax(v_amax + h * kD + c, __float_as_uint(amax));
+    k_partial[at] = total;
+    v_partial[at] = amax;
   }
-}
-
-__global__ void int8fp8_finalize_kernel(const double* k_partial, const uint32_t* v_amax, int nk, int chunks,
-                                        float* k_mean, float* v_scale) {
-  const int h = static_cast<int>(blockIdx.x), heads = static_cast<int>(gridDim.x), c = static_cast<int>(threadIdx.x);
+  // The partials are visible device-wide before the count says so; the last block reads them
+  // from L2 (ld.cg), past its own L1.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) last_chunk = atomicAdd(done + h, 1u) == static_cast<unsigned>(chunks - 1);
+  __syncthreads();
+  if (!last_chunk || c >= kD) return;
+  __threadfence();
   double total = 0.0;
-  for (int i = 0; i < chunks; ++i) total += k_partial[(static_cast<int64_t>(i) * heads + h) * kD + c];
+  float amax = 0.0f;
+  for (int i = 0; i < chunks; ++i) {
+    const int64_t from = (static_cast<int64_t>(i) * heads + h) * kD + c;
+    total += __ldcg(k_partial + from);
+    amax = fmaxf(amax, __ldcg(v_partial + from));
+  }
   k_mean[h * kD + c] = static_cast<float>(total / static_cast<double>(nk));
-  v_scale[h * kD + c] = __uint_as_float(v_amax[h * kD + c]) / kP8Max;
+  v_amax[h * kD + c] = amax;
+  v_scale[h * kD + c] = amax / kP8Max;
 }
 
 // ---- rows: int8 Q / K blocks -------------------------------------------------------------------------------
@@ -158,15 +190,15 @@ __device__ __forceinline__ void quantize_block(const Values& values, int block, 
   }
 }
 
-// K's blocks keep their 8 rows per thread as raw bf16 pairs (32 registers) and widen them for
-// each of quantize_block's two uses. 8 rows of 8 widened floats took 89 registers, 2 CTAs per SM,
-// and left the pass latency-bound at 41% of the DRAM bandwidth; three CTAs per SM cap it at 80,
-// which ptxas meets without spilling (at four it spills).
+// One block of kRows rows of head h. K's blocks (kSmooth: minus the mean) keep their 8 rows per
+// thread as raw bf16 pairs (32 registers) and widen them for each of quantize_block's two uses:
+// 8 rows of 8 widened floats took 89 registers and left the pass latency-bound at 41% of the DRAM
+// bandwidth; the kernels that run this are capped at 80 registers (three CTAs per SM), which
+// ptxas meets without spilling (at four it spills).
 template <int kRows, bool kSmooth>
-__global__ void __launch_bounds__(kThreads, 3) int8fp8_rows_kernel(RowsView src, int n, int64_t n_pad,
-                                                                const float* mean, int8_t* codes, float* scales) {
+__device__ __forceinline__ void rows_block(const RowsView& src, int n, int64_t n_pad, const float* mean, int8_t* codes,
+                                           float* scales, int block, int h) {
   constexpr int kPerThread = kRows / kRowsInFlight;
-  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
   float mu[8] = {};
   if (kSmooth) {
@@ -298,15 +330,15 @@ __device__ __forceinline__ uint32_t e4m3x2_codes(float lo, float hi) {
 // 16-byte load per chunk.
 __device__ __forceinline__ int vt_tile_chunk(int c, int chunk) { return chunk ^ ((c >> 3) & 7); }
 
-__global__ void __launch_bounds__(kThreads) int8fp8_vt_kernel(RowsView v, int nk, int64_t nk_pad,
-                                                              const uint32_t* v_amax, uint8_t* vt) {
+// One 128-key block of head h's Vᵀ.
+__device__ __forceinline__ void vt_block(const RowsView& v, int nk, int64_t nk_pad, const float* v_amax, uint8_t* vt,
+                                         int block, int h) {
   __shared__ __align__(16) uint32_t tile[kD * kVtKeys / 4];  // [channel][slot / 4], chunks swizzled
-  const int block = static_cast<int>(blockIdx.x), h = static_cast<int>(blockIdx.y);
   const int lane = static_cast<int>(threadIdx.x) % kLanesPerRow, slot = static_cast<int>(threadIdx.x) / kLanesPerRow;
   float inverse[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
-    const float amax = __uint_as_float(v_amax[h * kD + 8 * lane + i]);
+    const float amax = v_amax[h * kD + 8 * lane + i];
     inverse[i] = amax > 0.0f ? kP8Max / amax : 0.0f;
   }
   // All eight rows' loads first (two quads of four keys), kept as raw bf16 pairs (32 registers
@@ -348,17 +380,69 @@ __global__ void __launch_bounds__(kThreads) int8fp8_vt_kernel(RowsView v, int nk
   }
 }
 
+// ---- the two launches --------------------------------------------------------------------------------
+
+struct StatsParams {
+  RowsView k, v;
+  int nk, chunks;
+  double* k_partial;
+  float* v_partial;
+  unsigned* done;
+  float *k_mean, *v_amax, *v_scale;
+  // Q's rows, quantized by the blocks past the chunks (none when the grid has no such blocks).
+  RowsView q;
+  int nq;
+  int64_t nq_pad;
+  int8_t* q_codes;
+  float* q_scales;
+  int heads;
+};
+
+// Blocks [0, chunks · H) are the stats chunks, chunk-major so that every head's chunks start in the
+// first wave (a stats block is a long chain of loads; started last, it would be the launch's tail);
+// the Q blocks follow, head-major.
+__global__ void __launch_bounds__(kThreads, 4) int8fp8_stats_q_kernel(StatsParams p) {
+  const int x = static_cast<int>(blockIdx.x), stats_blocks = p.chunks * p.heads;
+  if (x < stats_blocks) {
+    stats_chunk(p.k, p.v, p.nk, p.chunks, x / p.heads, x % p.heads, p.heads, p.k_partial, p.v_partial, p.done,
+                p.k_mean, p.v_amax, p.v_scale);
+  } else {
+    const int q_blocks = static_cast<int>(p.nq_pad / kInt8Fp8QBlock), y = x - stats_blocks;
+    rows_block<kInt8Fp8QBlock, false>(p.q, p.nq, p.nq_pad, nullptr, p.q_codes, p.q_scales, y % q_blocks, y / q_blocks);
+  }
+}
+
+struct KvParams {
+  RowsView k, v;
+  int nk;
+  int64_t nk_pad;
+  const float *k_mean, *v_amax;
+  int8_t* k_codes;
+  float* k_scales;
+  uint8_t* vt;
+};
+
+// Block 2b quantizes K's rows of key block b, block 2b + 1 its Vᵀ.
+__global__ void __launch_bounds__(kThreads, 3) int8fp8_kv_kernel(KvParams p) {
+  const int block = static_cast<int>(blockIdx.x) / 2, h = static_cast<int>(blockIdx.y);
+  if (blockIdx.x % 2 == 0) {
+    rows_block<kInt8Fp8KBlock, true>(p.k, p.nk, p.nk_pad, p.k_mean, p.k_codes, p.k_scales, block, h);
+  } else {
+    vt_block(p.v, p.nk, p.nk_pad, p.v_amax, p.vt, block, h);
+  }
+}
+
 // ---- host -------------------------------------------------------------------------------------------------
 
 constexpr size_t kPartAlignment = 256;
 
 size_t align_up(size_t x) { return (x + kPartAlignment - 1) / kPartAlignment * kPartAlignment; }
 int64_t pad_rows(int64_t n) { return (n + kInt8Fp8RowPad - 1) / kInt8Fp8RowPad * kInt8Fp8RowPad; }
-int stats_chunks(int64_t nk) { return static_cast<int>(std::clamp<int64_t>((nk + 255) / 256, 1, kMaxChunks)); }
+int stats_chunks(int64_t nk) { return static_cast<int>(std::clamp<int64_t>((nk + 127) / 128, 1, kMaxChunks)); }
 
 // Byte offsets of the parts, in the order of Int8Fp8Workspace; the last entry is the total.
 struct Layout {
-  size_t q, k, vt, q_scale, k_scale, v_scale, k_mean, k_partial, v_amax, total;
+  size_t q, k, vt, q_scale, k_scale, v_scale, k_mean, k_partial, v_partial, v_amax, stats_done, total;
 };
 
 Layout layout(int64_t nq, int64_t nk, int64_t heads) {
@@ -379,7 +463,9 @@ Layout layout(int64_t nq, int64_t nk, int64_t heads) {
   l.v_scale = take(h * kD * sizeof(float));
   l.k_mean = take(h * kD * sizeof(float));
   l.k_partial = take(static_cast<size_t>(stats_chunks(nk)) * h * kD * sizeof(double));
-  l.v_amax = take(h * kD * sizeof(uint32_t));
+  l.v_partial = take(static_cast<size_t>(stats_chunks(nk)) * h * kD * sizeof(float));
+  l.v_amax = take(h * kD * sizeof(float));
+  l.stats_done = take(h * sizeof(unsigned));
   l.total = at;
   return l;
 }
@@ -398,13 +484,45 @@ Status check_input(const char* name, const TensorView& t, int64_t rows, int64_t 
   return ok_status();
 }
 
+// The stats launch (with Q's rows when q is given), then K's rows and Vᵀ. k, v, q checked.
+Status launch_quantize(const TensorView& k, const TensorView& v, const TensorView* q, const Int8Fp8Workspace& ws,
+                       cudaStream_t stream) {
+  const unsigned heads = static_cast<unsigned>(ws.heads);
+  VORTEX_CUDA_CHECK(cudaMemsetAsync(ws.stats_done, 0, static_cast<size_t>(ws.heads) * sizeof(unsigned), stream));
+  StatsParams s{};
+  s.k = rows_view(k), s.v = rows_view(v);
+  s.nk = static_cast<int>(ws.nk), s.chunks = ws.chunks;
+  s.k_partial = ws.k_partial, s.v_partial = ws.v_partial, s.done = ws.stats_done;
+  s.k_mean = ws.k_mean, s.v_amax = ws.v_amax, s.v_scale = ws.v_scale;
+  s.heads = static_cast<int>(ws.heads);
+  unsigned q_blocks = 0;
+  if (q != nullptr) {
+    s.q = rows_view(*q);
+    s.nq = static_cast<int>(ws.nq), s.nq_pad = ws.nq_pad;
+    s.q_codes = ws.q, s.q_scales = ws.q_scale;
+    q_blocks = static_cast<unsigned>(ws.nq_pad / kInt8Fp8QBlock) * heads;
+  }
+  int8fp8_stats_q_kernel<<<static_cast<unsigned>(ws.chunks) * heads + q_blocks, kThreads, 0, stream>>>(s);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  KvParams kv{};
+  kv.k = rows_view(k), kv.v = rows_view(v);
+  kv.nk = static_cast<int>(ws.nk), kv.nk_pad = ws.nk_pad;
+  kv.k_mean = ws.k_mean, kv.v_amax = ws.v_amax;
+  kv.k_codes = ws.k, kv.k_scales = ws.k_scale, kv.vt = ws.vt;
+  int8fp8_kv_kernel<<<dim3(static_cast<unsigned>(2 * ws.nk_pad / kInt8Fp8KBlock), heads), kThreads, 0, stream>>>(kv);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
 }  // namespace
 
 size_t int8fp8_workspace_bytes(int64_t nq, int64_t nk, int64_t heads) { return layout(nq, nk, heads).total; }
 
 Result<Int8Fp8Workspace> int8fp8_workspace(DeviceArena& arena, int64_t nq, int64_t nk, int64_t heads) {
+  // The stats launch's 1-D grid holds (chunks + Nq_pad / 64) · H blocks.
   if (nq < 1 || nk < 1 || heads < 1 || heads > 65535 || nq > INT32_MAX - kInt8Fp8RowPad ||
-      nk > INT32_MAX - kInt8Fp8RowPad) {
+      nk > INT32_MAX - kInt8Fp8RowPad ||
+      (static_cast<int64_t>(stats_chunks(nk)) + pad_rows(nq) / kInt8Fp8QBlock) * heads > INT32_MAX) {
     return invalid_argument("attention_int8fp8: unsupported sizes Nq=" + std::to_string(nq) + " Nk=" +
                             std::to_string(nk) + " H=" + std::to_string(heads));
   }
@@ -423,41 +541,24 @@ Result<Int8Fp8Workspace> int8fp8_workspace(DeviceArena& arena, int64_t nq, int64
   ws.v_scale = reinterpret_cast<float*>(base + l.v_scale);
   ws.k_mean = reinterpret_cast<float*>(base + l.k_mean);
   ws.k_partial = reinterpret_cast<double*>(base + l.k_partial);
-  ws.v_amax = reinterpret_cast<uint32_t*>(base + l.v_amax);
+  ws.v_partial = reinterpret_cast<float*>(base + l.v_partial);
+  ws.v_amax = reinterpret_cast<float*>(base + l.v_amax);
+  ws.stats_done = reinterpret_cast<unsigned*>(base + l.stats_done);
   return ws;
 }
 
 Status quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws,
                         cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_input("q", q, ws.nq, ws.heads));
-  VORTEX_RETURN_IF_ERROR(quantize_int8fp8_kv(k, v, ws, stream));
-  int8fp8_rows_kernel<kInt8Fp8QBlock, false>
-      <<<dim3(static_cast<unsigned>(ws.nq_pad / kInt8Fp8QBlock), static_cast<unsigned>(ws.heads)), kThreads, 0,
-         stream>>>(rows_view(q), static_cast<int>(ws.nq), ws.nq_pad, nullptr, ws.q, ws.q_scale);
-  VORTEX_CUDA_CHECK_LAUNCH();
-  return ok_status();
+  VORTEX_RETURN_IF_ERROR(check_input("k", k, ws.nk, ws.heads));
+  VORTEX_RETURN_IF_ERROR(check_input("v", v, ws.nk, ws.heads));
+  return launch_quantize(k, v, &q, ws, stream);
 }
 
 Status quantize_int8fp8_kv(const TensorView& k, const TensorView& v, const Int8Fp8Workspace& ws, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_input("k", k, ws.nk, ws.heads));
   VORTEX_RETURN_IF_ERROR(check_input("v", v, ws.nk, ws.heads));
-  const unsigned heads = static_cast<unsigned>(ws.heads);
-  const int nk = static_cast<int>(ws.nk);
-
-  VORTEX_CUDA_CHECK(cudaMemsetAsync(ws.v_amax, 0, static_cast<size_t>(ws.heads) * kD * sizeof(uint32_t), stream));
-  int8fp8_stats_kernel<<<dim3(ws.chunks, heads), kThreads, 0, stream>>>(rows_view(k), rows_view(v), nk, ws.chunks,
-                                                                         ws.k_partial, ws.v_amax);
-  VORTEX_CUDA_CHECK_LAUNCH();
-  int8fp8_finalize_kernel<<<heads, kD, 0, stream>>>(ws.k_partial, ws.v_amax, nk, ws.chunks, ws.k_mean, ws.v_scale);
-  VORTEX_CUDA_CHECK_LAUNCH();
-  int8fp8_rows_kernel<kInt8Fp8KBlock, true>
-      <<<dim3(static_cast<unsigned>(ws.nk_pad / kInt8Fp8KBlock), heads), kThreads, 0, stream>>>(
-          rows_view(k), nk, ws.nk_pad, ws.k_mean, ws.k, ws.k_scale);
-  VORTEX_CUDA_CHECK_LAUNCH();
-  int8fp8_vt_kernel<<<dim3(static_cast<unsigned>(ws.nk_pad / kVtKeys), heads), kThreads, 0, stream>>>(
-      rows_view(v), nk, ws.nk_pad, ws.v_amax, ws.vt);
-  VORTEX_CUDA_CHECK_LAUNCH();
-  return ok_status();
+  return launch_quantize(k, v, nullptr, ws, stream);
 }
 
 Status norm_rope_quantize_q_int8fp8(const TensorView& q, const TensorView* weight, float eps, const TensorView* cos,

@@ -126,6 +126,8 @@ void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk
   EXPECT_EQ(cudaMemsetAsync(dout_full.data(), kSentinel, dout_full.nbytes(), stream), cudaSuccess);
 
   const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena, nq, nk, heads));
+  // A poisoned workspace: the pass must set everything it reads, its per-head chunk counters included.
+  EXPECT_EQ(cudaMemsetAsync(ws.q, 0xFF, cuda::int8fp8_workspace_bytes(nq, nk, heads), stream), cudaSuccess);
   must(cuda::quantize_int8fp8(q, k, v, ws, stream));
   must(cuda::attention_int8fp8_quantized(ws, dout.view(), scale, stream));
   must(cuda::attention(q, k, v, dexact.view(), scale, stream));
