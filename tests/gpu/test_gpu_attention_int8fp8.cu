@@ -230,6 +230,9 @@ TEST_F(GpuAttentionInt8Fp8, UnequalLengthsAndPeakedScores) {
   check(arena_, stream_, 300, 77, 2, 1.0f, 101);
   check(arena_, stream_, 130, 1, 3, 0.125f, 102);
   check(arena_, stream_, 640, 1000, 2, 1.0f / std::sqrt(128.0f), 103);
+  // Past 64 · 128 keys the K-sum / V-max pass runs its most chunks (64) of more than 128 rows each
+  // (here 141, not a multiple of its 16 rows in flight): codes, scales and means still the CPU's.
+  check(arena_, stream_, 200, 9000, 2, 1.0f / std::sqrt(128.0f), 104);
 }
 
 // Q's fused producer (RMSNorm + RoPE + quantize from the raw QKV rows) against head_norm_rope on a
