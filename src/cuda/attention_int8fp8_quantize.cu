@@ -84,27 +84,23 @@ __device__ __forceinline__ void stats_chunk(const RowsView& k, const RowsView& v
   const int r0 = chunk * per_chunk, r1 = min(nk, r0 + per_chunk);
   double s[8] = {};
   float m[8] = {};
+  const auto add_row = [&](const uint4& k_raw, const uint4& v_raw) {
+    float x[8];
+    widen8(k_raw, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) s[i] += static_cast<double>(x[i]);
+    widen8(v_raw, x);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m[i] = fmaxf(m[i], fabsf(x[i]));
+  };
   // Two rows' loads in flight per step; the sums still add the rows in order.
   for (int r = r0 + slot; r < r1; r += 2 * kRowsInFlight) {
     const bool second = r + kRowsInFlight < r1;
     const uint4 k0 = load_raw8(k, r, h, lane), v0 = load_raw8(v, r, h, lane);
     uint4 k1 = make_uint4(0u, 0u, 0u, 0u), v1 = k1;
     if (second) k1 = load_raw8(k, r + kRowsInFlight, h, lane), v1 = load_raw8(v, r + kRowsInFlight, h, lane);
-    float x[8];
-    widen8(k0, x);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) s[i] += static_cast<double>(x[i]);
-    widen8(v0, x);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) m[i] = fmaxf(m[i], fabsf(x[i]));
-    if (second) {
-      widen8(k1, x);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) s[i] += static_cast<double>(x[i]);
-      widen8(v1, x);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) m[i] = fmaxf(m[i], fabsf(x[i]));
-    }
+    add_row(k0, v0);
+    if (second) add_row(k1, v1);
   }
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
