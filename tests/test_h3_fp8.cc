@@ -236,16 +236,23 @@ TEST(H3Fp8, EveryBlockIsTheSequenceOfFp8OpsBitForBit) {
   }
 }
 
+// What making the fp8-recipe model returns for synthetic weights of config c in `dtype` (the
+// weights themselves must build: a failure there fails the test).
+Status fp8_model_status(const h3::H3Config& c, DType dtype) {
+  auto tensors = h3::synthetic_weights(c, dtype, kWeightSeed);
+  EXPECT_TRUE(tensors.ok()) << tensors.status().to_string();
+  if (!tensors.ok()) return tensors.status();
+  auto weights = h3::assemble_weights(*tensors, c, dtype);
+  EXPECT_TRUE(weights.ok()) << weights.status().to_string();
+  if (!weights.ok()) return weights.status();
+  return h3::H3Transformer::create(std::move(*weights), {h3::LinearRecipe::kFp8}).status();
+}
+
 TEST(H3Fp8, F32WeightsAreRefusedWithOneLine) {
-  const h3::H3Config c = fp8_config();
-  auto tensors = h3::synthetic_weights(c, DType::kF32, kWeightSeed);
-  ASSERT_TRUE(tensors.ok());
-  auto weights = h3::assemble_weights(*tensors, c, DType::kF32);
-  ASSERT_TRUE(weights.ok());
-  auto model = h3::H3Transformer::create(std::move(*weights), {h3::LinearRecipe::kFp8});
-  ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
-  const std::string message = model.status().message();
+  const Status status = fp8_model_status(fp8_config(), DType::kF32);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  const std::string message = status.message();
   EXPECT_NE(message.find("fp8 recipe"), std::string::npos) << message;
   EXPECT_NE(message.find("F32"), std::string::npos) << message;
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
@@ -256,15 +263,11 @@ TEST(H3Fp8, F32WeightsAreRefusedWithOneLine) {
 TEST(H3Fp8, AnInnerDimNotAMultipleOf128IsRefused) {
   h3::H3Config c = fp8_config();
   c.attention_head_dim = 32;
-  auto tensors = h3::synthetic_weights(c, DType::kBF16, kWeightSeed);
-  ASSERT_TRUE(tensors.ok());
-  auto weights = h3::assemble_weights(*tensors, c, DType::kBF16);
-  ASSERT_TRUE(weights.ok());
-  auto model = h3::H3Transformer::create(std::move(*weights), {h3::LinearRecipe::kFp8});
-  ASSERT_FALSE(model.ok());
-  EXPECT_EQ(model.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(model.status().message().find("inner dim"), std::string::npos) << model.status().message();
-  EXPECT_NE(model.status().message().find("96"), std::string::npos) << model.status().message();
+  const Status status = fp8_model_status(c, DType::kBF16);
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("inner dim"), std::string::npos) << status.message();
+  EXPECT_NE(status.message().find("96"), std::string::npos) << status.message();
 }
 
 }  // namespace
