@@ -119,12 +119,15 @@ nlohmann::json resources_json(const cuda::KernelResources& r) {
           {"threads", r.max_threads}};
 }
 
-Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, int64_t n) {
+Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, int64_t n, int64_t heads) {
   cuda::KernelResources r;
   switch (variant) {
     case cuda::AttentionVariant::kV1: {
-      VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_wgmma_resources());
-      break;
+      const int cluster_ctas = cuda::attention_wgmma_cluster_ctas(n, n, heads);
+      VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_wgmma_resources(cluster_ctas));
+      nlohmann::json j = resources_json(r);
+      j["cluster_ctas"] = cluster_ctas;  // CTAs sharing each K / V load (TMA multicast)
+      return j;
     }
     case cuda::AttentionVariant::kV2: {
       VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_v2_resources(n));
@@ -180,7 +183,7 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_exact.workload_section = workload;
     m_exact.workload_section["name"] = m_exact.workload;
     m_exact.environment = env;
-    VORTEX_ASSIGN_OR_RETURN(nlohmann::json exact_resources, exact_kernel_resources(variant, N));
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json exact_resources, exact_kernel_resources(variant, N, H));
     m_exact.implementation = {{"backend", "cuda"}, {"mode", "exact"},
                               {"attention", cuda::attention_variant_description(variant)},
                               {"kernel", exact_resources}};

@@ -62,6 +62,17 @@ constexpr int kBlockK = 128;
 // Two stages: the loads of tile j+1 run under the products of tile j; with Q (32 KB) the ring
 // uses 160 KB of the 227 KB. A third stage measured slower (63.27 → 64.32 ms, bench/notes/attention.md).
 constexpr int kStages = 2;
+// Long sweeps run K and V to the CTAs of a 2-CTA cluster — consecutive query blocks of one head,
+// which sweep the same keys in step — by TMA multicast: each CTA loads half of every tile's rows
+// into the rings of both, so the head's K and V leave L2 once per pair instead of once per CTA.
+// That saves power, not cycles: the pair waits for its slower CTA at every stage (~2% more
+// cycles), which pays only where the 700 W cap sets the clock. Measured (bench/notes/attention.md,
+// session 11): 37,810 × 56 went 64.26 → 63.33 ms (clock 1,623 → 1,692 MHz), 4,608 × 24 (uncapped,
+// 0.4 ms) 0.407 → 0.414 ms; clusters of 4 lost at both. The threshold between them, 2^33 query-key
+// pairs (~7 ms of attention), is a judgment, not a measured crossover.
+template <int kCluster>
+constexpr int kSliceRows = kBlockK / kCluster;
+constexpr int64_t kClusterMinPairs = int64_t{1} << 33;
 
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
@@ -256,8 +267,25 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], uint32_t (&p)[32], uint
 
 // ---- producer: global → shared (TMA) ---------------------------------------------------------------
 
+// This CTA's share of a K or V tile (rank `rank` of the cluster: rows rank·kSliceRows onwards of
+// each column half) into the same stage of every CTA in the cluster, completing on `bar` in each.
+template <int kCluster>
+__device__ __forceinline__ void load_kv_slice(uint32_t stage_base, const CUtensorMap* map, int head, int key0,
+                                              uint32_t bar, uint32_t rank) {
+  const int row0 = static_cast<int>(rank) * kSliceRows<kCluster>;
+  for (int h = 0; h < kHalves; ++h) {
+    const uint32_t dst = stage_base + h * kKVHalfBytes + row0 * kSwizzleBytes;
+    if constexpr (kCluster == 1) {
+      tma_load(dst, map, h * kHalfChannels, head, key0, bar);
+    } else {
+      tma_load_multicast(dst, map, h * kHalfChannels, head, key0 + row0, bar, (1u << kCluster) - 1);
+    }
+  }
+}
+
+template <int kCluster>
 __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                        uint32_t smem, uint32_t bars, int q0, int head, int tiles) {
+                                        uint32_t smem, uint32_t bars, int q0, int head, int tiles, uint32_t rank) {
   prefetch_tensor_map(q_map);
   prefetch_tensor_map(k_map);
   prefetch_tensor_map(v_map);
@@ -269,25 +297,30 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
     const int stage = tile % kStages;
     const uint32_t parity = (tile / kStages) & 1;
     const int key0 = tile * kBlockK;
-    // Wait for both consumers to have released this stage's previous occupant (tile − kStages).
+    // Wait for the consumers (of every CTA in the cluster) to have released this stage's previous
+    // occupant (tile − kStages). This CTA expects the whole tile: its slice and the others'.
     mbarrier_wait(bars + 8 * (kEmptyK + stage), parity ^ 1);
     mbarrier_arrive_expect_tx(bars + 8 * (kFullK + stage), kKVTileBytes);
-    for (int h = 0; h < kHalves; ++h) {
-      tma_load(smem + kSmemK + stage * kKVTileBytes + h * kKVHalfBytes, k_map, h * kHalfChannels, head, key0,
-               bars + 8 * (kFullK + stage));
-    }
+    load_kv_slice<kCluster>(smem + kSmemK + stage * kKVTileBytes, k_map, head, key0, bars + 8 * (kFullK + stage), rank);
     mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
     mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kKVTileBytes);
-    for (int h = 0; h < kHalves; ++h) {
-      tma_load(smem + kSmemV + stage * kKVTileBytes + h * kKVHalfBytes, v_map, h * kHalfChannels, head, key0,
-               bars + 8 * (kFullV + stage));
+    load_kv_slice<kCluster>(smem + kSmemV + stage * kKVTileBytes, v_map, head, key0, bars + 8 * (kFullV + stage), rank);
+  }
+  // The other CTAs still write into this one's ring and arrive on its barriers until their
+  // consumers have released the last tiles; the CTA must not exit before that.
+  if constexpr (kCluster > 1) {
+    for (int tile = tiles > kStages ? tiles - kStages : 0; tile < tiles; ++tile) {
+      const int stage = tile % kStages;
+      const uint32_t parity = (tile / kStages) & 1;
+      mbarrier_wait(bars + 8 * (kEmptyK + stage), parity);
+      mbarrier_wait(bars + 8 * (kEmptyV + stage), parity);
     }
   }
 }
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
-template <bool kTimeline, bool kE4m3Out>
+template <bool kTimeline, bool kE4m3Out, int kCluster>
 __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* smem_ptr, uint32_t smem, uint32_t bars,
                                         int q0, int head, int tiles, int consumer) {
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
@@ -297,8 +330,14 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
   const auto k_desc = [&](int stage) { return k_major_descriptor(smem + kSmemK + stage * kKVTileBytes); };
   const auto v_desc = [&](int stage) { return v_descriptor(smem + kSmemV + stage * kKVTileBytes); };
+  // A stage is free once every consumer warp of the cluster has read it: lane i of each warp
+  // arrives on CTA i's barrier.
   const auto release = [&](int barrier) {
-    if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+    if constexpr (kCluster == 1) {
+      if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+    } else {
+      if (lane < kCluster) mbarrier_arrive_cluster(bars + 8 * barrier, lane);
+    }
   };
   // The timeline instance records the SM clock at `event` of key tile `tile`; the shipped instance
   // compiles this away.
@@ -379,6 +418,10 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   issue_pv(o, pk, v_desc(last % kStages));
   wgmma_wait<0>();
   pin_registers(o);
+  // No load waits for this stage, but with clusters every producer waits for the cluster's last
+  // releases before its CTA may exit.
+  if constexpr (kCluster > 1) release(kEmptyV + last % kStages);
+  if (q0 >= p.nq) return;  // a cluster's padding block past the last query block
 
   // ---- epilogue: O / row sum → bf16 → this warpgroup's rows of the Q tile → global ----
   float inverse[2];
@@ -439,7 +482,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
 // kTimeline: the diagnostics instance (attention_wgmma_timeline); the same operations plus the
 // clock marks of one CTA. kE4m3Out: the e4m3-output instance (attention_wgmma_quantized_e4m3).
-template <bool kTimeline, bool kE4m3Out>
+template <bool kTimeline, bool kE4m3Out, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_wgmma_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const WgmmaParams p) {
@@ -458,19 +501,26 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrier_init(bars + 8 * (kFullK + stage), 1);  // the producer's arrive.expect_tx
       mbarrier_init(bars + 8 * (kFullV + stage), 1);
-      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps);  // one arrival per consumer warp
-      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps);
+      // One arrival per consumer warp of the cluster.
+      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps * kCluster);
+      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps * kCluster);
     }
     mbarrier_init_fence();
   }
-  __syncthreads();  // the last CTA-wide barrier: the producer's idle warps exit below
+  // The last CTA-wide barrier (the producer's idle warps exit below); with clusters, it also keeps
+  // every CTA's loads and arrivals off the others' barriers until those are initialised.
+  if constexpr (kCluster == 1) {
+    __syncthreads();
+  } else {
+    cluster_sync();
+  }
 
   if (warpgroup == 0) {
     release_registers<kProducerRegisters>();
-    if (threadIdx.x == 0) produce(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles);
+    if (threadIdx.x == 0) produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles, cluster_cta_rank());
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline, kE4m3Out>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
+    consume<kTimeline, kE4m3Out, kCluster>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
   }
 }
 
@@ -482,7 +532,7 @@ namespace {
 
 // Encodes the tensor maps and launches an instance: bf16 into `out`, or (kE4m3Out) e4m3 into
 // `e4m3`; `timeline` (kTimeline only) is [8 warps][tiles][events] of device memory.
-template <bool kTimeline, bool kE4m3Out>
+template <bool kTimeline, bool kE4m3Out, int kCluster>
 Status launch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* out,
               const detail::E4m3TileOut* e4m3, float scale, long long* timeline, cudaStream_t stream) {
   if (q.shape[2] != kHeadDim) return invalid_argument("attention v1: head dim must be 128");
@@ -490,8 +540,8 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
   if (encode == nullptr) return unimplemented("attention v1: the driver offers no cuTensorMapEncodeTiled");
   CUtensorMap q_map, k_map, v_map;
   VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &q_map, "attention v1", "q", q, kHeadDim, kBlockQ));
-  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &k_map, "attention v1", "k", k, kHeadDim, kBlockK));
-  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v1", "v", v, kHeadDim, kBlockK));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &k_map, "attention v1", "k", k, kHeadDim, kSliceRows<kCluster>));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v1", "v", v, kHeadDim, kSliceRows<kCluster>));
 
   WgmmaParams params{};
   if (out != nullptr) {
@@ -509,30 +559,61 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
   params.timeline_block = static_cast<int>(q_blocks / 2);
   params.timeline_head = static_cast<int>(q.shape[1] / 2);
 
-  const auto kernel = attention_wgmma_kernel<kTimeline, kE4m3Out>;
+  const auto kernel = attention_wgmma_kernel<kTimeline, kE4m3Out, kCluster>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2.
-  const dim3 grid(q_blocks, static_cast<unsigned>(q.shape[1]));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
-  VORTEX_CUDA_CHECK_LAUNCH();
+  // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2. The query
+  // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3((q_blocks + kCluster - 1) / kCluster * kCluster, static_cast<unsigned>(q.shape[1]));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  VORTEX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q_map, k_map, v_map, params));
   return ok_status();
 }
 
 }  // namespace
 
+int attention_wgmma_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
+  return nq * nk * heads >= kClusterMinPairs ? 2 : 1;
+}
+
+namespace {
+
+// cluster_ctas as given, or (0) as attention_wgmma_cluster_ctas chooses.
+Result<int> resolve_cluster(int cluster_ctas, const TensorView& q, const TensorView& k) {
+  if (cluster_ctas == 0) return attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
+  if (cluster_ctas == 1 || cluster_ctas == 2) return cluster_ctas;
+  return invalid_argument("attention v1: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
+                          std::to_string(cluster_ctas));
+}
+
+}  // namespace
+
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                       float scale, cudaStream_t stream) {
-  return launch<false, false>(q, k, v, &out, nullptr, scale, nullptr, stream);
+                       float scale, cudaStream_t stream, int cluster_ctas) {
+  VORTEX_ASSIGN_OR_RETURN(const int cluster, resolve_cluster(cluster_ctas, q, k));
+  return cluster == 2 ? launch<false, false, 2>(q, k, v, &out, nullptr, scale, nullptr, stream)
+                      : launch<false, false, 1>(q, k, v, &out, nullptr, scale, nullptr, stream);
 }
 
 Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
                                       const TensorView& codes, const TensorView& scales, float scale,
-                                      cudaStream_t stream) {
+                                      cudaStream_t stream, int cluster_ctas) {
+  VORTEX_ASSIGN_OR_RETURN(const int cluster, resolve_cluster(cluster_ctas, q, k));
   const cpu::Fp8BlockScales at =
       cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, q.shape[0], q.shape[1] * kHeadDim);
   const detail::E4m3TileOut e4m3{static_cast<uint8_t*>(codes.data), codes.strides[0], static_cast<float*>(scales.data),
                                  static_cast<int>(at.row_block_stride)};
-  return launch<false, true>(q, k, v, nullptr, &e4m3, scale, nullptr, stream);
+  return cluster == 2 ? launch<false, true, 2>(q, k, v, nullptr, &e4m3, scale, nullptr, stream)
+                      : launch<false, true, 1>(q, k, v, nullptr, &e4m3, scale, nullptr, stream);
 }
 
 Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -546,12 +627,17 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
-  return record_timeline(std::move(events), kConsumerWarps, tiles, stream,
-                         [&](long long* marks) { return launch<true, false>(q, k, v, &out, nullptr, scale, marks, stream); });
+  const bool clustered = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]) == 2;
+  return record_timeline(std::move(events), kConsumerWarps, tiles, stream, [&](long long* marks) {
+    return clustered ? launch<true, false, 2>(q, k, v, &out, nullptr, scale, marks, stream)
+                     : launch<true, false, 1>(q, k, v, &out, nullptr, scale, marks, stream);
+  });
 }
 
-Result<KernelResources> attention_wgmma_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_wgmma_kernel<false, false>), kSmemBytes);
+Result<KernelResources> attention_wgmma_resources(int cluster_ctas) {
+  const void* kernel = cluster_ctas == 2 ? reinterpret_cast<const void*>(attention_wgmma_kernel<false, false, 2>)
+                                         : reinterpret_cast<const void*>(attention_wgmma_kernel<false, false, 1>);
+  return kernel_resources(kernel, kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -1,7 +1,7 @@
 // Hopper (sm_90a) building blocks shared by the attention kernels v1 (attention_wgmma.cu), v2
 // (attention_wgmma_v2.cu) and int8fp8 (attention_int8fp8.cu): shared-memory mbarriers, TMA tensor
-// loads, named barriers, setmaxnreg, 128-byte-swizzle wgmma descriptors, the bf16 and 8-bit wgmma
-// shapes the kernels issue, and the host-side
+// loads (multicast within a cluster), named barriers, setmaxnreg, 128-byte-swizzle wgmma
+// descriptors, the bf16 and 8-bit wgmma shapes the kernels issue, and the host-side
 // tensor-map encoding of a strided [N, H, D] bf16 view; ldmatrix for the attention kernels that
 // load fragments from shared memory themselves (v0, and v1's Q). Device code only for translation units
 // compiled for sm_90a (wgmma and setmaxnreg do not exist before it).
@@ -68,6 +68,43 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::
           "r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar)
+      : "memory");
+}
+
+// ---- thread-block clusters ------------------------------------------------------------------------------
+
+// This CTA's rank in its cluster (0 for a launch without clusters).
+__device__ __forceinline__ uint32_t cluster_cta_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// Every thread of every CTA of the cluster meets here; this CTA's earlier shared-memory writes
+// (barrier initialisations) are visible to the others after it. All threads of each warp must call it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+// Arrives on the mbarrier at shared address `bar` of cluster CTA `cta` (this CTA's own included),
+// with the default release at CTA scope: a release at cluster scope would wait for the thread's
+// products still in flight.
+__device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(bar),
+      "r"(cta)
+      : "memory");
+}
+// tma_load's box written to the same shared address of every CTA in `cta_mask` (bit i: cluster
+// rank i), each completing its transaction bytes on the mbarrier at `bar` of that CTA.
+__device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, int channel, int head,
+                                                   int row, uint32_t bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar), "h"(cta_mask)
       : "memory");
 }
 

@@ -267,6 +267,58 @@ TEST_F(GpuAttention, E4m3OutputIsTheBlockQuantizerOnV1sBf16Output) {
       << "head dim 64: the v1 kernel does not apply";
 }
 
+// v1 with K / V multicast to a pair of CTAs computes, bit for bit, what one CTA per query block
+// computes (only the loads differ), at query-block counts that need a padding CTA (1, 3, 33
+// blocks) and with short key tails; the padding CTA writes nothing (the buffers around out keep
+// their sentinel). The e4m3-output instance likewise. The size rule picks the pair at the
+// canonical shape and not at 4,608 × 24; other cluster sizes are refused.
+TEST_F(GpuAttention, V1ClusterPairIsBitwiseTheSingleCtaPath) {
+  EXPECT_EQ(cuda::attention_wgmma_cluster_ctas(37810, 37810, 56), 2);
+  EXPECT_EQ(cuda::attention_wgmma_cluster_ctas(4608, 4608, 24), 1);
+  struct Case {
+    int64_t nq, nk, heads;
+  };
+  uint64_t seed = 970;
+  for (const Case c : {Case{1, 1, 1}, Case{1, 129, 2}, Case{127, 129, 3}, Case{300, 77, 2}, Case{129, 4097, 2},
+                       Case{1000, 1000, 3}, Case{4097, 127, 1}, Case{200, 130, 4}, Case{300, 257, 4}}) {
+    ArenaScope scope(arena_);
+    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
+    const int64_t width = c.heads * 128;
+    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
+    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
+    must(test::fill_uniform(qf, ++seed, 2.0f, stream_));
+    must(test::fill_uniform(kv, ++seed, 2.0f, stream_));
+    const TensorView q = test::head_view(qf, 0, c.heads, 128), k = test::head_view(kv, width, c.heads, 128),
+                     v = test::head_view(kv, 2 * width, c.heads, 128);
+    Tensor outs[2];
+    for (int cluster : {1, 2}) {
+      Tensor& full = outs[cluster - 1];
+      full = must(arena_.alloc({c.nq, c.heads, 128 + kOutPad}, DType::kBF16));
+      ASSERT_EQ(cudaMemsetAsync(full.data(), kSentinel, full.nbytes(), stream_), cudaSuccess);
+      const Tensor out = must(full.slice(2, kOutCol0, kOutCol0 + 128));
+      must(cuda::attention_wgmma(q, k, v, out.view(), 0.088f, stream_, cluster));
+    }
+    const Tensor single = must(cuda::download(outs[0], stream_)), pair = must(cuda::download(outs[1], stream_));
+    EXPECT_EQ(std::memcmp(single.data(), pair.data(), single.nbytes()), 0)
+        << label << ": the clustered output (or the bytes around it) differs from one CTA per block";
+    if (c.heads == 4) {  // no padding in the kTiles scale layout, which attention_wgmma_* leaves to its caller
+      const Tensor bf16 = must(single.slice(2, kOutCol0, kOutCol0 + 128)).contiguous();
+      const Tensor bf16_dev = must(cuda::upload(bf16, arena_, stream_));
+      test::expect_e4m3_tiles_of(
+          bf16_dev, arena_,
+          [&](const TensorView& codes, const TensorView& scales) {
+            return cuda::attention_wgmma_quantized_e4m3(q, k, v, codes, scales, 0.088f, stream_, 2);
+          },
+          label + " e4m3, clusters of 2", stream_);
+    }
+  }
+  const Tensor fused = must(arena_.alloc({16, 3 * 128}, DType::kBF16));
+  const Tensor out = must(arena_.alloc({16, 1, 128}, DType::kBF16));
+  const TensorView q = test::head_view(fused, 0, 1, 128), k = test::head_view(fused, 128, 1, 128),
+                   v = test::head_view(fused, 256, 1, 128);
+  EXPECT_EQ(cuda::attention_wgmma(q, k, v, out.view(), 0.088f, stream_, 4).code(), StatusCode::kInvalidArgument);
+}
+
 TEST_F(GpuAttention, OtherHeadDimsTakeTheFallback) {
   // The small models (head dims 16 and 24) and any D <= 256 other than 64 / 128 run the
   // warp-per-row fallback, with the same bounds as the tensor-core kernel.
