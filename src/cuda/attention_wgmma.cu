@@ -10,6 +10,7 @@
 //       three warpgroups:
 //       - producer (warpgroup 0, one thread): TMA loads of the CTA's Q tile once and of K / V tiles
 //         of 128 keys into a two-stage ring, each stage guarded by a full and an empty mbarrier;
+//         for long sweeps a pair of CTAs (a cluster) shares each K / V load by multicast;
 //       - consumers (warpgroups 1, 2), 64 query rows each, per K/V tile:
 //           S = Q·Kᵀ (wgmma m64n128k16, A = the warpgroup's Q rows from registers, loaded once per
 //           CTA with ldmatrix; B = K from shared memory) → mask tail keys →
