@@ -220,6 +220,24 @@ TEST_F(GpuAttention, V1TimelineInstanceMatchesAndMarksInOrder) {
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
 }
 
+// q [nq, H, 128] and k, v [nk, H, 128]: column slices of two fused buffers of uniform values in
+// [-2, 2) from `arena`, filled with seeds seed + 1 and seed + 2 (seed advances by 2).
+struct UniformOperands {
+  UniformOperands(cuda::DeviceArena& arena, int64_t nq, int64_t nk, int64_t heads, uint64_t& seed, cudaStream_t stream)
+      : label("Nq=" + std::to_string(nq) + " Nk=" + std::to_string(nk) + " H=" + std::to_string(heads)),
+        qf(must(arena.alloc({nq, 3 * heads * 128}, DType::kBF16))),
+        kv(must(arena.alloc({nk, 3 * heads * 128}, DType::kBF16))) {
+    must(test::fill_uniform(qf, ++seed, 2.0f, stream));
+    must(test::fill_uniform(kv, ++seed, 2.0f, stream));
+    q = test::head_view(qf, 0, heads, 128);
+    k = test::head_view(kv, heads * 128, heads, 128);
+    v = test::head_view(kv, 2 * heads * 128, heads, 128);
+  }
+  std::string label;
+  Tensor qf, kv;
+  TensorView q, k, v;
+};
+
 // The e4m3-output instance of v1 (attention_quantized_e4m3, the fp8 recipe's out-projection input)
 // writes, bit for bit, what quantize_blocks_fp8 (kTiles) makes of v1's bf16 output: codes and
 // scales (padding included: 1-3 heads pad to 4; 4 heads do not), at query counts with a short last
@@ -229,17 +247,12 @@ TEST_F(GpuAttention, E4m3OutputIsTheBlockQuantizerOnV1sBf16Output) {
   struct Case {
     int64_t nq, nk, heads;
   };
-  uint64_t seed = 950;
+  uint64_t seed = 950;  // two per case
   for (const Case c : {Case{1, 129, 1}, Case{129, 300, 3}, Case{300, 257, 2}, Case{200, 130, 4}}) {
     ArenaScope scope(arena_);
-    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
-    const int64_t width = c.heads * 128;
-    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
-    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
-    must(test::fill_uniform(qf, ++seed, 2.0f, stream_));
-    must(test::fill_uniform(kv, ++seed, 2.0f, stream_));
-    const TensorView q = test::head_view(qf, 0, c.heads, 128), k = test::head_view(kv, width, c.heads, 128),
-                     v = test::head_view(kv, 2 * width, c.heads, 128);
+    const UniformOperands ops(arena_, c.nq, c.nk, c.heads, seed, stream_);
+    const std::string& label = ops.label;
+    const TensorView &q = ops.q, &k = ops.k, &v = ops.v;
     const Tensor out = must(arena_.alloc({c.nq, c.heads, 128}, DType::kBF16));
     cuda::AttentionVariant ran = cuda::AttentionVariant::kV0;
     must(cuda::attention_variant(cuda::AttentionVariant::kV1, q, k, v, out.view(), 0.088f, stream_, &ran));
@@ -278,18 +291,13 @@ TEST_F(GpuAttention, V1ClusterPairIsBitwiseTheSingleCtaPath) {
   struct Case {
     int64_t nq, nk, heads;
   };
-  uint64_t seed = 970;
+  uint64_t seed = 970;  // two per case
   for (const Case c : {Case{1, 1, 1}, Case{1, 129, 2}, Case{127, 129, 3}, Case{300, 77, 2}, Case{129, 4097, 2},
                        Case{1000, 1000, 3}, Case{4097, 127, 1}, Case{200, 130, 4}, Case{300, 257, 4}}) {
     ArenaScope scope(arena_);
-    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
-    const int64_t width = c.heads * 128;
-    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
-    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
-    must(test::fill_uniform(qf, ++seed, 2.0f, stream_));
-    must(test::fill_uniform(kv, ++seed, 2.0f, stream_));
-    const TensorView q = test::head_view(qf, 0, c.heads, 128), k = test::head_view(kv, width, c.heads, 128),
-                     v = test::head_view(kv, 2 * width, c.heads, 128);
+    const UniformOperands ops(arena_, c.nq, c.nk, c.heads, seed, stream_);
+    const std::string& label = ops.label;
+    const TensorView &q = ops.q, &k = ops.k, &v = ops.v;
     Tensor outs[2];
     for (int cluster : {1, 2}) {
       Tensor& full = outs[cluster - 1];
