@@ -37,10 +37,8 @@ struct SwigluParams {
 };
 
 // kBf16Pairs (bf16 u and y, 16-byte vectors: the bf16 block's case) computes on packed bf16
-// pairs: silu in fp32 as below, R(silu) of two elements in one conversion and R(value · R(silu))
-// by mul.rn.bf16x2 (exact: the fp32 product of two bf16 values needs no rounding, so the one
-// rounding is the store's). Same bits with half the conversions, which share the exp2 unit with
-// silu's expf and division. The F32-input instance is the test's independent path.
+// pairs (row_math.cuh's swiglu_pair): the same bits with half the conversions, which share the
+// exp2 unit with silu's expf and division. The F32-input instance is the test's independent path.
 template <int V, bool kBf16Pairs>
 __global__ void swiglu_kernel(SwigluParams p) {
   const int64_t vec = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -56,10 +54,7 @@ __global__ void swiglu_kernel(SwigluParams p) {
       const uint32_t value[4] = {vv.x, vv.y, vv.z, vv.w}, gate[4] = {gv.x, gv.y, gv.z, gv.w};
       uint32_t y[4];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        y[k] = detail::bf16x2_mul(value[k], detail::bf16x2_bits(detail::silu_f32(detail::bf16x2_low(gate[k])),
-                                                                detail::silu_f32(detail::bf16x2_high(gate[k]))));
-      }
+      for (int k = 0; k < 4; ++k) y[k] = detail::swiglu_pair(value[k], gate[k]);
       *reinterpret_cast<uint4*>(reinterpret_cast<uint16_t*>(detail::row_ptr(p.y, i)) + e) =
           make_uint4(y[0], y[1], y[2], y[3]);
     } else {

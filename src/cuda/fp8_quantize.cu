@@ -376,8 +376,6 @@ __device__ __forceinline__ uint4 load_bf16x8(const char* row, int64_t e) {
 template <int kResidual, bool kModulate>
 __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut out,
                                                                              int64_t rows, int64_t vecs, int team) {
-  constexpr uint32_t kNanPair = 0x7FFF7FFFu;  // bf16_bits of a NaN, twice
-  constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
   __shared__ float warp_sums[kMaxWarps];
   __shared__ uint32_t warp_max[kMaxWarps];
   constexpr int kCache = norm_block_cache_vecs(8) > kNormGroupMaxVecs ? norm_block_cache_vecs(8) : kNormGroupMaxVecs;
@@ -425,20 +423,17 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
       for (int q = 0; q < kCache; ++q) {
         const int64_t vec = lane + static_cast<int64_t>(q) * team;
         if (vec >= vecs) continue;
-        uint32_t w[4] = {kOnePair, kOnePair, kOnePair, kOnePair};
+        uint32_t w[4] = {detail::kBf16OnePair, detail::kBf16OnePair, detail::kBf16OnePair, detail::kBf16OnePair};
         if (src.weight != nullptr) {
           const uint4 wv = __ldg(reinterpret_cast<const uint4*>(src.weight) + vec);
           w[0] = wv.x, w[1] = wv.y, w[2] = wv.z, w[3] = wv.w;
         }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          h[q][i] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(bf16x2_low(h[q][i]), inv), bf16x2_low(w[i])),
-                                        __fmul_rn(__fmul_rn(bf16x2_high(h[q][i]), inv), bf16x2_high(w[i])));
-        }
+        for (int i = 0; i < 4; ++i) h[q][i] = detail::norm_pair(h[q][i], inv, w[i]);
         if constexpr (kModulate) {
           if (row.bad_mod) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) h[q][i] = kNanPair;
+            for (int i = 0; i < 4; ++i) h[q][i] = detail::kBf16NanPair;
           } else {
             const uint4 shv = __ldg(reinterpret_cast<const uint4*>(row.shift) + vec);
             const uint4 scv = __ldg(reinterpret_cast<const uint4*>(row.scale) + vec);
@@ -479,12 +474,10 @@ __global__ void __maxnreg__(56) fp8_rows_bf16_kernel(NormSource src, CodesOut ou
 // kSwigluCachedVecs vectors each need, and each thread keeps its h values as bf16 bits, which
 // is exact: h is rounded to bf16 by its definition. The row is read once instead of twice.
 //
-// kBf16Pairs (bf16 input, the fp8 block's case) computes on packed bf16 pairs: silu in fp32 as
-// SwigluSource does, R(silu) of two elements in one conversion (bf16x2_bits) and
-// R(value · R(silu)) by mul.rn.bf16x2 (bf16x2_mul: the fp32 product of two bf16 values is exact,
-// so one rounding of it is the source's two steps), the amax on the pairs' bits. The same bits,
-// with half the conversions of one value at a time: they share the exp2 unit with silu's expf and
-// division (bench/notes/attention.md, "The conversions share the exp2 unit").
+// kBf16Pairs (bf16 input, the fp8 block's case) computes on packed bf16 pairs (row_math.cuh's
+// swiglu_pair), the amax on the pairs' bits. The same bits, with half the conversions of one value
+// at a time: they share the exp2 unit with silu's expf and division (bench/notes/attention.md,
+// "The conversions share the exp2 unit").
 constexpr int kSwigluCachedVecs = 4;
 constexpr int kSwigluMaxThreads = 1024;
 
@@ -508,9 +501,7 @@ __device__ __forceinline__ void swiglu_quantize_cached_rows(const SwigluSource& 
           const uint32_t value[V / 2] = {vv.x, vv.y, vv.z, vv.w}, gate[V / 2] = {gv.x, gv.y, gv.z, gv.w};
 #pragma unroll
           for (int k = 0; k < V / 2; ++k) {
-            const uint32_t silu =
-                detail::bf16x2_bits(detail::silu_f32(bf16x2_low(gate[k])), detail::silu_f32(bf16x2_high(gate[k])));
-            packed[q][k] = detail::bf16x2_mul(value[k], silu);
+            packed[q][k] = detail::swiglu_pair(value[k], gate[k]);
             amax_pairs = __vmaxu2(amax_pairs, packed[q][k] & 0x7FFF7FFFu);
           }
         } else {

@@ -263,8 +263,6 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
 // scalar steps: tests/gpu/test_gpu_norm_fused.cu holds this kernel to them bit for bit.
 template <int kResidual, bool kModulate>
 __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms_norm_fused_bf16_kernel(RmsNormParams p) {
-  constexpr uint32_t kNanPair = 0x7FFF7FFFu;  // bf16_bits of a NaN, twice
-  constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
   constexpr int kCache = norm_block_cache_vecs(8);
   __shared__ float warp_sums[kNormBlockMaxThreads / 32];
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -306,21 +304,18 @@ __global__ void __launch_bounds__(kNormBlockMaxThreads, kNormBlockMinBlocks) rms
     for (int q = 0; q < kCache; ++q) {
       const int64_t vec = threadIdx.x + static_cast<int64_t>(q) * blockDim.x;
       if (vec >= p.vecs) continue;
-      uint32_t w[4] = {kOnePair, kOnePair, kOnePair, kOnePair};
+      uint32_t w[4] = {detail::kBf16OnePair, detail::kBf16OnePair, detail::kBf16OnePair, detail::kBf16OnePair};
       if (p.weight != nullptr) {
         const uint4 wv = __ldg(reinterpret_cast<const uint4*>(p.weight) + vec);
         w[0] = wv.x, w[1] = wv.y, w[2] = wv.z, w[3] = wv.w;
       }
       uint32_t out[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        out[i] = detail::bf16x2_bits(__fmul_rn(__fmul_rn(detail::bf16x2_low(h[q][i]), inv), detail::bf16x2_low(w[i])),
-                                     __fmul_rn(__fmul_rn(detail::bf16x2_high(h[q][i]), inv), detail::bf16x2_high(w[i])));
-      }
+      for (int i = 0; i < 4; ++i) out[i] = detail::norm_pair(h[q][i], inv, w[i]);
       if constexpr (kModulate) {
         if (bad_mod) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) out[i] = kNanPair;
+          for (int i = 0; i < 4; ++i) out[i] = detail::kBf16NanPair;
         } else {
           const uint4 shv = reinterpret_cast<const uint4*>(detail::row_ptr(p.shift, mod_row))[vec];
           const uint4 scv = reinterpret_cast<const uint4*>(detail::row_ptr(p.scale, mod_row))[vec];

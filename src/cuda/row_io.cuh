@@ -59,6 +59,9 @@ __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
   const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
+// Two bf16 values in one word: 1.0 twice, and bf16_bits's NaN twice.
+constexpr uint32_t kBf16OnePair = 0x3F803F80u;
+constexpr uint32_t kBf16NanPair = 0x7FFF7FFFu;
 // The halves of a bf16 pair widened to fp32 (exact), the low half first in memory.
 __device__ __forceinline__ float bf16x2_low(uint32_t pair) { return __uint_as_float(pair << 16); }
 __device__ __forceinline__ float bf16x2_high(uint32_t pair) { return __uint_as_float(pair & 0xFFFF0000u); }

@@ -44,8 +44,19 @@ __device__ __forceinline__ uint32_t gated_residual_pair(uint32_t x, uint32_t gat
   return bf16x2_add(x, bf16x2_mul(gate, branch));
 }
 __device__ __forceinline__ uint32_t modulate_pair(uint32_t x, uint32_t shift, uint32_t scale) {
-  constexpr uint32_t kOnePair = 0x3F803F80u;  // 1.0, twice
-  return bf16x2_add(bf16x2_mul(x, bf16x2_add(kOnePair, scale)), shift);
+  return bf16x2_add(bf16x2_mul(x, bf16x2_add(kBf16OnePair, scale)), shift);
+}
+// rms_norm's output on two bf16 elements: R((x · inv) · w) in fp32, both halves rounded by one
+// conversion.
+__device__ __forceinline__ uint32_t norm_pair(uint32_t x, float inv, uint32_t w) {
+  return bf16x2_bits(__fmul_rn(__fmul_rn(bf16x2_low(x), inv), bf16x2_low(w)),
+                     __fmul_rn(__fmul_rn(bf16x2_high(x), inv), bf16x2_high(w)));
+}
+// swiglu on two bf16 elements: R(value · R(silu(gate))), R(silu) of both halves in one conversion
+// and the product by mul.rn.bf16x2 (the fp32 product of two bf16 values is exact, so its one
+// rounding is swiglu's).
+__device__ __forceinline__ uint32_t swiglu_pair(uint32_t value, uint32_t gate) {
+  return bf16x2_mul(value, bf16x2_bits(silu_f32(bf16x2_low(gate)), silu_f32(bf16x2_high(gate))));
 }
 
 // A fused norm's residual update of one 16-byte vector of x (four bf16 pairs v, in place) with the
@@ -58,7 +69,7 @@ __device__ __forceinline__ void residual_pairs(uint32_t (&v)[4], const uint32_t 
   if constexpr (kGated) {
     if (bad_gate) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) v[i] = 0x7FFF7FFFu;  // bf16_bits of a NaN, twice
+      for (int i = 0; i < 4; ++i) v[i] = kBf16NanPair;
       return;
     }
     const uint4 gv = load_gate();
