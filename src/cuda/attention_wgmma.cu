@@ -588,10 +588,14 @@ int attention_wgmma_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
 
 namespace {
 
-// cluster_ctas as given, or (0) as attention_wgmma_cluster_ctas chooses.
-Result<int> resolve_cluster(int cluster_ctas, const TensorView& q, const TensorView& k) {
-  if (cluster_ctas == 0) return attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
-  if (cluster_ctas == 1 || cluster_ctas == 2) return cluster_ctas;
+// launch's instance for clusters of cluster_ctas, or (0) of attention_wgmma_cluster_ctas's choice.
+template <bool kTimeline, bool kE4m3Out>
+Status launch_clustered(int cluster_ctas, const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView* out, const detail::E4m3TileOut* e4m3, float scale, long long* timeline,
+                        cudaStream_t stream) {
+  if (cluster_ctas == 0) cluster_ctas = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
+  if (cluster_ctas == 1) return launch<kTimeline, kE4m3Out, 1>(q, k, v, out, e4m3, scale, timeline, stream);
+  if (cluster_ctas == 2) return launch<kTimeline, kE4m3Out, 2>(q, k, v, out, e4m3, scale, timeline, stream);
   return invalid_argument("attention v1: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
                           std::to_string(cluster_ctas));
 }
@@ -600,21 +604,17 @@ Result<int> resolve_cluster(int cluster_ctas, const TensorView& q, const TensorV
 
 Status attention_wgmma(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                        float scale, cudaStream_t stream, int cluster_ctas) {
-  VORTEX_ASSIGN_OR_RETURN(const int cluster, resolve_cluster(cluster_ctas, q, k));
-  return cluster == 2 ? launch<false, false, 2>(q, k, v, &out, nullptr, scale, nullptr, stream)
-                      : launch<false, false, 1>(q, k, v, &out, nullptr, scale, nullptr, stream);
+  return launch_clustered<false, false>(cluster_ctas, q, k, v, &out, nullptr, scale, nullptr, stream);
 }
 
 Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
                                       const TensorView& codes, const TensorView& scales, float scale,
                                       cudaStream_t stream, int cluster_ctas) {
-  VORTEX_ASSIGN_OR_RETURN(const int cluster, resolve_cluster(cluster_ctas, q, k));
   const cpu::Fp8BlockScales at =
       cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, q.shape[0], q.shape[1] * kHeadDim);
   const detail::E4m3TileOut e4m3{static_cast<uint8_t*>(codes.data), codes.strides[0], static_cast<float*>(scales.data),
                                  static_cast<int>(at.row_block_stride)};
-  return cluster == 2 ? launch<false, true, 2>(q, k, v, nullptr, &e4m3, scale, nullptr, stream)
-                      : launch<false, true, 1>(q, k, v, nullptr, &e4m3, scale, nullptr, stream);
+  return launch_clustered<false, true>(cluster_ctas, q, k, v, nullptr, &e4m3, scale, nullptr, stream);
 }
 
 Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -628,10 +628,8 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
-  const bool clustered = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]) == 2;
   return record_timeline(std::move(events), kConsumerWarps, tiles, stream, [&](long long* marks) {
-    return clustered ? launch<true, false, 2>(q, k, v, &out, nullptr, scale, marks, stream)
-                     : launch<true, false, 1>(q, k, v, &out, nullptr, scale, marks, stream);
+    return launch_clustered<true, false>(0, q, k, v, &out, nullptr, scale, marks, stream);
   });
 }
 
