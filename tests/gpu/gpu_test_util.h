@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -288,6 +289,36 @@ inline void expect_fp8_gemm_rows_close(const Tensor& got, const Tensor& want, co
   const double bound = want.dtype() == DType::kF32 ? kFp8GemmRowRelL2F32 : kFp8GemmRowRelL2Bf16;
   EXPECT_LE(worst, bound) << what << ": worst row " << worst_row << " rel-L2 " << worst << "; " << cmp.summary();
 }
+
+// Sets environment variable `name` to `value` (unsets it for nullptr) for its lifetime and restores
+// the caller's setting after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* saved = std::getenv(name);
+    had_ = saved != nullptr;
+    if (had_) saved_ = saved;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_.c_str(), saved_.c_str(), 1);
+    } else {
+      unsetenv(name_.c_str());
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  bool had_ = false;
+  std::string saved_;
+};
 
 // ---- the fixture ---------------------------------------------------------------------------------
 

@@ -354,9 +354,7 @@ TEST_F(GpuAttention, RejectsBadOperands) {
 
 TEST(GpuAttentionVariant, ReadFromTheEnvironment) {
   // v1 ships; v0 and v2 stay selectable; anything else is refused (restores the caller's setting).
-  const char* saved = std::getenv("VORTEX_VARIANT_ATTENTION");
-  const std::string saved_value = saved ? saved : "";
-  unsetenv("VORTEX_VARIANT_ATTENTION");
+  const test::ScopedEnv unset("VORTEX_VARIANT_ATTENTION", nullptr);
   EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV1);
   setenv("VORTEX_VARIANT_ATTENTION", "v0", 1);
   EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV0);
@@ -368,11 +366,6 @@ TEST(GpuAttentionVariant, ReadFromTheEnvironment) {
   EXPECT_EQ(must(cuda::attention_variant_from_env()), cuda::AttentionVariant::kV2Keys128);
   setenv("VORTEX_VARIANT_ATTENTION", "v3", 1);
   EXPECT_EQ(cuda::attention_variant_from_env().status().code(), StatusCode::kUnimplemented);
-  if (saved) {
-    setenv("VORTEX_VARIANT_ATTENTION", saved_value.c_str(), 1);
-  } else {
-    unsetenv("VORTEX_VARIANT_ATTENTION");
-  }
 }
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 -------------------------------------------------

@@ -25,7 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -106,36 +105,11 @@ Tensor gather_heads(const Tensor& fused, int64_t col, int64_t heads) {
 
 class GpuAttentionInt8Fp8 : public test::GpuTest {};
 
-// Sets VORTEX_VARIANT_INT8FP8 for its lifetime (unset for nullptr) and restores the caller's
-// setting after.
-class ScopedInt8Fp8Variant {
+// VORTEX_VARIANT_INT8FP8 set (unset for nullptr) for a scope.
+class ScopedInt8Fp8Variant : public test::ScopedEnv {
  public:
-  explicit ScopedInt8Fp8Variant(const char* value) {
-    const char* saved = std::getenv(kName);
-    had_ = saved != nullptr;
-    if (had_) saved_ = saved;
-    if (value) {
-      setenv(kName, value, 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ~ScopedInt8Fp8Variant() {
-    if (had_) {
-      setenv(kName, saved_.c_str(), 1);
-    } else {
-      unsetenv(kName);
-    }
-  }
-  ScopedInt8Fp8Variant(const ScopedInt8Fp8Variant&) = delete;
-  ScopedInt8Fp8Variant& operator=(const ScopedInt8Fp8Variant&) = delete;
-
- private:
-  static constexpr const char* kName = "VORTEX_VARIANT_INT8FP8";
-  bool had_ = false;
-  std::string saved_;
+  explicit ScopedInt8Fp8Variant(const char* value) : test::ScopedEnv("VORTEX_VARIANT_INT8FP8", value) {}
 };
-
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
