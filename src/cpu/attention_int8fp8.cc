@@ -198,7 +198,7 @@ uint8_t int8fp8_p_code(float p, Int8Fp8PCodes codes) {
   uint32_t bits;
   std::memcpy(&bits, &p, sizeof bits);
   // Two's-complement wrap-around as on the GPU; the rebiased value is at most 2^27 for p <= 448.
-  const int32_t rebiased = static_cast<int32_t>(bits + (uint32_t{1} << 19) - (uint32_t{120} << 23));
+  const int32_t rebiased = static_cast<int32_t>(bits + static_cast<uint32_t>(kInt8Fp8BitCodeOffset));
   return static_cast<uint8_t>(std::max(rebiased, 0) >> 20);
 }
 

@@ -56,6 +56,8 @@ constexpr float kInt8Fp8ScoreBias = 12582912.0f;
 //          On the GPU it costs integer operations instead of the conversion instruction that
 //          shares its unit with exp2 (bench/notes/attention.md, session 11).
 enum class Int8Fp8PCodes { kRne, kBits };
+// kBits's add: half a code step (2^19, the rounding) minus the exponent rebias (127 − 7 = 120).
+constexpr int32_t kInt8Fp8BitCodeOffset = (1 << 19) - (120 << 23);
 uint8_t int8fp8_p_code(float p, Int8Fp8PCodes codes);
 
 // The quantized operands of one call (unpadded, head-major).

@@ -173,8 +173,8 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
 // bits 27..20), then two byte permutes and a shift per pair, one permute for the four. Integer
 // work in place of the two e4m3x2 conversions, which share the exp2 unit (session 9's notes).
 __device__ __forceinline__ uint32_t pack_bit_codes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  constexpr int kRebias = (1 << 19) - (120 << 23);
-  const auto rebias = [](uint32_t x) { return static_cast<uint32_t>(__viaddmax_s32(static_cast<int>(x), kRebias, 0)); };
+  constexpr int kOffset = (1 << 19) - (120 << 23);  // cpu::kInt8Fp8BitCodeOffset
+  const auto rebias = [](uint32_t x) { return static_cast<uint32_t>(__viaddmax_s32(static_cast<int>(x), kOffset, 0)); };
   const uint32_t ab = __byte_perm(rebias(a), rebias(b), 0x7632) >> 4;  // a's code in byte 0, b's in byte 2
   const uint32_t cd = __byte_perm(rebias(c), rebias(d), 0x7632) >> 4;
   return __byte_perm(ab, cd, 0x6420);
