@@ -155,7 +155,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json env, environment_json(o));
-  VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Variant int8fp8_variant, cuda::int8fp8_variant_from_env());
   VORTEX_ASSIGN_OR_RETURN(const cuda::KernelResources int8fp8_resources, cuda::attention_int8fp8_resources());
   std::vector<Manifest> manifests;
   for (const AttentionShape& shape : shapes) {
@@ -212,8 +211,7 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_int8.implementation = {{"backend", "cuda"}, {"mode", "int8fp8"},
                              {"attention", "int8 QK^T and e4m3 PV wgmma (src/cuda/attention_int8fp8.cu), row sums "
                                            "of the e4m3 weights from the tensor core; time includes the quantize pass"},
-                             {"kernel", resources_json(int8fp8_resources)},
-                             {"variant", int8fp8_variant == cuda::Int8Fp8Variant::kBitCodes ? "bitcodes" : "v2"}};
+                             {"kernel", resources_json(int8fp8_resources)}};
 
     // Correctness: both outputs against the CPU's exact attention for 16 sampled query rows (all
     // heads); the quantized mode against its own bound, and against the exact kernel everywhere.

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 
@@ -61,7 +60,7 @@ Status check_out(const Int8Fp8Quantized& qz, const TensorView& out, int64_t rows
 
 // One query row of one head (the mode's definition, header comment), written to out[row_out, h].
 void attend_row(const Int8Fp8Quantized& qz, int64_t h, int64_t i, const std::vector<float>& v_values,
-                float scale_log2, Int8Fp8PCodes codes, const TensorView& out, int64_t row_out,
+                float scale_log2, const TensorView& out, int64_t row_out,
                 std::vector<int32_t>& acc, std::vector<float>& o, std::vector<float>& o_tile) {
   const int64_t nk = qz.nk, d = qz.d;
   const int8_t* qrow = qz.q.data() + (h * qz.nq + i) * d;
@@ -90,7 +89,7 @@ void attend_row(const Int8Fp8Quantized& qz, int64_t h, int64_t i, const std::vec
     for (int64_t j = j0; j < j1; ++j) {
       const float biased = kInt8Fp8ScoreBias + static_cast<float>(acc[j - j0]);  // exact: |acc| < 2^21
       const float p = std::exp2(std::fma(biased, c, offset));
-      const float w = e4m3_bits_to_f32(int8fp8_p_code(p, codes));
+      const float w = e4m3_bits_to_f32(f32_to_e4m3_bits(p));
       sum += w;
       const float* vrow = v_values.data() + j * d;
       for (int64_t ch = 0; ch < d; ++ch) o_tile[ch] += w * vrow[ch];
@@ -106,8 +105,7 @@ void attend_row(const Int8Fp8Quantized& qz, int64_t h, int64_t i, const std::vec
 }
 
 // Runs attend_row for every (head, listed row), heads outermost so a thread widens few V heads.
-void attend_rows(const Int8Fp8Quantized& qz, const std::vector<int64_t>& rows, const TensorView& out, float scale,
-                 Int8Fp8PCodes codes) {
+void attend_rows(const Int8Fp8Quantized& qz, const std::vector<int64_t>& rows, const TensorView& out, float scale) {
   const float scale_log2 = scale * kLog2e;
   const int64_t count = static_cast<int64_t>(rows.size());
   parallel_for(0, qz.heads * count, [&](int64_t t0, int64_t t1) {
@@ -122,7 +120,7 @@ void attend_rows(const Int8Fp8Quantized& qz, const std::vector<int64_t>& rows, c
         for (int64_t e = 0; e < qz.nk * qz.d; ++e) v_values[e] = e4m3_bits_to_f32(codes[e]);
         widened = h;
       }
-      attend_row(qz, h, rows[r], v_values, scale_log2, codes, out, r, acc, o, o_tile);
+      attend_row(qz, h, rows[r], v_values, scale_log2, out, r, acc, o, o_tile);
     }
   });
 }
@@ -193,30 +191,20 @@ Result<Int8Fp8Quantized> quantize_int8fp8(const TensorView& q, const TensorView&
   return qz;
 }
 
-uint8_t int8fp8_p_code(float p, Int8Fp8PCodes codes) {
-  if (codes == Int8Fp8PCodes::kRne) return f32_to_e4m3_bits(p);
-  uint32_t bits;
-  std::memcpy(&bits, &p, sizeof bits);
-  // Two's-complement wrap-around as on the GPU; the rebiased value is at most 2^27 for p <= 448.
-  const int32_t rebiased = static_cast<int32_t>(bits + static_cast<uint32_t>(kInt8Fp8BitCodeOffset));
-  return static_cast<uint8_t>(std::max(rebiased, 0) >> 20);
-}
-
-Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale,
-                                   Int8Fp8PCodes codes) {
+Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale) {
   std::vector<int64_t> rows(static_cast<size_t>(quantized.nq));
   for (int64_t i = 0; i < quantized.nq; ++i) rows[i] = i;
-  return attention_int8fp8_rows(quantized, rows, out, scale, codes);
+  return attention_int8fp8_rows(quantized, rows, out, scale);
 }
 
 Status attention_int8fp8_rows(const Int8Fp8Quantized& quantized, const std::vector<int64_t>& rows,
-                              const TensorView& out, float scale, Int8Fp8PCodes codes) {
+                              const TensorView& out, float scale) {
   VORTEX_RETURN_IF_ERROR(check_out(quantized, out, static_cast<int64_t>(rows.size())));
   if (!(scale > 0.0f) || !std::isfinite(scale)) return invalid_argument("attention_int8fp8: scale must be finite and > 0");
   for (const int64_t r : rows) {
     if (r < 0 || r >= quantized.nq) return invalid_argument("attention_int8fp8: row " + std::to_string(r) + " is out of range");
   }
-  attend_rows(quantized, rows, out, scale, codes);
+  attend_rows(quantized, rows, out, scale);
   return ok_status();
 }
 

@@ -23,8 +23,6 @@
 //             use; the GPU kernel takes it from the tensor core, with the P·V product)
 //   O_t[c]  = fma(O_{t−1}[c], alpha_t, Σ_j e4m3(p_j) · v8[j, c]) (per-tile sum, then one fp32 add)
 //   out[c]  = bf16((O_T[c] · v_scale[c]) · (1 / l_T))          (the 448 cancels in O / l)
-// e4m3(p) is the weight's code by Int8Fp8PCodes: kRne, the mode's definition, or kBits, a
-// candidate whose code is read off p's fp32 bits by integer operations (int8fp8_p_code).
 #pragma once
 
 #include <cstdint>
@@ -47,19 +45,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 // acc + 0x4B400000 — the GPU's int32 → fp32 without a conversion instruction.
 constexpr float kInt8Fp8ScoreBias = 12582912.0f;
 
-// How the weights p (in (0, 448]) become e4m3 codes.
-//   kRne   e4m3_rne_saturating(p): round to nearest even, subnormals down to 2^-9.
-//   kBits  max(bits(p) + 2^19 − 120·2^23, 0) >> 20: p's exponent rebiased from fp32's 127 to
-//          e4m3's 7 and its mantissa rounded to 3 bits, ties away from zero; the same code as kRne
-//          for p in [2^-6, 448] but at exact ties. Below 2^-6 it departs: p in [2^-7, 2^-6) keeps
-//          its top three mantissa bits in a subnormal code (m · 2^-9, under p), p < 2^-7 gives 0.
-//          On the GPU it costs integer operations instead of the conversion instruction that
-//          shares its unit with exp2 (bench/notes/attention.md, session 11).
-enum class Int8Fp8PCodes { kRne, kBits };
-// kBits's add: half a code step (2^19, the rounding) minus the exponent rebias (127 − 7 = 120).
-constexpr int32_t kInt8Fp8BitCodeOffset = (1 << 19) - (120 << 23);
-uint8_t int8fp8_p_code(float p, Int8Fp8PCodes codes);
-
 // The quantized operands of one call (unpadded, head-major).
 struct Int8Fp8Quantized {
   int64_t nq = 0, nk = 0, heads = 0, d = 0;
@@ -80,13 +65,11 @@ struct Int8Fp8Quantized {
 Result<Int8Fp8Quantized> quantize_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v);
 
 // out: [Nq, H, D] (F32 or BF16, any strides on N and H). `scale` is the softmax scale (> 0).
-// `codes`: how the weights become e4m3 (kRne is the mode).
-Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale,
-                                   Int8Fp8PCodes codes = Int8Fp8PCodes::kRne);
+Status attention_int8fp8_quantized(const Int8Fp8Quantized& quantized, const TensorView& out, float scale);
 
 // Only the query rows `rows` (indices into Nq): out is [rows.size(), H, D].
 Status attention_int8fp8_rows(const Int8Fp8Quantized& quantized, const std::vector<int64_t>& rows,
-                              const TensorView& out, float scale, Int8Fp8PCodes codes = Int8Fp8PCodes::kRne);
+                              const TensorView& out, float scale);
 
 // quantize_int8fp8 then attention_int8fp8_quantized.
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

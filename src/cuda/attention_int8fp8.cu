@@ -40,7 +40,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -264,7 +263,7 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-template <bool kTimeline, bool kE4m3Out, bool kBitCodes>
+template <bool kTimeline, bool kE4m3Out>
 __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
@@ -293,7 +292,7 @@ __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
   };
 
   w.first_tile(s, row_max, alpha);
-  pack_p<kBitCodes>(s, pk_next);
+  pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
 
   for (int tile = 1; tile < w.tiles; ++tile) {
@@ -322,7 +321,7 @@ __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
     issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
-    pack_p<kBitCodes>(s, pk_next);  // P_t, under the second half
+    pack_p(s, pk_next);  // P_t, under the second half
     w.mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
@@ -350,8 +349,8 @@ __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
 // clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per CTA
-// (attention_int8fp8_quantized_e4m3). kBitCodes: the bitcodes variant's weight codes.
-template <bool kTimeline, bool kE4m3Out, bool kBitCodes>
+// (attention_int8fp8_quantized_e4m3).
+template <bool kTimeline, bool kE4m3Out>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -394,7 +393,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     claim_registers<kConsumerRegisters>();
     uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_raw + (smem - raw) + kSmemEpilogue);
-    consume<kTimeline, kE4m3Out, kBitCodes>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1), warp_max);
+    consume<kTimeline, kE4m3Out>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1), warp_max);
   }
 }
 
@@ -454,7 +453,7 @@ Status check_e4m3_output(const Int8Fp8Workspace& ws, const TensorView& codes, co
 
 // Encodes the tensor maps and launches an instance; `timeline` (kTimeline only) is
 // [8 warps][tiles][events] of device memory. The output's checks are the caller's.
-template <bool kTimeline, bool kE4m3Out, bool kBitCodes>
+template <bool kTimeline, bool kE4m3Out>
 Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes, const TensorView* scales,
               float scale, long long* timeline, cudaStream_t stream) {
   if (!(scale > 0.0f) || !std::isfinite(scale)) {
@@ -498,7 +497,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out, kBitCodes>;
+  const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
   const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
@@ -507,36 +506,18 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   return ok_status();
 }
 
-// launch's instance for the variant the environment selects.
-template <bool kTimeline, bool kE4m3Out>
-Status launch_variant(const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes,
-                      const TensorView* scales, float scale, long long* timeline, cudaStream_t stream) {
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  return variant == Int8Fp8Variant::kBitCodes
-             ? launch<kTimeline, kE4m3Out, true>(ws, out, codes, scales, scale, timeline, stream)
-             : launch<kTimeline, kE4m3Out, false>(ws, out, codes, scales, scale, timeline, stream);
-}
-
 }  // namespace
-
-Result<Int8Fp8Variant> int8fp8_variant_from_env() {
-  const char* variant = std::getenv("VORTEX_VARIANT_INT8FP8");
-  if (variant == nullptr || *variant == '\0' || std::string(variant) == "v2") return Int8Fp8Variant::kV2;
-  if (std::string(variant) == "bitcodes") return Int8Fp8Variant::kBitCodes;
-  return unimplemented(std::string("attention_int8fp8: VORTEX_VARIANT_INT8FP8=") + variant +
-                       " is not a variant of this build (v2, bitcodes)");
-}
 
 Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                    cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_output(ws, out));
-  return launch_variant<false, false>(ws, &out, nullptr, nullptr, scale, nullptr, stream);
+  return launch<false, false>(ws, &out, nullptr, nullptr, scale, nullptr, stream);
 }
 
 Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales,
                                         float scale, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_e4m3_output(ws, codes, scales));
-  return launch_variant<false, true>(ws, nullptr, &codes, &scales, scale, nullptr, stream);
+  return launch<false, true>(ws, nullptr, &codes, &scales, scale, nullptr, stream);
 }
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
@@ -553,7 +534,7 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
   return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), stream,
                          [&](long long* marks) -> Status {
                            VORTEX_RETURN_IF_ERROR(check_output(ws, out));
-                           return launch_variant<true, false>(ws, &out, nullptr, nullptr, scale, marks, stream);
+                           return launch<true, false>(ws, &out, nullptr, nullptr, scale, marks, stream);
                          });
 }
 
@@ -577,11 +558,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 }
 
 Result<KernelResources> attention_int8fp8_resources() {
-  VORTEX_ASSIGN_OR_RETURN(const Int8Fp8Variant variant, int8fp8_variant_from_env());
-  const void* kernel = variant == Int8Fp8Variant::kBitCodes
-                           ? reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, true>)
-                           : reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, false>);
-  return kernel_resources(kernel, kSmemBytes);
+  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false>), kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -113,15 +113,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 
-// Variants of the attention pass for A/B runs (VORTEX_VARIANT_INT8FP8, read on every call; v2
-// ships). bitcodes codes the weights by cpu::Int8Fp8PCodes::kBits (integer operations instead of
-// the e4m3 conversion instruction; outputs ~1e-4 from v2's on N(0,1) inputs, the same error
-// against exact). Compiled and checked on the CPU; not yet run on the device (session 11).
-enum class Int8Fp8Variant { kV2, kBitCodes };
-Result<Int8Fp8Variant> int8fp8_variant_from_env();
-
-// Registers, spills and shared memory of the int8fp8 attention kernel the environment selects (for
-// bench manifests).
+// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
 Result<KernelResources> attention_int8fp8_resources();
 
 }  // namespace vortex::cuda

@@ -168,23 +168,9 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
   }
 }
 
-// Four weights P·448 (fp32 bits) → their codes by cpu::Int8Fp8PCodes::kBits, a in the low byte:
-// each rebiased and rounded by one add-and-clamp (max(bits + 2^19 − 120·2^23, 0), the code in
-// bits 27..20), then two byte permutes and a shift per pair, one permute for the four. Integer
-// work in place of the two e4m3x2 conversions, which share the exp2 unit (session 9's notes).
-__device__ __forceinline__ uint32_t pack_bit_codes(uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  constexpr int kOffset = (1 << 19) - (120 << 23);  // cpu::kInt8Fp8BitCodeOffset
-  const auto rebias = [](uint32_t x) { return static_cast<uint32_t>(__viaddmax_s32(static_cast<int>(x), kOffset, 0)); };
-  const uint32_t ab = __byte_perm(rebias(a), rebias(b), 0x7632) >> 4;  // a's code in byte 0, b's in byte 2
-  const uint32_t cd = __byte_perm(rebias(c), rebias(d), 0x7632) >> 4;
-  return __byte_perm(ab, cd, 0x6420);
-}
-
-// P·448 (fp32 bits, accumulator layout) → e4m3 A fragments of P·V, rounded to nearest even by the
-// conversion instruction or (kBitCodes) coded by pack_bit_codes. For k32 step s, register 4s + r + 2h
+// P·448 (fp32 bits, accumulator layout) → e4m3 A fragments of P·V. For k32 step s, register 4s + r + 2h
 // holds row g + 8r, keys (in Vᵀ slot order) 32s + 16h + 4t .. +3, which are the accumulator's
 // columns 8j + 2t, 8j + 2t + 1 for j = 4s + 2h and j = 4s + 2h + 1 (int8fp8_vt_slot's permutation).
-template <bool kBitCodes>
 __device__ __forceinline__ void pack_p(const uint32_t (&s)[64], uint32_t (&p)[16]) {
   const auto x = [&](int i) { return __uint_as_float(s[i]); };
 #pragma unroll
@@ -194,13 +180,8 @@ __device__ __forceinline__ void pack_p(const uint32_t (&s)[64], uint32_t (&p)[16
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int j = 4 * step + 2 * h;
-        if constexpr (kBitCodes) {
-          p[4 * step + r + 2 * h] = pack_bit_codes(s[4 * j + 2 * r], s[4 * j + 2 * r + 1], s[4 * (j + 1) + 2 * r],
-                                                   s[4 * (j + 1) + 2 * r + 1]);
-        } else {
-          p[4 * step + r + 2 * h] = pack_e4m3x2(x(4 * j + 2 * r), x(4 * j + 2 * r + 1)) |
-                                 (pack_e4m3x2(x(4 * (j + 1) + 2 * r), x(4 * (j + 1) + 2 * r + 1)) << 16);
-        }
+        p[4 * step + r + 2 * h] = pack_e4m3x2(x(4 * j + 2 * r), x(4 * j + 2 * r + 1)) |
+                               (pack_e4m3x2(x(4 * (j + 1) + 2 * r), x(4 * (j + 1) + 2 * r + 1)) << 16);
       }
     }
   }
