@@ -7,7 +7,9 @@
 //     int8 Q tile [128 rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
 //     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring (full / empty mbarriers).
 //     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span. Each Vᵀ
-//     stage is followed by 8 rows of e4m3(1.0), written once per CTA.
+//     stage is followed by 8 rows of e4m3(1.0), written once per CTA. For long sweeps a pair of
+//     CTAs (a cluster; consecutive query blocks of one head) shares each K / Vᵀ load by multicast:
+//     each loads half of the tile's rows into both rings (as the exact kernel, attention_wgmma.cu).
 //   - consumers (warpgroups 1, 2), 64 query rows each (one Q scale), per tile t:
 //       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory),
 //       issued together with the first half (channels 0..63) of P_{t−1}·V_{t−1}: wgmma
@@ -105,7 +107,22 @@ using hopper::wgmma_wait;
 using hopper::pack_bf16x2;
 using detail::e4m3x2_bits;
 
-// One [128 rows, 128 bytes] box at (column, row) of a 2-d byte tensor map, completing on `bar`.
+using hopper::cluster_cta_rank;
+using hopper::cluster_sync;
+using hopper::mbarrier_arrive_cluster;
+
+// Long sweeps share each K / Vᵀ load between the 2 CTAs of a cluster (TMA multicast): the head's
+// operands leave L2 once per pair, which saves power under the 700 W cap. Measured
+// (bench/notes/attention.md, session 12): 37,810 × 56 went 47.66 → 47.10 ms (clock 1,878 → 1,933
+// MHz, cycles +1.7%); 4,608 × 24 (uncapped) 0.406 → 0.412 ms, so short sweeps keep one CTA. The
+// threshold is the exact kernel's. kSliceRows: the rows of a K or Vᵀ tile each CTA loads.
+template <int kCluster>
+constexpr int kSliceRows = kBlockK / kCluster;
+static_assert(kHeadDim == kBlockK, "a Vᵀ tile has as many channel rows as a K tile has keys");
+constexpr int64_t kClusterMinPairs = int64_t{1} << 33;
+
+// One box (its rows set by the map: 128, or a slice) at (column, row) of a 2-d byte tensor map,
+// completing on `bar`.
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int column, int row, uint32_t bar) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
@@ -113,11 +130,35 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(bar)
       : "memory");
 }
+// tma_load's box written to the same shared address of both CTAs of the cluster, completing its
+// bytes on the mbarrier at `bar` of each.
+__device__ __forceinline__ void tma_load_pair(uint32_t dst, const CUtensorMap* map, int column, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(column), "r"(row), "r"(bar), "h"(static_cast<uint16_t>(3))
+      : "memory");
+}
 
 // ---- producer: global → shared (TMA) ---------------------------------------------------------------
 
+// This CTA's share of a K or Vᵀ tile whose first row is `row0` in the map (rank `rank` of the
+// cluster: rows rank·kSliceRows onwards) into the stage at `stage_base` of every CTA of the cluster.
+template <int kCluster>
+__device__ __forceinline__ void load_slice(uint32_t stage_base, const CUtensorMap* map, int column, int row0,
+                                           uint32_t bar, uint32_t rank) {
+  if constexpr (kCluster == 1) {
+    tma_load(stage_base, map, column, row0, bar);
+  } else {
+    const int offset = static_cast<int>(rank) * kSliceRows<kCluster>;
+    tma_load_pair(stage_base + offset * kRowBytes, map, column, row0 + offset, bar);
+  }
+}
+
+template <int kCluster>
 __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                        uint32_t smem, uint32_t bars, int q_row0, int k_row0, int v_row0, int tiles) {
+                                        uint32_t smem, uint32_t bars, int q_row0, int k_row0, int v_row0, int tiles,
+                                        uint32_t rank) {
   prefetch_tensor_map(q_map);
   prefetch_tensor_map(k_map);
   prefetch_tensor_map(v_map);
@@ -126,13 +167,26 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
   for (int tile = 0; tile < tiles; ++tile) {
     const int stage = tile % kStages;
     const uint32_t parity = (tile / kStages) & 1;
-    // Wait for both consumers to have released this stage's previous occupant (tile − kStages).
+    // Wait for the consumers (of every CTA in the cluster) to have released this stage's previous
+    // occupant (tile − kStages). This CTA expects the whole tile: its slice and the other's.
     mbarrier_wait(bars + 8 * (kEmptyK + stage), parity ^ 1);
     mbarrier_arrive_expect_tx(bars + 8 * (kFullK + stage), kKTileBytes);
-    tma_load(smem + kSmemK + stage * kKTileBytes, k_map, 0, k_row0 + tile * kBlockK, bars + 8 * (kFullK + stage));
+    load_slice<kCluster>(smem + kSmemK + stage * kKTileBytes, k_map, 0, k_row0 + tile * kBlockK,
+                         bars + 8 * (kFullK + stage), rank);
     mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
     mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kVTileBytes);
-    tma_load(smem + kSmemV + stage * kVStageBytes, v_map, tile * kBlockK, v_row0, bars + 8 * (kFullV + stage));
+    load_slice<kCluster>(smem + kSmemV + stage * kVStageBytes, v_map, tile * kBlockK, v_row0,
+                         bars + 8 * (kFullV + stage), rank);
+  }
+  // The other CTA still writes into this one's ring and arrives on its barriers until its
+  // consumers have released the last tiles; the CTA must not exit before that.
+  if constexpr (kCluster > 1) {
+    for (int tile = tiles > kStages ? tiles - kStages : 0; tile < tiles; ++tile) {
+      const int stage = tile % kStages;
+      const uint32_t parity = (tile / kStages) & 1;
+      mbarrier_wait(bars + 8 * (kEmptyK + stage), parity);
+      mbarrier_wait(bars + 8 * (kEmptyV + stage), parity);
+    }
   }
 }
 
@@ -140,6 +194,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 
 // A consumer thread's place, the operand descriptors, the stage releases, the ping-pong of issue
 // slots and the tile's softmax factor.
+template <int kCluster>
 struct Consumer {
   const Int8Fp8Params& p;
   uint32_t smem, bars;
@@ -159,7 +214,9 @@ struct Consumer {
     schedule_mine = kBarrierSchedule + consumer;
     schedule_other = kBarrierSchedule + (1 - consumer);
     q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
-    q_factor = p.q_scale[head * p.q_blocks + q0 / kRowsPerConsumer + consumer] * p.scale_log2;
+    // A cluster's padding block (past the last query block) sweeps with the last block's scale.
+    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
+    q_factor = p.q_scale[head * p.q_blocks + q_block] * p.scale_log2;
     k_scale = p.k_scale + head * p.k_blocks;
   }
   static constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
@@ -179,8 +236,14 @@ struct Consumer {
       }
     }
   }
+  // A stage is free once every consumer warp of the cluster has read it: lane i of each warp
+  // arrives on CTA i's barrier.
   __device__ void release(int barrier) const {
-    if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+    if constexpr (kCluster == 1) {
+      if (lane == 0) mbarrier_arrive(bars + 8 * barrier);
+    } else {
+      if (lane < kCluster) mbarrier_arrive_cluster(bars + 8 * barrier, lane);
+    }
   }
   __device__ void wait_full(int barrier, int tile) const {
     mbarrier_wait(bars + 8 * (barrier + tile % kStages), (tile / kStages) & 1);
@@ -263,8 +326,8 @@ struct Consumer {
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-template <bool kTimeline, bool kE4m3Out>
-__device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
+template <bool kTimeline, bool kE4m3Out, int kCluster>
+__device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* warp_max) {
   const Int8Fp8Params& p = w.p;
   uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
   float o[64];           // O: [64 rows, 128 channels]
@@ -299,30 +362,30 @@ __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
     const float c = w.tile_factor(tile);
     retire_second_half(tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
     if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
     w.wait_full(kFullK, tile);
     w.wait_full(kFullV, tile - 1);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
     issue_qk(s, w.q_desc, w.k_desc(stage));
     issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
     w.end_slot(tile);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
     w.release(kEmptyK + stage);
     softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
     issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
     pack_p(s, pk_next);  // P_t, under the second half
-    w.mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   }
@@ -338,6 +401,13 @@ __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
   pin_registers(acc_b);
   accumulate_half<0>(o, acc_a, alpha_a);
   accumulate_second_half(o, row_sum, acc_b, alpha_a);
+  // No load waits for the last two Vᵀ stages, but with clusters each producer waits for the
+  // cluster's last releases before its CTA may exit.
+  if constexpr (kCluster > 1) {
+    if (last >= 1) w.release(kEmptyV + (last - 1) % kStages);
+    w.release(kEmptyV + last % kStages);
+    if (w.q0 >= p.nq_pad) return;  // a cluster's padding block: nothing to store
+  }
   if constexpr (kE4m3Out) {
     w.write_output_e4m3(o, row_sum, warp_max);
   } else {
@@ -349,8 +419,8 @@ __device__ __forceinline__ void consume(const Consumer& w, uint32_t* warp_max) {
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
 // clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per CTA
-// (attention_int8fp8_quantized_e4m3).
-template <bool kTimeline, bool kE4m3Out>
+// (attention_int8fp8_quantized_e4m3). kCluster: CTAs sharing each K / Vᵀ load (1 or 2).
+template <bool kTimeline, bool kE4m3Out, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
@@ -368,8 +438,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrier_init(bars + 8 * (kFullK + stage), 1);  // the producer's arrive.expect_tx
       mbarrier_init(bars + 8 * (kFullV + stage), 1);
-      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps);  // one arrival per consumer warp
-      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps);
+      // One arrival per consumer warp of the cluster.
+      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps * kCluster);
+      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps * kCluster);
     }
     mbarrier_init_fence();
   }
@@ -383,17 +454,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async_shared();
   }
-  __syncthreads();  // the last CTA-wide barrier: the producer's idle warps exit below
+  // The last CTA-wide barrier (the producer's idle warps exit below); with clusters, it also keeps
+  // each CTA's loads and arrivals off the other's barriers until those are initialised.
+  if constexpr (kCluster == 1) {
+    __syncthreads();
+  } else {
+    cluster_sync();
+  }
 
   if (warpgroup == 0) {
     release_registers<kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce(&q_map, &k_map, &v_map, smem, bars, head * p.nq_pad + q0, head * p.nk_pad, head * kHeadDim, tiles);
+      produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, head * p.nq_pad + q0, head * p.nk_pad, head * kHeadDim,
+                        tiles, kCluster == 1 ? 0u : cluster_cta_rank());
     }
   } else {
     claim_registers<kConsumerRegisters>();
     uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_raw + (smem - raw) + kSmemEpilogue);
-    consume<kTimeline, kE4m3Out>(Consumer(p, smem, bars, q0, head, tiles, warpgroup - 1), warp_max);
+    consume<kTimeline, kE4m3Out, kCluster>(Consumer<kCluster>(p, smem, bars, q0, head, tiles, warpgroup - 1),
+                                           warp_max);
   }
 }
 
@@ -403,11 +482,12 @@ using hopper::EncodeTiled;
 using hopper::tensor_map_encoder;
 
 // A [rows, width] byte matrix (rows `width` bytes apart) as a 2-d tensor map {width, rows} with
-// [128, 128] boxes and the 128-byte swizzle.
-Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void* data, int64_t width, int64_t rows) {
+// [box_rows, 128] boxes and the 128-byte swizzle.
+Status encode_bytes(EncodeTiled encode, CUtensorMap* map, const char* name, void* data, int64_t width, int64_t rows,
+                    int box_rows) {
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(rows)};
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(width)};
-  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kRowBytes), 128};
+  const cuuint32_t box[2] = {static_cast<cuuint32_t>(kRowBytes), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t element_strides[2] = {1, 1};
   const CUresult result = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, data, dims, strides, box, element_strides,
                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
@@ -453,7 +533,7 @@ Status check_e4m3_output(const Int8Fp8Workspace& ws, const TensorView& codes, co
 
 // Encodes the tensor maps and launches an instance; `timeline` (kTimeline only) is
 // [8 warps][tiles][events] of device memory. The output's checks are the caller's.
-template <bool kTimeline, bool kE4m3Out>
+template <bool kTimeline, bool kE4m3Out, int kCluster>
 Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes, const TensorView* scales,
               float scale, long long* timeline, cudaStream_t stream) {
   if (!(scale > 0.0f) || !std::isfinite(scale)) {
@@ -462,9 +542,11 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention_int8fp8: the driver offers no cuTensorMapEncodeTiled");
   CUtensorMap q_map, k_map, v_map;
-  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad));
-  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &k_map, "k8", ws.k, kHeadDim, ws.heads * ws.nk_pad));
-  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &v_map, "vt8", ws.vt, ws.nk_pad, ws.heads * kHeadDim));
+  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad, kBlockQ));
+  VORTEX_RETURN_IF_ERROR(
+      encode_bytes(encode, &k_map, "k8", ws.k, kHeadDim, ws.heads * ws.nk_pad, kSliceRows<kCluster>));
+  VORTEX_RETURN_IF_ERROR(
+      encode_bytes(encode, &v_map, "vt8", ws.vt, ws.nk_pad, ws.heads * kHeadDim, kSliceRows<kCluster>));
 
   Int8Fp8Params params{};
   if (out != nullptr) {
@@ -497,27 +579,54 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
-  const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out>;
+  const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out, kCluster>;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2.
-  const dim3 grid(static_cast<unsigned>(ws.nq_pad / kBlockQ), static_cast<unsigned>(ws.heads));
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(q_map, k_map, v_map, params);
-  VORTEX_CUDA_CHECK_LAUNCH();
+  // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2. The query
+  // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
+  const unsigned q_blocks = static_cast<unsigned>(ws.nq_pad / kBlockQ);
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3((q_blocks + kCluster - 1) / kCluster * kCluster, static_cast<unsigned>(ws.heads));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = kCluster;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  VORTEX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q_map, k_map, v_map, params));
   return ok_status();
+}
+
+// launch's instance for clusters of cluster_ctas, or (0) of attention_int8fp8_cluster_ctas's choice.
+template <bool kTimeline, bool kE4m3Out>
+Status launch_clustered(int cluster_ctas, const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes,
+                        const TensorView* scales, float scale, long long* timeline, cudaStream_t stream) {
+  if (cluster_ctas == 0) cluster_ctas = attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
+  if (cluster_ctas == 1) return launch<kTimeline, kE4m3Out, 1>(ws, out, codes, scales, scale, timeline, stream);
+  if (cluster_ctas == 2) return launch<kTimeline, kE4m3Out, 2>(ws, out, codes, scales, scale, timeline, stream);
+  return invalid_argument("attention_int8fp8: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
+                          std::to_string(cluster_ctas));
 }
 
 }  // namespace
 
+int attention_int8fp8_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
+  return nq * nk * heads >= kClusterMinPairs ? 2 : 1;
+}
+
 Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, int cluster_ctas) {
   VORTEX_RETURN_IF_ERROR(check_output(ws, out));
-  return launch<false, false>(ws, &out, nullptr, nullptr, scale, nullptr, stream);
+  return launch_clustered<false, false>(cluster_ctas, ws, &out, nullptr, nullptr, scale, nullptr, stream);
 }
 
 Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales,
-                                        float scale, cudaStream_t stream) {
+                                        float scale, cudaStream_t stream, int cluster_ctas) {
   VORTEX_RETURN_IF_ERROR(check_e4m3_output(ws, codes, scales));
-  return launch<false, true>(ws, nullptr, &codes, &scales, scale, nullptr, stream);
+  return launch_clustered<false, true>(cluster_ctas, ws, nullptr, &codes, &scales, scale, nullptr, stream);
 }
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
@@ -534,7 +643,7 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
   return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), stream,
                          [&](long long* marks) -> Status {
                            VORTEX_RETURN_IF_ERROR(check_output(ws, out));
-                           return launch<true, false>(ws, &out, nullptr, nullptr, scale, marks, stream);
+                           return launch_clustered<true, false>(0, ws, &out, nullptr, nullptr, scale, marks, stream);
                          });
 }
 
@@ -557,8 +666,10 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
   return status;
 }
 
-Result<KernelResources> attention_int8fp8_resources() {
-  return kernel_resources(reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false>), kSmemBytes);
+Result<KernelResources> attention_int8fp8_resources(int cluster_ctas) {
+  const void* kernel = cluster_ctas == 2 ? reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, 2>)
+                                         : reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, 1>);
+  return kernel_resources(kernel, kSmemBytes);
 }
 
 }  // namespace vortex::cuda

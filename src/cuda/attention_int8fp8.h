@@ -85,18 +85,25 @@ Status norm_rope_quantize_q_int8fp8(const TensorView& q, const TensorView* weigh
 // The attention pass over a quantized workspace. out: [Nq, H, 128] BF16 device view, unit stride
 // on D, pointer and N / H strides a multiple of 4 bytes; must not overlap the workspace.
 // scale: the softmax scale, finite and > 0. unimplemented when the driver offers no tensor-map
-// encoder (nothing launched).
+// encoder (nothing launched). cluster_ctas: how many CTAs share each K / Vᵀ load by TMA multicast
+// (1 or 2), or 0 for attention_int8fp8_cluster_ctas's choice; the output is the same bit for bit
+// (the tests give it to hold the pair to one CTA per block).
 Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, int cluster_ctas = 0);
+
+// The attention pass's choice of CTAs per K / Vᵀ load: a pair for long sweeps (≥ 2^33 query-key
+// pairs over all heads), where it saves power under the card's cap; one otherwise.
+int attention_int8fp8_cluster_ctas(int64_t nq, int64_t nk, int64_t heads);
 
 // The attention pass with its output quantized in the kernel for the fp8 recipe's out projection
 // (cpu/fp8_blocks.h): each CTA's 128 queries × one head become e4m3 codes with one fp32 scale,
 // bit for bit quantize_blocks_fp8 (cpu::Fp8BlockLayout::kTiles) applied to
 // attention_int8fp8_quantized's bf16 output; no bf16 output is written. codes: F8_E4M3 [Nq, H·128]
 // device view, unit column stride, pointer and row stride multiples of 2 bytes; scales: contiguous
-// F32 [ceil(Nq / 128), round_up(H, 4)] (the kTiles layout; its padding is written 0).
+// F32 [ceil(Nq / 128), round_up(H, 4)] (the kTiles layout; its padding is written 0). cluster_ctas
+// as attention_int8fp8_quantized's.
 Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales,
-                                        float scale, cudaStream_t stream);
+                                        float scale, cudaStream_t stream, int cluster_ctas = 0);
 
 // Both passes: out[i, h, :] ≈ Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :] in the
 // int8fp8 mode. q, k, v, out as above (D = 128, Nq, Nk >= 1). The workspace
@@ -113,7 +120,8 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 
-// Registers, spills and shared memory of the int8fp8 attention kernel (for bench manifests).
-Result<KernelResources> attention_int8fp8_resources();
+// Registers, spills and shared memory of the int8fp8 attention kernel instance for clusters of
+// `cluster_ctas` (for bench manifests).
+Result<KernelResources> attention_int8fp8_resources(int cluster_ctas);
 
 }  // namespace vortex::cuda

@@ -16,6 +16,7 @@
 //   The row sums of P8 come from the tensor core (fp8 products of the weights and ones, added
 //   inside the tile in its own order), the CPU's in fp32 key order: within the same bound.
 // - the e4m3-output instance vs quantize_blocks_fp8 of the bf16 instance's output: bit for bit.
+// - a 2-CTA cluster sharing the K / Vᵀ loads vs one CTA per query block: bit for bit.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -385,6 +386,55 @@ TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
   EXPECT_EQ(cuda::attention_int8fp8_quantized_e4m3(ws, codes.view(), wrong_scales.view(), 0.088f, stream_).code(),
             StatusCode::kInvalidArgument)
       << "scales [2, 2] where the kTiles layout of 100 queries × 2 heads is [1, 4]";
+}
+
+// A pair of CTAs sharing each K / Vᵀ load (TMA multicast) writes what one CTA per query block
+// writes, bit for bit, and nothing else: bf16 output (with the bytes around its strided view) and
+// the e4m3 instance, on odd query-block counts (a padding block past the last one) and sweeps of
+// 1 to 33 key tiles (fewer than, as many as and more than the ring's three stages).
+TEST_F(GpuAttentionInt8Fp8, ClusterPairIsBitwiseTheSingleCtaPath) {
+  EXPECT_EQ(cuda::attention_int8fp8_cluster_ctas(37810, 37810, 56), 2);
+  EXPECT_EQ(cuda::attention_int8fp8_cluster_ctas(4608, 4608, 24), 1);
+  struct Case {
+    int64_t nq, nk, heads;
+  };
+  uint64_t seed = 990;
+  for (const Case c : {Case{1, 1, 1}, Case{129, 129, 2}, Case{300, 257, 3}, Case{200, 513, 4}, Case{1000, 1000, 2},
+                       Case{4097, 127, 1}, Case{129, 4097, 2}}) {
+    ArenaScope scope(arena_);
+    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
+    const int64_t width = c.heads * kD;
+    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
+    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
+    fill_normal(kv, ++seed, stream_);
+    fill_normal(qf, ++seed, stream_);
+    const TensorView q = test::head_view(qf, 0, c.heads, kD), k = test::head_view(kv, width, c.heads, kD),
+                     v = test::head_view(kv, 2 * width, c.heads, kD);
+    const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, c.nq, c.nk, c.heads));
+    must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
+    Tensor outs[2];
+    for (int cluster : {1, 2}) {
+      Tensor& full = outs[cluster - 1];
+      full = must(arena_.alloc({c.nq, c.heads, kD + kOutPad}, DType::kBF16));
+      ASSERT_EQ(cudaMemsetAsync(full.data(), kSentinel, full.nbytes(), stream_), cudaSuccess);
+      const Tensor out = must(full.slice(2, kOutCol0, kOutCol0 + kD));
+      must(cuda::attention_int8fp8_quantized(ws, out.view(), 0.088f, stream_, cluster));
+    }
+    const Tensor single = must(cuda::download(outs[0], stream_)), pair = must(cuda::download(outs[1], stream_));
+    EXPECT_EQ(std::memcmp(single.data(), pair.data(), single.nbytes()), 0)
+        << label << ": the clustered output (or the bytes around it) differs from one CTA per block";
+    const Tensor bf16 = must(single.slice(2, kOutCol0, kOutCol0 + kD)).contiguous();
+    const Tensor bf16_dev = must(cuda::upload(bf16, arena_, stream_));
+    test::expect_e4m3_tiles_of(
+        bf16_dev, arena_,
+        [&](const TensorView& codes, const TensorView& scales) {
+          return cuda::attention_int8fp8_quantized_e4m3(ws, codes, scales, 0.088f, stream_, 2);
+        },
+        label + " e4m3, clusters of 2", stream_);
+  }
+  const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, 16, 16, 1));
+  const Tensor out = must(arena_.alloc({16, 1, kD}, DType::kBF16));
+  EXPECT_EQ(cuda::attention_int8fp8_quantized(ws, out.view(), 0.088f, stream_, 4).code(), StatusCode::kInvalidArgument);
 }
 
 // ---- the canonical shape: 37,810 tokens, 56 heads of 128 ---------------------------------------------
