@@ -49,6 +49,7 @@
 #include "cpu/fp8_blocks.h"
 #include "cuda/attention_e4m3_tile.cuh"
 #include "cuda/attention_int8fp8_tile.cuh"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/fp8_blocks.h"
 #include "cuda/hopper_primitives.cuh"
 #include "cuda/kernel_timeline_record.h"
@@ -454,6 +455,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     fence_proxy_async_shared();
   }
+  // Everything above is set-up, which may run under the quantize pass's last blocks; the
+  // workspace that pass writes is read only after this (dependent_launch.cuh).
+  wait_for_prerequisite_grid();
   // The last CTA-wide barrier (the producer's idle warps exit below); with clusters, it also keeps
   // each CTA's loads and arrivals off the other's barriers until those are initialised.
   if constexpr (kCluster == 1) {
@@ -589,13 +593,14 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  config.attrs = &cluster;
-  config.numAttrs = 1;
+  // The kernel's set-up runs under the end of the kernel before it (the quantize pass).
+  cudaLaunchAttribute attributes[2] = {{}, programmatic_serialization()};
+  attributes[0].id = cudaLaunchAttributeClusterDimension;
+  attributes[0].val.clusterDim.x = kCluster;
+  attributes[0].val.clusterDim.y = 1;
+  attributes[0].val.clusterDim.z = 1;
+  config.attrs = attributes;
+  config.numAttrs = 2;
   VORTEX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q_map, k_map, v_map, params));
   return ok_status();
 }
