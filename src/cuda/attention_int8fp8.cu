@@ -111,6 +111,7 @@ using detail::e4m3x2_bits;
 using hopper::cluster_cta_rank;
 using hopper::cluster_sync;
 using hopper::mbarrier_arrive_cluster;
+using hopper::wait_for_last_releases;
 
 // Long sweeps share each K / Vᵀ load between the 2 CTAs of a cluster (TMA multicast): the head's
 // operands leave L2 once per pair, which saves power under the 700 W cap. Measured
@@ -179,16 +180,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
     load_slice<kCluster>(smem + kSmemV + stage * kVStageBytes, v_map, tile * kBlockK, v_row0,
                          bars + 8 * (kFullV + stage), rank);
   }
-  // The other CTA still writes into this one's ring and arrives on its barriers until its
-  // consumers have released the last tiles; the CTA must not exit before that.
-  if constexpr (kCluster > 1) {
-    for (int tile = tiles > kStages ? tiles - kStages : 0; tile < tiles; ++tile) {
-      const int stage = tile % kStages;
-      const uint32_t parity = (tile / kStages) & 1;
-      mbarrier_wait(bars + 8 * (kEmptyK + stage), parity);
-      mbarrier_wait(bars + 8 * (kEmptyV + stage), parity);
-    }
-  }
+  if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmptyK, bars + 8 * kEmptyV, tiles, kStages);
 }
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------

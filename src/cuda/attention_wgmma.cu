@@ -307,16 +307,7 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
     mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kKVTileBytes);
     load_kv_slice<kCluster>(smem + kSmemV + stage * kKVTileBytes, v_map, head, key0, bars + 8 * (kFullV + stage), rank);
   }
-  // The other CTAs still write into this one's ring and arrive on its barriers until their
-  // consumers have released the last tiles; the CTA must not exit before that.
-  if constexpr (kCluster > 1) {
-    for (int tile = tiles > kStages ? tiles - kStages : 0; tile < tiles; ++tile) {
-      const int stage = tile % kStages;
-      const uint32_t parity = (tile / kStages) & 1;
-      mbarrier_wait(bars + 8 * (kEmptyK + stage), parity);
-      mbarrier_wait(bars + 8 * (kEmptyV + stage), parity);
-    }
-  }
+  if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmptyK, bars + 8 * kEmptyV, tiles, kStages);
 }
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------

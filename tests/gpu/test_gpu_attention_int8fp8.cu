@@ -104,6 +104,26 @@ Tensor gather_heads(const Tensor& fused, int64_t col, int64_t heads) {
 
 class GpuAttentionInt8Fp8 : public test::GpuTest {};
 
+// N(0, 1) q [nq, H, D] and k, v [nk, H, D] sliced from two fused buffers (seeds seed + 1 for k, v
+// and seed + 2 for q; seed advances by 2), quantized into a workspace, all in `arena`.
+struct QuantizedCase {
+  std::string label;
+  cuda::Int8Fp8Workspace ws;
+
+  QuantizedCase(cuda::DeviceArena& arena, int64_t nq, int64_t nk, int64_t heads, uint64_t& seed, cudaStream_t stream)
+      : label("Nq=" + std::to_string(nq) + " Nk=" + std::to_string(nk) + " H=" + std::to_string(heads)) {
+    const int64_t width = heads * kD;
+    const Tensor kv = must(arena.alloc({nk, 3 * width}, DType::kBF16));
+    const Tensor qf = must(arena.alloc({nq, 3 * width}, DType::kBF16));
+    fill_normal(kv, ++seed, stream);
+    fill_normal(qf, ++seed, stream);
+    const TensorView q = test::head_view(qf, 0, heads, kD), k = test::head_view(kv, width, heads, kD),
+                     v = test::head_view(kv, 2 * width, heads, kD);
+    ws = must(cuda::int8fp8_workspace(arena, nq, nk, heads));
+    must(cuda::quantize_int8fp8(q, k, v, ws, stream));
+  }
+};
+
 // Quantize pass vs cpu::quantize_int8fp8, GPU attention vs the CPU reference and vs exact, for
 // q [nq, H, D] against k, v [nk, H, D] (one fused buffer when nq == nk, as the model has).
 void check(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, float scale,
@@ -361,16 +381,9 @@ TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
   uint64_t seed = 880;
   for (const Case c : {Case{1, 129, 1}, Case{129, 300, 3}, Case{300, 257, 2}}) {
     ArenaScope scope(arena_);
-    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
-    const int64_t width = c.heads * kD;
-    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
-    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
-    fill_normal(kv, ++seed, stream_);
-    fill_normal(qf, ++seed, stream_);
-    const TensorView q = test::head_view(qf, 0, c.heads, kD), k = test::head_view(kv, width, c.heads, kD),
-                     v = test::head_view(kv, 2 * width, c.heads, kD);
-    const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, c.nq, c.nk, c.heads));
-    must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
+    const QuantizedCase qc(arena_, c.nq, c.nk, c.heads, seed, stream_);
+    const std::string& label = qc.label;
+    const cuda::Int8Fp8Workspace& ws = qc.ws;
     const Tensor out = must(arena_.alloc({c.nq, c.heads, kD}, DType::kBF16));
     must(cuda::attention_int8fp8_quantized(ws, out.view(), 0.088f, stream_));
     test::expect_e4m3_tiles_of(
@@ -402,16 +415,9 @@ TEST_F(GpuAttentionInt8Fp8, ClusterPairIsBitwiseTheSingleCtaPath) {
   for (const Case c : {Case{1, 1, 1}, Case{129, 129, 2}, Case{300, 257, 3}, Case{200, 513, 4}, Case{1000, 1000, 2},
                        Case{4097, 127, 1}, Case{129, 4097, 2}}) {
     ArenaScope scope(arena_);
-    const std::string label = "Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) + " H=" + std::to_string(c.heads);
-    const int64_t width = c.heads * kD;
-    const Tensor kv = must(arena_.alloc({c.nk, 3 * width}, DType::kBF16));
-    const Tensor qf = must(arena_.alloc({c.nq, 3 * width}, DType::kBF16));
-    fill_normal(kv, ++seed, stream_);
-    fill_normal(qf, ++seed, stream_);
-    const TensorView q = test::head_view(qf, 0, c.heads, kD), k = test::head_view(kv, width, c.heads, kD),
-                     v = test::head_view(kv, 2 * width, c.heads, kD);
-    const cuda::Int8Fp8Workspace ws = must(cuda::int8fp8_workspace(arena_, c.nq, c.nk, c.heads));
-    must(cuda::quantize_int8fp8(q, k, v, ws, stream_));
+    const QuantizedCase qc(arena_, c.nq, c.nk, c.heads, seed, stream_);
+    const std::string& label = qc.label;
+    const cuda::Int8Fp8Workspace& ws = qc.ws;
     Tensor outs[2];
     for (int cluster : {1, 2}) {
       Tensor& full = outs[cluster - 1];
