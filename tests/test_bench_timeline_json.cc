@@ -1,8 +1,10 @@
 // bench::timeline_json, the summary of an attention kernel's clock marks in the bench manifests:
-// per consumer, the median cycles from each mark to the next and of the whole round.
+// per consumer, the median cycles from each mark to the next and of the whole round; and of its
+// CTA records, where the CTAs' time goes outside the sweep.
 #include <gtest/gtest.h>
 
 #include <utility>
+#include <vector>
 
 #include "bench/timeline_json.h"
 
@@ -50,6 +52,59 @@ TEST(BenchTimelineJson, TooFewTilesGiveNoIntervals) {
   const nlohmann::json j = timeline_json(synthetic(3));
   EXPECT_EQ(j["tiles"], 3);
   EXPECT_FALSE(j.contains("consumer0"));
+}
+
+// A CTA on `sm` from `start` (cycles; ns = cycles / 2 + 5000): prologue 100, sweep 1,000,
+// epilogue `epilogue` cycles.
+cuda::CtaSpan span(int sm, long long start, long long epilogue) {
+  cuda::CtaSpan c;
+  c.sm = sm;
+  const long long marks[cuda::kCtaMarks] = {start, start + 100, start + 1100, start + 1100 + epilogue};
+  for (int m = 0; m < cuda::kCtaMarks; ++m) {
+    c.cycles[m] = marks[m];
+    c.ns[m] = marks[m] / 2 + 5000;
+  }
+  return c;
+}
+
+TEST(BenchTimelineJson, CtaSummary) {
+  // SM 0 runs three CTAs with gaps of 50 and 70 cycles, SM 1 two with a gap of 10 and the latest end,
+  // SM 2 one; one CTA has no end mark.
+  std::vector<cuda::CtaSpan> ctas = {span(0, 1000, 200), span(1, 1000, 200), span(2, 1000, 300),
+                                     span(0, 2350, 200), span(1, 2310, 3000), span(0, 3720, 200)};
+  cuda::CtaSpan unfinished = span(2, 2400, 200);
+  unfinished.ns[static_cast<int>(cuda::CtaMark::kEnd)] = 0;
+  ctas.push_back(unfinished);
+
+  cuda::KernelTimeline t;
+  t.events = {"a"};
+  t.warps = 8;
+  t.tiles = 2;
+  t.cycles.assign(16, 0);
+  t.ctas = ctas;
+  const nlohmann::json j = timeline_json(t).at("ctas");
+  EXPECT_EQ(j["count"], 7);
+  EXPECT_EQ(j["unrecorded"], 1);
+  EXPECT_EQ(j["sms"], 3);
+  EXPECT_EQ(j["ctas_per_sm"]["fewest"], 1);
+  EXPECT_EQ(j["ctas_per_sm"]["most"], 3);
+  const nlohmann::json& m = j["median_cycles"];
+  EXPECT_EQ(m["prologue (start -> first tile done)"], 100);
+  EXPECT_EQ(m["sweep (first tile done -> last product landed)"], 1000);
+  EXPECT_EQ(m["epilogue (-> end)"], 200);  // of 200, 200, 300, 200, 3000, 200
+  EXPECT_EQ(m["total"], 1300);
+  EXPECT_EQ(j["same_sm_gap_cycles"]["median"], 50);  // of 50, 70 (SM 0) and 10 (SM 1)
+  EXPECT_EQ(j["same_sm_gap_cycles"]["most"], 70);
+  // First start 1000 cycles = 5500 ns; last end SM 1's second CTA, 2310 + 4100 = 6410 cycles =
+  // 8205 ns (SM 0's last ends at 5020 cycles).
+  EXPECT_EQ(j["kernel_ns"], 8205 - 5500);
+  EXPECT_EQ(j["last_sm"]["ctas"], 2);
+  EXPECT_EQ(j["last_sm"]["span_ns"], 8205 - 5500);
+  EXPECT_EQ(j["last_sm"]["busy_ns"], (6150 - 5500) + (8205 - 6155));
+}
+
+TEST(BenchTimelineJson, NoCtaRecordsNoCtaSummary) {
+  EXPECT_FALSE(timeline_json(synthetic(6)).contains("ctas"));
 }
 
 }  // namespace

@@ -52,6 +52,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/fp8_blocks.h"
 #include "cuda/hopper_primitives.cuh"
+#include "cuda/cta_trace.cuh"
 #include "cuda/kernel_timeline_record.h"
 #include "cuda/row_io.cuh"
 
@@ -88,6 +89,11 @@ struct Int8Fp8Params {
   long long* timeline;
   int timeline_block, timeline_head;
 };
+
+// The timeline instance's record of this CTA (cta_trace.cuh), after its tile marks.
+__device__ __forceinline__ void mark_cta(const Int8Fp8Params& p, int tiles, CtaMark mark) {
+  cta_mark(p.timeline, kConsumerWarps, tiles, static_cast<int>(Int8Fp8TimelineEvent::kCount), mark);
+}
 
 // ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
 
@@ -350,6 +356,9 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   w.first_tile(s, row_max, alpha);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
+  if constexpr (kTimeline) {
+    if (w.consumer == 0 && w.warp == 0 && w.lane == 0) mark_cta(p, w.tiles, CtaMark::kFirstTile);
+  }
 
   for (int tile = 1; tile < w.tiles; ++tile) {
     const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
@@ -392,6 +401,9 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   wgmma_wait<0>();
   pin_registers(acc_a);
   pin_registers(acc_b);
+  if constexpr (kTimeline) {
+    if (w.warp == 0 && w.lane == 0) mark_cta(p, w.tiles, CtaMark::kSweepDone);
+  }
   accumulate_half<0>(o, acc_a, alpha_a);
   accumulate_second_half(o, row_sum, acc_b, alpha_a);
   // No load waits for the last two Vᵀ stages, but with clusters each producer waits for the
@@ -425,6 +437,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
   const int head = static_cast<int>(blockIdx.y);
   const int tiles = p.nk_pad / kBlockK;
+  if constexpr (kTimeline) {
+    if (threadIdx.x == kWarpgroupThreads) mark_cta(p, tiles, CtaMark::kStart);
+  }
 
   if (threadIdx.x == 0) {
     mbarrier_init(bars + 8 * kFullQ, 1);
@@ -469,6 +484,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_raw + (smem - raw) + kSmemEpilogue);
     consume<kTimeline, kE4m3Out, kCluster>(Consumer<kCluster>(p, smem, bars, q0, head, tiles, warpgroup - 1),
                                            warp_max);
+    // The first thread of each consumer, once its epilogue is done: the later of the two counts.
+    if constexpr (kTimeline) {
+      if (threadIdx.x % kWarpgroupThreads == 0) mark_cta(p, tiles, CtaMark::kEnd);
+    }
   }
 }
 
@@ -637,10 +656,15 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "first half landed",
                                      "second half issued, P_t packed"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
-  return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), stream,
+  // The grid: query blocks padded to whole clusters, times heads.
+  const int cluster = attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
+  const int64_t q_blocks = ws.nq_pad / kBlockQ;
+  const int ctas = static_cast<int>((q_blocks + cluster - 1) / cluster * cluster * ws.heads);
+  return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), ctas, stream,
                          [&](long long* marks) -> Status {
                            VORTEX_RETURN_IF_ERROR(check_output(ws, out));
-                           return launch_clustered<true, false>(0, ws, &out, nullptr, nullptr, scale, marks, stream);
+                           return launch_clustered<true, false>(cluster, ws, &out, nullptr, nullptr, scale, marks,
+                                                                stream);
                          });
 }
 

@@ -116,7 +116,8 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 // attention_int8fp8_quantized. Its events per key tile t: the second half of (P·V)_{t−2} retired
 // and P_{t−1} in place; K_t and Vᵀ_{t−1} landed; the issue slot begins; Q·K_tᵀ and the first half
 // of (P·V)_{t−1} issued; S_t landed; its softmax done; the first half landed; the second half
-// issued and P_t packed. The CTA is the middle query block of the middle head.
+// issued and P_t packed. The CTA is the middle query block of the middle head. Every CTA of the
+// grid also records its CtaMarks (KernelTimeline::ctas).
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream);
 

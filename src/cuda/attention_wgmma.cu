@@ -39,6 +39,7 @@
 #include "cpu/fp8_blocks.h"
 #include "cuda/attention_e4m3_tile.cuh"
 #include "cuda/hopper_primitives.cuh"
+#include "cuda/cta_trace.cuh"
 #include "cuda/kernel_timeline_record.h"
 #include "cuda/runtime.h"
 
@@ -150,6 +151,11 @@ enum class WgmmaTimelineEvent : int {
   kPacked,
   kCount
 };
+
+// The timeline instance's record of this CTA (cta_trace.cuh), after its tile marks.
+__device__ __forceinline__ void mark_cta(const WgmmaParams& p, int tiles, CtaMark mark) {
+  cta_mark(p.timeline, kConsumerWarps, tiles, static_cast<int>(WgmmaTimelineEvent::kCount), mark);
+}
 
 // ---- descriptors and softmax helpers ---------------------------------------------------------------
 
@@ -372,6 +378,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   if (kBlockK > p.nk) mask_tail_keys(s, 0, p.nk, lane);
   online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
   pack_p(s, pk);
+  if constexpr (kTimeline) {
+    if (consumer == 0 && thread == 0) mark_cta(p, tiles, CtaMark::kFirstTile);
+  }
 
   // Tile t: S_t = Q·K_tᵀ and O += P_{t−1}·V_{t−1} in flight together; softmax of S_t under P·V.
   for (int tile = 1; tile < tiles; ++tile) {
@@ -410,6 +419,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   issue_pv(o, pk, v_desc(last % kStages));
   wgmma_wait<0>();
   pin_registers(o);
+  if constexpr (kTimeline) {
+    if (thread == 0) mark_cta(p, tiles, CtaMark::kSweepDone);
+  }
   // No load waits for this stage, but with clusters every producer waits for the cluster's last
   // releases before its CTA may exit.
   if constexpr (kCluster > 1) release(kEmptyV + last % kStages);
@@ -487,6 +499,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
   const int head = static_cast<int>(blockIdx.y);
   const int tiles = (p.nk + kBlockK - 1) / kBlockK;
+  if constexpr (kTimeline) {
+    if (threadIdx.x == kWarpgroupThreads) mark_cta(p, tiles, CtaMark::kStart);
+  }
 
   if (threadIdx.x == 0) {
     mbarrier_init(bars + 8 * kFullQ, 1);
@@ -513,6 +528,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   } else {
     claim_registers<kConsumerRegisters>();
     consume<kTimeline, kE4m3Out, kCluster>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
+    // The first thread of each consumer, once its epilogue is done: the later of the two counts.
+    if constexpr (kTimeline) {
+      if (threadIdx.x % kWarpgroupThreads == 0) mark_cta(p, tiles, CtaMark::kEnd);
+    }
   }
 }
 
@@ -619,9 +638,14 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
-  return record_timeline(std::move(events), kConsumerWarps, tiles, stream, [&](long long* marks) {
-    return launch_clustered<true, false>(0, q, k, v, &out, nullptr, scale, marks, stream);
-  });
+  // The grid: query blocks padded to whole clusters, times heads.
+  const int cluster = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
+  const int64_t q_blocks = (q.shape[0] + kBlockQ - 1) / kBlockQ;
+  const int ctas = static_cast<int>((q_blocks + cluster - 1) / cluster * cluster * q.shape[1]);
+  return record_timeline(std::move(events), kConsumerWarps, tiles, ctas, stream,
+                         [&](long long* marks) {
+                           return launch_clustered<true, false>(cluster, q, k, v, &out, nullptr, scale, marks, stream);
+                         });
 }
 
 Result<KernelResources> attention_wgmma_resources(int cluster_ctas) {

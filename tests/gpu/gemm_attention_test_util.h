@@ -111,6 +111,21 @@ inline int64_t timeline_marks_out_of_order(const cuda::KernelTimeline& t) {
   return bad;
 }
 
+// CTA records of a kernel timeline that are missing or out of order: each CTA's SM below
+// `sm_count` and its marks positive and in program order (start, first tile, sweep done, end) on
+// both clocks.
+inline int64_t cta_records_out_of_order(const cuda::KernelTimeline& t, int sm_count) {
+  int64_t bad = 0;
+  for (const cuda::CtaSpan& c : t.ctas) {
+    bad += c.sm < 0 || c.sm >= sm_count;
+    for (int m = 0; m < cuda::kCtaMarks; ++m) {
+      bad += c.ns[m] <= 0 || c.cycles[m] <= 0;
+      if (m > 0) bad += c.ns[m] < c.ns[m - 1] || c.cycles[m] < c.cycles[m - 1];
+    }
+  }
+  return bad;
+}
+
 // An attention kernel's e4m3 output (the fp8 recipe's out-projection input) against
 // quantize_blocks_fp8 (kTiles) of its bf16 output `out` [Nq, H, 128] (device): `run(codes, scales)`
 // writes the e4m3 output into a codes view of the first H·128 columns of a wider buffer (whose

@@ -201,7 +201,8 @@ TEST(GpuAttentionVariant, V2KeyTileNeverPadsMoreThan128) {
 }
 
 // The v1 kernel's timeline instance (clock marks in one CTA) computes attention_wgmma's output bit
-// for bit, and every recorded tile's marks come in program order.
+// for bit, every recorded tile's marks come in program order, and every CTA records its four
+// marks in order on a valid SM.
 TEST_F(GpuAttention, V1TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3, d = 128;
   const Tensor fused = must(arena_.alloc({n, 3 * heads * d}, DType::kBF16));
@@ -218,6 +219,10 @@ TEST_F(GpuAttention, V1TimelineInstanceMatchesAndMarksInOrder) {
   ASSERT_EQ(t.tiles, 8);  // 1,000 keys in 128-key tiles
   ASSERT_EQ(t.events.size(), 7u);
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
+  ASSERT_EQ(t.ctas.size(), 24u);  // 8 query blocks × 3 heads
+  int sm_count = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(test::cta_records_out_of_order(t, sm_count), 0) << "CTA records missing or out of order";
 }
 
 // q [nq, H, 128] and k, v [nk, H, 128]: column slices of two fused buffers of uniform values in

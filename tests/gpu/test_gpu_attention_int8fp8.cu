@@ -348,7 +348,8 @@ TEST_F(GpuAttentionInt8Fp8, QProducerRejectsBadArguments) {
 }
 
 // The timeline instance (clock marks in one CTA) computes the shipped kernel's output bit for bit,
-// and every recorded tile's marks come in program order.
+// every recorded tile's marks come in program order, and every CTA records its four marks in
+// order on a valid SM.
 TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const int64_t n = 1000, heads = 3;
   const Tensor fused = must(arena_.alloc({n, 3 * heads * kD}, DType::kBF16));
@@ -368,6 +369,10 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
   ASSERT_EQ(t.events.size(), 8u);
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
+  ASSERT_EQ(t.ctas.size(), 24u);  // 8 query blocks × 3 heads
+  int sm_count = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  EXPECT_EQ(test::cta_records_out_of_order(t, sm_count), 0) << "CTA records missing or out of order";
 }
 
 // The e4m3-output instance writes, bit for bit, what quantize_blocks_fp8 (kTiles) makes of the bf16

@@ -5,7 +5,8 @@
   (and every manifest's digests verify);
 - ncu_top_stalls.py on a small source-page CSV: shares and order;
 - ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
-- timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round.
+- timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round,
+  and the CTA records' summary.
 """
 
 import json
@@ -95,6 +96,27 @@ class TimelineSummary(unittest.TestCase):
             self.assertIn("500 (25.0%)", softmax)
             self.assertIn("800 (40.0%)", softmax)
             self.assertTrue(lines[-1].strip().startswith("round"))
+
+    def test_cta_records(self):
+        ctas = {"count": 864, "unrecorded": 0, "sms": 132, "ctas_per_sm": {"fewest": 6, "most": 7},
+                "median_cycles": {"prologue (start -> first tile done)": 3000,
+                                  "sweep (first tile done -> last product landed)": 92000,
+                                  "epilogue (-> end)": 5000, "total": 100000},
+                "same_sm_gap_cycles": {"median": 900, "most": 4000},
+                "kernel_ns": 404000, "last_sm": {"ctas": 7, "busy_ns": 353000, "span_ns": 402000}}
+        timeline = {"unit": "SM cycles", "cta": "the middle CTA", "tiles": 3, "ctas": ctas}
+        with tempfile.TemporaryDirectory() as d:
+            (pathlib.Path(d) / "attention-4608x24.json").write_text(
+                json.dumps({"run": {"derived": {"timeline": timeline}}}))
+            r = run(TOOLS / "timeline_summary.py", d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out = r.stdout
+            self.assertIn("CTAs: 864 on 132 SMs (0 unrecorded)", out)
+            self.assertIn("per SM: 6 to 7 CTAs", out)
+            prologue = next(line for line in out.splitlines() if "prologue" in line)
+            self.assertIn("3000 cycles ( 3.0%)", prologue)
+            self.assertIn("median 900, most 4000 cycles", out)
+            self.assertIn("kernel span 404.0 us; the last SM ran 7 CTAs for 353.0 us of its 402.0 us", out)
 
     def test_no_timeline_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:

@@ -8,7 +8,8 @@
 For every manifest with a timeline: per consumer warpgroup, the median cycles from each mark of the
 kernel's key-tile loop to the next, with the share of the round, then the round itself. Both
 consumers side by side show whether they alternate (one's softmax under the other's products) or
-wait on each other.
+wait on each other. Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
+the gaps between the CTAs one SM runs, and the kernel's span against the last SM's busy time.
 """
 
 import json
@@ -40,6 +41,25 @@ def summarize(name, timeline):
     return lines
 
 
+def summarize_ctas(ctas):
+    lines = [f"  CTAs: {ctas['count']} on {ctas['sms']} SMs ({ctas.get('unrecorded', 0)} unrecorded)"]
+    if "median_cycles" not in ctas:
+        return lines
+    per_sm = ctas["ctas_per_sm"]
+    lines.append(f"    per SM: {per_sm['fewest']} to {per_sm['most']} CTAs")
+    total = ctas["median_cycles"]["total"]
+    for phase, cycles in ctas["median_cycles"].items():
+        share = "" if phase == "total" else f" ({100.0 * cycles / total:4.1f}%)"
+        lines.append(f"    median CTA, {phase:50s}{cycles:>10d} cycles{share}")
+    if "same_sm_gap_cycles" in ctas:
+        gap = ctas["same_sm_gap_cycles"]
+        lines.append(f"    gap between consecutive CTAs on one SM: median {gap['median']}, most {gap['most']} cycles")
+    last = ctas["last_sm"]
+    lines.append(f"    kernel span {ctas['kernel_ns'] / 1000:.1f} us; the last SM ran {last['ctas']} CTAs for "
+                 f"{last['busy_ns'] / 1000:.1f} us of its {last['span_ns'] / 1000:.1f} us")
+    return lines
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit(__doc__)
@@ -50,6 +70,8 @@ def main():
             continue
         found += 1
         print("\n".join(summarize(path.stem, timeline)))
+        if "ctas" in timeline:
+            print("\n".join(summarize_ctas(timeline["ctas"])))
     if not found:
         sys.exit("no manifest with a derived.timeline (run vortex bench attention with VORTEX_ATTENTION_TIMELINE=1)")
 
