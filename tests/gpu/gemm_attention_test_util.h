@@ -111,10 +111,15 @@ inline int64_t timeline_marks_out_of_order(const cuda::KernelTimeline& t) {
   return bad;
 }
 
-// CTA records of a kernel timeline that are missing or out of order: each CTA's SM below
-// `sm_count` and its marks positive and in program order (start, first tile, sweep done, end) on
-// both clocks.
-inline int64_t cta_records_out_of_order(const cuda::KernelTimeline& t, int sm_count) {
+// CTA records of a kernel timeline that are missing or out of order: each CTA's SM one of the
+// current device's and its marks positive and in program order (start, first tile, sweep done,
+// end) on both clocks.
+inline int64_t cta_records_out_of_order(const cuda::KernelTimeline& t) {
+  int device = 0, sm_count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    return static_cast<int64_t>(t.ctas.size());
+  }
   int64_t bad = 0;
   for (const cuda::CtaSpan& c : t.ctas) {
     bad += c.sm < 0 || c.sm >= sm_count;
