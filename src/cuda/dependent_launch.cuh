@@ -14,10 +14,14 @@ namespace vortex::cuda {
 // Lets the next kernel on the stream (if launched with programmatic_serialization()) be scheduled
 // once every block of this grid has called this. Calling it at a block's start is safe: the
 // dependent's blocks then only fill SMs this grid's blocks leave, all of which are already placed.
-__device__ __forceinline__ void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_launch() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
 
 // Waits until the grid this one depends on has completed and its writes are visible.
-__device__ __forceinline__ void wait_for_prerequisite_grid() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void wait_for_prerequisite_grid() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
 
 // The launch attribute that lets a kernel overlap the end of the previous one on its stream.
 inline cudaLaunchAttribute programmatic_serialization() {
