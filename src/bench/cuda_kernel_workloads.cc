@@ -119,15 +119,20 @@ nlohmann::json resources_json(const cuda::KernelResources& r) {
           {"threads", r.max_threads}};
 }
 
+// A clustered kernel's resources and how many CTAs share each K / V load (TMA multicast).
+nlohmann::json clustered_resources_json(const cuda::KernelResources& r, int cluster_ctas) {
+  nlohmann::json j = resources_json(r);
+  j["cluster_ctas"] = cluster_ctas;
+  return j;
+}
+
 Result<nlohmann::json> exact_kernel_resources(cuda::AttentionVariant variant, int64_t n, int64_t heads) {
   cuda::KernelResources r;
   switch (variant) {
     case cuda::AttentionVariant::kV1: {
       const int cluster_ctas = cuda::attention_wgmma_cluster_ctas(n, n, heads);
       VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_wgmma_resources(cluster_ctas));
-      nlohmann::json j = resources_json(r);
-      j["cluster_ctas"] = cluster_ctas;  // CTAs sharing each K / V load (TMA multicast)
-      return j;
+      return clustered_resources_json(r, cluster_ctas);
     }
     case cuda::AttentionVariant::kV2: {
       VORTEX_ASSIGN_OR_RETURN(r, cuda::attention_v2_resources(n));
@@ -205,8 +210,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     const int int8fp8_cluster_ctas = cuda::attention_int8fp8_cluster_ctas(N, N, H);
     VORTEX_ASSIGN_OR_RETURN(const cuda::KernelResources int8fp8_resources,
                             cuda::attention_int8fp8_resources(int8fp8_cluster_ctas));
-    nlohmann::json int8fp8_kernel_json = resources_json(int8fp8_resources);
-    int8fp8_kernel_json["cluster_ctas"] = int8fp8_cluster_ctas;  // CTAs sharing each K / Vᵀ load (TMA multicast)
     m_int8.derived["quantize_pass_ms"] = quantize_samples.median();
     m_int8.derived["attention_pass_ms"] = pass_samples.median();
     m_int8.workload_section = workload;
@@ -215,7 +218,7 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_int8.implementation = {{"backend", "cuda"}, {"mode", "int8fp8"},
                              {"attention", "int8 QK^T and e4m3 PV wgmma (src/cuda/attention_int8fp8.cu), row sums "
                                            "of the e4m3 weights from the tensor core; time includes the quantize pass"},
-                             {"kernel", int8fp8_kernel_json}};
+                             {"kernel", clustered_resources_json(int8fp8_resources, int8fp8_cluster_ctas)}};
 
     // Correctness: both outputs against the CPU's exact attention for 16 sampled query rows (all
     // heads); the quantized mode against its own bound, and against the exact kernel everywhere.

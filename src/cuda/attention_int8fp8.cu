@@ -123,11 +123,11 @@ using hopper::wait_for_last_releases;
 // operands leave L2 once per pair, which saves power under the 700 W cap. Measured
 // (bench/notes/attention.md, session 12): 37,810 × 56 went 47.66 → 47.10 ms (clock 1,878 → 1,933
 // MHz, cycles +1.7%); 4,608 × 24 (uncapped) 0.406 → 0.412 ms, so short sweeps keep one CTA. The
-// threshold is the exact kernel's. kSliceRows: the rows of a K or Vᵀ tile each CTA loads.
+// threshold is the exact kernel's (hopper::kMulticastMinPairs). kSliceRows: the rows of a K or Vᵀ
+// tile each CTA loads.
 template <int kCluster>
 constexpr int kSliceRows = kBlockK / kCluster;
 static_assert(kHeadDim == kBlockK, "a Vᵀ tile has as many channel rows as a K tile has keys");
-constexpr int64_t kClusterMinPairs = int64_t{1} << 33;
 
 // One box (its rows set by the map: 128, or a slice) at (column, row) of a 2-d byte tensor map,
 // completing on `bar`.
@@ -493,6 +493,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- host: tensor maps and launch -------------------------------------------------------------------
 
+using hopper::cluster_dimension;
+using hopper::cluster_grid;
 using hopper::EncodeTiled;
 using hopper::tensor_map_encoder;
 
@@ -598,18 +600,13 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2. The query
   // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
-  const unsigned q_blocks = static_cast<unsigned>(ws.nq_pad / kBlockQ);
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3((q_blocks + kCluster - 1) / kCluster * kCluster, static_cast<unsigned>(ws.heads));
+  config.gridDim = cluster_grid(ws.nq_pad / kBlockQ, kCluster, ws.heads);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
   // The kernel's set-up runs under the end of the kernel before it (the quantize pass).
-  cudaLaunchAttribute attributes[2] = {{}, programmatic_serialization()};
-  attributes[0].id = cudaLaunchAttributeClusterDimension;
-  attributes[0].val.clusterDim.x = kCluster;
-  attributes[0].val.clusterDim.y = 1;
-  attributes[0].val.clusterDim.z = 1;
+  cudaLaunchAttribute attributes[2] = {cluster_dimension(kCluster), programmatic_serialization()};
   config.attrs = attributes;
   config.numAttrs = 2;
   VORTEX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q_map, k_map, v_map, params));
@@ -630,7 +627,7 @@ Status launch_clustered(int cluster_ctas, const Int8Fp8Workspace& ws, const Tens
 }  // namespace
 
 int attention_int8fp8_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
-  return nq * nk * heads >= kClusterMinPairs ? 2 : 1;
+  return hopper::multicast_cluster_ctas(nq, nk, heads);
 }
 
 Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
@@ -656,11 +653,10 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "first half landed",
                                      "second half issued, P_t packed"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
-  // The grid: query blocks padded to whole clusters, times heads.
   const int cluster = attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
-  const int64_t q_blocks = ws.nq_pad / kBlockQ;
-  const int ctas = static_cast<int>((q_blocks + cluster - 1) / cluster * cluster * ws.heads);
-  return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK), ctas, stream,
+  const dim3 grid = cluster_grid(ws.nq_pad / kBlockQ, cluster, ws.heads);
+  return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK),
+                         static_cast<int>(grid.x * grid.y), stream,
                          [&](long long* marks) -> Status {
                            VORTEX_RETURN_IF_ERROR(check_output(ws, out));
                            return launch_clustered<true, false>(cluster, ws, &out, nullptr, nullptr, scale, marks,

@@ -70,11 +70,10 @@ constexpr int kStages = 2;
 // That saves power, not cycles: the pair waits for its slower CTA at every stage (2.8% more
 // cycles), which pays only where the 700 W cap sets the clock. Measured (bench/notes/attention.md,
 // session 11): 37,810 × 56 went 64.26 → 63.33 ms (clock 1,623 → 1,692 MHz), 4,608 × 24 (uncapped,
-// 0.4 ms) 0.407 → 0.414 ms; clusters of 4 lost at both. The threshold between them, 2^33 query-key
-// pairs (~7 ms of attention), is a judgment, not a measured crossover.
+// 0.4 ms) 0.407 → 0.414 ms; clusters of 4 lost at both. The threshold between them
+// (hopper::kMulticastMinPairs, ~7 ms of attention) is a judgment, not a measured crossover.
 template <int kCluster>
 constexpr int kSliceRows = kBlockK / kCluster;
-constexpr int64_t kClusterMinPairs = int64_t{1} << 33;
 
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
@@ -575,15 +574,11 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
   // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2. The query
   // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3((q_blocks + kCluster - 1) / kCluster * kCluster, static_cast<unsigned>(q.shape[1]));
+  config.gridDim = cluster_grid(q_blocks, kCluster, q.shape[1]);
   config.blockDim = dim3(kThreads);
   config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster{};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = kCluster;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+  cudaLaunchAttribute cluster = cluster_dimension(kCluster);
   config.attrs = &cluster;
   config.numAttrs = 1;
   VORTEX_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, q_map, k_map, v_map, params));
@@ -593,7 +588,7 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
 }  // namespace
 
 int attention_wgmma_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
-  return nq * nk * heads >= kClusterMinPairs ? 2 : 1;
+  return multicast_cluster_ctas(nq, nk, heads);
 }
 
 namespace {
@@ -638,11 +633,9 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
-  // The grid: query blocks padded to whole clusters, times heads.
   const int cluster = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
-  const int64_t q_blocks = (q.shape[0] + kBlockQ - 1) / kBlockQ;
-  const int ctas = static_cast<int>((q_blocks + cluster - 1) / cluster * cluster * q.shape[1]);
-  return record_timeline(std::move(events), kConsumerWarps, tiles, ctas, stream,
+  const dim3 grid = cluster_grid((q.shape[0] + kBlockQ - 1) / kBlockQ, cluster, q.shape[1]);
+  return record_timeline(std::move(events), kConsumerWarps, tiles, static_cast<int>(grid.x * grid.y), stream,
                          [&](long long* marks) {
                            return launch_clustered<true, false>(cluster, q, k, v, &out, nullptr, scale, marks, stream);
                          });

@@ -436,6 +436,33 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// ---- host: clusters of CTAs sharing K / V loads ----------------------------------------------------
+
+// The attention kernels share each K / V load between the 2 CTAs of a cluster (TMA multicast) for
+// sweeps of at least this many query-key pairs over all heads: there the 700 W cap sets the clock
+// and the saved L2 traffic raises it; shorter sweeps lose the cycles the pair spends waiting for its
+// slower CTA (bench/notes/attention.md, sessions 11 and 12). A judgment between the measured shapes.
+constexpr int64_t kMulticastMinPairs = int64_t{1} << 33;
+inline int multicast_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
+  return nq * nk * heads >= kMulticastMinPairs ? 2 : 1;
+}
+
+// The grid of a key-sweep kernel: query blocks (x, padded to whole clusters) by heads (y).
+inline dim3 cluster_grid(int64_t q_blocks, int cluster_ctas, int64_t heads) {
+  return dim3(static_cast<unsigned>((q_blocks + cluster_ctas - 1) / cluster_ctas * cluster_ctas),
+              static_cast<unsigned>(heads));
+}
+
+// The launch attribute for clusters of `cluster_ctas` CTAs along x.
+inline cudaLaunchAttribute cluster_dimension(int cluster_ctas) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = static_cast<unsigned>(cluster_ctas);
+  attribute.val.clusterDim.y = 1;
+  attribute.val.clusterDim.z = 1;
+  return attribute;
+}
+
 // ---- host: tensor maps ------------------------------------------------------------------------------
 
 using EncodeTiled = PFN_cuTensorMapEncodeTiled_v12000;
