@@ -1,8 +1,11 @@
 // bench::timeline_json, the summary of an attention kernel's clock marks in the bench manifests:
 // per consumer, the median cycles from each mark to the next and of the whole round; and of its
-// CTA records, where the CTAs' time goes outside the sweep.
+// CTA records, where the CTAs' time goes outside the sweep and the clock they ran at; repeated
+// launches; the launch count from the environment.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -101,6 +104,54 @@ TEST(BenchTimelineJson, CtaSummary) {
   EXPECT_EQ(j["last_sm"]["ctas"], 2);
   EXPECT_EQ(j["last_sm"]["span_ns"], 8205 - 5500);
   EXPECT_EQ(j["last_sm"]["busy_ns"], (6150 - 5500) + (8205 - 6155));
+  EXPECT_EQ(j["last_sm"]["busy_cycles"], 1300 + 4100);
+  // ns = cycles / 2 + 5000 up to the halving's truncation: 2,000 MHz to within a few per mille.
+  EXPECT_NEAR(j["clock_mhz"].get<double>(), 2000.0, 5.0);
+}
+
+TEST(BenchTimelineJson, RepeatedLaunchesListEachLaunchAndSummariseTheLast) {
+  int calls = 0;
+  auto launch = [&]() -> Result<cuda::KernelTimeline> {
+    ++calls;
+    cuda::KernelTimeline t = synthetic(6);
+    // Each launch's one CTA runs 1,300 cycles; the second launch at half the first's clock.
+    t.ctas = {span(0, 1000, 200)};
+    if (calls == 2) {
+      for (int m = 0; m < cuda::kCtaMarks; ++m) t.ctas[0].ns[m] = t.ctas[0].cycles[m] + 5000;
+    }
+    return t;
+  };
+  const Result<nlohmann::json> j = repeated_timeline_json(2, launch);
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  EXPECT_EQ(calls, 2);
+  ASSERT_EQ(j->at("launches").size(), 2u);
+  EXPECT_NEAR(j->at("launches")[0]["clock_mhz"].get<double>(), 2000.0, 5.0);
+  EXPECT_NEAR(j->at("launches")[1]["clock_mhz"].get<double>(), 1000.0, 1e-9);
+  EXPECT_EQ(j->at("launches")[1]["last_sm_busy_cycles"], 1300);
+  EXPECT_NEAR(j->at("ctas")["clock_mhz"].get<double>(), 1000.0, 1e-9);  // the last launch's summary
+  EXPECT_TRUE(j->contains("consumer0"));
+
+  const Result<nlohmann::json> once = repeated_timeline_json(1, launch);
+  ASSERT_TRUE(once.ok());
+  EXPECT_FALSE(once->contains("launches"));
+
+  const Result<nlohmann::json> failed =
+      repeated_timeline_json(3, []() -> Result<cuda::KernelTimeline> { return invalid_argument("no device"); });
+  EXPECT_FALSE(failed.ok());
+}
+
+TEST(BenchTimelineJson, LaunchCountFromTheEnvironment) {
+  ::unsetenv("VORTEX_ATTENTION_TIMELINE");
+  EXPECT_EQ(*timeline_launches_from_env(), 0);
+  ::setenv("VORTEX_ATTENTION_TIMELINE", "12", 1);
+  EXPECT_EQ(*timeline_launches_from_env(), 12);
+  for (const char* bad : {"0", "1001", "x", "3x", "-2"}) {
+    ::setenv("VORTEX_ATTENTION_TIMELINE", bad, 1);
+    const Result<int> n = timeline_launches_from_env();
+    ASSERT_FALSE(n.ok()) << bad;
+    EXPECT_NE(n.status().message().find("VORTEX_ATTENTION_TIMELINE"), std::string::npos);
+  }
+  ::unsetenv("VORTEX_ATTENTION_TIMELINE");
 }
 
 TEST(BenchTimelineJson, NoCtaRecordsNoCtaSummary) {

@@ -3,7 +3,6 @@
 // products are too large for the CPU), peers time PyTorch on the same shapes.
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <vector>
@@ -158,6 +157,7 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
   const int64_t D = 128;
   const AttentionShape shapes[] = {{kRows, 56, ""}, {4608, 24, "-4608x24"}};
   VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
+  VORTEX_ASSIGN_OR_RETURN(const int timeline_launches, timeline_launches_from_env());
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json env, environment_json(o));
   std::vector<Manifest> manifests;
@@ -247,19 +247,19 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     VORTEX_ASSIGN_OR_RETURN(Tensor all_int8, cuda::download(out_int8fp8, nullptr));
     m_int8.derived["error_vs_exact"] = error_json(all_int8, all_exact);
     m_int8.derived["error_vs_exact"]["inputs"] = "N(0,1) q, k, v; every output element";
-    if (std::getenv("VORTEX_ATTENTION_TIMELINE") != nullptr) {
+    if (timeline_launches > 0) {
       if (variant == cuda::AttentionVariant::kV1) {
-        VORTEX_ASSIGN_OR_RETURN(const cuda::KernelTimeline exact_timeline,
-                                cuda::attention_wgmma_timeline(q, k, v, heads(out_exact, 0), scale, nullptr));
-        m_exact.derived["timeline"] = timeline_json(exact_timeline);
+        VORTEX_ASSIGN_OR_RETURN(m_exact.derived["timeline"], repeated_timeline_json(timeline_launches, [&]() {
+                                  return cuda::attention_wgmma_timeline(q, k, v, heads(out_exact, 0), scale, nullptr);
+                                }));
       }
       const size_t mark = scratch.mark();
       VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace ws, cuda::int8fp8_workspace(scratch, N, N, H));
       VORTEX_RETURN_IF_ERROR(cuda::quantize_int8fp8(q, k, v, ws, nullptr));
-      VORTEX_ASSIGN_OR_RETURN(const cuda::KernelTimeline timeline,
-                              cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr));
+      VORTEX_ASSIGN_OR_RETURN(m_int8.derived["timeline"], repeated_timeline_json(timeline_launches, [&]() {
+                                return cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr);
+                              }));
       scratch.release_to(mark);
-      m_int8.derived["timeline"] = timeline_json(timeline);
     }
     if (!o.peer_command.empty()) {
       VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "attention:" + std::to_string(N) + "x" +

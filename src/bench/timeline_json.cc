@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -25,7 +26,7 @@ nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas) {
                sweep = at(static_cast<int>(CtaMark::kSweepDone)), end = at(static_cast<int>(CtaMark::kEnd));
   std::map<int, std::vector<const cuda::CtaSpan*>> by_sm;
   std::vector<long long> prologue, sweeping, epilogue, total;
-  long long kernel_start = 0, kernel_end = 0;
+  long long kernel_start = 0, kernel_end = 0, cta_cycles = 0, cta_ns = 0;
   int unrecorded = 0;
   for (const cuda::CtaSpan& c : ctas) {
     bool recorded = true;
@@ -39,6 +40,8 @@ nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas) {
     sweeping.push_back(c.cycles[sweep] - c.cycles[first]);
     epilogue.push_back(c.cycles[end] - c.cycles[sweep]);
     total.push_back(c.cycles[end] - c.cycles[start]);
+    cta_cycles += c.cycles[end] - c.cycles[start];
+    cta_ns += c.ns[end] - c.ns[start];
     kernel_start = kernel_start == 0 ? c.ns[start] : std::min(kernel_start, c.ns[start]);
     kernel_end = std::max(kernel_end, c.ns[end]);
   }
@@ -55,8 +58,11 @@ nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas) {
     most = std::max(most, list.size());
     if (last_sm == nullptr || list.back()->ns[end] > last_sm->back()->ns[end]) last_sm = &list;
   }
-  long long busy_ns = 0;
-  for (const cuda::CtaSpan* c : *last_sm) busy_ns += c->ns[end] - c->ns[start];
+  long long busy_ns = 0, busy_cycles = 0;
+  for (const cuda::CtaSpan* c : *last_sm) {
+    busy_ns += c->ns[end] - c->ns[start];
+    busy_cycles += c->cycles[end] - c->cycles[start];
+  }
   out["ctas_per_sm"] = {{"fewest", fewest}, {"most", most}};
   out["median_cycles"] = {{"prologue (start -> first tile done)", median_of(prologue)},
                           {"sweep (first tile done -> last product landed)", median_of(sweeping)},
@@ -66,8 +72,12 @@ nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas) {
     out["same_sm_gap_cycles"] = {{"median", median_of(gaps)}, {"most", *std::max_element(gaps.begin(), gaps.end())}};
   }
   out["kernel_ns"] = kernel_end - kernel_start;
+  // The SM clock the CTAs ran at, from their own clocks: what the power controller granted, which
+  // the driver's sampled clock can overstate.
+  if (cta_ns > 0) out["clock_mhz"] = 1000.0 * static_cast<double>(cta_cycles) / static_cast<double>(cta_ns);
   out["last_sm"] = {{"ctas", last_sm->size()},
                     {"busy_ns", busy_ns},
+                    {"busy_cycles", busy_cycles},
                     {"span_ns", last_sm->back()->ns[end] - last_sm->front()->ns[start]}};
   return out;
 }
@@ -98,6 +108,34 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
     }
     out["consumer" + std::to_string(consumer)] = phases;
   }
+  return out;
+}
+
+Result<int> timeline_launches_from_env() {
+  const char* v = std::getenv("VORTEX_ATTENTION_TIMELINE");
+  if (v == nullptr || *v == '\0') return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 1 || n > 1000) {
+    return invalid_argument(std::string("VORTEX_ATTENTION_TIMELINE: '") + v + "' (expected a launch count, 1 to 1000)");
+  }
+  return static_cast<int>(n);
+}
+
+Result<nlohmann::json> repeated_timeline_json(int launches, const std::function<Result<cuda::KernelTimeline>()>& launch) {
+  nlohmann::json per_launch = nlohmann::json::array();
+  cuda::KernelTimeline last;
+  for (int i = 0; i < launches; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(last, launch());
+    if (last.ctas.empty()) continue;
+    const nlohmann::json ctas = cta_summary_json(last.ctas);
+    if (!ctas.contains("clock_mhz")) continue;
+    per_launch.push_back({{"kernel_ns", ctas["kernel_ns"]},
+                          {"clock_mhz", ctas["clock_mhz"]},
+                          {"last_sm_busy_cycles", ctas["last_sm"]["busy_cycles"]}});
+  }
+  nlohmann::json out = timeline_json(last);
+  if (launches > 1 && !per_launch.empty()) out["launches"] = per_launch;
   return out;
 }
 

@@ -4,9 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <vector>
 
 #include "cuda/kernel_timeline.h"
+#include "vortex/status.h"
 
 namespace vortex::bench {
 
@@ -22,8 +24,19 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t);
 // The CTA records' summary: how many CTAs and SMs (and CTAs per SM, fewest and most); the median
 // over CTAs of the cycles from start to the first tile done (prologue), to the sweep's end, to the
 // CTA's end (epilogue) and in all; the gaps between consecutive CTAs on one SM (cycles: median,
-// most); the kernel's span (ns, first start to last end); and the SM whose last CTA ended last:
-// its CTAs, the ns they ran and its span. CTAs with a mark missing are only counted (unrecorded).
+// most); the kernel's span (ns, first start to last end); the clock the CTAs ran at (their cycles
+// over their ns, MHz); and the SM whose last CTA ended last: its CTAs, the ns and cycles they ran
+// and its span. CTAs with a mark missing are only counted (unrecorded).
 nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas);
+
+// VORTEX_ATTENTION_TIMELINE as a launch count: 0 when unset or empty, else 1 .. 1000; anything else is
+// an error naming the variable.
+Result<int> timeline_launches_from_env();
+
+// Runs a timeline instance `launches` times back to back and summarises the last launch
+// (timeline_json); with more than one launch and CTA records, "launches" lists each launch's kernel
+// ns, clock (MHz) and the last SM's busy cycles, so a sustained run's cycles and clock can be read
+// apart as the power controller settles.
+Result<nlohmann::json> repeated_timeline_json(int launches, const std::function<Result<cuda::KernelTimeline>()>& launch);
 
 }  // namespace vortex::bench

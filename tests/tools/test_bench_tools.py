@@ -103,8 +103,11 @@ class TimelineSummary(unittest.TestCase):
                                   "sweep (first tile done -> last product landed)": 92000,
                                   "epilogue (-> end)": 5000, "total": 100000},
                 "same_sm_gap_cycles": {"median": 900, "most": 4000},
-                "kernel_ns": 404000, "last_sm": {"ctas": 7, "busy_ns": 353000, "span_ns": 402000}}
-        timeline = {"unit": "SM cycles", "cta": "the middle CTA", "tiles": 3, "ctas": ctas}
+                "kernel_ns": 404000, "clock_mhz": 1724.6,
+                "last_sm": {"ctas": 7, "busy_ns": 353000, "busy_cycles": 690000, "span_ns": 402000}}
+        launches = [{"kernel_ns": 404000, "clock_mhz": 1724.6, "last_sm_busy_cycles": 690000},
+                    {"kernel_ns": 431000, "clock_mhz": 1601.2, "last_sm_busy_cycles": 690500}]
+        timeline = {"unit": "SM cycles", "cta": "the middle CTA", "tiles": 3, "ctas": ctas, "launches": launches}
         with tempfile.TemporaryDirectory() as d:
             (pathlib.Path(d) / "attention-4608x24.json").write_text(
                 json.dumps({"run": {"derived": {"timeline": timeline}}}))
@@ -117,6 +120,8 @@ class TimelineSummary(unittest.TestCase):
             self.assertIn("3000 cycles ( 3.0%)", prologue)
             self.assertIn("median 900, most 4000 cycles", out)
             self.assertIn("kernel span 404.0 us; the last SM ran 7 CTAs for 353.0 us of its 402.0 us", out)
+            self.assertIn("the CTAs ran at 1725 MHz", out)
+            self.assertIn("2: span      431.0 us at   1601 MHz, the last SM busy       690500 cycles", out)
 
     def test_no_timeline_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:

@@ -9,7 +9,9 @@ For every manifest with a timeline: per consumer warpgroup, the median cycles fr
 kernel's key-tile loop to the next, with the share of the round, then the round itself. Both
 consumers side by side show whether they alternate (one's softmax under the other's products) or
 wait on each other. Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
-the gaps between the CTAs one SM runs, and the kernel's span against the last SM's busy time.
+the gaps between the CTAs one SM runs, the kernel's span against the last SM's busy time and the
+clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
+clock and the last SM's busy cycles.
 """
 
 import json
@@ -57,6 +59,16 @@ def summarize_ctas(ctas):
     last = ctas["last_sm"]
     lines.append(f"    kernel span {ctas['kernel_ns'] / 1000:.1f} us; the last SM ran {last['ctas']} CTAs for "
                  f"{last['busy_ns'] / 1000:.1f} us of its {last['span_ns'] / 1000:.1f} us")
+    if "clock_mhz" in ctas:
+        lines.append(f"    the CTAs ran at {ctas['clock_mhz']:.0f} MHz (their cycles over their ns)")
+    return lines
+
+
+def summarize_launches(launches):
+    lines = ["  launches, back to back:"]
+    for i, launch in enumerate(launches):
+        lines.append(f"    {i + 1:3d}: span {launch['kernel_ns'] / 1000:10.1f} us at {launch['clock_mhz']:6.0f} MHz, "
+                     f"the last SM busy {launch['last_sm_busy_cycles']:>12d} cycles")
     return lines
 
 
@@ -72,6 +84,8 @@ def main():
         print("\n".join(summarize(path.stem, timeline)))
         if "ctas" in timeline:
             print("\n".join(summarize_ctas(timeline["ctas"])))
+        if "launches" in timeline:
+            print("\n".join(summarize_launches(timeline["launches"])))
     if not found:
         sys.exit("no manifest with a derived.timeline (run vortex bench attention with VORTEX_ATTENTION_TIMELINE=1)")
 
