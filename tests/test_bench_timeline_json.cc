@@ -154,6 +154,20 @@ TEST(BenchTimelineJson, LaunchCountFromTheEnvironment) {
   ::unsetenv("VORTEX_ATTENTION_TIMELINE");
 }
 
+TEST(BenchTimelineJson, ClusterSizeFromTheEnvironment) {
+  ::unsetenv("VORTEX_ATTENTION_TIMELINE_CLUSTER");
+  EXPECT_EQ(*timeline_cluster_from_env(), 0);
+  ::setenv("VORTEX_ATTENTION_TIMELINE_CLUSTER", "1", 1);
+  EXPECT_EQ(*timeline_cluster_from_env(), 1);
+  for (const char* bad : {"3", "-1", "two"}) {
+    ::setenv("VORTEX_ATTENTION_TIMELINE_CLUSTER", bad, 1);
+    const Result<int> n = timeline_cluster_from_env();
+    ASSERT_FALSE(n.ok()) << bad;
+    EXPECT_NE(n.status().message().find("VORTEX_ATTENTION_TIMELINE_CLUSTER"), std::string::npos);
+  }
+  ::unsetenv("VORTEX_ATTENTION_TIMELINE_CLUSTER");
+}
+
 TEST(BenchTimelineJson, NoCtaRecordsNoCtaSummary) {
   EXPECT_FALSE(timeline_json(synthetic(6)).contains("ctas"));
 }

@@ -158,6 +158,7 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
   const AttentionShape shapes[] = {{kRows, 56, ""}, {4608, 24, "-4608x24"}};
   VORTEX_ASSIGN_OR_RETURN(const cuda::AttentionVariant variant, cuda::attention_variant_from_env());
   VORTEX_ASSIGN_OR_RETURN(const int timeline_launches, timeline_launches_from_env());
+  VORTEX_ASSIGN_OR_RETURN(const int timeline_cluster, timeline_cluster_from_env());
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json env, environment_json(o));
   std::vector<Manifest> manifests;
@@ -249,16 +250,21 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
     m_int8.derived["error_vs_exact"]["inputs"] = "N(0,1) q, k, v; every output element";
     if (timeline_launches > 0) {
       if (variant == cuda::AttentionVariant::kV1) {
-        VORTEX_ASSIGN_OR_RETURN(m_exact.derived["timeline"], repeated_timeline_json(timeline_launches, [&]() {
-                                  return cuda::attention_wgmma_timeline(q, k, v, heads(out_exact, 0), scale, nullptr);
-                                }));
+        const auto launch = [&]() {
+          return cuda::attention_wgmma_timeline(q, k, v, heads(out_exact, 0), scale, nullptr, timeline_cluster);
+        };
+        VORTEX_ASSIGN_OR_RETURN(m_exact.derived["timeline"], repeated_timeline_json(timeline_launches, launch));
+        m_exact.derived["timeline"]["cluster_ctas"] =
+            timeline_cluster != 0 ? timeline_cluster : cuda::attention_wgmma_cluster_ctas(N, N, H);
       }
       const size_t mark = scratch.mark();
       VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace ws, cuda::int8fp8_workspace(scratch, N, N, H));
       VORTEX_RETURN_IF_ERROR(cuda::quantize_int8fp8(q, k, v, ws, nullptr));
-      VORTEX_ASSIGN_OR_RETURN(m_int8.derived["timeline"], repeated_timeline_json(timeline_launches, [&]() {
-                                return cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr);
-                              }));
+      const auto launch = [&]() {
+        return cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr, timeline_cluster);
+      };
+      VORTEX_ASSIGN_OR_RETURN(m_int8.derived["timeline"], repeated_timeline_json(timeline_launches, launch));
+      m_int8.derived["timeline"]["cluster_ctas"] = timeline_cluster != 0 ? timeline_cluster : int8fp8_cluster_ctas;
       scratch.release_to(mark);
     }
     if (!o.peer_command.empty()) {

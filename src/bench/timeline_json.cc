@@ -111,18 +111,32 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
   return out;
 }
 
-Result<int> timeline_launches_from_env() {
-  const char* v = std::getenv("VORTEX_ATTENTION_TIMELINE");
-  if (v == nullptr || *v == '\0') return 0;
+namespace {
+
+// The integer in environment variable `name`: `unset` when unset or empty, else lo .. hi.
+Result<int> env_int(const char* name, int unset, long lo, long hi, const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return unset;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 1 || n > 1000) {
-    return invalid_argument(std::string("VORTEX_ATTENTION_TIMELINE: '") + v + "' (expected a launch count, 1 to 1000)");
+  if (*end != '\0' || n < lo || n > hi) {
+    return invalid_argument(std::string(name) + ": '" + v + "' (expected " + what + ")");
   }
   return static_cast<int>(n);
 }
 
-Result<nlohmann::json> repeated_timeline_json(int launches, const std::function<Result<cuda::KernelTimeline>()>& launch) {
+}  // namespace
+
+Result<int> timeline_launches_from_env() {
+  return env_int("VORTEX_ATTENTION_TIMELINE", 0, 1, 1000, "a launch count, 1 to 1000");
+}
+
+Result<int> timeline_cluster_from_env() {
+  return env_int("VORTEX_ATTENTION_TIMELINE_CLUSTER", 0, 0, 2, "0 for the size-based choice, 1 or 2 CTAs");
+}
+
+Result<nlohmann::json> repeated_timeline_json(int launches,
+                                              const std::function<Result<cuda::KernelTimeline>()>& launch) {
   nlohmann::json per_launch = nlohmann::json::array();
   cuda::KernelTimeline last;
   for (int i = 0; i < launches; ++i) {

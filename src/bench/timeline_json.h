@@ -33,10 +33,17 @@ nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas);
 // an error naming the variable.
 Result<int> timeline_launches_from_env();
 
+// VORTEX_ATTENTION_TIMELINE_CLUSTER: the cluster size the timeline instances run with (1 or 2 CTAs
+// sharing each K / V load), or 0 (unset or empty) for the size-based choice the shipped launches
+// make; anything else is an error naming the variable. With it, the multicast's cost in cycles and
+// its gain in clock are measured apart at one shape.
+Result<int> timeline_cluster_from_env();
+
 // Runs a timeline instance `launches` times back to back and summarises the last launch
 // (timeline_json); with more than one launch and CTA records, "launches" lists each launch's kernel
 // ns, clock (MHz) and the last SM's busy cycles, so a sustained run's cycles and clock can be read
 // apart as the power controller settles.
-Result<nlohmann::json> repeated_timeline_json(int launches, const std::function<Result<cuda::KernelTimeline>()>& launch);
+Result<nlohmann::json> repeated_timeline_json(int launches,
+                                              const std::function<Result<cuda::KernelTimeline>()>& launch);
 
 }  // namespace vortex::bench

@@ -643,7 +643,7 @@ Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const Tensor
 }
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                                  cudaStream_t stream) {
+                                                  cudaStream_t stream, int cluster_ctas) {
   std::vector<std::string> events = {"tile start (second half of PV_t-2 retired, P_t-1 in place)",
                                      "operands (K_t, V_t-1 landed)",
                                      "slot begins (the other consumer issued)",
@@ -653,7 +653,11 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "first half landed",
                                      "second half issued, P_t packed"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
-  const int cluster = attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
+  if (cluster_ctas < 0 || cluster_ctas > 2) {
+    return invalid_argument("attention_int8fp8: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
+                            std::to_string(cluster_ctas));
+  }
+  const int cluster = cluster_ctas != 0 ? cluster_ctas : attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
   const dim3 grid = cluster_grid(ws.nq_pad / kBlockQ, cluster, ws.heads);
   return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK),
                          static_cast<int>(grid.x * grid.y), stream,

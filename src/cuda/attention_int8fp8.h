@@ -117,9 +117,9 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 // and P_{t−1} in place; K_t and Vᵀ_{t−1} landed; the issue slot begins; Q·K_tᵀ and the first half
 // of (P·V)_{t−1} issued; S_t landed; its softmax done; the first half landed; the second half
 // issued and P_t packed. The CTA is the middle query block of the middle head. Every CTA of the
-// grid also records its CtaMarks (KernelTimeline::ctas).
+// grid also records its CtaMarks (KernelTimeline::ctas). cluster_ctas as for the attention pass.
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
-                                                  cudaStream_t stream);
+                                                  cudaStream_t stream, int cluster_ctas = 0);
 
 // Registers, spills and shared memory of the int8fp8 attention kernel instance for clusters of
 // `cluster_ctas` (for bench manifests).

@@ -623,7 +623,8 @@ Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, 
 }
 
 Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
-                                                const TensorView& out, float scale, cudaStream_t stream) {
+                                                const TensorView& out, float scale, cudaStream_t stream,
+                                                int cluster_ctas) {
   std::vector<std::string> events = {"operands (K_t, V_t-1 landed)",
                                      "slot begins (the other consumer issued)",
                                      "issued (QK_t, PV_t-1)",
@@ -633,7 +634,12 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
-  const int cluster = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
+  if (cluster_ctas < 0 || cluster_ctas > 2) {
+    return invalid_argument("attention v1: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
+                            std::to_string(cluster_ctas));
+  }
+  const int cluster =
+      cluster_ctas != 0 ? cluster_ctas : attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
   const dim3 grid = cluster_grid((q.shape[0] + kBlockQ - 1) / kBlockQ, cluster, q.shape[1]);
   return record_timeline(std::move(events), kConsumerWarps, tiles, static_cast<int>(grid.x * grid.y), stream,
                          [&](long long* marks) {

@@ -84,6 +84,8 @@ def main():
         print("\n".join(summarize(path.stem, timeline)))
         if "ctas" in timeline:
             print("\n".join(summarize_ctas(timeline["ctas"])))
+        if "cluster_ctas" in timeline:
+            print(f"  clusters of {timeline['cluster_ctas']} CTA(s) sharing each K / V load")
         if "launches" in timeline:
             print("\n".join(summarize_launches(timeline["launches"])))
     if not found:
