@@ -67,10 +67,10 @@ constexpr int kStages = 2;
 // Long sweeps run K and V to the CTAs of a 2-CTA cluster — consecutive query blocks of one head,
 // which sweep the same keys in step — by TMA multicast: each CTA loads half of every tile's rows
 // into the rings of both, so the head's K and V leave L2 once per pair instead of once per CTA.
-// That saves power, not cycles: the pair waits for its slower CTA at every stage (2.8% more
+// That saves power, not cycles: the pair waits for its slower CTA at every stage (0.6% more
 // cycles), which pays only where the 700 W cap sets the clock. Measured (bench/notes/attention.md,
-// session 11): 37,810 × 56 went 64.26 → 63.33 ms (clock 1,623 → 1,692 MHz), 4,608 × 24 (uncapped,
-// 0.4 ms) 0.407 → 0.414 ms; clusters of 4 lost at both. The threshold between them
+// sessions 11 and 13): 37,810 × 56 went 64.26 → 63.33 ms (the SMs' clock +2.6%), 4,608 × 24
+// 0.407 → 0.414 ms (+1.3% cycles, no clock gained); clusters of 4 lost at both. The threshold between them
 // (hopper::kMulticastMinPairs, ~7 ms of attention) is a judgment, not a measured crossover.
 template <int kCluster>
 constexpr int kSliceRows = kBlockK / kCluster;
