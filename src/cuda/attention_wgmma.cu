@@ -9,7 +9,8 @@
 //   v1  FlashAttention-3 structure, head dim 128 only. One CTA per (block of 128 queries, head),
 //       three warpgroups:
 //       - producer (warpgroup 0, one thread): TMA loads of the CTA's Q tile once and of K / V tiles
-//         of 128 keys into a two-stage ring, each stage guarded by a full and an empty mbarrier;
+//         of 128 keys into a two-stage ring whose slot j holds what the consumers' j-th issue reads,
+//         K_j and V_{j−1}, guarded by one full and one empty mbarrier;
 //         for long sweeps a pair of CTAs (a cluster) shares each K / V load by multicast;
 //       - consumers (warpgroups 1, 2), 64 query rows each, per K/V tile:
 //           S = Q·Kᵀ (wgmma m64n128k16, A = the warpgroup's Q rows from registers, loaded once per
@@ -101,13 +102,17 @@ constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kQTileBytes;
 constexpr int kSmemV = kSmemK + kStages * kKVTileBytes;
 constexpr int kSmemBarriers = kSmemV + kStages * kKVTileBytes;
+// The ring's slot j holds the operands of the consumers' j-th issue, K_j and V_{j−1} (slot 0 only
+// K_0, slot `tiles` only the last V): one barrier to wait on and one to release per key tile, which
+// took 1.7% of the cycles off separate K and V barriers (their two waits and two releases sat on
+// each consumer's chain; bench/notes/attention.md, session 13). K_j sits in K stage j % kStages and
+// V_{j−1} in V stage j % kStages. K_j is now released after P_{j−1}·V_{j−1} lands rather than after
+// S_j, the same point V's release already had, and the ring does not run dry at that point.
 enum MbarrierIndex : int {
   kFullQ = 0,
-  kFullK = 1,                      // [kStages]: K tile landed (TMA transaction bytes)
-  kFullV = kFullK + kStages,       // [kStages]: V tile landed
-  kEmptyK = kFullV + kStages,      // [kStages]: every consumer warp has finished reading the K tile
-  kEmptyV = kEmptyK + kStages,     // [kStages]: ... the V tile
-  kMbarrierCount = kEmptyV + kStages
+  kFull = 1,                      // [kStages]: the slot's K and V tiles landed (TMA transaction bytes)
+  kEmpty = kFull + kStages,       // [kStages]: every consumer warp has finished reading both
+  kMbarrierCount = kEmpty + kStages
 };
 // The e4m3 output's per-warp amax words.
 constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
@@ -299,20 +304,21 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
   for (int h = 0; h < kHalves; ++h) {
     tma_load(smem + kSmemQ + h * kQHalfBytes, q_map, h * kHalfChannels, head, q0, bars + 8 * kFullQ);
   }
-  for (int tile = 0; tile < tiles; ++tile) {
-    const int stage = tile % kStages;
-    const uint32_t parity = (tile / kStages) & 1;
-    const int key0 = tile * kBlockK;
+  for (int slot = 0; slot <= tiles; ++slot) {
+    const int stage = slot % kStages;
+    const uint32_t parity = (slot / kStages) & 1;
+    const bool has_k = slot < tiles, has_v = slot > 0;
+    const uint32_t full = bars + 8 * (kFull + stage);
     // Wait for the consumers (of every CTA in the cluster) to have released this stage's previous
-    // occupant (tile − kStages). This CTA expects the whole tile: its slice and the others'.
-    mbarrier_wait(bars + 8 * (kEmptyK + stage), parity ^ 1);
-    mbarrier_arrive_expect_tx(bars + 8 * (kFullK + stage), kKVTileBytes);
-    load_kv_slice<kCluster>(smem + kSmemK + stage * kKVTileBytes, k_map, head, key0, bars + 8 * (kFullK + stage), rank);
-    mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
-    mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kKVTileBytes);
-    load_kv_slice<kCluster>(smem + kSmemV + stage * kKVTileBytes, v_map, head, key0, bars + 8 * (kFullV + stage), rank);
+    // slot (slot − kStages). This CTA expects whole tiles: its slices and the others'.
+    mbarrier_wait(bars + 8 * (kEmpty + stage), parity ^ 1);
+    mbarrier_arrive_expect_tx(full, (static_cast<int>(has_k) + static_cast<int>(has_v)) * kKVTileBytes);
+    if (has_k) load_kv_slice<kCluster>(smem + kSmemK + stage * kKVTileBytes, k_map, head, slot * kBlockK, full, rank);
+    if (has_v) {
+      load_kv_slice<kCluster>(smem + kSmemV + stage * kKVTileBytes, v_map, head, (slot - 1) * kBlockK, full, rank);
+    }
   }
-  if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmptyK, bars + 8 * kEmptyV, tiles, kStages);
+  if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmpty, tiles + 1, kStages);
 }
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
@@ -367,13 +373,13 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   load_q_fragments(qf, smem + kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes, warp, lane);
 
   // Tile 0: S only.
-  mbarrier_wait(bars + 8 * kFullK, 0);
+  mbarrier_wait(bars + 8 * kFull, 0);
   named_barrier_sync(schedule_mine, kScheduleThreads);
   issue_qk(s, qf, k_desc(0));
   end_slot(0);
   wgmma_wait<0>();
   pin_registers(s);
-  release(kEmptyK);
+  release(kEmpty);
   if (kBlockK > p.nk) mask_tail_keys(s, 0, p.nk, lane);
   online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
   pack_p(s, pk);
@@ -383,39 +389,36 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
   // Tile t: S_t = Q·K_tᵀ and O += P_{t−1}·V_{t−1} in flight together; softmax of S_t under P·V.
   for (int tile = 1; tile < tiles; ++tile) {
-    const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
-    mbarrier_wait(bars + 8 * (kFullK + stage), (tile / kStages) & 1);
-    mbarrier_wait(bars + 8 * (kFullV + prev_stage), ((tile - 1) / kStages) & 1);
+    const int stage = tile % kStages;
+    mbarrier_wait(bars + 8 * (kFull + stage), (tile / kStages) & 1);
     mark(WgmmaTimelineEvent::kOperandsReady, tile);
     named_barrier_sync(schedule_mine, kScheduleThreads);
     mark(WgmmaTimelineEvent::kSlotBegin, tile);
     issue_qk(s, qf, k_desc(stage));
     rescale(o, alpha);  // O to the running max of tile t − 1, before P_{t−1}·V_{t−1} lands in it
-    issue_pv(o, pk, v_desc(prev_stage));
+    issue_pv(o, pk, v_desc(stage));
     end_slot(tile);
     mark(WgmmaTimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; P·V may still run
     pin_registers(s);
     mark(WgmmaTimelineEvent::kScoresReady, tile);
-    release(kEmptyK + stage);
     const int key0 = tile * kBlockK;
     if (key0 + kBlockK > p.nk) mask_tail_keys(s, key0, p.nk, lane);
     online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
     mark(WgmmaTimelineEvent::kSoftmaxDone, tile);
-    wgmma_wait<0>();  // P_{t−1}·V_{t−1} done: its P registers and V stage are free
+    wgmma_wait<0>();  // P_{t−1}·V_{t−1} done: its P registers and the slot are free
     pin_registers(o);
     pin_registers(pk);
     mark(WgmmaTimelineEvent::kProductDone, tile);
-    release(kEmptyV + prev_stage);
+    release(kEmpty + stage);
     pack_p(s, pk);
     mark(WgmmaTimelineEvent::kPacked, tile);
   }
 
   // The last tile's P·V.
-  const int last = tiles - 1;
-  mbarrier_wait(bars + 8 * (kFullV + last % kStages), (last / kStages) & 1);
+  mbarrier_wait(bars + 8 * (kFull + tiles % kStages), (tiles / kStages) & 1);
   rescale(o, alpha);
-  issue_pv(o, pk, v_desc(last % kStages));
+  issue_pv(o, pk, v_desc(tiles % kStages));
   wgmma_wait<0>();
   pin_registers(o);
   if constexpr (kTimeline) {
@@ -423,7 +426,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   }
   // No load waits for this stage, but with clusters every producer waits for the cluster's last
   // releases before its CTA may exit.
-  if constexpr (kCluster > 1) release(kEmptyV + last % kStages);
+  if constexpr (kCluster > 1) release(kEmpty + tiles % kStages);
   if (q0 >= p.nq) return;  // a cluster's padding block past the last query block
 
   // ---- epilogue: O / row sum → bf16 → this warpgroup's rows of the Q tile → global ----
@@ -505,11 +508,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     mbarrier_init(bars + 8 * kFullQ, 1);
     for (int stage = 0; stage < kStages; ++stage) {
-      mbarrier_init(bars + 8 * (kFullK + stage), 1);  // the producer's arrive.expect_tx
-      mbarrier_init(bars + 8 * (kFullV + stage), 1);
+      mbarrier_init(bars + 8 * (kFull + stage), 1);  // the producer's arrive.expect_tx
       // One arrival per consumer warp of the cluster.
-      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps * kCluster);
-      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps * kCluster);
+      mbarrier_init(bars + 8 * (kEmpty + stage), kConsumerWarps * kCluster);
     }
     mbarrier_init_fence();
   }

@@ -98,15 +98,19 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t c
       : "memory");
 }
 // A cluster's producer before its CTA exits: the other CTAs write into this one's rings and arrive
-// on its barriers until their consumers have released the last tiles, so it waits for the releases
-// of the last min(tiles, stages) tiles of both rings (the empty mbarriers of stage s at empty_k +
-// 8·s and empty_v + 8·s; tile t used stage t % stages in phase (t / stages) & 1).
+// on its barriers until their consumers have released the last slots, so it waits for the releases
+// of the last min(slots, stages) slots of a ring (the empty mbarrier of stage s at empty + 8·s;
+// slot t used stage t % stages in phase (t / stages) & 1).
+__device__ __forceinline__ void wait_for_last_releases(uint32_t empty, int slots, int stages) {
+  for (int slot = slots > stages ? slots - stages : 0; slot < slots; ++slot) {
+    mbarrier_wait(empty + 8 * (slot % stages), (slot / stages) & 1);
+  }
+}
+// The same for a K ring and a V ring of `tiles` slots each.
 __device__ __forceinline__ void wait_for_last_releases(uint32_t empty_k, uint32_t empty_v, int tiles, int stages) {
   for (int tile = tiles > stages ? tiles - stages : 0; tile < tiles; ++tile) {
-    const int stage = tile % stages;
-    const uint32_t parity = (tile / stages) & 1;
-    mbarrier_wait(empty_k + 8 * stage, parity);
-    mbarrier_wait(empty_v + 8 * stage, parity);
+    mbarrier_wait(empty_k + 8 * (tile % stages), (tile / stages) & 1);
+    mbarrier_wait(empty_v + 8 * (tile % stages), (tile / stages) & 1);
   }
 }
 // tma_load's box written to the same shared address of every CTA in `cta_mask` (bit i: cluster
