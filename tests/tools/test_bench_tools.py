@@ -6,7 +6,8 @@
 - ncu_top_stalls.py on a small source-page CSV: shares and order;
 - ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
 - timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round,
-  and the CTA records' summary.
+  and the CTA records' summary;
+- ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A.
 """
 
 import json
@@ -28,6 +29,43 @@ class ReadmeTable(unittest.TestCase):
     def test_readme_table_matches_the_manifests(self):
         r = run(TOOLS / "readme_table.py", "--check")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class NcuCyclesSummary(unittest.TestCase):
+    HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+              '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"\n')
+
+    def report(self, cycles_by_grid):
+        lines = ["==PROF== Connected to process 1 (vortex)\n", self.HEADER]
+        for i, (grid, cycles) in enumerate(cycles_by_grid):
+            lines.append(f'"{i}","1","vortex","h","void k<0, 0, 2>(CUtensorMap_st, P)","1","7","(384, 1, 1)",'
+                         f'"{grid}","0","9.0","Command line profiler metrics","sm__cycles_active.avg","cycle",'
+                         f'"{cycles:,.2f}"\n')
+        return "".join(lines)
+
+    def test_medians_per_kernel_and_grid_and_the_ratio(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            long, short = "(296, 56, 1)", "(36, 24, 1)"
+            (root / "a-1.csv").write_text(self.report([(long, 1000000), (long, 1000002), (short, 5000)]))
+            (root / "a-2.csv").write_text(self.report([(long, 999998)]))
+            (root / "b-1.csv").write_text(self.report([(long, 990000), (short, 5100)]))
+            (root / "b-2.csv").write_text(self.report([(long, 990000)]))
+            r = run(TOOLS / "ncu_cycles_summary.py", d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            at = lines.index("void k<0, 0, 2> grid (296, 56, 1)")
+            self.assertIn("1000000.0", lines[at + 2])
+            self.assertIn("990000.0", lines[at + 2])
+            self.assertIn("0.9900  3, 2", lines[at + 2])
+            short_at = lines.index("void k<0, 0, 2> grid (36, 24, 1)")
+            self.assertIn("1.0200  1, 1", lines[short_at + 2])
+
+    def test_no_reports_is_an_error(self):
+        with tempfile.TemporaryDirectory() as d:
+            r = run(TOOLS / "ncu_cycles_summary.py", d)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("no a-N.csv", r.stderr)
 
 
 class NcuTopStalls(unittest.TestCase):
