@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -140,32 +141,29 @@ TEST(BenchTimelineJson, RepeatedLaunchesListEachLaunchAndSummariseTheLast) {
   EXPECT_FALSE(failed.ok());
 }
 
-TEST(BenchTimelineJson, LaunchCountFromTheEnvironment) {
-  ::unsetenv("VORTEX_ATTENTION_TIMELINE");
-  EXPECT_EQ(*timeline_launches_from_env(), 0);
-  ::setenv("VORTEX_ATTENTION_TIMELINE", "12", 1);
-  EXPECT_EQ(*timeline_launches_from_env(), 12);
-  for (const char* bad : {"0", "1001", "x", "3x", "-2"}) {
-    ::setenv("VORTEX_ATTENTION_TIMELINE", bad, 1);
-    const Result<int> n = timeline_launches_from_env();
-    ASSERT_FALSE(n.ok()) << bad;
-    EXPECT_NE(n.status().message().find("VORTEX_ATTENTION_TIMELINE"), std::string::npos);
+// `read` gives `unset` without the variable `name`, `value` for `text`, and an error naming the
+// variable for each of `bad`.
+void expect_env_int(const char* name, Result<int> (*read)(), int unset, const char* text, int value,
+                    std::initializer_list<const char*> bad) {
+  ::unsetenv(name);
+  EXPECT_EQ(*read(), unset);
+  ::setenv(name, text, 1);
+  EXPECT_EQ(*read(), value);
+  for (const char* b : bad) {
+    ::setenv(name, b, 1);
+    const Result<int> n = read();
+    ASSERT_FALSE(n.ok()) << b;
+    EXPECT_NE(n.status().message().find(name), std::string::npos);
   }
-  ::unsetenv("VORTEX_ATTENTION_TIMELINE");
+  ::unsetenv(name);
+}
+
+TEST(BenchTimelineJson, LaunchCountFromTheEnvironment) {
+  expect_env_int("VORTEX_ATTENTION_TIMELINE", timeline_launches_from_env, 0, "12", 12, {"0", "1001", "x", "3x", "-2"});
 }
 
 TEST(BenchTimelineJson, ClusterSizeFromTheEnvironment) {
-  ::unsetenv("VORTEX_ATTENTION_TIMELINE_CLUSTER");
-  EXPECT_EQ(*timeline_cluster_from_env(), 0);
-  ::setenv("VORTEX_ATTENTION_TIMELINE_CLUSTER", "1", 1);
-  EXPECT_EQ(*timeline_cluster_from_env(), 1);
-  for (const char* bad : {"3", "-1", "two"}) {
-    ::setenv("VORTEX_ATTENTION_TIMELINE_CLUSTER", bad, 1);
-    const Result<int> n = timeline_cluster_from_env();
-    ASSERT_FALSE(n.ok()) << bad;
-    EXPECT_NE(n.status().message().find("VORTEX_ATTENTION_TIMELINE_CLUSTER"), std::string::npos);
-  }
-  ::unsetenv("VORTEX_ATTENTION_TIMELINE_CLUSTER");
+  expect_env_int("VORTEX_ATTENTION_TIMELINE_CLUSTER", timeline_cluster_from_env, 0, "1", 1, {"3", "-1", "two"});
 }
 
 TEST(BenchTimelineJson, NoCtaRecordsNoCtaSummary) {
