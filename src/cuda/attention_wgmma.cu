@@ -71,8 +71,9 @@ constexpr int kStages = 2;
 // That saves power, not cycles: the pair waits for its slower CTA at every stage (0.6% more
 // cycles), which pays only where the 700 W cap sets the clock. Measured (bench/notes/attention.md,
 // sessions 11 and 13): 37,810 × 56 went 64.26 → 63.33 ms (the SMs' clock +2.6%), 4,608 × 24
-// 0.407 → 0.414 ms (+1.3% cycles, no clock gained); clusters of 4 lost at both. The threshold between them
-// (hopper::kMulticastMinPairs, ~7 ms of attention) is a judgment, not a measured crossover.
+// 0.407 → 0.414 ms (+1.3% cycles, no clock gained); clusters of 4 lost at both. The threshold
+// between them (hopper::kMulticastMinPairs, ~7 ms of attention) is a judgment, not a measured
+// crossover.
 template <int kCluster>
 constexpr int kSliceRows = kBlockK / kCluster;
 
@@ -383,7 +384,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   if (kBlockK > p.nk) mask_tail_keys(s, 0, p.nk, lane);
   online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
   // Whether slot t has landed is asked before P_{t−1} is packed, so the answer's latency overlaps
-  // the pack; the blocking wait then runs only when it had not. ncu at a locked clock: 1.2% fewer
+  // the pack; the blocking wait then runs only when it had not. ncu at a locked clock: 1.3% fewer
   // cycles than waiting at the loop's top (the timeline instance, whose marks sit between the two,
   // shows the opposite; bench/notes/attention.md, session 13).
   const auto slot_full = [&](int slot) { return bars + 8 * (kFull + slot % kStages); };
