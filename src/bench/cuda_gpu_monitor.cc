@@ -183,6 +183,8 @@ nlohmann::json GpuMonitor::stop() {
   if (s.running.exchange(false)) s.thread.join();
   if (!s.unavailable.empty()) return {{"unavailable", s.unavailable}};
   return {{"sm_clock_mhz", s.clock.to_json()},
+          {"sm_clock_source", "NVML's current SM clock: the driver's setting, which the SMs run below under "
+                              "the power cap (bench/notes/attention.md, session 13)"},
           {"power_w", s.power.to_json()},
           {"power_reading", s.power_instant ? "instantaneous" : "NVML's running average (about 1 s)"},
           {"clock_event_reasons", s.clock_event_fractions()},

@@ -76,7 +76,7 @@ def rows():
 
 
 def table():
-    header = ["| workload | GPU | median ms | TFLOP/s | SM MHz (mean over the samples) | "
+    header = ["| workload | GPU | median ms | TFLOP/s | SM MHz (driver-reported mean over the samples) | "
               "peers in the same run (peer ms, ratio peer/vortex) | correctness | date, commit | manifest |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     return "\n".join(header + rows())
