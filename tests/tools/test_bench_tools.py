@@ -7,7 +7,8 @@
 - ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
 - timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round,
   and the CTA records' summary;
-- ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A.
+- ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A;
+- checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against.
 """
 
 import json
@@ -29,6 +30,41 @@ class ReadmeTable(unittest.TestCase):
     def test_readme_table_matches_the_manifests(self):
         r = run(TOOLS / "readme_table.py", "--check")
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+
+
+class ChecksumHistory(unittest.TestCase):
+    @staticmethod
+    def manifest(folder, workload, observed, video, audio):
+        folder.mkdir(parents=True, exist_ok=True)
+        sums = {"video": {"sha256": video, "sum": 1.0}, "audio": {"sha256": audio, "sum": 2.0}}
+        run = {"observed_at": observed, "derived": {"checksums": sums}}
+        (folder / f"{workload}.json").write_text(json.dumps({"run": run}))
+
+    def test_history_in_time_order_and_the_check_against_a_new_run(self):
+        with tempfile.TemporaryDirectory() as d:
+            results = pathlib.Path(d) / "results"
+            # Folder names do not sort by time: "aaa" ran last.
+            for folder, hour, video in (("fff", 1, "v1"), ("bbb", 2, "v2"), ("aaa", 3, "v2")):
+                self.manifest(results / "h200" / f"2026-11-30-{folder}", "h3-denoise", f"2026-11-30T0{hour}:00:00Z",
+                              video * 32, "a1" * 32)
+            r = run(TOOLS / "checksum_history.py", "--results", results)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            self.assertEqual([line.split()[0] for line in lines[1:]],
+                             ["2026-11-30-fff", "2026-11-30-bbb", "2026-11-30-aaa"])
+            self.assertTrue(lines[2].endswith("<- changed"))
+            self.assertFalse(lines[3].endswith("<- changed"))
+
+            same, other = pathlib.Path(d) / "same", pathlib.Path(d) / "other"
+            self.manifest(same, "h3-denoise", "x", "v2" * 32, "a1" * 32)
+            self.manifest(other, "h3-denoise", "x", "v3" * 32, "a1" * 32)
+            r = run(TOOLS / "checksum_history.py", "--results", results, "--against", same)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("h3-denoise: the same bits as 2026-11-30-aaa", r.stdout)
+            r = run(TOOLS / "checksum_history.py", "--results", results, "--against", other)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("DIFFERENT from 2026-11-30-aaa", r.stdout)
+            self.assertIn("checksums differ: h3-denoise", r.stderr)
 
 
 class NcuCyclesSummary(unittest.TestCase):

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""The denoise latents' checksums across the committed h3-denoise manifests: the cross-build half of
+the exactness gate (a change that claims the same bits must leave them where they were).
+
+    python3 tools/bench/checksum_history.py                    # every committed run, oldest first
+    python3 tools/bench/checksum_history.py --against DIR      # DIR's new h3-denoise*.json against
+                                                               # the latest committed run of each
+    python3 tools/bench/checksum_history.py --results PATH ...  # another results tree (tests)
+
+The history marks each run whose checksums differ from the previous run of the same workload (an
+intended change of the program, or a break). With --against, the exit status is 1 when any of DIR's
+workloads has checksums other than its latest committed run's, and each such workload is named.
+"""
+
+import argparse
+import json
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def checksums(path):
+    """(video sha256, audio sha256) of an h3-denoise manifest, or None without checksums."""
+    derived = json.loads(path.read_text()).get("run", {}).get("derived", {})
+    c = derived.get("checksums")
+    if not c:
+        return None
+    return c["video"]["sha256"], c["audio"]["sha256"]
+
+
+def history(results):
+    """{workload: [(run folder name, checksums)]}, oldest first by the manifests' run.observed_at
+    (the folders are named date-commit, and commits do not sort by time)."""
+    runs = {}
+    for path in results.glob("*/*/h3-denoise*.json"):
+        sums = checksums(path)
+        if sums is not None:
+            observed = json.loads(path.read_text())["run"].get("observed_at", "")
+            runs.setdefault(path.stem, []).append((observed, path.parent.name, sums))
+    return {w: [(folder, sums) for _, folder, sums in sorted(entries)] for w, entries in runs.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--results", type=pathlib.Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--against", type=pathlib.Path)
+    args = parser.parse_args()
+    runs = history(args.results)
+    if not runs:
+        sys.exit(f"{args.results}: no h3-denoise manifest with checksums")
+    if args.against is None:
+        for workload, entries in sorted(runs.items()):
+            print(workload)
+            previous = None
+            for folder, (video, audio) in entries:
+                mark = "" if previous in (None, (video, audio)) else "  <- changed"
+                print(f"  {folder:24s} video {video[:16]}  audio {audio[:16]}{mark}")
+                previous = (video, audio)
+        return
+    new = {p.stem: checksums(p) for p in sorted(args.against.glob("h3-denoise*.json"))}
+    new = {w: s for w, s in new.items() if s is not None}
+    if not new:
+        sys.exit(f"{args.against}: no h3-denoise manifest with checksums")
+    differ = []
+    for workload, sums in sorted(new.items()):
+        if workload not in runs:
+            print(f"{workload}: no committed run to compare with")
+            continue
+        folder, committed = runs[workload][-1]
+        same = sums == committed
+        print(f"{workload}: {'the same bits as' if same else 'DIFFERENT from'} {folder}")
+        if not same:
+            differ.append(workload)
+    if differ:
+        sys.exit("checksums differ: " + ", ".join(differ))
+
+
+if __name__ == "__main__":
+    main()
