@@ -117,6 +117,7 @@ TEST(BenchTimelineJson, RepeatedLaunchesListEachLaunchAndSummariseTheLast) {
     cuda::KernelTimeline t = synthetic(6);
     // Each launch's one CTA runs 1,300 cycles; the second launch at half the first's clock.
     t.ctas = {span(0, 1000, 200)};
+    t.cluster_ctas = 2;
     if (calls == 2) {
       for (int m = 0; m < cuda::kCtaMarks; ++m) t.ctas[0].ns[m] = t.ctas[0].cycles[m] + 5000;
     }
@@ -131,6 +132,7 @@ TEST(BenchTimelineJson, RepeatedLaunchesListEachLaunchAndSummariseTheLast) {
   EXPECT_EQ(j->at("launches")[1]["last_sm_busy_cycles"], 1300);
   EXPECT_NEAR(j->at("ctas")["clock_mhz"].get<double>(), 1000.0, 1e-9);  // the last launch's summary
   EXPECT_TRUE(j->contains("consumer0"));
+  EXPECT_EQ(j->at("cluster_ctas"), 2);
 
   const Result<nlohmann::json> once = repeated_timeline_json(1, launch);
   ASSERT_TRUE(once.ok());

@@ -254,8 +254,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
           return cuda::attention_wgmma_timeline(q, k, v, heads(out_exact, 0), scale, nullptr, timeline_cluster);
         };
         VORTEX_ASSIGN_OR_RETURN(m_exact.derived["timeline"], repeated_timeline_json(timeline_launches, launch));
-        m_exact.derived["timeline"]["cluster_ctas"] =
-            timeline_cluster != 0 ? timeline_cluster : cuda::attention_wgmma_cluster_ctas(N, N, H);
       }
       const size_t mark = scratch.mark();
       VORTEX_ASSIGN_OR_RETURN(const cuda::Int8Fp8Workspace ws, cuda::int8fp8_workspace(scratch, N, N, H));
@@ -264,7 +262,6 @@ Result<std::vector<Manifest>> bench_attention(const BenchOptions& o) {
         return cuda::attention_int8fp8_timeline(ws, heads(out_int8fp8, 0), scale, nullptr, timeline_cluster);
       };
       VORTEX_ASSIGN_OR_RETURN(m_int8.derived["timeline"], repeated_timeline_json(timeline_launches, launch));
-      m_int8.derived["timeline"]["cluster_ctas"] = timeline_cluster != 0 ? timeline_cluster : int8fp8_cluster_ctas;
       scratch.release_to(mark);
     }
     if (!o.peer_command.empty()) {

@@ -87,7 +87,8 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
   nlohmann::json out = {{"unit", "SM cycles (clock64); median over the consumer's 4 warps and key tiles 1..T-2"},
                         {"cta", "the middle query block of the middle head"},
                         {"tiles", t.tiles},
-                        {"events", t.events}};
+                        {"events", t.events},
+                        {"cluster_ctas", t.cluster_ctas}};
   if (!t.ctas.empty()) out["ctas"] = cta_summary_json(t.ctas);
   if (t.tiles < 4) return out;  // no tile with a next one before the masked last
   for (int consumer = 0; consumer < t.warps / 4; ++consumer) {

@@ -18,7 +18,8 @@ namespace vortex::bench {
 // cycles}. Also the unit, the CTA, the tile count and the event names. With fewer than 4 tiles
 // there is no interval to take, and only those fields are written.
 // With CTA records (KernelTimeline::ctas), also "ctas": where the CTAs' time goes outside the key
-// sweep and between the CTAs an SM runs one after another (cta_summary_json).
+// sweep and between the CTAs an SM runs one after another (cta_summary_json). "cluster_ctas": how
+// many CTAs shared each K / V load in the recorded launch.
 nlohmann::json timeline_json(const cuda::KernelTimeline& t);
 
 // The CTA records' summary: how many CTAs and SMs (and CTAs per SM, fewest and most); the median

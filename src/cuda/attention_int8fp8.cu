@@ -613,15 +613,18 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   return ok_status();
 }
 
-// launch's instance for clusters of cluster_ctas, or (0) of attention_int8fp8_cluster_ctas's choice.
+// The cluster size a caller's cluster_ctas means for this workspace (resolve_cluster_ctas).
+Result<int> cluster_for(int cluster_ctas, const Int8Fp8Workspace& ws) {
+  return hopper::resolve_cluster_ctas("attention_int8fp8", cluster_ctas, ws.nq, ws.nk, ws.heads);
+}
+
+// launch's instance for clusters of cluster_ctas (as cluster_for resolves it).
 template <bool kTimeline, bool kE4m3Out>
 Status launch_clustered(int cluster_ctas, const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes,
                         const TensorView* scales, float scale, long long* timeline, cudaStream_t stream) {
-  if (cluster_ctas == 0) cluster_ctas = attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
-  if (cluster_ctas == 1) return launch<kTimeline, kE4m3Out, 1>(ws, out, codes, scales, scale, timeline, stream);
-  if (cluster_ctas == 2) return launch<kTimeline, kE4m3Out, 2>(ws, out, codes, scales, scale, timeline, stream);
-  return invalid_argument("attention_int8fp8: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
-                          std::to_string(cluster_ctas));
+  VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, ws));
+  if (cluster == 1) return launch<kTimeline, kE4m3Out, 1>(ws, out, codes, scales, scale, timeline, stream);
+  return launch<kTimeline, kE4m3Out, 2>(ws, out, codes, scales, scale, timeline, stream);
 }
 
 }  // namespace
@@ -653,19 +656,18 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "first half landed",
                                      "second half issued, P_t packed"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
-  if (cluster_ctas < 0 || cluster_ctas > 2) {
-    return invalid_argument("attention_int8fp8: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
-                            std::to_string(cluster_ctas));
-  }
-  const int cluster = cluster_ctas != 0 ? cluster_ctas : attention_int8fp8_cluster_ctas(ws.nq, ws.nk, ws.heads);
+  VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, ws));
   const dim3 grid = cluster_grid(ws.nq_pad / kBlockQ, cluster, ws.heads);
-  return record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK),
-                         static_cast<int>(grid.x * grid.y), stream,
-                         [&](long long* marks) -> Status {
-                           VORTEX_RETURN_IF_ERROR(check_output(ws, out));
-                           return launch_clustered<true, false>(cluster, ws, &out, nullptr, nullptr, scale, marks,
-                                                                stream);
-                         });
+  VORTEX_ASSIGN_OR_RETURN(KernelTimeline timeline,
+                          record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK),
+                                          static_cast<int>(grid.x * grid.y), stream,
+                                          [&](long long* marks) -> Status {
+                                            VORTEX_RETURN_IF_ERROR(check_output(ws, out));
+                                            return launch_clustered<true, false>(cluster, ws, &out, nullptr, nullptr,
+                                                                                 scale, marks, stream);
+                                          }));
+  timeline.cluster_ctas = cluster;
+  return timeline;
 }
 
 Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -603,16 +603,19 @@ int attention_wgmma_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
 
 namespace {
 
-// launch's instance for clusters of cluster_ctas, or (0) of attention_wgmma_cluster_ctas's choice.
+// The cluster size a caller's cluster_ctas means at this size (resolve_cluster_ctas).
+Result<int> cluster_for(int cluster_ctas, const TensorView& q, const TensorView& k) {
+  return resolve_cluster_ctas("attention v1", cluster_ctas, q.shape[0], k.shape[0], q.shape[1]);
+}
+
+// launch's instance for clusters of cluster_ctas (as cluster_for resolves it).
 template <bool kTimeline, bool kE4m3Out>
 Status launch_clustered(int cluster_ctas, const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView* out, const detail::E4m3TileOut* e4m3, float scale, long long* timeline,
                         cudaStream_t stream) {
-  if (cluster_ctas == 0) cluster_ctas = attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
-  if (cluster_ctas == 1) return launch<kTimeline, kE4m3Out, 1>(q, k, v, out, e4m3, scale, timeline, stream);
-  if (cluster_ctas == 2) return launch<kTimeline, kE4m3Out, 2>(q, k, v, out, e4m3, scale, timeline, stream);
-  return invalid_argument("attention v1: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
-                          std::to_string(cluster_ctas));
+  VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, q, k));
+  if (cluster == 1) return launch<kTimeline, kE4m3Out, 1>(q, k, v, out, e4m3, scale, timeline, stream);
+  return launch<kTimeline, kE4m3Out, 2>(q, k, v, out, e4m3, scale, timeline, stream);
 }
 
 }  // namespace
@@ -644,17 +647,16 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
-  if (cluster_ctas < 0 || cluster_ctas > 2) {
-    return invalid_argument("attention v1: cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
-                            std::to_string(cluster_ctas));
-  }
-  const int cluster =
-      cluster_ctas != 0 ? cluster_ctas : attention_wgmma_cluster_ctas(q.shape[0], k.shape[0], q.shape[1]);
+  VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, q, k));
   const dim3 grid = cluster_grid((q.shape[0] + kBlockQ - 1) / kBlockQ, cluster, q.shape[1]);
-  return record_timeline(std::move(events), kConsumerWarps, tiles, static_cast<int>(grid.x * grid.y), stream,
-                         [&](long long* marks) {
-                           return launch_clustered<true, false>(cluster, q, k, v, &out, nullptr, scale, marks, stream);
-                         });
+  VORTEX_ASSIGN_OR_RETURN(KernelTimeline timeline,
+                          record_timeline(std::move(events), kConsumerWarps, tiles, static_cast<int>(grid.x * grid.y),
+                                          stream, [&](long long* marks) {
+                                            return launch_clustered<true, false>(cluster, q, k, v, &out, nullptr, scale,
+                                                                                 marks, stream);
+                                          }));
+  timeline.cluster_ctas = cluster;
+  return timeline;
 }
 
 Result<KernelResources> attention_wgmma_resources(int cluster_ctas) {

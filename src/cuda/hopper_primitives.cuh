@@ -124,10 +124,8 @@ __device__ __forceinline__ void wait_for_last_releases(uint32_t empty, int slots
 }
 // The same for a K ring and a V ring of `tiles` slots each.
 __device__ __forceinline__ void wait_for_last_releases(uint32_t empty_k, uint32_t empty_v, int tiles, int stages) {
-  for (int tile = tiles > stages ? tiles - stages : 0; tile < tiles; ++tile) {
-    mbarrier_wait(empty_k + 8 * (tile % stages), (tile / stages) & 1);
-    mbarrier_wait(empty_v + 8 * (tile % stages), (tile / stages) & 1);
-  }
+  wait_for_last_releases(empty_k, tiles, stages);
+  wait_for_last_releases(empty_v, tiles, stages);
 }
 // tma_load's box written to the same shared address of every CTA in `cta_mask` (bit i: cluster
 // rank i), each completing its transaction bytes on the mbarrier at `bar` of that CTA.
@@ -465,6 +463,14 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 constexpr int64_t kMulticastMinPairs = int64_t{1} << 33;
 inline int multicast_cluster_ctas(int64_t nq, int64_t nk, int64_t heads) {
   return nq * nk * heads >= kMulticastMinPairs ? 2 : 1;
+}
+// A caller's cluster_ctas: 0 for multicast_cluster_ctas's choice, 1 or 2 as given; anything else
+// invalid_argument naming `who`.
+inline Result<int> resolve_cluster_ctas(const char* who, int cluster_ctas, int64_t nq, int64_t nk, int64_t heads) {
+  if (cluster_ctas == 0) return multicast_cluster_ctas(nq, nk, heads);
+  if (cluster_ctas == 1 || cluster_ctas == 2) return cluster_ctas;
+  return invalid_argument(std::string(who) + ": cluster_ctas must be 0 (chosen by size), 1 or 2, got " +
+                          std::to_string(cluster_ctas));
 }
 
 // The grid of a key-sweep kernel: query blocks (x, padded to whole clusters) by heads (y).

@@ -35,6 +35,7 @@ struct KernelTimeline {
   int warps = 0, tiles = 0;         // consumer warps (4 per consumer warpgroup), key tiles
   std::vector<long long> cycles;    // [warp][tile][event]; zero where nothing was recorded
   std::vector<CtaSpan> ctas;        // every CTA of the grid, blockIdx.x fastest
+  int cluster_ctas = 1;             // CTAs sharing each K / V load in the recorded launch
 
   long long at(int warp, int tile, int event) const {
     return cycles[(static_cast<size_t>(warp) * tiles + tile) * events.size() + static_cast<size_t>(event)];
