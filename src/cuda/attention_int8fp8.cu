@@ -5,7 +5,8 @@
 //   One CTA per (128 queries, head), three warpgroups:
 //   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
 //     int8 Q tile [128 rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
-//     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring (full / empty mbarriers).
+//     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring whose slot j holds K_j
+//     and Vᵀ_{j−1} (one full and one empty mbarrier per slot).
 //     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span. Each Vᵀ
 //     stage is followed by 8 rows of e4m3(1.0), written once per CTA. For long sweeps a pair of
 //     CTAs (a cluster; consecutive query blocks of one head) shares each K / Vᵀ load by multicast:
@@ -172,21 +173,24 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
   prefetch_tensor_map(v_map);
   mbarrier_arrive_expect_tx(bars + 8 * kFullQ, kQTileBytes);
   tma_load(smem + kSmemQ, q_map, 0, q_row0, bars + 8 * kFullQ);
-  for (int tile = 0; tile < tiles; ++tile) {
-    const int stage = tile % kStages;
-    const uint32_t parity = (tile / kStages) & 1;
+  // Slot 0 holds K_0 alone, slot `tiles` the last Vᵀ alone.
+  int stage = 0;
+  uint32_t parity = 0;
+  for (int slot = 0; slot <= tiles; ++slot) {
+    const uint32_t full = bars + 8 * (kFull + stage);
     // Wait for the consumers (of every CTA in the cluster) to have released this stage's previous
-    // occupant (tile − kStages). This CTA expects the whole tile: its slice and the other's.
-    mbarrier_wait(bars + 8 * (kEmptyK + stage), parity ^ 1);
-    mbarrier_arrive_expect_tx(bars + 8 * (kFullK + stage), kKTileBytes);
-    load_slice<kCluster>(smem + kSmemK + stage * kKTileBytes, k_map, 0, k_row0 + tile * kBlockK,
-                         bars + 8 * (kFullK + stage), rank);
-    mbarrier_wait(bars + 8 * (kEmptyV + stage), parity ^ 1);
-    mbarrier_arrive_expect_tx(bars + 8 * (kFullV + stage), kVTileBytes);
-    load_slice<kCluster>(smem + kSmemV + stage * kVStageBytes, v_map, tile * kBlockK, v_row0,
-                         bars + 8 * (kFullV + stage), rank);
+    // slot (slot − kStages). This CTA expects whole tiles: its slices and the other's.
+    mbarrier_wait(bars + 8 * (kEmpty + stage), parity ^ 1);
+    mbarrier_arrive_expect_tx(full, (slot < tiles ? kKTileBytes : 0) + (slot > 0 ? kVTileBytes : 0));
+    if (slot < tiles) {
+      load_slice<kCluster>(smem + kSmemK + stage * kKTileBytes, k_map, 0, k_row0 + slot * kBlockK, full, rank);
+    }
+    if (slot > 0) {
+      load_slice<kCluster>(smem + kSmemV + stage * kVStageBytes, v_map, (slot - 1) * kBlockK, v_row0, full, rank);
+    }
+    if (++stage == kStages) stage = 0, parity ^= 1;
   }
-  if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmptyK, bars + 8 * kEmptyV, tiles, kStages);
+  if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmpty, tiles + 1, kStages);
 }
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
@@ -244,9 +248,11 @@ struct Consumer {
       if (lane < kCluster) mbarrier_arrive_cluster(bars + 8 * barrier, lane);
     }
   }
-  __device__ void wait_full(int barrier, int tile) const {
-    mbarrier_wait(bars + 8 * (barrier + tile % kStages), (tile / kStages) & 1);
+  // Waits for ring slot `slot` (K_slot and Vᵀ_{slot−1}) to have landed.
+  __device__ void wait_slot(int slot) const {
+    mbarrier_wait(bars + 8 * (kFull + slot % kStages), (slot / kStages) & 1);
   }
+  __device__ void release_slot(int slot) const { release(kEmpty + slot % kStages); }
   // Ping-pong (as the exact kernel): consumer 0 issues first; consumer c's k-th issue slot waits
   // for the other's (k−1)-th (consumer 1's first arrival stands in for consumer 0's slot −1).
   // Consumer 1 skips its last arrival, which nobody would wait for.
@@ -263,13 +269,13 @@ struct Consumer {
   __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&alpha)[2]) const {
     start_schedule();
     mbarrier_wait(bars + 8 * kFullQ, 0);
-    wait_full(kFullK, 0);
+    wait_slot(0);
     begin_slot();
     issue_qk(s, q_desc, k_desc(0));
     end_slot(0);
     wgmma_wait<0>();
     pin_registers(s);
-    release(kEmptyK);
+    release_slot(0);  // K_0 alone
     softmax_tile(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
   }
 
@@ -361,31 +367,30 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   }
 
   for (int tile = 1; tile < w.tiles; ++tile) {
-    const int stage = tile % kStages, prev_stage = (tile - 1) % kStages;
-    const float c = w.tile_factor(tile);
+    const int stage = tile % kStages;
     retire_second_half(tile);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
-    if (tile >= 2) w.release(kEmptyV + (tile - 2) % kStages);
-    w.wait_full(kFullK, tile);
-    w.wait_full(kFullV, tile - 1);
+    if (tile >= 2) w.release_slot(tile - 1);  // K_{t−1} and Vᵀ_{t−2}, whose second half just retired
+    w.wait_slot(tile);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
     issue_qk(s, w.q_desc, w.k_desc(stage));
-    issue_pv_half<0>(acc_a, pk, w.v_desc(prev_stage));
+    issue_pv_half<0>(acc_a, pk, w.v_desc(stage));
     w.end_slot(tile);
+    // The tile's factor, loaded under the products: live across their issue, it made ptxas spill.
+    const float c = w.tile_factor(tile);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
-    w.release(kEmptyK + stage);
     softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
-    issue_pv_half<1>(acc_b, pk, w.v_desc(prev_stage));
+    issue_pv_half<1>(acc_b, pk, w.v_desc(stage));
     pack_p(s, pk_next);  // P_t, under the second half
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
@@ -395,9 +400,9 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   // Drain: the second half of the previous tile's P·V, then both halves of the last tile's.
   const int last = w.tiles - 1;
   retire_second_half(last + 1);
-  w.wait_full(kFullV, last);
-  issue_pv_half<0>(acc_a, pk, w.v_desc(last % kStages));
-  issue_pv_half<1>(acc_b, pk, w.v_desc(last % kStages));
+  w.wait_slot(w.tiles);  // the last Vᵀ alone
+  issue_pv_half<0>(acc_a, pk, w.v_desc(w.tiles % kStages));
+  issue_pv_half<1>(acc_b, pk, w.v_desc(w.tiles % kStages));
   wgmma_wait<0>();
   pin_registers(acc_a);
   pin_registers(acc_b);
@@ -406,11 +411,11 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   }
   accumulate_half<0>(o, acc_a, alpha_a);
   accumulate_second_half(o, row_sum, acc_b, alpha_a);
-  // No load waits for the last two Vᵀ stages, but with clusters each producer waits for the
-  // cluster's last releases before its CTA may exit.
+  // No load waits for the last two slots, but with clusters each producer waits for the cluster's
+  // last releases before its CTA may exit (slot 0 went in the first tile).
   if constexpr (kCluster > 1) {
-    if (last >= 1) w.release(kEmptyV + (last - 1) % kStages);
-    w.release(kEmptyV + last % kStages);
+    if (last >= 1) w.release_slot(last);
+    w.release_slot(w.tiles);
     if (w.q0 >= p.nq_pad) return;  // a cluster's padding block: nothing to store
   }
   if constexpr (kE4m3Out) {
@@ -444,11 +449,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     mbarrier_init(bars + 8 * kFullQ, 1);
     for (int stage = 0; stage < kStages; ++stage) {
-      mbarrier_init(bars + 8 * (kFullK + stage), 1);  // the producer's arrive.expect_tx
-      mbarrier_init(bars + 8 * (kFullV + stage), 1);
+      mbarrier_init(bars + 8 * (kFull + stage), 1);  // the producer's arrive.expect_tx
       // One arrival per consumer warp of the cluster.
-      mbarrier_init(bars + 8 * (kEmptyK + stage), kConsumerWarps * kCluster);
-      mbarrier_init(bars + 8 * (kEmptyV + stage), kConsumerWarps * kCluster);
+      mbarrier_init(bars + 8 * (kEmpty + stage), kConsumerWarps * kCluster);
     }
     mbarrier_init_fence();
   }

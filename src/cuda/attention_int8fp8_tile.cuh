@@ -64,13 +64,15 @@ constexpr int kSmemQ = 0;
 constexpr int kSmemK = kSmemQ + kQTileBytes;
 constexpr int kSmemV = kSmemK + kStages * kKTileBytes;
 constexpr int kSmemBarriers = kSmemV + kStages * kVStageBytes;
+// The ring's slot j holds what the consumers' j-th issue reads, K_j and Vᵀ_{j−1} (slot 0 only K_0,
+// slot `tiles` only the last Vᵀ), in K stage and Vᵀ stage j % kStages: one barrier to wait on and
+// one to release per key tile, as in the exact kernel (attention_wgmma.cu). A slot is released once
+// the second half of (P·V)_{j−1} has retired, where Vᵀ_{j−1}'s release was.
 enum MbarrierIndex : int {
   kFullQ = 0,
-  kFullK = 1,                      // [kStages]: K tile landed (TMA transaction bytes)
-  kFullV = kFullK + kStages,       // [kStages]: Vᵀ tile landed
-  kEmptyK = kFullV + kStages,      // [kStages]: every consumer warp has finished reading the K tile
-  kEmptyV = kEmptyK + kStages,     // [kStages]: ... the Vᵀ tile
-  kMbarrierCount = kEmptyV + kStages
+  kFull = 1,                      // [kStages]: the slot's K and Vᵀ tiles landed (TMA transaction bytes)
+  kEmpty = kFull + kStages,       // [kStages]: every consumer warp has finished reading both
+  kMbarrierCount = kEmpty + kStages
 };
 // The e4m3-output instance's exchange of the consumer warps' amax (one word per warp).
 constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
