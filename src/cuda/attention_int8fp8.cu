@@ -105,6 +105,7 @@ using hopper::mbarrier_init_fence;
 using hopper::fence_proxy_async_shared;
 using hopper::mbarrier_arrive;
 using hopper::mbarrier_arrive_expect_tx;
+using hopper::mbarrier_test;
 using hopper::mbarrier_wait;
 using hopper::prefetch_tensor_map;
 using hopper::named_barrier_sync;
@@ -253,6 +254,10 @@ struct Consumer {
     mbarrier_wait(bars + 8 * (kFull + slot % kStages), (slot / kStages) & 1);
   }
   __device__ void release_slot(int slot) const { release(kEmpty + slot % kStages); }
+  // Whether ring slot `slot` has landed, without waiting (wait_slot only when it had not).
+  __device__ bool slot_landed(int slot) const {
+    return mbarrier_test(bars + 8 * (kFull + slot % kStages), (slot / kStages) & 1);
+  }
   // Ping-pong (as the exact kernel): consumer 0 issues first; consumer c's k-th issue slot waits
   // for the other's (k−1)-th (consumer 1's first arrival stands in for consumer 0's slot −1).
   // Consumer 1 skips its last arrival, which nobody would wait for.
@@ -360,6 +365,9 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   };
 
   w.first_tile(s, row_max, alpha);
+  // Whether the next slot has landed is asked before each pack of P, so the answer's latency
+  // overlaps the pack (as in the exact kernel).
+  bool slot_ready = w.slot_landed(1);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   if constexpr (kTimeline) {
@@ -371,7 +379,7 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
     retire_second_half(tile);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
     if (tile >= 2) w.release_slot(tile - 1);  // K_{t−1} and Vᵀ_{t−2}, whose second half just retired
-    w.wait_slot(tile);
+    if (!slot_ready) w.wait_slot(tile);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     w.begin_slot();
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSlotBegin, tile);
@@ -391,6 +399,7 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
     issue_pv_half<1>(acc_b, pk, w.v_desc(stage));
+    slot_ready = w.slot_landed(tile + 1);
     pack_p(s, pk_next);  // P_t, under the second half
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
@@ -400,7 +409,7 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   // Drain: the second half of the previous tile's P·V, then both halves of the last tile's.
   const int last = w.tiles - 1;
   retire_second_half(last + 1);
-  w.wait_slot(w.tiles);  // the last Vᵀ alone
+  if (!slot_ready) w.wait_slot(w.tiles);  // the last Vᵀ alone
   issue_pv_half<0>(acc_a, pk, w.v_desc(w.tiles % kStages));
   issue_pv_half<1>(acc_b, pk, w.v_desc(w.tiles % kStages));
   wgmma_wait<0>();
