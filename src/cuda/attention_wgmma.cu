@@ -229,18 +229,26 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[32]) 
   for (int i = 0; i < 32; ++i) p[i] = pack_bf16x2(s[2 * i], s[2 * i + 1]);
 }
 
-// O ·= alpha, row by row. alpha is exactly 1 for a row whose running max did not move, and a
-// product by 1 changes nothing; past the first few tiles most tiles move no row of a warp's 16, so
-// the warp skips its 64 products then (the branch is warp-uniform; the result is the same bits).
-__device__ __forceinline__ void rescale(float (&o)[64], const float (&alpha)[2]) {
-  if (__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) return;
+// Waits for P_{t−1}·V_{t−1}, then O ·= alpha_t, row by row (O to tile t's running max before
+// P_t·V_t lands in it). alpha is exactly 1 for a row whose running max did not move, and a product
+// by 1 changes nothing; past the first few tiles most tiles move no row of a warp's 16, so the warp
+// skips its 64 products then (the branch is warp-uniform; the result is the same bits).
+// The branch also places the wait: ptxas hoists a wgmma wait to the top of its basic block, and
+// in the softmax's block the wait held every exp2 of S_t until P_{t−1}·V_{t−1}, issued after
+// Q·K_tᵀ, had run its 512 tensor cycles (the shipped SASS, session 14). After the branch, in the
+// blocks that need it, the softmax runs under that product.
+__device__ __forceinline__ void wait_product_and_rescale(float (&o)[64], const float (&alpha)[2]) {
+  if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+    wgmma_wait<0>();
 #pragma unroll
-  for (int j = 0; j < kHeadDim / 8; ++j) {
-    o[4 * j] *= alpha[0];
-    o[4 * j + 1] *= alpha[0];
-    o[4 * j + 2] *= alpha[1];
-    o[4 * j + 3] *= alpha[1];
+    for (int j = 0; j < kHeadDim / 8; ++j) {
+      o[4 * j] *= alpha[0];
+      o[4 * j + 1] *= alpha[0];
+      o[4 * j + 2] *= alpha[1];
+      o[4 * j + 3] *= alpha[1];
+    }
   }
+  wgmma_wait<0>();  // a no-op after the products
 }
 
 // ---- consumer products ----------------------------------------------------------------------------
@@ -410,7 +418,6 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     named_barrier_sync(schedule_mine, kScheduleThreads);
     mark(WgmmaTimelineEvent::kSlotBegin, tile);
     issue_qk(s, qf, k_desc(stage));
-    rescale(o, alpha);  // O to the running max of tile t − 1, before P_{t−1}·V_{t−1} lands in it
     issue_pv(o, pk, v_desc(stage));
     end_slot(tile);
     mark(WgmmaTimelineEvent::kSlotEnd, tile);
@@ -421,7 +428,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     if (key0 + kBlockK > p.nk) mask_tail_keys(s, key0, p.nk, lane);
     online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
     mark(WgmmaTimelineEvent::kSoftmaxDone, tile);
-    wgmma_wait<0>();  // P_{t−1}·V_{t−1} done: its P registers and the slot are free
+    wait_product_and_rescale(o, alpha);  // P_{t−1}·V_{t−1} done: its P registers and the slot are free
     pin_registers(o);
     pin_registers(pk);
     mark(WgmmaTimelineEvent::kProductDone, tile);
@@ -433,7 +440,6 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
   // The last tile's P·V.
   if (!slot_ready) mbarrier_wait(slot_full(tiles), slot_parity(tiles));
-  rescale(o, alpha);
   issue_pv(o, pk, v_desc(tiles % kStages));
   wgmma_wait<0>();
   pin_registers(o);
