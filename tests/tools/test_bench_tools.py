@@ -9,10 +9,13 @@
   and the CTA records' summary;
 - ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A;
 - checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against.
+- tools/kernels/sass_outline.py: a table learned from a synthetic listing names the instructions of a
+  kernel section in a synthetic ELF (found inside surrounding bytes, as in an executable).
 """
 
 import json
 import pathlib
+import struct
 import subprocess
 import sys
 import tempfile
@@ -203,6 +206,55 @@ class TimelineSummary(unittest.TestCase):
             r = run(TOOLS / "timeline_summary.py", d)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("VORTEX_ATTENTION_TIMELINE=1", r.stderr)
+
+
+class SassOutline(unittest.TestCase):
+    # Two forms that share the opcode bits and differ in the second word, and a third opcode.
+    EX2, RCP, FADD = (0x0000000B000B7308, 0x000FE20000000800), (0x0000000B000B7308, 0x000FE20000001000), \
+        (0x0000000B0A0B7221, 0x000FC80000000000)
+
+    @staticmethod
+    def listing(rows):
+        lines = []
+        for address, (text, (first, second)) in enumerate(rows):
+            lines.append(f"        /*{16 * address:04x}*/                   {text} ;   /* 0x{first:016x} */")
+            lines.append(f"                                                  /* 0x{second:016x} */")
+        return "\n".join(lines) + "\n"
+
+    @staticmethod
+    def elf(section, code):
+        names = b"\0.shstrtab\0" + section.encode() + b"\0"
+        header_size, names_at = 64, 64
+        code_at = names_at + len(names)
+        table_at = code_at + len(code)
+        header = bytearray(header_size)
+        header[0:7] = b"\x7fELF\x02\x01\x01"
+        struct.pack_into("<Q", header, 0x28, table_at)
+        struct.pack_into("<HHH", header, 0x3A, 64, 3, 1)
+        sections = bytes(64)  # the null section
+        sections += struct.pack("<IIQQQQ", 1, 3, 0, 0, names_at, len(names)).ljust(64, b"\0")
+        sections += struct.pack("<IIQQQQ", 11, 1, 6, 0, code_at, len(code)).ljust(64, b"\0")
+        return bytes(header) + names + code + sections
+
+    def test_names_the_instructions_of_a_matching_kernel(self):
+        tool = ROOT / "tools" / "kernels" / "sass_outline.py"
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp = pathlib.Path(tmp)
+            (tmp / "sass.txt").write_text(self.listing([("MUFU.EX2 R11, R11", self.EX2), ("MUFU.RCP R1, R2", self.RCP),
+                                                        ("@P0 FADD R1, R2, R3", self.FADD)]))
+            table = tmp / "table.json"
+            r = run(tool, "--learn", tmp / "sass.txt", "--table", table)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("3 instruction words added", r.stdout)
+            code = b"".join(struct.pack("<QQ", *w) for w in (self.EX2, self.EX2, self.RCP, self.FADD,
+                                                              (0x0000000000000FFF, 0)))
+            (tmp / "binary").write_bytes(b"host bytes" + self.elf(".text._Z6kernelv", code) + b"tail")
+            r = run(tool, tmp / "binary", "kernel", "--table", table)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(r.stdout.splitlines()[1], "0:MUFU.EX2x2 2:MUFU.RCP 3:FADD 4:?fff")
+            r = run(tool, tmp / "binary", "other_kernel", "--table", table)
+            self.assertEqual(r.returncode, 1)
+            self.assertIn("no kernel section matching", r.stderr)
 
 
 if __name__ == "__main__":
