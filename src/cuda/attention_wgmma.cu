@@ -17,10 +17,11 @@
 //           CTA with ldmatrix; B = K from shared memory) → mask tail keys →
 //           online softmax in fp32 on the accumulator registers → P packed to bf16 in registers →
 //           O += P·V (wgmma m64n128k16, A = P from registers, B = V from shared memory).
-//         Within a warpgroup the softmax of tile j runs while the tensor cores do Q·Kᵀ of tile j
-//         and P·V of tile j−1 (intra-warpgroup overlap); across the two warpgroups a pair of named
-//         barriers makes them issue their products in turn, so one's softmax overlaps the other's
-//         matrix work (ping-pong).
+//         Within a warpgroup Q·K_jᵀ and P_{j−1}·V_{j−1} are issued together, and the softmax of
+//         S_j runs while the tensor cores do P_{j−1}·V_{j−1} (intra-warpgroup overlap; the wait
+//         for that product sits behind the rescale's branch, see wait_product_and_rescale);
+//         across the two warpgroups a pair of named barriers makes them issue their products in
+//         turn, so one's softmax overlaps the other's matrix work (ping-pong).
 //       - epilogue: O / row sum → bf16 → the warpgroup's own rows of the Q tile → 16-byte stores
 //         into the strided out view (tail queries skipped); or, in the e4m3-output instance, the
 //         CTA's bf16 values quantized as one block of the fp8 recipe's out-projection input
