@@ -120,7 +120,10 @@ def main():
     table = json.loads(table_path.read_text()) if table_path.exists() else {}
     if args.learn:
         added = learn(args.learn, table)
-        table_path.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+        # One opcode per line: readable diffs when a listing adds forms.
+        rows = [f"{json.dumps(k)}: {json.dumps(v, sort_keys=True, separators=(',', ':'))}"
+                for k, v in sorted(table.items(), key=lambda kv: int(kv[0]))]
+        table_path.write_text("{\n" + ",\n".join(rows) + "\n}\n")
         print(f"{added} instruction words added; {sum(len(v) for v in table.values())} mnemonics known")
         return 0
     if not args.binary or not args.regex:
