@@ -122,11 +122,6 @@ __device__ __forceinline__ void wait_for_last_releases(uint32_t empty, int slots
     mbarrier_wait(empty + 8 * (slot % stages), (slot / stages) & 1);
   }
 }
-// The same for a K ring and a V ring of `tiles` slots each.
-__device__ __forceinline__ void wait_for_last_releases(uint32_t empty_k, uint32_t empty_v, int tiles, int stages) {
-  wait_for_last_releases(empty_k, tiles, stages);
-  wait_for_last_releases(empty_v, tiles, stages);
-}
 // tma_load's box written to the same shared address of every CTA in `cta_mask` (bit i: cluster
 // rank i), each completing its transaction bytes on the mbarrier at `bar` of that CTA.
 __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorMap* map, int channel, int head,
