@@ -152,7 +152,7 @@ enum class WgmmaTimelineEvent : int {
   kSlotBegin,
   kSlotEnd,
   kScoresReady,
-  kSoftmaxDone,
+  kFirstRowDone,
   kProductDone,
   kPacked,
   kCount
@@ -182,12 +182,12 @@ __device__ __forceinline__ void mask_tail_keys(float (&s)[64], int key0, int nk,
   }
 }
 
-// Online softmax of one tile for this thread's two rows: new running max (over the quad's 4
-// lanes), alpha = exp2((m_old − m_new)·scale·log2e) to rescale what came before (0 on the first
-// tile), S → P = exp2(S·scale·log2e − m_new·scale·log2e) in place, and this lane's share of the row
-// sum (the quad's four shares are added once, in the epilogue).
-__device__ __forceinline__ void online_softmax(float (&s)[64], float (&row_max)[2], float (&row_sum)[2],
-                                               float (&alpha)[2], float scale_log2) {
+// Online softmax of one tile for this thread's two rows, in two parts so that the wait for
+// P_{t−1}·V_{t−1} can sit between the rows (the key sweep). update_row_max: the new running max of
+// each row (over the quad's 4 lanes) and alpha = exp2((m_old − m_new)·scale·log2e) to rescale what
+// came before (0 on the first tile).
+__device__ __forceinline__ void update_row_max(const float (&s)[64], float (&row_max)[2], float (&alpha)[2],
+                                               float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     // The row's 32 scores of this lane by a pairwise tree: 5 dependent steps instead of 16. A max
@@ -209,17 +209,24 @@ __device__ __forceinline__ void online_softmax(float (&s)[64], float (&row_max)[
     // Finite from the first tile on: key 0 of every tile is valid and a valid score is finite.
     alpha[r] = fast_exp2((row_max[r] - new_max) * scale_log2);
     row_max[r] = new_max;
-    const float offset = -new_max * scale_log2;
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kBlockK / 8; ++j) {
-      s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, offset));
-      s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, offset));
-      sum0 += s[4 * j + 2 * r];
-      sum1 += s[4 * j + 2 * r + 1];
-    }
-    row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
   }
+}
+
+// Row r's scores S → P = exp2(S·scale·log2e − m_new·scale·log2e) in place, and this lane's share of
+// the row sum (the quad's four shares are added once, in the epilogue).
+template <int r>
+__device__ __forceinline__ void exponentiate_row(float (&s)[64], const float (&row_max)[2], float (&row_sum)[2],
+                                                 const float (&alpha)[2], float scale_log2) {
+  const float offset = -row_max[r] * scale_log2;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kBlockK / 8; ++j) {
+    s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, offset));
+    s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, offset));
+    sum0 += s[4 * j + 2 * r];
+    sum1 += s[4 * j + 2 * r + 1];
+  }
+  row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
 }
 
 // P (fp32, accumulator layout) → bf16 A fragments of P·V. Key step s (keys 16s..16s+15) takes
@@ -398,7 +405,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   pin_registers(s);
   release(kEmpty);
   if (kBlockK > p.nk) mask_tail_keys(s, 0, p.nk, lane);
-  online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
+  update_row_max(s, row_max, alpha, p.scale_log2);
+  exponentiate_row<0>(s, row_max, row_sum, alpha, p.scale_log2);
+  exponentiate_row<1>(s, row_max, row_sum, alpha, p.scale_log2);
   // Whether slot t has landed is asked before P_{t−1} is packed, so the answer's latency overlaps
   // the pack; the blocking wait then runs only when it had not. ncu at a locked clock: 1.3% fewer
   // cycles than waiting at the loop's top (the timeline instance, whose marks sit between the two,
@@ -427,14 +436,19 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     mark(WgmmaTimelineEvent::kScoresReady, tile);
     const int key0 = tile * kBlockK;
     if (key0 + kBlockK > p.nk) mask_tail_keys(s, key0, p.nk, lane);
-    online_softmax(s, row_max, row_sum, alpha, p.scale_log2);
-    mark(WgmmaTimelineEvent::kSoftmaxDone, tile);
+    update_row_max(s, row_max, alpha, p.scale_log2);
+    exponentiate_row<0>(s, row_max, row_sum, alpha, p.scale_log2);
+    mark(WgmmaTimelineEvent::kFirstRowDone, tile);
+    // By now P_{t−1}·V_{t−1} has (nearly) run its 512 tensor cycles after S_t. Waiting for it here,
+    // behind the rescale's branch, lets the packs of P_t (F2FP, on the ALU pipe) interleave with the
+    // second row's exp2s (XU) in one basic block; the conversions are the same, so are the bits.
     wait_product_and_rescale(o, alpha);  // P_{t−1}·V_{t−1} done: its P registers and the slot are free
     pin_registers(o);
     pin_registers(pk);
     mark(WgmmaTimelineEvent::kProductDone, tile);
     release(kEmpty + stage);
     slot_ready = mbarrier_test(slot_full(tile + 1), slot_parity(tile + 1));
+    exponentiate_row<1>(s, row_max, row_sum, alpha, p.scale_log2);
     pack_p(s, pk);
     mark(WgmmaTimelineEvent::kPacked, tile);
   }
@@ -656,9 +670,9 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                      "slot begins (the other consumer issued)",
                                      "issued (QK_t, PV_t-1)",
                                      "scores landed",
-                                     "softmax done",
+                                     "first row's weights done",
                                      "PV_t-1 landed",
-                                     "P_t packed"};
+                                     "softmax done, P_t packed"};
   static_assert(static_cast<int>(WgmmaTimelineEvent::kCount) == 7, "one name per event");
   const int tiles = static_cast<int>((k.shape[0] + kBlockK - 1) / kBlockK);
   VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, q, k));

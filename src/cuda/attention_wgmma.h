@@ -36,9 +36,10 @@ Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, 
 
 // Diagnostics (cuda/kernel_timeline.h): the v1 kernel's timeline instance, arguments as
 // attention_wgmma. Its events per key tile t: K_t and V_{t−1} landed; the issue slot begins;
-// Q·K_tᵀ and P_{t−1}·V_{t−1} issued; S_t landed; its softmax done; P_{t−1}·V_{t−1} landed; P_t
-// packed. The CTA is the middle query block of the middle head. Every CTA of the grid also records
-// its CtaMarks (KernelTimeline::ctas). cluster_ctas as for attention_wgmma.
+// Q·K_tᵀ and P_{t−1}·V_{t−1} issued; S_t landed; the weights of each thread's first row done;
+// P_{t−1}·V_{t−1} landed; the second row's weights done and P_t packed. The CTA is the middle
+// query block of the middle head. Every CTA of the grid also records its CtaMarks
+// (KernelTimeline::ctas). cluster_ctas as for attention_wgmma.
 Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const TensorView& k, const TensorView& v,
                                                 const TensorView& out, float scale, cudaStream_t stream,
                                                 int cluster_ctas = 0);
