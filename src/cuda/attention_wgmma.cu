@@ -672,7 +672,7 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
                                                 const TensorView& out, float scale, cudaStream_t stream,
                                                 int cluster_ctas) {
   std::vector<std::string> events = {"operands (K_t, V_t-1 landed)",
-                                     "slot begins (the other consumer issued)",
+                                     "slot begins (the other consumer's S landed)",
                                      "issued (QK_t, PV_t-1)",
                                      "scores landed",
                                      "first row's weights done",
