@@ -127,6 +127,23 @@ class NcuTopStalls(unittest.TestCase):
             self.assertIn("WARPGROUP.DEPBAR", top[0])
             self.assertIn("MUFU.EX2", top[1])
 
+    def test_leading_reasons_per_kind_and_predicated_kinds(self):
+        with tempfile.TemporaryDirectory() as d:
+            csv = pathlib.Path(d) / "source.csv"
+            csv.write_text(
+                '"Address","Source","Warp Stall Sampling (All Samples)","stall_wait","stall_dispatch",'
+                '"stall_wait (Not Issued)"\n'
+                '"0010","MUFU.EX2 R3, R4","30","20","10","20"\n'
+                '"0020","MUFU.EX2 R5, R6","10","10","0","10"\n'
+                '"0030","@!P0 BRA 0x10","60","0","60","0"\n')
+            r = run(TOOLS / "ncu_top_stalls.py", csv)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            kinds = r.stdout.splitlines()[2:4]
+            self.assertIn("60.0%  BRA", kinds[0])
+            self.assertIn("1 instructions; dispatch 100%", kinds[0])
+            self.assertIn("40.0%  MUFU", kinds[1])
+            self.assertIn("2 instructions; wait 75%, dispatch 25%", kinds[1])
+
     def test_a_table_without_samples_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
             csv = pathlib.Path(d) / "source.csv"

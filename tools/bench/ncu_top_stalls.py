@@ -6,10 +6,12 @@
 
 The source page has one row per SASS instruction with its warp-stall sample counts. This prints the
 instructions holding the most samples, each with its share of all samples, and the share of
-samples by instruction kind (opcode before the first '.'), so a kernel's waits can be read as
-"62% on the wgmma wait, 20% on MUFU.EX2" rather than guessed from section totals. Column names
-differ between Nsight Compute versions: the sample column is found by its name, and the header is
-printed when it is not.
+samples by instruction kind (opcode before the first '.', after any predicate), so a kernel's waits
+can be read as "62% on the wgmma wait, 20% on MUFU.EX2" rather than guessed from section totals.
+Where the page has the per-reason columns (stall_wait, stall_dispatch, ...; `--set full`), each
+kind also gets its leading reasons: "MUFU ... wait 66%" says the exp2s wait on the instruction that
+feeds them, "dispatch" or "math" would say the pipe. Column names differ between Nsight Compute
+versions: the sample column is found by its name, and the header is printed when it is not.
 """
 
 import argparse
@@ -30,6 +32,12 @@ def number(text):
         return float(text.replace(",", "")) if text else 0.0
     except ValueError:
         return 0.0
+
+
+def instruction_kind(text):
+    """The opcode before its first '.', past a predicate: "@!P0 BRA 0x10" is a BRA."""
+    words = [w for w in text.split() if not w.startswith("@")]
+    return words[0].split(".")[0] if words else "?"
 
 
 def main():
@@ -55,14 +63,26 @@ def main():
     total = sum(number(r[samples]) for r in rows)
     if total == 0:
         sys.exit(f"{args.csv}: no stall samples recorded (profile with --set full or the SourceCounters section)")
-    by_kind = collections.Counter()
+    # All samples per reason; the "(Not Issued)" columns are their subsets.
+    reasons = [name for name in header if name.startswith("stall_") and "Not Issued" not in name]
+    by_kind, instructions = collections.Counter(), collections.Counter()
+    reasons_by_kind = collections.defaultdict(collections.Counter)
     for r in rows:
-        by_kind[r[source].split()[0].split(".")[0] if r[source].split() else "?"] += number(r[samples])
+        kind = instruction_kind(r[source])
+        by_kind[kind] += number(r[samples])
+        instructions[kind] += 1
+        for name in reasons:
+            reasons_by_kind[kind][name[len("stall_"):]] += number(r[name])
 
     print(f"{len(rows)} instructions, {total:.0f} stall samples")
     print("by instruction kind:")
     for kind, count in by_kind.most_common(15):
-        print(f"  {100 * count / total:5.1f}%  {kind}")
+        line = f"  {100 * count / total:5.1f}%  {kind:<12} {instructions[kind]:4d} instructions"
+        kind_total = sum(reasons_by_kind[kind].values())
+        if kind_total > 0:
+            leading = reasons_by_kind[kind].most_common(3)
+            line += "; " + ", ".join(f"{name} {100 * n / kind_total:.0f}%" for name, n in leading if n > 0)
+        print(line)
     print(f"top {args.top} instructions:")
     for r in sorted(rows, key=lambda r: -number(r[samples]))[: args.top]:
         where = r.get(address, "") if address else ""
