@@ -163,16 +163,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kBlockK / 2], float (&
     // Finite from the first tile on: key 0 of every tile is valid and a valid score is finite.
     alpha[r] = fast_exp2((row_max[r] - new_max) * scale_log2);
     row_max[r] = new_max;
-    const float offset = -new_max * scale_log2;
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kBlockK / 8; ++j) {
-      s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, offset));
-      s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, offset));
-      sum0 += s[4 * j + 2 * r];
-      sum1 += s[4 * j + 2 * r + 1];
-    }
-    row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
+    exponentiate_row(s, r, row_max, row_sum, alpha, scale_log2);
   }
 }
 

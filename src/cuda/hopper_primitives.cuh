@@ -443,6 +443,25 @@ __device__ __forceinline__ float fast_exp2(float x) {  // ex2.approx(-inf) = 0, 
   return y;
 }
 
+// Row r (0: the thread's row g, 1: row g + 8) of an f32 wgmma accumulator tile of N / 4 key pairs
+// (elements 4j + 2r and 4j + 2r + 1): S → P = exp2(S·scale·log2e − m_new·scale·log2e) in place, with
+// m_new = row_max[r] already updated, and this lane's share of the row sum (two chains), folded into
+// row_sum[r] after rescaling it by alpha[r]. The exact kernels' softmax (v1 and v2).
+template <int N>
+__device__ __forceinline__ void exponentiate_row(float (&s)[N], int r, const float (&row_max)[2], float (&row_sum)[2],
+                                                 const float (&alpha)[2], float scale_log2) {
+  const float offset = -row_max[r] * scale_log2;
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    s[4 * j + 2 * r] = fast_exp2(fmaf(s[4 * j + 2 * r], scale_log2, offset));
+    s[4 * j + 2 * r + 1] = fast_exp2(fmaf(s[4 * j + 2 * r + 1], scale_log2, offset));
+    sum0 += s[4 * j + 2 * r];
+    sum1 += s[4 * j + 2 * r + 1];
+  }
+  row_sum[r] = row_sum[r] * alpha[r] + (sum0 + sum1);
+}
+
 // Two fp32 → one bf16x2 register, RNE; `lo` (the smaller column index) in the low half.
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
