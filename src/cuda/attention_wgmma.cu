@@ -183,9 +183,10 @@ __device__ __forceinline__ void mask_tail_keys(float (&s)[64], int key0, int nk,
 }
 
 // Online softmax of one tile for this thread's two rows, in two parts so that the wait for
-// P_{t−1}·V_{t−1} can sit between the rows (the key sweep). update_row_max: the new running max of
-// each row (over the quad's 4 lanes) and alpha = exp2((m_old − m_new)·scale·log2e) to rescale what
-// came before (0 on the first tile).
+// P_{t−1}·V_{t−1} can sit between the rows (the key sweep): update_row_max, then
+// hopper::exponentiate_row per row. update_row_max: the new running max of each row (over the quad's
+// 4 lanes) and alpha = exp2((m_old − m_new)·scale·log2e) to rescale what came before (0 on the first
+// tile).
 __device__ __forceinline__ void update_row_max(const float (&s)[64], float (&row_max)[2], float (&alpha)[2],
                                                float scale_log2) {
 #pragma unroll
