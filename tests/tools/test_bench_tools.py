@@ -108,49 +108,48 @@ class NcuCyclesSummary(unittest.TestCase):
 
 
 class NcuTopStalls(unittest.TestCase):
-    def test_shares_by_instruction_and_kind(self):
+    @staticmethod
+    def stalls(page, *args):
+        """ncu_top_stalls.py on a source page with this text."""
         with tempfile.TemporaryDirectory() as d:
             csv = pathlib.Path(d) / "source.csv"
-            csv.write_text(
-                "==PROF== Disconnected\n"
-                '"# Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
-                '"0010","HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ","10","9"\n'
-                '"0020","MUFU.EX2 R3, R4","30","20"\n'
-                '"0030","WARPGROUP.DEPBAR.LE gsb0, 0x0","1,060","60"\n')
-            r = run(TOOLS / "ncu_top_stalls.py", csv, "--top", "2")
-            self.assertEqual(r.returncode, 0, r.stderr)
-            lines = r.stdout.splitlines()
-            self.assertIn("3 instructions, 1100 stall samples", lines[0])
-            top = lines[lines.index("top 2 instructions:") + 1:]
-            self.assertEqual(len(top), 2)
-            self.assertIn("96.4%", top[0])
-            self.assertIn("WARPGROUP.DEPBAR", top[0])
-            self.assertIn("MUFU.EX2", top[1])
+            csv.write_text(page)
+            return run(TOOLS / "ncu_top_stalls.py", csv, *args)
+
+    def test_shares_by_instruction_and_kind(self):
+        r = self.stalls(
+            "==PROF== Disconnected\n"
+            '"# Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"\n'
+            '"0010","HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ","10","9"\n'
+            '"0020","MUFU.EX2 R3, R4","30","20"\n'
+            '"0030","WARPGROUP.DEPBAR.LE gsb0, 0x0","1,060","60"\n', "--top", "2")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertIn("3 instructions, 1100 stall samples", lines[0])
+        top = lines[lines.index("top 2 instructions:") + 1:]
+        self.assertEqual(len(top), 2)
+        self.assertIn("96.4%", top[0])
+        self.assertIn("WARPGROUP.DEPBAR", top[0])
+        self.assertIn("MUFU.EX2", top[1])
 
     def test_leading_reasons_per_kind_and_predicated_kinds(self):
-        with tempfile.TemporaryDirectory() as d:
-            csv = pathlib.Path(d) / "source.csv"
-            csv.write_text(
-                '"Address","Source","Warp Stall Sampling (All Samples)","stall_wait","stall_dispatch",'
-                '"stall_wait (Not Issued)"\n'
-                '"0010","MUFU.EX2 R3, R4","30","20","10","20"\n'
-                '"0020","MUFU.EX2 R5, R6","10","10","0","10"\n'
-                '"0030","@!P0 BRA 0x10","60","0","60","0"\n')
-            r = run(TOOLS / "ncu_top_stalls.py", csv)
-            self.assertEqual(r.returncode, 0, r.stderr)
-            kinds = r.stdout.splitlines()[2:4]
-            self.assertIn("60.0%  BRA", kinds[0])
-            self.assertIn("1 instructions; dispatch 100%", kinds[0])
-            self.assertIn("40.0%  MUFU", kinds[1])
-            self.assertIn("2 instructions; wait 75%, dispatch 25%", kinds[1])
+        r = self.stalls(
+            '"Address","Source","Warp Stall Sampling (All Samples)","stall_wait","stall_dispatch",'
+            '"stall_wait (Not Issued)"\n'
+            '"0010","MUFU.EX2 R3, R4","30","20","10","20"\n'
+            '"0020","MUFU.EX2 R5, R6","10","10","0","10"\n'
+            '"0030","@!P0 BRA 0x10","60","0","60","0"\n')
+        self.assertEqual(r.returncode, 0, r.stderr)
+        kinds = r.stdout.splitlines()[2:4]
+        self.assertIn("60.0%  BRA", kinds[0])
+        self.assertIn("1 instructions; dispatch 100%", kinds[0])
+        self.assertIn("40.0%  MUFU", kinds[1])
+        self.assertIn("2 instructions; wait 75%, dispatch 25%", kinds[1])
 
     def test_a_table_without_samples_is_an_error(self):
-        with tempfile.TemporaryDirectory() as d:
-            csv = pathlib.Path(d) / "source.csv"
-            csv.write_text('"# Address","Source"\n"0010","NOP"\n')
-            r = run(TOOLS / "ncu_top_stalls.py", csv)
-            self.assertNotEqual(r.returncode, 0)
-            self.assertIn("no warp-stall sample column", r.stderr)
+        r = self.stalls('"# Address","Source"\n"0010","NOP"\n')
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("no warp-stall sample column", r.stderr)
 
 
 class AbSummary(unittest.TestCase):
