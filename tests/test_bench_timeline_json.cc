@@ -49,7 +49,18 @@ TEST(BenchTimelineJson, MedianIntervalsPerConsumer) {
     EXPECT_EQ(phases[2]["cycles"], 600) << consumer;
     EXPECT_EQ(phases[3]["from_to"], "round");
     EXPECT_EQ(phases[3]["cycles"], 1000) << consumer;
+    EXPECT_FALSE(phases[3].contains("other_consumer_in_this_phase"));
   }
+  // The other consumer's warp on the same sub-partition marks 4 cycles later: consumer 0's a -> b
+  // [0, 100) meets consumer 1's [4, 304) for 96 cycles, its b -> c [100, 400) meets [304, 404) for 96.
+  const auto share = [&](const char* consumer, int phase) {
+    return j.at(consumer)[phase]["other_consumer_in_this_phase"].get<double>();
+  };
+  EXPECT_DOUBLE_EQ(share("consumer0", 0), 0.96);
+  EXPECT_DOUBLE_EQ(share("consumer1", 0), 96.0 / 300.0);
+  EXPECT_DOUBLE_EQ(share("consumer0", 1), 96.0 / 300.0);
+  EXPECT_DOUBLE_EQ(share("consumer1", 1), 0.96);
+  EXPECT_DOUBLE_EQ(share("consumer0", 2), 596.0 / 600.0);
 }
 
 TEST(BenchTimelineJson, TooFewTilesGiveNoIntervals) {

@@ -12,9 +12,33 @@ namespace vortex::bench {
 
 namespace {
 
-long long median_of(std::vector<long long> d) {
+template <typename T>
+T median_of(std::vector<T> d) {
   std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
   return d[d.size() / 2];
+}
+
+// Mark e of (warp, tile) to the next mark, or for e == events the round (first mark to first mark).
+std::pair<long long, long long> phase_interval(const cuda::KernelTimeline& t, int warp, int tile, int e) {
+  const int events = static_cast<int>(t.events.size());
+  const long long from = t.at(warp, tile, e == events ? 0 : e);
+  const long long to = e + 1 < events ? t.at(warp, tile, e + 1) : t.at(warp, tile + 1, 0);
+  return {from, to};
+}
+
+// The share of warp `mine`'s phase e in `tile` during which warp `theirs` (the other consumer's warp
+// on the same SM sub-partition) was in its own phase e, of any of its tiles around that one.
+// Whether the two consumers run their softmaxes at the same time (and share the exp2 unit) or
+// alternate is this number for the softmax's phase: near 1 or near 0.
+double same_phase_share(const cuda::KernelTimeline& t, int mine, int theirs, int tile, int e) {
+  const auto [from, to] = phase_interval(t, mine, tile, e);
+  if (to <= from) return 0.0;
+  long long together = 0;
+  for (int other = std::max(1, tile - 2); other <= std::min(t.tiles - 3, tile + 2); ++other) {
+    const auto [a, b] = phase_interval(t, theirs, other, e);
+    together += std::max(0LL, std::min(to, b) - std::max(from, a));
+  }
+  return static_cast<double>(together) / static_cast<double>(to - from);
 }
 
 }  // namespace
@@ -91,21 +115,25 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
                         {"cluster_ctas", t.cluster_ctas}};
   if (!t.ctas.empty()) out["ctas"] = cta_summary_json(t.ctas);
   if (t.tiles < 4) return out;  // no tile with a next one before the masked last
-  for (int consumer = 0; consumer < t.warps / 4; ++consumer) {
+  const int consumers = t.warps / 4;
+  for (int consumer = 0; consumer < consumers; ++consumer) {
     nlohmann::json phases = nlohmann::json::array();
     for (int e = 0; e <= events; ++e) {
       std::vector<long long> d;
+      std::vector<double> together;
       for (int w = 4 * consumer; w < 4 * consumer + 4; ++w) {
         for (int tile = 1; tile + 1 <= t.tiles - 2; ++tile) {
-          // e < events: mark e to the next mark; e == events: the round, first mark to first mark.
-          const long long from = t.at(w, tile, e == events ? 0 : e);
-          const long long to = e + 1 < events ? t.at(w, tile, e + 1) : t.at(w, tile + 1, 0);
+          const auto [from, to] = phase_interval(t, w, tile, e);
           d.push_back(to - from);
+          // Warp w % 4 of every consumer runs on sub-partition w % 4.
+          if (consumers == 2 && e < events) together.push_back(same_phase_share(t, w, (w + 4) % 8, tile, e));
         }
       }
       const std::string name =
           e == events ? "round" : t.events[e] + " -> " + (e + 1 < events ? t.events[e + 1] : t.events[0] + " (next tile)");
-      phases.push_back({{"from_to", name}, {"cycles", median_of(std::move(d))}});
+      nlohmann::json phase = {{"from_to", name}, {"cycles", median_of(std::move(d))}};
+      if (!together.empty()) phase["other_consumer_in_this_phase"] = median_of(std::move(together));
+      phases.push_back(std::move(phase));
     }
     out["consumer" + std::to_string(consumer)] = phases;
   }

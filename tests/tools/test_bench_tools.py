@@ -172,8 +172,10 @@ class AbSummary(unittest.TestCase):
 class TimelineSummary(unittest.TestCase):
     def test_phases_and_shares_per_consumer(self):
         def phases(softmax):
-            return [{"from_to": "scores landed -> softmax done", "cycles": softmax},
-                    {"from_to": "softmax done -> scores landed (next tile)", "cycles": 2000 - softmax},
+            return [{"from_to": "scores landed -> softmax done", "cycles": softmax,
+                     "other_consumer_in_this_phase": 0.9},
+                    {"from_to": "softmax done -> scores landed (next tile)", "cycles": 2000 - softmax,
+                     "other_consumer_in_this_phase": 0.25},
                     {"from_to": "round", "cycles": 2000}]
         timeline = {"unit": "SM cycles", "cta": "the middle CTA", "tiles": 296,
                     "consumer0": phases(500), "consumer1": phases(800)}
@@ -187,7 +189,8 @@ class TimelineSummary(unittest.TestCase):
             self.assertIn("attention-int8fp8", lines[0])
             softmax = next(line for line in lines if "softmax done" in line and "->" in line.split("softmax done")[0])
             self.assertIn("500 (25.0%)", softmax)
-            self.assertIn("800 (40.0%)", softmax)
+            self.assertIn("800 (40.0%) [ 90%]", softmax)
+            self.assertIn("[ 25%]", next(line for line in lines if line.strip().startswith("softmax done ->")))
             self.assertTrue(lines[-1].strip().startswith("round"))
 
     def test_cta_records(self):

@@ -8,7 +8,8 @@
 For every manifest with a timeline: per consumer warpgroup, the median cycles from each mark of the
 kernel's key-tile loop to the next, with the share of the round, then the round itself. Both
 consumers side by side show whether they alternate (one's softmax under the other's products) or
-wait on each other. Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
+wait on each other; the bracketed share is how much of the phase the other consumer's warp on the same
+sub-partition spent in the same phase (near 100%: they run it together and share its units). Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
 the gaps between the CTAs one SM runs, the kernel's span against the last SM's busy time and the
 clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
 clock and the last SM's busy cycles.
@@ -38,7 +39,9 @@ def summarize(name, timeline):
         for ph, rnd in zip(phases, rounds):
             cycles = ph[i]["cycles"]
             share = "" if entry["from_to"] == "round" else f" ({100.0 * cycles / rnd:4.1f}%)"
-            cells += f"{cycles:>10d}{share:>8s}"
+            together = ph[i].get("other_consumer_in_this_phase")
+            together = "" if together is None else f" [{100.0 * together:3.0f}%]"
+            cells += f"{cycles:>10d}{share:>8s}{together:>7s}"
         lines.append(f"  {entry['from_to'][:70]:70s}{cells}")
     return lines
 
