@@ -79,11 +79,10 @@ constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
 constexpr int kSmemAlignment = 1024;
 constexpr int kSmemBytes = kSmemEpilogue + kConsumerWarps * 4 + kSmemAlignment;  // slack to align the base
 
-// Named barriers (0 is __syncthreads): consumer c waits on kBarrierSchedule + c before issuing its
-// products and then releases the other consumer's.
-constexpr int kBarrierSchedule = 1;
-// Both consumers' warps meet at kBarrierEpilogue once their amax is in shared memory (e4m3 output).
-constexpr int kBarrierEpilogue = 3;
+// Named barrier (0 is __syncthreads): both consumers' warps meet at kBarrierEpilogue once their amax
+// is in shared memory (e4m3 output). The consumers take no turns issuing their products: the exact
+// kernel's ping-pong barriers cost 1.6% of the cycles here (bench/notes/attention.md, session 16).
+constexpr int kBarrierEpilogue = 1;
 
 // exp2 scaled by 448: P8 = e4m3(448 · P) puts the row's largest weight on e4m3's largest value.
 constexpr float kLog2PScale = 8.80735492205760410f;  // log2(448), cpu::kInt8Fp8Log2PScale
@@ -97,9 +96,9 @@ constexpr float kMagic = 12582912.0f;
 enum class Int8Fp8TimelineEvent : int {
   kTileStart,
   kOperandsReady,
-  kSlotBegin,
-  kSlotEnd,
+  kIssued,
   kScoresReady,
+  kMaxDone,
   kSoftmaxDone,
   kFirstHalfDone,
   kPacked,
@@ -132,10 +131,12 @@ __device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
 // Online softmax of one tile for this thread's two rows, in place: s holds the exact int32 scores
 // on entry and the bits of P·448 (fp32) on return. c: the tile's factor q_scale·k_scale·scale·log2 e.
 // Keys at or past nk (only when kMask) get weight 0 and stay out of the max; alpha =
-// exp2(m_old − m_new) (0 on the first tile). The row sums come from the tensor core.
-template <bool kMask>
+// exp2(m_old − m_new) (0 on the first tile). The row sums come from the tensor core. Both rows' maxima
+// come first, then after_max() (the timeline instance's mark), then the exp2s.
+template <bool kMask, typename AfterMax>
 __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
-                                               int key0, int nk, int lane) {
+                                               int key0, int nk, int lane, AfterMax after_max) {
+  float offset[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     int max0 = INT_MIN, max1 = INT_MIN;  // over the exact scores; two chains: half the dependent latency
@@ -154,11 +155,15 @@ __device__ __forceinline__ void online_softmax(uint32_t (&s)[64], float c, float
     row_max[r] = new_max;
     // A score enters the exponent as the float whose bits are acc + bits(1.5·2^23), i.e. exactly
     // 1.5·2^23 + acc (one integer add, no conversion); the offset takes the 1.5·2^23 back out.
-    const float offset = fmaf(-kMagic, c, kLog2PScale - new_max);
+    offset[r] = fmaf(-kMagic, c, kLog2PScale - new_max);
+  }
+  after_max();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
 #pragma unroll
     for (int j = 0; j < kBlockK / 8; ++j) {
-      float p0 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset));
-      float p1 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r + 1] + kMagicBits), c, offset));
+      float p0 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r] + kMagicBits), c, offset[r]));
+      float p1 = fast_exp2(fmaf(__uint_as_float(s[4 * j + 2 * r + 1] + kMagicBits), c, offset[r]));
       if (kMask) {
         const int key = key0 + 8 * j + 2 * (lane % 4);
         p0 = key < nk ? p0 : 0.0f;
@@ -215,12 +220,13 @@ __device__ __forceinline__ void accumulate_second_half(float (&o)[64], float (&r
 }
 
 // The online softmax of the tile from key0, masking keys past nk only in a tile that reaches them.
+template <typename AfterMax = void (*)()>
 __device__ __forceinline__ void softmax_tile(uint32_t (&s)[64], float c, float (&row_max)[2], float (&alpha)[2],
-                                             int key0, int nk, int lane) {
+                                             int key0, int nk, int lane, AfterMax after_max = [] {}) {
   if (key0 + kBlockK > nk) {
-    online_softmax<true>(s, c, row_max, alpha, key0, nk, lane);
+    online_softmax<true>(s, c, row_max, alpha, key0, nk, lane, after_max);
   } else {
-    online_softmax<false>(s, c, row_max, alpha, key0, nk, lane);
+    online_softmax<false>(s, c, row_max, alpha, key0, nk, lane, after_max);
   }
 }
 
