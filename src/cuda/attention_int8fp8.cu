@@ -260,7 +260,7 @@ struct Consumer {
     wgmma_wait<0>();
     pin_registers(s);
     release_slot(0);  // K_0 alone
-    softmax_tile(s, tile_factor(0), row_max, alpha, 0, p.nk, lane);
+    softmax_tile(s, tile_factor(0), row_max, alpha, 0, p.nk, lane, 0u);
   }
 
   // (O · v_scale) / row sum → bf16 → global, straight from the accumulator layout. row_sum: the
@@ -368,8 +368,8 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
-    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane,
-                 [&] { w.template mark<kTimeline>(Int8Fp8TimelineEvent::kMaxDone, tile); });
+    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane, ~p.all_ones,
+                 [&] { w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstMaxDone, tile); });
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
@@ -640,7 +640,7 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "operands (K_t, V_t-1 landed)",
                                      "issued (QK_t, first half of PV_t-1)",
                                      "scores landed",
-                                     "row maxima done",
+                                     "first row maximum done",
                                      "softmax done",
                                      "first half landed",
                                      "second half issued, P_t packed"};
