@@ -125,8 +125,10 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
         for (int tile = 1; tile + 1 <= t.tiles - 2; ++tile) {
           const auto [from, to] = phase_interval(t, w, tile, e);
           d.push_back(to - from);
-          // Warp w % 4 of every consumer runs on sub-partition w % 4.
-          if (consumers == 2 && e < events) together.push_back(same_phase_share(t, w, (w + 4) % 8, tile, e));
+          // Warp w % 4 of every consumer runs on sub-partition w % 4: compared with the next consumer's.
+          if (consumers >= 2 && e < events) {
+            together.push_back(same_phase_share(t, w, (w + 4) % t.warps, tile, e));
+          }
         }
       }
       const std::string name =

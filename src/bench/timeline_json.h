@@ -15,10 +15,10 @@ namespace vortex::bench {
 // Per consumer warpgroup (4 warps each), the median over its warps and key tiles 1 .. T−2 (the last
 // tile takes the masked softmax) of the cycles from each mark to the next (the last to the next
 // tile's first), then of the whole round (first mark to first mark): an array of {from_to,
-// cycles}; with two consumers, each mark-to-mark entry also has other_consumer_in_this_phase: the
-// median share of that interval during which the other consumer's warp on the same sub-partition
-// was in the same interval of its own tiles (near 1: the two run that phase together and share its
-// units; near 0: they alternate). Also the unit, the CTA, the tile count and the event names. With fewer than 4 tiles
+// cycles}; with two consumers or more, each mark-to-mark entry also has
+// other_consumer_in_this_phase: the median share of that interval during which the next consumer's
+// warp on the same sub-partition was in the same interval of its own tiles (near 1: the two run that
+// phase together and share its units; near 0: they alternate). Also the unit, the CTA, the tile count and the event names. With fewer than 4 tiles
 // there is no interval to take, and only those fields are written.
 // With CTA records (KernelTimeline::ctas), also "ctas": where the CTAs' time goes outside the key
 // sweep and between the CTAs an SM runs one after another (cta_summary_json). "cluster_ctas": how

@@ -1,7 +1,7 @@
 // The attention output's e4m3 epilogue for the fp8 recipe's out projection (cpu/fp8_blocks.h),
 // shared by the Hopper attention kernels whose CTA holds 128 queries × one head of 128 channels in
-// two consumer warpgroups (the exact v1 kernel and the int8fp8 kernel): the CTA's bf16 output
-// values become one block of cpu::Fp8BlockLayout::kTiles — e4m3 codes and one fp32 scale by
+// two consumer warpgroups (the exact v1 kernel and the int8fp8 kernel's e4m3-output instance): the
+// CTA's bf16 output values become one block of cpu::Fp8BlockLayout::kTiles — e4m3 codes and one fp32 scale by
 // cpu/fp8_scale.h's rule over the block's valid rows — with no bf16 output written. Bit for bit
 // quantize_blocks_fp8 (kTiles) of the bf16 values the kernel would have stored.
 #pragma once

@@ -1,40 +1,39 @@
 // The attention pass of the int8fp8 mode on Hopper (contract in attention_int8fp8.h; numerics of
-// cpu/attention_int8fp8.h): the FlashAttention-3 structure of the exact kernel (attention_wgmma.cu)
-// on 8-bit operands.
+// cpu/attention_int8fp8.h): a producer warpgroup feeding consumer warpgroups through TMA and
+// mbarriers, as in the exact kernel (attention_wgmma.cu), on 8-bit operands.
 //
-//   One CTA per (128 queries, head), three warpgroups:
+//   One CTA per (64·C queries, head), 1 + C warpgroups: C = 3 for the bf16 output, 2 for the e4m3
+//   output (whose scales are per 128 queries; Cta in attention_int8fp8_tile.cuh).
 //   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
-//     int8 Q tile [128 rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
+//     int8 Q tile [64·C rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
 //     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring whose slot j holds K_j
 //     and Vᵀ_{j−1} (one full and one empty mbarrier per slot).
 //     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span. Each Vᵀ
 //     stage is followed by 8 rows of e4m3(1.0), written once per CTA. For long sweeps a pair of
 //     CTAs (a cluster; consecutive query blocks of one head) shares each K / Vᵀ load by multicast:
 //     each loads half of the tile's rows into both rings (as the exact kernel, attention_wgmma.cu).
-//   - consumers (warpgroups 1, 2), 64 query rows each (one Q scale), per tile t:
-//       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory),
-//       issued together with the first half (channels 0..63) of P_{t−1}·V_{t−1}: wgmma
-//       m64n64k32 .f32.e4m3.e4m3, A = P8 from registers, B = Vᵀ K-major in shared memory, into a
-//       fresh per-tile accumulator;
+//   - consumers, 64 query rows each (one Q scale), per tile t:
+//       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory);
 //       softmax of S_t: running max over the int32 scores, then per score one integer add that
 //       makes the bits of fp32(1.5·2^23 + S) (exact: |S| < 2^21; no conversion unit), one FFMA by
 //       q_scale·k_scale·scale·log2 e whose offset removes the 1.5·2^23 and folds the 448 of P8 =
 //       e4m3(448·P) into the exponent, and exp2 — no row sums;
-//       then the second half (channels 64..127 and the 8 ones rows: m64n72k32), so the tensor core
-//       also returns the row sums Σ_k P8 of the weights the products use; P_t is packed to e4m3 A
-//       fragments under it. Each half lands as O = O·alpha + (P·V) in fp32 (the fp8 products never
-//       accumulate across tiles inside the tensor core), l = l·alpha + Σ P8 with the second.
-//     Splitting P·V keeps the state at S 64 + O 64 + 32/36 accumulator + two P8 sets 32 registers.
-//     Keys are permuted within 16-key groups in Vᵀ (int8fp8_vt_slot) so that the S accumulator's
-//     columns pack into the A fragment without shuffles. The two consumers issue their products
-//     without taking turns: the exact kernel's ping-pong barriers cost 1.6% of the cycles here
-//     (session 16), where the products are half as long as a softmax and cannot hide one anyway.
+//       P_t·V_t in two channel halves: wgmma m64n64k32 .f32.e4m3.e4m3 (channels 0..63) and
+//       m64n72k32 (channels 64..127 and the 8 ones rows, so the tensor core also returns the row
+//       sums Σ_k P8 of the weights the products use), A = P8 from registers, B = Vᵀ K-major in
+//       shared memory, each into a fresh accumulator: O = O·alpha + (P·V) in fp32 (the fp8 products
+//       never accumulate across tiles inside the tensor core), l = l·alpha + Σ P8.
+//     With three consumers each runs these in turn (sweep_serial); with two, each overlaps its own
+//     products with its softmax (sweep_overlapped). Keys are permuted within 16-key groups in Vᵀ
+//     (int8fp8_vt_slot) so that the S accumulator's columns pack into the A fragment without
+//     shuffles. The consumers issue their products without taking turns: the exact kernel's
+//     ping-pong barriers cost 1.6% of the two-consumer kernel's cycles (session 16).
 //   - epilogue: O · v_scale[channel] / row sum → bf16, 4-byte stores straight from the accumulator
 //     layout into the strided out view (tail queries skipped). The e4m3-output instance instead
 //     quantizes those bf16 values as one block per CTA (the amax exchanged between the consumers
 //     through shared memory) and stores codes and one scale.
 // The tile configuration and the per-tile math (softmax, P8 packing, accumulation, the products)
-// live in attention_int8fp8_tile.cuh; this file holds the producer, the key sweep and the host.
+// live in attention_int8fp8_tile.cuh; this file holds the producer, the key sweeps and the host.
 #include "cuda/attention_int8fp8.h"
 
 #include <cuda.h>          // CUtensorMap and its enums (types only: the encoder comes via the runtime)
@@ -91,9 +90,10 @@ struct Int8Fp8Params {
   int timeline_block, timeline_head;
 };
 
-// The timeline instance's record of this CTA (cta_trace.cuh), after its tile marks.
+// The timeline instance's record of this CTA (cta_trace.cuh), after its tile marks. Only the
+// bf16-output instances (three consumers) have a timeline instance.
 __device__ __forceinline__ void mark_cta(const Int8Fp8Params& p, int tiles, CtaMark mark) {
-  cta_mark(p.timeline, kConsumerWarps, tiles, static_cast<int>(Int8Fp8TimelineEvent::kCount), mark);
+  cta_mark(p.timeline, CtaOf<false>::kConsumerWarps, tiles, static_cast<int>(Int8Fp8TimelineEvent::kCount), mark);
 }
 
 // ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
@@ -165,12 +165,12 @@ __device__ __forceinline__ void load_slice(uint32_t stage_base, const CUtensorMa
 
 template <int kCluster>
 __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                        uint32_t smem, uint32_t bars, int q_row0, int k_row0, int v_row0, int tiles,
-                                        uint32_t rank) {
+                                        uint32_t smem, uint32_t bars, int q_bytes, int q_row0, int k_row0, int v_row0,
+                                        int tiles, uint32_t rank) {
   prefetch_tensor_map(q_map);
   prefetch_tensor_map(k_map);
   prefetch_tensor_map(v_map);
-  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, kQTileBytes);
+  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, q_bytes);
   tma_load(smem + kSmemQ, q_map, 0, q_row0, bars + 8 * kFullQ);
   // Slot 0 holds K_0 alone, slot `tiles` the last Vᵀ alone.
   int stage = 0;
@@ -195,7 +195,8 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
 // A consumer thread's place, the operand descriptors, the stage releases and the tile's softmax factor.
-template <int kCluster>
+// C: the CTA's consumer count (Cta).
+template <class C, int kCluster>
 struct Consumer {
   const Int8Fp8Params& p;
   uint32_t smem, bars;
@@ -221,12 +222,22 @@ struct Consumer {
   __device__ uint64_t k_desc(int stage) const { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); }
   __device__ uint64_t v_desc(int stage) const { return k_major_descriptor(smem + kSmemV + stage * kVStageBytes); }
   __device__ float tile_factor(int tile) const { return q_factor * __ldg(k_scale + tile); }
+  // The same two from the parameters and the CTA's place, each time: the three-consumer sweep has
+  // no registers to hold them across it (ptxas spilled 20–28 bytes).
+  __device__ float tile_factor_from_params(int tile) const {
+    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
+    return p.q_scale[head * p.q_blocks + q_block] * p.scale_log2 * __ldg(p.k_scale + head * p.k_blocks + tile);
+  }
+  __device__ uint64_t q_desc_now() const {
+    return k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
+  }
   // The timeline instance records the SM clock at `event` of key tile `tile`; the shipped instance
   // compiles this away.
   template <bool kTimeline>
   __device__ void mark(Int8Fp8TimelineEvent event, int tile) const {
     if constexpr (kTimeline) {
-      if (lane == 0 && static_cast<int>(blockIdx.x) == p.timeline_block && head == p.timeline_head) {
+      // The sweep's last step (the last P·V, tile == tiles) has no row in the record.
+      if (lane == 0 && tile < tiles && static_cast<int>(blockIdx.x) == p.timeline_block && head == p.timeline_head) {
         const int consumer_warp = consumer * (kWarpgroupThreads / 32) + warp;
         p.timeline[timeline_slot(consumer_warp, tiles, tile, static_cast<int>(Int8Fp8TimelineEvent::kCount),
                                  static_cast<int>(event))] = clock64();
@@ -300,37 +311,90 @@ struct Consumer {
       }
     }
     const detail::E4m3TileOut out{p.codes, p.code_row, p.code_scales, p.code_scale_row};
-    detail::store_e4m3_tile<kConsumerWarps>(y, out, q0 / kBlockQ, head,
+    detail::store_e4m3_tile<C::kConsumerWarps>(y, out, q0 / C::kBlockQ, head,
                                             q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4, p.nq,
                                             consumer * (kWarpgroupThreads / 32) + warp, lane, warp_max,
                                             kBarrierEpilogue);
   }
 };
 
-// The key sweep. Tile t's slot issues S_t and the first half of (P·V)_{t−1}; after the softmax of
-// S_t the second half is issued, P_t packed under it into pk_next, and the half added to O (and its
-// row sums to l) at the start of the next tile.
+// The three-consumer key sweep (bf16 output), serial within the consumer: for tile t, P_{t−1} is
+// packed, (P·V)_{t−1} issued and retired one channel half at a time (each added to O as
+// O·alpha + half, the row sums with the second), then S_t = Q·K_tᵀ issued and retired, and its
+// softmax run. Nothing of this consumer is in flight during its softmax, so its registers hold
+// S and O plus one half's accumulator and P8 at a time; the other two consumers' products and
+// softmaxes fill the tensor pipe and the exp2 unit meanwhile.
+template <bool kTimeline, int kCluster>
+__device__ __forceinline__ void sweep_serial(const Consumer<Cta<3>, kCluster>& w, uint32_t (&s)[64], float (&o)[64],
+                                             float (&row_max)[2], float (&row_sum)[2]) {
+  const Int8Fp8Params& p = w.p;
+  float acc_a[32];  // the first half of one tile's P·V
+  float acc_b[36];  // the second half, and the row sums in 32..35
+  uint32_t pk[16];  // P8 of the tile whose P·V runs
+  float alpha[2];   // of the tile just softmaxed: rescales O before its P·V is added
+  w.first_tile(s, row_max, alpha);
+  if constexpr (kTimeline) {
+    if (w.consumer == 0 && w.warp == 0 && w.lane == 0) mark_cta(p, w.tiles, CtaMark::kFirstTile);
+  }
+  for (int tile = 1; tile <= w.tiles; ++tile) {
+    const int stage = tile % kStages;  // slot t: K_t and Vᵀ_{t−1}
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
+    pack_p(s, pk);  // P_{t−1}
+    if (tile >= 2) w.release_slot(tile - 1);  // K_{t−1} and Vᵀ_{t−2}: both products retired
+    w.wait_slot(tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
+    issue_pv_half<0>(acc_a, pk, w.v_desc(stage));
+    wgmma_wait<0>();
+    pin_registers(acc_a);
+    accumulate_half<0>(o, acc_a, alpha);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfAdded, tile);
+    issue_pv_half<1>(acc_b, pk, w.v_desc(stage));
+    wgmma_wait<0>();
+    pin_registers(acc_b);
+    pin_registers(pk);  // read by the products until here: its registers stay unallocated
+    accumulate_second_half(o, row_sum, acc_b, alpha);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kProductAdded, tile);
+    if (tile == w.tiles) break;  // slot `tiles` holds the last Vᵀ alone
+    issue_qk(s, w.q_desc_now(), w.k_desc(stage));
+    const float c = w.tile_factor_from_params(tile);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kIssued, tile);
+    wgmma_wait<0>();
+    pin_registers(s);
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
+    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane, ~p.all_ones,
+                 [&] { w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstMaxDone, tile); });
+    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
+  }
+  if constexpr (kTimeline) {
+    if (w.warp == 0 && w.lane == 0) mark_cta(p, w.tiles, CtaMark::kSweepDone);
+  }
+  // No load waits for the last slot, but with clusters each producer waits for the cluster's last
+  // releases before its CTA may exit (slots 0 .. tiles − 1 went in the sweep).
+  if constexpr (kCluster > 1) w.release_slot(w.tiles);
+}
+
+// The two-consumer key sweep (e4m3 output), overlapped within the consumer: tile t's issue is S_t
+// and the first half of (P·V)_{t−1}; after the softmax of S_t the second half is issued, P_t packed
+// under it into pk_next, and the half added to O (and its row sums to l) at the start of the next
+// tile.
 // ptxas keeps a wgmma's A registers live only up to the issue: with a plain copy pk = pk_next it
 // propagated the copy and packed P_t into the registers the second half was still reading (H200:
 // wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
 // reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
 // in-flight registers stay live, and so unallocated, until the product is retired.
-template <bool kTimeline, bool kE4m3Out, int kCluster>
-__device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* warp_max) {
+template <int kCluster>
+__device__ __forceinline__ void sweep_overlapped(const Consumer<Cta<2>, kCluster>& w, uint32_t (&s)[64],
+                                                 float (&o)[64], float (&row_max)[2], float (&row_sum)[2]) {
   const Int8Fp8Params& p = w.p;
-  uint32_t s[64];        // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
-  float o[64];           // O: [64 rows, 128 channels]
   float acc_a[32];       // the first half of one tile's P·V
   float acc_b[36];       // the second half, and the row sums in 32..35
   uint32_t pk[16];       // P8 of the tile whose P·V is in flight
   uint32_t pk_next[16];  // P8 of the tile just softmaxed
 #pragma unroll
   for (int i = 0; i < 16; ++i) pk[i] = 0u;
-#pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
   // alpha_b: of the tile whose second half is in flight.
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2], alpha_a[2], alpha_b[2];
+  float alpha[2], alpha_a[2], alpha_b[2];
   // Retires the second half of (P·V)_{t−2} (none before tile 2), then merges P_{t−1} into pk.
   const auto retire_second_half = [&](int tile) {
     if (tile >= 2) {
@@ -349,36 +413,24 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   bool slot_ready = w.slot_landed(1);
   pack_p(s, pk_next);
   alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
-  if constexpr (kTimeline) {
-    if (w.consumer == 0 && w.warp == 0 && w.lane == 0) mark_cta(p, w.tiles, CtaMark::kFirstTile);
-  }
-
   for (int tile = 1; tile < w.tiles; ++tile) {
     const int stage = tile % kStages;
     retire_second_half(tile);
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kTileStart, tile);
     if (tile >= 2) w.release_slot(tile - 1);  // K_{t−1} and Vᵀ_{t−2}, whose second half just retired
     if (!slot_ready) w.wait_slot(tile);
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kOperandsReady, tile);
     issue_qk(s, w.q_desc, w.k_desc(stage));
     issue_pv_half<0>(acc_a, pk, w.v_desc(stage));
     // The tile's factor, loaded under the products: live across their issue, it made ptxas spill.
     const float c = w.tile_factor(tile);
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kIssued, tile);
     wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
     pin_registers(s);
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kScoresReady, tile);
-    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane, ~p.all_ones,
-                 [&] { w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstMaxDone, tile); });
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kSoftmaxDone, tile);
+    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane, ~p.all_ones);
     wgmma_wait<0>();  // first half of (P·V)_{t−1} done
     pin_registers(acc_a);
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kFirstHalfDone, tile);
     accumulate_half<0>(o, acc_a, alpha_a);
     issue_pv_half<1>(acc_b, pk, w.v_desc(stage));
     slot_ready = w.slot_landed(tile + 1);
     pack_p(s, pk_next);  // P_t, under the second half
-    w.template mark<kTimeline>(Int8Fp8TimelineEvent::kPacked, tile);
     alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
     alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
   }
@@ -392,9 +444,6 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   wgmma_wait<0>();
   pin_registers(acc_a);
   pin_registers(acc_b);
-  if constexpr (kTimeline) {
-    if (w.warp == 0 && w.lane == 0) mark_cta(p, w.tiles, CtaMark::kSweepDone);
-  }
   accumulate_half<0>(o, acc_a, alpha_a);
   accumulate_second_half(o, row_sum, acc_b, alpha_a);
   // No load waits for the last two slots, but with clusters each producer waits for the cluster's
@@ -402,8 +451,25 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
   if constexpr (kCluster > 1) {
     if (last >= 1) w.release_slot(last);
     w.release_slot(w.tiles);
-    if (w.q0 >= p.nq_pad) return;  // a cluster's padding block: nothing to store
   }
+}
+
+// A consumer's sweep and epilogue: the bf16-output instances sweep with three consumers, the
+// e4m3-output instance with two (Cta).
+template <bool kTimeline, bool kE4m3Out, int kCluster>
+__device__ __forceinline__ void consume(const Consumer<CtaOf<kE4m3Out>, kCluster>& w, uint32_t* warp_max) {
+  static_assert(!kTimeline || !kE4m3Out, "the timeline instance has the bf16 output");
+  uint32_t s[64];  // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
+  float o[64];     // O: [64 rows, 128 channels]
+#pragma unroll
+  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  if constexpr (kE4m3Out) {
+    sweep_overlapped<kCluster>(w, s, o, row_max, row_sum);
+  } else {
+    sweep_serial<kTimeline, kCluster>(w, s, o, row_max, row_sum);
+  }
+  if (kCluster > 1 && w.q0 >= w.p.nq_pad) return;  // a cluster's padding block: nothing to store
   if constexpr (kE4m3Out) {
     w.write_output_e4m3(o, row_sum, warp_max);
   } else {
@@ -415,17 +481,19 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
 // clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per CTA
-// (attention_int8fp8_quantized_e4m3). kCluster: CTAs sharing each K / Vᵀ load (1 or 2).
+// (attention_int8fp8_quantized_e4m3), from two consumers instead of three (Cta). kCluster: CTAs
+// sharing each K / Vᵀ load (1 or 2).
 template <bool kTimeline, bool kE4m3Out, int kCluster>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(CtaOf<kE4m3Out>::kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
   const uint32_t smem = (raw + kSmemAlignment - 1) & ~static_cast<uint32_t>(kSmemAlignment - 1);
   const uint32_t bars = smem + kSmemBarriers;
+  using C = CtaOf<kE4m3Out>;
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
-  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
+  const int q0 = static_cast<int>(blockIdx.x) * C::kBlockQ;
   const int head = static_cast<int>(blockIdx.y);
   const int tiles = p.nk_pad / kBlockK;
   if constexpr (kTimeline) {
@@ -437,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrier_init(bars + 8 * (kFull + stage), 1);  // the producer's arrive.expect_tx
       // One arrival per consumer warp of the cluster.
-      mbarrier_init(bars + 8 * (kEmpty + stage), kConsumerWarps * kCluster);
+      mbarrier_init(bars + 8 * (kEmpty + stage), C::kConsumerWarps * kCluster);
     }
     mbarrier_init_fence();
   }
@@ -463,17 +531,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   if (warpgroup == 0) {
-    release_registers<kProducerRegisters>();
+    release_registers<C::kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, head * p.nq_pad + q0, head * p.nk_pad, head * kHeadDim,
-                        tiles, kCluster == 1 ? 0u : cluster_cta_rank());
+      produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, C::kQTileBytes, head * p.nq_pad + q0, head * p.nk_pad,
+                        head * kHeadDim, tiles, kCluster == 1 ? 0u : cluster_cta_rank());
     }
   } else {
-    claim_registers<kConsumerRegisters>();
+    claim_registers<C::kConsumerRegisters>();
     uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_raw + (smem - raw) + kSmemEpilogue);
-    consume<kTimeline, kE4m3Out, kCluster>(Consumer<kCluster>(p, smem, bars, q0, head, tiles, warpgroup - 1),
+    consume<kTimeline, kE4m3Out, kCluster>(Consumer<C, kCluster>(p, smem, bars, q0, head, tiles, warpgroup - 1),
                                            warp_max);
-    // The first thread of each consumer, once its epilogue is done: the later of the two counts.
+    // The first thread of each consumer, once its epilogue is done: the latest count.
     if constexpr (kTimeline) {
       if (threadIdx.x % kWarpgroupThreads == 0) mark_cta(p, tiles, CtaMark::kEnd);
     }
@@ -537,8 +605,12 @@ Status check_e4m3_output(const Int8Fp8Workspace& ws, const TensorView& codes, co
   return ok_status();
 }
 
+// The CTAs of one head: the padded queries (whole Q scale blocks) in blocks of `block_q`; the last
+// may reach past them, into rows whose outputs are not stored.
+int64_t cta_count(int64_t nq_pad, int block_q) { return (nq_pad + block_q - 1) / block_q; }
+
 // Encodes the tensor maps and launches an instance; `timeline` (kTimeline only) is
-// [8 warps][tiles][events] of device memory. The output's checks are the caller's.
+// [12 consumer warps][tiles][events] of device memory. The output's checks are the caller's.
 template <bool kTimeline, bool kE4m3Out, int kCluster>
 Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes, const TensorView* scales,
               float scale, long long* timeline, cudaStream_t stream) {
@@ -548,7 +620,8 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention_int8fp8: the driver offers no cuTensorMapEncodeTiled");
   CUtensorMap q_map, k_map, v_map;
-  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad, kBlockQ));
+  using C = CtaOf<kE4m3Out>;
+  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad, C::kBlockQ));
   VORTEX_RETURN_IF_ERROR(
       encode_bytes(encode, &k_map, "k8", ws.k, kHeadDim, ws.heads * ws.nk_pad, kSliceRows<kCluster>));
   VORTEX_RETURN_IF_ERROR(
@@ -582,17 +655,17 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   params.all_ones = ~0u;
   // The middle query block of the middle head: a CTA of a wave in full flight.
   params.timeline = timeline;
-  params.timeline_block = static_cast<int>(ws.nq_pad / kBlockQ / 2);
+  params.timeline_block = static_cast<int>(cta_count(ws.nq_pad, C::kBlockQ) / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
   const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out, kCluster>;
-  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2. The query
   // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
   cudaLaunchConfig_t config{};
-  config.gridDim = cluster_grid(ws.nq_pad / kBlockQ, kCluster, ws.heads);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = kSmemBytes;
+  config.gridDim = cluster_grid(cta_count(ws.nq_pad, C::kBlockQ), kCluster, ws.heads);
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
   config.stream = stream;
   // The kernel's set-up runs under the end of the kernel before it (the quantize pass).
   cudaLaunchAttribute attributes[2] = {cluster_dimension(kCluster), programmatic_serialization()};
@@ -636,19 +709,20 @@ Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const Tensor
 
 Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, const TensorView& out, float scale,
                                                   cudaStream_t stream, int cluster_ctas) {
-  std::vector<std::string> events = {"tile start (second half of PV_t-2 retired, P_t-1 in place)",
-                                     "operands (K_t, V_t-1 landed)",
-                                     "issued (QK_t, first half of PV_t-1)",
+  std::vector<std::string> events = {"tile start (P_t-1 to pack)",
+                                     "P_t-1 packed, K_t and V_t-1 landed",
+                                     "first half of PV_t-1 added",
+                                     "second half of PV_t-1 added",
+                                     "QK_t issued",
                                      "scores landed",
                                      "first row maximum done",
-                                     "softmax done",
-                                     "first half landed",
-                                     "second half issued, P_t packed"};
+                                     "softmax done"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
   VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, ws));
-  const dim3 grid = cluster_grid(ws.nq_pad / kBlockQ, cluster, ws.heads);
+  const dim3 grid = cluster_grid(cta_count(ws.nq_pad, CtaOf<false>::kBlockQ), cluster, ws.heads);
   VORTEX_ASSIGN_OR_RETURN(KernelTimeline timeline,
-                          record_timeline(std::move(events), kConsumerWarps, static_cast<int>(ws.nk_pad / kBlockK),
+                          record_timeline(std::move(events), CtaOf<false>::kConsumerWarps,
+                                          static_cast<int>(ws.nk_pad / kBlockK),
                                           static_cast<int>(grid.x * grid.y), stream,
                                           [&](long long* marks) -> Status {
                                             VORTEX_RETURN_IF_ERROR(check_output(ws, out));
@@ -681,7 +755,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelResources> attention_int8fp8_resources(int cluster_ctas) {
   const void* kernel = cluster_ctas == 2 ? reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, 2>)
                                          : reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, 1>);
-  return kernel_resources(kernel, kSmemBytes);
+  return kernel_resources(kernel, CtaOf<false>::kSmemBytes);
 }
 
 }  // namespace vortex::cuda

@@ -10,9 +10,9 @@
 //              per-head K column sums (fp64, fixed order) and V column maxima with Q's int8 rows,
 //              then int8 K rows and the e4m3 Vᵀ that the fp8 tensor-core product needs (its B
 //              operand must be K-major).
-//   attention  (attention_int8fp8.cu) TMA producer warpgroup + two consumer warpgroups:
-//              S = Q8·K8ᵀ by wgmma m64n128k32 s8 → s32, softmax, O += P8·V8 by wgmma m64n128k32
-//              e4m3 → f32 into a per-tile accumulator.
+//   attention  (attention_int8fp8.cu) TMA producer warpgroup + three consumer warpgroups (two for
+//              the e4m3 output): S = Q8·K8ᵀ by wgmma m64n128k32 s8 → s32, softmax, O += P8·V8 by
+//              wgmma e4m3 → f32 into a per-tile accumulator, in two channel halves.
 #pragma once
 
 #include <cuda_runtime.h>

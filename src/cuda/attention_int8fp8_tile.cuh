@@ -26,29 +26,18 @@ constexpr int kHeadDim = kInt8Fp8HeadDim;
 // wgmma's M: one warpgroup owns 64 query rows (one Q scale block) for the whole sweep.
 constexpr int kRowsPerConsumer = 64;
 static_assert(kRowsPerConsumer == kInt8Fp8QBlock, "one Q scale per consumer");
-constexpr int kConsumers = 2;
-constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
 // 128 keys per tile: wgmma's N for Q·Kᵀ, four k32 steps of P·V, and one K scale.
 constexpr int kBlockK = 128;
 static_assert(kBlockK == kInt8Fp8KBlock, "one K scale per tile");
-// Three stages: 8-bit tiles are 16 KB, so a deeper ring is cheap (Q 16 KB + 3 × 32 KB).
+// Three stages: 8-bit tiles are 16 KB, so a deeper ring is cheap (a fourth measured 3.9% slower).
 constexpr int kStages = 3;
 
 using hopper::kWarpgroupThreads;
 using hopper::register_budgets_fit;
-constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
-// setmaxnreg budgets: the consumers hold S (64) + O (64) + one half's P·V accumulator (32 or 36) +
-// two P8 sets (32) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
-static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
-              "register budgets exceed the register file");
 
 // Every tile row is 128 bytes (128 int8 channels, or 128 e4m3 keys): one 128-byte swizzle span,
 // 8 rows (1024 bytes) per swizzle period and per core-matrix group of the descriptors.
 constexpr int kRowBytes = 128;
-constexpr int kQTileBytes = kBlockQ * kRowBytes;
 constexpr int kKTileBytes = kBlockK * kRowBytes;
 constexpr int kVTileBytes = kHeadDim * kRowBytes;
 
@@ -58,28 +47,54 @@ constexpr int kVTileBytes = kHeadDim * kRowBytes;
 constexpr int kOnesBytes = 8 * kRowBytes;
 constexpr int kVStageBytes = kVTileBytes + kOnesBytes;
 
-// Shared memory from a 1024-byte aligned base: Q [128 rows][128 B], K [kStages][128 keys][128 B],
-// Vᵀ [kStages][128 channels + 8 ones rows][128 B], then the mbarriers.
-constexpr int kSmemQ = 0;
-constexpr int kSmemK = kSmemQ + kQTileBytes;
-constexpr int kSmemV = kSmemK + kStages * kKTileBytes;
-constexpr int kSmemBarriers = kSmemV + kStages * kVStageBytes;
 // The ring's slot j holds what the consumers' j-th issue reads, K_j and Vᵀ_{j−1} (slot 0 only K_0,
 // slot `tiles` only the last Vᵀ), in K stage and Vᵀ stage j % kStages: one barrier to wait on and
 // one to release per key tile, as in the exact kernel (attention_wgmma.cu). A slot is released once
-// the second half of (P·V)_{j−1} has retired, where Vᵀ_{j−1}'s release was.
+// (P·V)_{j−1} has retired, where Vᵀ_{j−1}'s release was.
 enum MbarrierIndex : int {
   kFullQ = 0,
   kFull = 1,                      // [kStages]: the slot's K and Vᵀ tiles landed (TMA transaction bytes)
   kEmpty = kFull + kStages,       // [kStages]: every consumer warp has finished reading both
   kMbarrierCount = kEmpty + kStages
 };
-// The e4m3-output instance's exchange of the consumer warps' amax (one word per warp).
-constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
-constexpr int kSmemAlignment = 1024;
-constexpr int kSmemBytes = kSmemEpilogue + kConsumerWarps * 4 + kSmemAlignment;  // slack to align the base
 
-// Named barrier (0 is __syncthreads): both consumers' warps meet at kBarrierEpilogue once their amax
+// Shared memory from a 1024-byte aligned base: K [kStages][128 keys][128 B], Vᵀ [kStages][128
+// channels + 8 ones rows][128 B], the mbarriers, the e4m3-output instance's exchange of the consumer
+// warps' amax (one word per warp), then Q [the CTA's rows][128 B], last so that only its size
+// depends on the consumer count.
+constexpr int kSmemK = 0;
+constexpr int kSmemV = kSmemK + kStages * kKTileBytes;
+constexpr int kSmemBarriers = kSmemV + kStages * kVStageBytes;
+constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
+constexpr int kMaxConsumerWarps = 12;
+constexpr int kSmemAlignment = 1024;
+constexpr int kSmemQ = (kSmemEpilogue + kMaxConsumerWarps * 4 + kSmemAlignment - 1) / kSmemAlignment * kSmemAlignment;
+
+// What the consumer count sets. The bf16-output instances run three consumer warpgroups (192
+// queries per CTA), each holding S (64) + O (64) and, in turn, one P·V half (32 or 36) and P8 (16)
+// in its 160 registers, with no product of its own in flight during its softmax: the other two
+// consumers fill the tensor pipe and the exp2 unit (bench/notes/attention.md, session 16: 8.3% fewer
+// cycles than two consumers). The e4m3-output instance keeps two (128 queries, one kTiles block of
+// the out projection's scales per CTA), each with 240 registers for its own P·V in flight under its
+// softmax: S 64 + O 64 + the two halves 32 / 36 + two P8 sets 32 + state.
+template <int kConsumersT>
+struct Cta {
+  static constexpr int kConsumers = kConsumersT;
+  static constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
+  static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+  static constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
+  static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
+                "register budgets exceed the register file");
+  static_assert(kConsumerWarps <= kMaxConsumerWarps, "the amax exchange has one word per consumer warp");
+  static constexpr int kQTileBytes = kBlockQ * kRowBytes;
+  static constexpr int kSmemBytes = kSmemQ + kQTileBytes + kSmemAlignment;  // slack to align the base
+};
+template <bool kE4m3Out>
+using CtaOf = Cta<kE4m3Out ? 2 : 3>;
+
+// Named barrier (0 is __syncthreads): the consumers' warps meet at kBarrierEpilogue once their amax
 // is in shared memory (e4m3 output). The consumers take no turns issuing their products: the exact
 // kernel's ping-pong barriers cost 1.6% of the cycles here (bench/notes/attention.md, session 16).
 constexpr int kBarrierEpilogue = 1;
@@ -92,16 +107,17 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr uint32_t kMagicBits = 0x4B400000u;
 constexpr float kMagic = 12582912.0f;
 
-// The timeline instance's marks per key tile (attention_int8fp8_timeline names them).
+// The timeline instance's marks per key tile t of the three-consumer sweep
+// (attention_int8fp8_timeline names them).
 enum class Int8Fp8TimelineEvent : int {
   kTileStart,
-  kOperandsReady,
-  kIssued,
+  kOperandsReady,   // P_{t−1} packed; K_t and Vᵀ_{t−1} landed
+  kFirstHalfAdded,  // the first half of (P·V)_{t−1} retired and added to O
+  kProductAdded,    // the second half too, with the row sums
+  kIssued,          // Q·K_tᵀ issued
   kScoresReady,
   kFirstMaxDone,
   kSoftmaxDone,
-  kFirstHalfDone,
-  kPacked,
   kCount
 };
 

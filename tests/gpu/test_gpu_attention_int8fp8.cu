@@ -365,11 +365,11 @@ TEST_F(GpuAttentionInt8Fp8, TimelineInstanceMatchesAndMarksInOrder) {
   const cuda::KernelTimeline t = must(cuda::attention_int8fp8_timeline(ws, marked.view(), 0.088f, stream_));
   const Tensor b = must(cuda::download(marked, stream_));
   EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << "the timeline instance's output differs";
-  ASSERT_EQ(t.warps, 8);
-  ASSERT_EQ(t.tiles, 8);  // 1,000 keys padded to 1,024
+  ASSERT_EQ(t.warps, 12);  // three consumer warpgroups
+  ASSERT_EQ(t.tiles, 8);   // 1,000 keys padded to 1,024
   ASSERT_EQ(t.events.size(), 8u);
   EXPECT_EQ(test::timeline_marks_out_of_order(t), 0) << "timeline marks missing or out of program order";
-  ASSERT_EQ(t.ctas.size(), 24u);  // 8 query blocks × 3 heads
+  ASSERT_EQ(t.ctas.size(), 18u);  // 1,024 padded queries in 6 CTAs of 192 × 3 heads
   EXPECT_EQ(test::cta_records_out_of_order(t), 0) << "CTA records missing or out of order";
 }
 

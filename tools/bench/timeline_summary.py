@@ -6,10 +6,11 @@
     python3 tools/bench/timeline_summary.py DIR_OR_MANIFEST...
 
 For every manifest with a timeline: per consumer warpgroup, the median cycles from each mark of the
-kernel's key-tile loop to the next, with the share of the round, then the round itself. Both
+kernel's key-tile loop to the next, with the share of the round, then the round itself. The
 consumers side by side show whether they alternate (one's softmax under the other's products) or
-wait on each other; the bracketed share is how much of the phase the other consumer's warp on the same
-sub-partition spent in the same phase (near 100%: they run it together and share its units). Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
+wait on each other; the bracketed share is how much of the phase the next consumer's warp on the
+same sub-partition spent in the same phase (near 100%: they run it together and share its units).
+Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
 the gaps between the CTAs one SM runs, the kernel's span against the last SM's busy time and the
 clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
 clock and the last SM's busy cycles.
