@@ -7,7 +7,8 @@
 - ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
 - timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round,
   and the CTA records' summary;
-- ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A;
+- ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A, also
+  where B launches a kernel on other grids;
 - checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against.
 - tools/kernels/sass_outline.py: a table learned from a synthetic listing names the instructions of a
   kernel section in a synthetic ELF (found inside surrounding bytes, as in an executable).
@@ -99,6 +100,20 @@ class NcuCyclesSummary(unittest.TestCase):
             self.assertIn("0.9900  3, 2", lines[at + 2])
             short_at = lines.index("void k<0, 0, 2> grid (36, 24, 1)")
             self.assertIn("1.0200  1, 1", lines[short_at + 2])
+
+    def test_a_kernel_whose_grid_changed_is_still_compared(self):
+        with tempfile.TemporaryDirectory() as d:
+            root = pathlib.Path(d)
+            (root / "a-1.csv").write_text(self.report([("(296, 56, 1)", 1000000), ("(36, 24, 1)", 5000)]))
+            (root / "b-1.csv").write_text(self.report([("(198, 56, 1)", 920000), ("(24, 24, 1)", 4900)]))
+            r = run(TOOLS / "ncu_cycles_summary.py", d)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = r.stdout.splitlines()
+            at = lines.index("void k<0, 0, 2> grid (296, 56, 1) (A) / (198, 56, 1) (B)")
+            self.assertIn("0.9200  1, 1", lines[at + 2])
+            short_at = lines.index("void k<0, 0, 2> grid (36, 24, 1) (A) / (24, 24, 1) (B)")
+            self.assertIn("0.9800  1, 1", lines[short_at + 2])
+            self.assertNotIn("missing", r.stdout)
 
     def test_no_reports_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
