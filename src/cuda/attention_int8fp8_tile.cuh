@@ -73,7 +73,7 @@ constexpr int kSmemQ = (kSmemEpilogue + kMaxConsumerWarps * 4 + kSmemAlignment -
 // What the consumer count sets. The bf16-output instances run three consumer warpgroups (192
 // queries per CTA), each holding S (64) + O (64) and, in turn, one P·V half (32 or 36) and P8 (16)
 // in its 160 registers, with no product of its own in flight during its softmax: the other two
-// consumers fill the tensor pipe and the exp2 unit (bench/notes/attention.md, session 16: 8.3% fewer
+// consumers fill the tensor pipe and the exp2 unit (bench/notes/attention.md, session 16: 8.2% fewer
 // cycles than two consumers). The e4m3-output instance keeps two (128 queries, one kTiles block of
 // the out projection's scales per CTA), each with 240 registers for its own P·V in flight under its
 // softmax: S 64 + O 64 + the two halves 32 / 36 + two P8 sets 32 + state.
