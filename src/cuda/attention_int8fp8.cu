@@ -212,11 +212,16 @@ struct Consumer {
     const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
     warp = thread / 32;
     lane = thread % 32;
-    q_desc = k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
-    // A cluster's padding block (past the last query block) sweeps with the last block's scale.
-    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
-    q_factor = p.q_scale[head * p.q_blocks + q_block] * p.scale_log2;
+    q_desc = q_desc_now();
+    q_factor = q_scale_log2();
     k_scale = p.k_scale + head * p.k_blocks;
+  }
+
+  // This consumer's Q scale · scale · log2 e. A cluster's padding block (past the last query
+  // block) sweeps with the last block's scale.
+  __device__ float q_scale_log2() const {
+    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
+    return p.q_scale[head * p.q_blocks + q_block] * p.scale_log2;
   }
 
   __device__ uint64_t k_desc(int stage) const { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); }
@@ -225,8 +230,7 @@ struct Consumer {
   // The same two from the parameters and the CTA's place, each time: the three-consumer sweep has
   // no registers to hold them across it (ptxas spilled 20–28 bytes).
   __device__ float tile_factor_from_params(int tile) const {
-    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
-    return p.q_scale[head * p.q_blocks + q_block] * p.scale_log2 * __ldg(p.k_scale + head * p.k_blocks + tile);
+    return q_scale_log2() * __ldg(p.k_scale + head * p.k_blocks + tile);
   }
   __device__ uint64_t q_desc_now() const {
     return k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
