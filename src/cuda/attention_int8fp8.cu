@@ -2,17 +2,17 @@
 // cpu/attention_int8fp8.h): a producer warpgroup feeding consumer warpgroups through TMA and
 // mbarriers, as in the exact kernel (attention_wgmma.cu), on 8-bit operands.
 //
-//   One CTA per (64·C queries, head), 1 + C warpgroups: C = 3 for the bf16 output, 2 for the e4m3
-//   output (whose scales are per 128 queries; Cta in attention_int8fp8_tile.cuh).
+//   One CTA per (192 queries, head), four warpgroups. The e4m3 output runs in pairs of CTAs (a
+//   cluster), whose 384 queries are three of its 128-query scale blocks (write_output_e4m3).
 //   - producer (warpgroup 0, one thread): TMA loads from the quantize pass's workspace — the CTA's
-//     int8 Q tile [64·C rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
+//     int8 Q tile [192 rows, 128 B] once, then per 128-key tile the int8 K tile [128 keys, 128 B]
 //     and the e4m3 Vᵀ tile [128 channels, 128 keys] into a three-stage ring whose slot j holds K_j
 //     and Vᵀ_{j−1} (one full and one empty mbarrier per slot).
 //     Every tile is one box whose 128-byte rows are exactly the 128-byte swizzle span. Each Vᵀ
 //     stage is followed by 8 rows of e4m3(1.0), written once per CTA. For long sweeps a pair of
 //     CTAs (a cluster; consecutive query blocks of one head) shares each K / Vᵀ load by multicast:
 //     each loads half of the tile's rows into both rings (as the exact kernel, attention_wgmma.cu).
-//   - consumers, 64 query rows each (one Q scale), per tile t:
+//   - consumers (warpgroups 1–3), 64 query rows each (one Q scale), per tile t:
 //       S_t = Q8·K8_tᵀ  wgmma m64n128k32 .s32.s8.s8 (both operands K-major in shared memory);
 //       softmax of S_t: running max over the int32 scores, then per score one integer add that
 //       makes the bits of fp32(1.5·2^23 + S) (exact: |S| < 2^21; no conversion unit), one FFMA by
@@ -23,15 +23,16 @@
 //       sums Σ_k P8 of the weights the products use), A = P8 from registers, B = Vᵀ K-major in
 //       shared memory, each into a fresh accumulator: O = O·alpha + (P·V) in fp32 (the fp8 products
 //       never accumulate across tiles inside the tensor core), l = l·alpha + Σ P8.
-//     With three consumers each runs these in turn (sweep_serial); with two, each overlaps its own
-//     products with its softmax (sweep_overlapped). Keys are permuted within 16-key groups in Vᵀ
-//     (int8fp8_vt_slot) so that the S accumulator's columns pack into the A fragment without
-//     shuffles. The consumers issue their products without taking turns: the exact kernel's
-//     ping-pong barriers cost 1.6% of the two-consumer kernel's cycles (session 16).
+//     Each consumer runs these in turn (sweep); the other two fill the tensor pipe and the exp2
+//     unit meanwhile. Keys are permuted within 16-key groups in Vᵀ (int8fp8_vt_slot) so that the S
+//     accumulator's columns pack into the A fragment without shuffles. The consumers issue their
+//     products without taking turns: the exact kernel's ping-pong barriers cost 1.6% of the
+//     two-consumer kernel's cycles (session 16).
 //   - epilogue: O · v_scale[channel] / row sum → bf16, 4-byte stores straight from the accumulator
 //     layout into the strided out view (tail queries skipped). The e4m3-output instance instead
-//     quantizes those bf16 values as one block per CTA (the amax exchanged between the consumers
-//     through shared memory) and stores codes and one scale.
+//     quantizes those bf16 values in 128-query blocks (the amax exchanged between the consumers
+//     through shared memory, and for the block that straddles a pair, between its CTAs through
+//     distributed shared memory) and stores codes and one scale per block.
 // The tile configuration and the per-tile math (softmax, P8 packing, accumulation, the products)
 // live in attention_int8fp8_tile.cuh; this file holds the producer, the key sweeps and the host.
 #include "cuda/attention_int8fp8.h"
@@ -90,10 +91,9 @@ struct Int8Fp8Params {
   int timeline_block, timeline_head;
 };
 
-// The timeline instance's record of this CTA (cta_trace.cuh), after its tile marks. Only the
-// bf16-output instances (three consumers) have a timeline instance.
+// The timeline instance's record of this CTA (cta_trace.cuh), after its tile marks.
 __device__ __forceinline__ void mark_cta(const Int8Fp8Params& p, int tiles, CtaMark mark) {
-  cta_mark(p.timeline, CtaOf<false>::kConsumerWarps, tiles, static_cast<int>(Int8Fp8TimelineEvent::kCount), mark);
+  cta_mark(p.timeline, kConsumerWarps, tiles, static_cast<int>(Int8Fp8TimelineEvent::kCount), mark);
 }
 
 // ---- PTX wrappers: shared memory, mbarriers, TMA, named barriers, register budgets ---------------
@@ -112,6 +112,9 @@ using hopper::release_registers;
 using hopper::claim_registers;
 using hopper::wgmma_wait;
 using hopper::pack_bf16x2;
+using hopper::named_barrier_sync;
+using hopper::send_to_cluster_cta;
+using hopper::mbarrier_wait_cluster;
 using detail::e4m3x2_bits;
 
 using hopper::cluster_cta_rank;
@@ -165,12 +168,12 @@ __device__ __forceinline__ void load_slice(uint32_t stage_base, const CUtensorMa
 
 template <int kCluster>
 __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                                        uint32_t smem, uint32_t bars, int q_bytes, int q_row0, int k_row0, int v_row0,
-                                        int tiles, uint32_t rank) {
+                                        uint32_t smem, uint32_t bars, int q_row0, int k_row0, int v_row0, int tiles,
+                                        uint32_t rank) {
   prefetch_tensor_map(q_map);
   prefetch_tensor_map(k_map);
   prefetch_tensor_map(v_map);
-  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, q_bytes);
+  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, kQTileBytes);
   tma_load(smem + kSmemQ, q_map, 0, q_row0, bars + 8 * kFullQ);
   // Slot 0 holds K_0 alone, slot `tiles` the last Vᵀ alone.
   int stage = 0;
@@ -195,16 +198,12 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
 // A consumer thread's place, the operand descriptors, the stage releases and the tile's softmax factor.
-// C: the CTA's consumer count (Cta).
-template <class C, int kCluster>
+template <int kCluster>
 struct Consumer {
   const Int8Fp8Params& p;
   uint32_t smem, bars;
   int q0, head, tiles, consumer;
   int warp, lane;
-  uint64_t q_desc;
-  float q_factor;
-  const float* k_scale;
 
   __device__ Consumer(const Int8Fp8Params& params, uint32_t smem_, uint32_t bars_, int q0_, int head_, int tiles_,
                       int consumer_)
@@ -212,28 +211,18 @@ struct Consumer {
     const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
     warp = thread / 32;
     lane = thread % 32;
-    q_desc = q_desc_now();
-    q_factor = q_scale_log2();
-    k_scale = p.k_scale + head * p.k_blocks;
   }
 
-  // This consumer's Q scale · scale · log2 e. A cluster's padding block (past the last query
-  // block) sweeps with the last block's scale.
-  __device__ float q_scale_log2() const {
-    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
-    return p.q_scale[head * p.q_blocks + q_block] * p.scale_log2;
-  }
-
+  // Q's descriptor and the tile's factor come from the parameters and the CTA's place each time:
+  // the sweep has no registers to hold them across it (held, ptxas spilled 20–28 bytes).
+  __device__ uint64_t q_desc() const { return k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes); }
   __device__ uint64_t k_desc(int stage) const { return k_major_descriptor(smem + kSmemK + stage * kKTileBytes); }
   __device__ uint64_t v_desc(int stage) const { return k_major_descriptor(smem + kSmemV + stage * kVStageBytes); }
-  __device__ float tile_factor(int tile) const { return q_factor * __ldg(k_scale + tile); }
-  // The same two from the parameters and the CTA's place, each time: the three-consumer sweep has
-  // no registers to hold them across it (ptxas spilled 20–28 bytes).
-  __device__ float tile_factor_from_params(int tile) const {
-    return q_scale_log2() * __ldg(p.k_scale + head * p.k_blocks + tile);
-  }
-  __device__ uint64_t q_desc_now() const {
-    return k_major_descriptor(smem + kSmemQ + consumer * kRowsPerConsumer * kRowBytes);
+  // q_scale · k_scale · scale · log2 e; a cluster's padding block (past the last query block)
+  // sweeps with the last block's Q scale.
+  __device__ float tile_factor(int tile) const {
+    const int q_block = min(q0 / kRowsPerConsumer + consumer, p.q_blocks - 1);
+    return p.q_scale[head * p.q_blocks + q_block] * p.scale_log2 * __ldg(p.k_scale + head * p.k_blocks + tile);
   }
   // The timeline instance records the SM clock at `event` of key tile `tile`; the shipped instance
   // compiles this away.
@@ -271,7 +260,7 @@ struct Consumer {
   __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&alpha)[2]) const {
     mbarrier_wait(bars + 8 * kFullQ, 0);
     wait_slot(0);
-    issue_qk(s, q_desc, k_desc(0));
+    issue_qk(s, q_desc(), k_desc(0));
     wgmma_wait<0>();
     pin_registers(s);
     release_slot(0);  // K_0 alone
@@ -298,10 +287,16 @@ struct Consumer {
     }
   }
 
-  // The e4m3 output: the bf16 values write_output would store, quantized as one kTiles block of
-  // the CTA's 128 queries × this head (attention_e4m3_tile.cuh): bit for bit quantize_blocks_fp8
-  // on the bf16 output of the same kernel.
-  __device__ void write_output_e4m3(const float (&o)[64], const float (&row_sum)[2], uint32_t* warp_max) const {
+  // The e4m3 output: the bf16 values write_output would store, quantized in the out projection's
+  // blocks of 128 queries × this head (kTiles; attention_e4m3_tile.cuh): bit for bit
+  // quantize_blocks_fp8 on the bf16 output of the same kernel. The pair of CTAs (always a cluster
+  // of 2 here) holds three blocks: consumers 0 and 1 of rank 0, 1 and 2 of rank 1, and the middle
+  // block's halves, rank 0's consumer 2 and rank 1's consumer 0, whose amax each sends the other
+  // through distributed shared memory. Both CTAs of a pair run this, a padding one too (no valid
+  // rows: amax 0, nothing stored). warp_amax, split_amax: this CTA's amax words.
+  __device__ void write_output_e4m3(const float (&o)[64], const float (&row_sum)[2], uint32_t* warp_amax,
+                                   const uint32_t* split_amax) const {
+    static_assert(kCluster == 2, "the middle scale block straddles the pair");
     const float inverse[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
     const float* v_scale = p.v_scale + head * kHeadDim;
     uint32_t y[2][kHeadDim / 8];
@@ -314,23 +309,46 @@ struct Consumer {
         y[r][j] = pack_bf16x2((o[4 * j + 2 * r] * vs.x) * inverse[r], (o[4 * j + 2 * r + 1] * vs.y) * inverse[r]);
       }
     }
+    const int rows0 = q0 + consumer * kRowsPerConsumer;  // this consumer's first query
+    const int row0 = rows0 + warp * 16 + lane / 4;
+    const uint32_t warp_max = detail::warp_amax_of_rows(y, row0, p.nq);
+    if (lane == 0) warp_amax[consumer * 4 + warp] = warp_max;
+    named_barrier_sync(kBarrierEpilogue, kConsumerWarps * 32);
+    const auto consumer_amax = [&](int c) {
+      uint32_t amax = 0;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) amax = fp8_max_bits(amax, warp_amax[4 * c + w]);
+      return amax;
+    };
+    const uint32_t rank = cluster_cta_rank();
+    uint32_t amax = consumer_amax(consumer);
+    if (consumer == (rank == 0 ? 2 : 0)) {  // a half of the middle block
+      if (warp == 0 && lane == 0) {
+        send_to_cluster_cta(smem + kSmemSplitAmax, amax, bars + 8 * kSplitAmax, rank ^ 1);
+      }
+      mbarrier_wait_cluster(bars + 8 * kSplitAmax, 0);
+      amax = fp8_max_bits(amax, *split_amax);
+    } else {
+      amax = fp8_max_bits(amax, consumer_amax(rank == 0 ? 1 - consumer : 3 - consumer));
+    }
+    const Fp8RowScale s = fp8_row_scale(amax);
+    const int block = rows0 / kScaleBlockQ;
+    if (rows0 % kScaleBlockQ == 0 && rows0 < p.nq && warp == 0 && lane == 0) {
+      p.code_scales[block * p.code_scale_row + head] = s.scale;
+    }
     const detail::E4m3TileOut out{p.codes, p.code_row, p.code_scales, p.code_scale_row};
-    detail::store_e4m3_tile<C::kConsumerWarps>(y, out, q0 / C::kBlockQ, head,
-                                            q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4, p.nq,
-                                            consumer * (kWarpgroupThreads / 32) + warp, lane, warp_max,
-                                            kBarrierEpilogue);
+    detail::store_e4m3_rows(y, out, s, head, row0, p.nq, lane);
   }
 };
 
-// The three-consumer key sweep (bf16 output), serial within the consumer: for tile t, P_{t−1} is
-// packed, (P·V)_{t−1} issued and retired one channel half at a time (each added to O as
-// O·alpha + half, the row sums with the second), then S_t = Q·K_tᵀ issued and retired, and its
-// softmax run. Nothing of this consumer is in flight during its softmax, so its registers hold
+// The key sweep, serial within the consumer: for tile t, P_{t−1} is packed, (P·V)_{t−1} issued and
+// retired one channel half at a time (each added to O as O·alpha + half, the row sums with the
+// second), then S_t = Q·K_tᵀ issued and retired, and its softmax run. Nothing of this consumer is in flight during its softmax, so its registers hold
 // S and O plus one half's accumulator and P8 at a time; the other two consumers' products and
 // softmaxes fill the tensor pipe and the exp2 unit meanwhile.
 template <bool kTimeline, int kCluster>
-__device__ __forceinline__ void sweep_serial(const Consumer<Cta<3>, kCluster>& w, uint32_t (&s)[64], float (&o)[64],
-                                             float (&row_max)[2], float (&row_sum)[2]) {
+__device__ __forceinline__ void sweep(const Consumer<kCluster>& w, uint32_t (&s)[64], float (&o)[64],
+                                      float (&row_max)[2], float (&row_sum)[2]) {
   const Int8Fp8Params& p = w.p;
   float acc_a[32];  // the first half of one tile's P·V
   float acc_b[36];  // the second half, and the row sums in 32..35
@@ -359,8 +377,8 @@ __device__ __forceinline__ void sweep_serial(const Consumer<Cta<3>, kCluster>& w
     accumulate_second_half(o, row_sum, acc_b, alpha);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kProductAdded, tile);
     if (tile == w.tiles) break;  // slot `tiles` holds the last Vᵀ alone
-    issue_qk(s, w.q_desc_now(), w.k_desc(stage));
-    const float c = w.tile_factor_from_params(tile);
+    issue_qk(s, w.q_desc(), w.k_desc(stage));
+    const float c = w.tile_factor(tile);
     w.template mark<kTimeline>(Int8Fp8TimelineEvent::kIssued, tile);
     wgmma_wait<0>();
     pin_registers(s);
@@ -377,106 +395,20 @@ __device__ __forceinline__ void sweep_serial(const Consumer<Cta<3>, kCluster>& w
   if constexpr (kCluster > 1) w.release_slot(w.tiles);
 }
 
-// The two-consumer key sweep (e4m3 output), overlapped within the consumer: tile t's issue is S_t
-// and the first half of (P·V)_{t−1}; after the softmax of S_t the second half is issued, P_t packed
-// under it into pk_next, and the half added to O (and its row sums to l) at the start of the next
-// tile.
-// ptxas keeps a wgmma's A registers live only up to the issue: with a plain copy pk = pk_next it
-// propagated the copy and packed P_t into the registers the second half was still reading (H200:
-// wrong output on every shape of two tiles or more). So pk takes P_t after the wait by a merge that
-// reads the old pk (pk_next & all_ones | pk & ~all_ones, all_ones unknown to the compiler): the
-// in-flight registers stay live, and so unallocated, until the product is retired.
-template <int kCluster>
-__device__ __forceinline__ void sweep_overlapped(const Consumer<Cta<2>, kCluster>& w, uint32_t (&s)[64],
-                                                 float (&o)[64], float (&row_max)[2], float (&row_sum)[2]) {
-  const Int8Fp8Params& p = w.p;
-  float acc_a[32];       // the first half of one tile's P·V
-  float acc_b[36];       // the second half, and the row sums in 32..35
-  uint32_t pk[16];       // P8 of the tile whose P·V is in flight
-  uint32_t pk_next[16];  // P8 of the tile just softmaxed
-#pragma unroll
-  for (int i = 0; i < 16; ++i) pk[i] = 0u;
-  // alpha: of the tile just softmaxed; alpha_a: of the tile whose first half is next to land;
-  // alpha_b: of the tile whose second half is in flight.
-  float alpha[2], alpha_a[2], alpha_b[2];
-  // Retires the second half of (P·V)_{t−2} (none before tile 2), then merges P_{t−1} into pk.
-  const auto retire_second_half = [&](int tile) {
-    if (tile >= 2) {
-      wgmma_wait<0>();
-      pin_registers(acc_b);
-      pin_registers(pk);
-      accumulate_second_half(o, row_sum, acc_b, alpha_b);
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) pk[i] = (pk_next[i] & p.all_ones) | (pk[i] & ~p.all_ones);
-  };
-
-  w.first_tile(s, row_max, alpha);
-  // Whether the next slot has landed is asked before each pack of P, so the answer's latency
-  // overlaps the pack (as in the exact kernel).
-  bool slot_ready = w.slot_landed(1);
-  pack_p(s, pk_next);
-  alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
-  for (int tile = 1; tile < w.tiles; ++tile) {
-    const int stage = tile % kStages;
-    retire_second_half(tile);
-    if (tile >= 2) w.release_slot(tile - 1);  // K_{t−1} and Vᵀ_{t−2}, whose second half just retired
-    if (!slot_ready) w.wait_slot(tile);
-    issue_qk(s, w.q_desc, w.k_desc(stage));
-    issue_pv_half<0>(acc_a, pk, w.v_desc(stage));
-    // The tile's factor, loaded under the products: live across their issue, it made ptxas spill.
-    const float c = w.tile_factor(tile);
-    wgmma_wait<1>();  // S_t done; the first half of (P·V)_{t−1} may still run
-    pin_registers(s);
-    softmax_tile(s, c, row_max, alpha, tile * kBlockK, p.nk, w.lane, ~p.all_ones);
-    wgmma_wait<0>();  // first half of (P·V)_{t−1} done
-    pin_registers(acc_a);
-    accumulate_half<0>(o, acc_a, alpha_a);
-    issue_pv_half<1>(acc_b, pk, w.v_desc(stage));
-    slot_ready = w.slot_landed(tile + 1);
-    pack_p(s, pk_next);  // P_t, under the second half
-    alpha_b[0] = alpha_a[0], alpha_b[1] = alpha_a[1];
-    alpha_a[0] = alpha[0], alpha_a[1] = alpha[1];
-  }
-
-  // Drain: the second half of the previous tile's P·V, then both halves of the last tile's.
-  const int last = w.tiles - 1;
-  retire_second_half(last + 1);
-  if (!slot_ready) w.wait_slot(w.tiles);  // the last Vᵀ alone
-  issue_pv_half<0>(acc_a, pk, w.v_desc(w.tiles % kStages));
-  issue_pv_half<1>(acc_b, pk, w.v_desc(w.tiles % kStages));
-  wgmma_wait<0>();
-  pin_registers(acc_a);
-  pin_registers(acc_b);
-  accumulate_half<0>(o, acc_a, alpha_a);
-  accumulate_second_half(o, row_sum, acc_b, alpha_a);
-  // No load waits for the last two slots, but with clusters each producer waits for the cluster's
-  // last releases before its CTA may exit (slot 0 went in the first tile).
-  if constexpr (kCluster > 1) {
-    if (last >= 1) w.release_slot(last);
-    w.release_slot(w.tiles);
-  }
-}
-
-// A consumer's sweep and epilogue: the bf16-output instances sweep with three consumers, the
-// e4m3-output instance with two (Cta).
+// A consumer's sweep and epilogue.
 template <bool kTimeline, bool kE4m3Out, int kCluster>
-__device__ __forceinline__ void consume(const Consumer<CtaOf<kE4m3Out>, kCluster>& w, uint32_t* warp_max) {
+__device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* warp_amax, const uint32_t* split_amax) {
   static_assert(!kTimeline || !kE4m3Out, "the timeline instance has the bf16 output");
   uint32_t s[64];  // S: [64 rows, 128 keys] int32, then the bits of P·448 (fp32)
   float o[64];     // O: [64 rows, 128 channels]
 #pragma unroll
   for (int i = 0; i < 64; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  sweep<kTimeline, kCluster>(w, s, o, row_max, row_sum);
   if constexpr (kE4m3Out) {
-    sweep_overlapped<kCluster>(w, s, o, row_max, row_sum);
+    w.write_output_e4m3(o, row_sum, warp_amax, split_amax);  // a padding block too: the pair exchanges
   } else {
-    sweep_serial<kTimeline, kCluster>(w, s, o, row_max, row_sum);
-  }
-  if (kCluster > 1 && w.q0 >= w.p.nq_pad) return;  // a cluster's padding block: nothing to store
-  if constexpr (kE4m3Out) {
-    w.write_output_e4m3(o, row_sum, warp_max);
-  } else {
+    if (kCluster > 1 && w.q0 >= w.p.nq_pad) return;  // a cluster's padding block: nothing to store
     w.write_output(o, row_sum);
   }
 }
@@ -485,19 +417,18 @@ __device__ __forceinline__ void consume(const Consumer<CtaOf<kE4m3Out>, kCluster
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
 // clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per CTA
-// (attention_int8fp8_quantized_e4m3), from two consumers instead of three (Cta). kCluster: CTAs
-// sharing each K / Vᵀ load (1 or 2).
+// (attention_int8fp8_quantized_e4m3), always in pairs. kCluster: CTAs sharing each K / Vᵀ load
+// (1 or 2).
 template <bool kTimeline, bool kE4m3Out, int kCluster>
-__global__ void __launch_bounds__(CtaOf<kE4m3Out>::kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 1)
     attention_int8fp8_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                              const __grid_constant__ CUtensorMap v_map, const Int8Fp8Params p) {
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw = smem_address(smem_raw);
   const uint32_t smem = (raw + kSmemAlignment - 1) & ~static_cast<uint32_t>(kSmemAlignment - 1);
   const uint32_t bars = smem + kSmemBarriers;
-  using C = CtaOf<kE4m3Out>;
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
-  const int q0 = static_cast<int>(blockIdx.x) * C::kBlockQ;
+  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
   const int head = static_cast<int>(blockIdx.y);
   const int tiles = p.nk_pad / kBlockK;
   if constexpr (kTimeline) {
@@ -509,8 +440,9 @@ __global__ void __launch_bounds__(CtaOf<kE4m3Out>::kThreads, 1)
     for (int stage = 0; stage < kStages; ++stage) {
       mbarrier_init(bars + 8 * (kFull + stage), 1);  // the producer's arrive.expect_tx
       // One arrival per consumer warp of the cluster.
-      mbarrier_init(bars + 8 * (kEmpty + stage), C::kConsumerWarps * kCluster);
+      mbarrier_init(bars + 8 * (kEmpty + stage), kConsumerWarps * kCluster);
     }
+    mbarrier_init(bars + 8 * kSplitAmax, 1);  // the other CTA's half of the middle scale block
     mbarrier_init_fence();
   }
   // The ones rows after each Vᵀ stage, written through the generic proxy and read by wgmma
@@ -535,16 +467,17 @@ __global__ void __launch_bounds__(CtaOf<kE4m3Out>::kThreads, 1)
   }
 
   if (warpgroup == 0) {
-    release_registers<C::kProducerRegisters>();
+    release_registers<kProducerRegisters>();
     if (threadIdx.x == 0) {
-      produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, C::kQTileBytes, head * p.nq_pad + q0, head * p.nk_pad,
-                        head * kHeadDim, tiles, kCluster == 1 ? 0u : cluster_cta_rank());
+      produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, head * p.nq_pad + q0, head * p.nk_pad, head * kHeadDim,
+                        tiles, kCluster == 1 ? 0u : cluster_cta_rank());
     }
   } else {
-    claim_registers<C::kConsumerRegisters>();
-    uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_raw + (smem - raw) + kSmemEpilogue);
-    consume<kTimeline, kE4m3Out, kCluster>(Consumer<C, kCluster>(p, smem, bars, q0, head, tiles, warpgroup - 1),
-                                           warp_max);
+    claim_registers<kConsumerRegisters>();
+    unsigned char* aligned = smem_raw + (smem - raw);
+    consume<kTimeline, kE4m3Out, kCluster>(Consumer<kCluster>(p, smem, bars, q0, head, tiles, warpgroup - 1),
+                                           reinterpret_cast<uint32_t*>(aligned + kSmemWarpAmax),
+                                           reinterpret_cast<const uint32_t*>(aligned + kSmemSplitAmax));
     // The first thread of each consumer, once its epilogue is done: the latest count.
     if constexpr (kTimeline) {
       if (threadIdx.x % kWarpgroupThreads == 0) mark_cta(p, tiles, CtaMark::kEnd);
@@ -609,9 +542,9 @@ Status check_e4m3_output(const Int8Fp8Workspace& ws, const TensorView& codes, co
   return ok_status();
 }
 
-// The CTAs of one head: the padded queries (whole Q scale blocks) in blocks of `block_q`; the last
-// may reach past them, into rows whose outputs are not stored.
-int64_t cta_count(int64_t nq_pad, int block_q) { return (nq_pad + block_q - 1) / block_q; }
+// The CTAs of one head: the padded queries (whole Q scale blocks) in blocks of 192; the last may
+// reach past them, into rows whose outputs are not stored.
+int64_t cta_count(int64_t nq_pad) { return (nq_pad + kBlockQ - 1) / kBlockQ; }
 
 // Encodes the tensor maps and launches an instance; `timeline` (kTimeline only) is
 // [12 consumer warps][tiles][events] of device memory. The output's checks are the caller's.
@@ -624,8 +557,7 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention_int8fp8: the driver offers no cuTensorMapEncodeTiled");
   CUtensorMap q_map, k_map, v_map;
-  using C = CtaOf<kE4m3Out>;
-  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad, C::kBlockQ));
+  VORTEX_RETURN_IF_ERROR(encode_bytes(encode, &q_map, "q8", ws.q, kHeadDim, ws.heads * ws.nq_pad, kBlockQ));
   VORTEX_RETURN_IF_ERROR(
       encode_bytes(encode, &k_map, "k8", ws.k, kHeadDim, ws.heads * ws.nk_pad, kSliceRows<kCluster>));
   VORTEX_RETURN_IF_ERROR(
@@ -659,17 +591,17 @@ Status launch(const Int8Fp8Workspace& ws, const TensorView* out, const TensorVie
   params.all_ones = ~0u;
   // The middle query block of the middle head: a CTA of a wave in full flight.
   params.timeline = timeline;
-  params.timeline_block = static_cast<int>(cta_count(ws.nq_pad, C::kBlockQ) / 2);
+  params.timeline_block = static_cast<int>(cta_count(ws.nq_pad) / 2);
   params.timeline_head = static_cast<int>(ws.heads / 2);
 
   const auto kernel = attention_int8fp8_kernel<kTimeline, kE4m3Out, kCluster>;
-  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes));
+  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and Vᵀ stay in L2. The query
   // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
   cudaLaunchConfig_t config{};
-  config.gridDim = cluster_grid(cta_count(ws.nq_pad, C::kBlockQ), kCluster, ws.heads);
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
+  config.gridDim = cluster_grid(cta_count(ws.nq_pad), kCluster, ws.heads);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmemBytes;
   config.stream = stream;
   // The kernel's set-up runs under the end of the kernel before it (the quantize pass).
   cudaLaunchAttribute attributes[2] = {cluster_dimension(kCluster), programmatic_serialization()};
@@ -688,9 +620,18 @@ Result<int> cluster_for(int cluster_ctas, const Int8Fp8Workspace& ws) {
 template <bool kTimeline, bool kE4m3Out>
 Status launch_clustered(int cluster_ctas, const Int8Fp8Workspace& ws, const TensorView* out, const TensorView* codes,
                         const TensorView* scales, float scale, long long* timeline, cudaStream_t stream) {
-  VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, ws));
-  if (cluster == 1) return launch<kTimeline, kE4m3Out, 1>(ws, out, codes, scales, scale, timeline, stream);
-  return launch<kTimeline, kE4m3Out, 2>(ws, out, codes, scales, scale, timeline, stream);
+  if constexpr (kE4m3Out) {
+    // The middle scale block of a pair straddles its two CTAs (write_output_e4m3).
+    if (cluster_ctas != 0 && cluster_ctas != 2) {
+      return invalid_argument("attention_int8fp8_quantized_e4m3: cluster_ctas must be 0 or 2 (the e4m3 output runs "
+                              "in pairs of CTAs), got " + std::to_string(cluster_ctas));
+    }
+    return launch<kTimeline, true, 2>(ws, out, codes, scales, scale, timeline, stream);
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, ws));
+    if (cluster == 1) return launch<kTimeline, false, 1>(ws, out, codes, scales, scale, timeline, stream);
+    return launch<kTimeline, false, 2>(ws, out, codes, scales, scale, timeline, stream);
+  }
 }
 
 }  // namespace
@@ -723,9 +664,9 @@ Result<KernelTimeline> attention_int8fp8_timeline(const Int8Fp8Workspace& ws, co
                                      "softmax done"};
   static_assert(static_cast<int>(Int8Fp8TimelineEvent::kCount) == 8, "one name per event");
   VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, ws));
-  const dim3 grid = cluster_grid(cta_count(ws.nq_pad, CtaOf<false>::kBlockQ), cluster, ws.heads);
+  const dim3 grid = cluster_grid(cta_count(ws.nq_pad), cluster, ws.heads);
   VORTEX_ASSIGN_OR_RETURN(KernelTimeline timeline,
-                          record_timeline(std::move(events), CtaOf<false>::kConsumerWarps,
+                          record_timeline(std::move(events), kConsumerWarps,
                                           static_cast<int>(ws.nk_pad / kBlockK),
                                           static_cast<int>(grid.x * grid.y), stream,
                                           [&](long long* marks) -> Status {
@@ -759,7 +700,7 @@ Status attention_int8fp8(const TensorView& q, const TensorView& k, const TensorV
 Result<KernelResources> attention_int8fp8_resources(int cluster_ctas) {
   const void* kernel = cluster_ctas == 2 ? reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, 2>)
                                          : reinterpret_cast<const void*>(attention_int8fp8_kernel<false, false, 1>);
-  return kernel_resources(kernel, CtaOf<false>::kSmemBytes);
+  return kernel_resources(kernel, kSmemBytes);
 }
 
 }  // namespace vortex::cuda

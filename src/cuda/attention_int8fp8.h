@@ -10,9 +10,9 @@
 //              per-head K column sums (fp64, fixed order) and V column maxima with Q's int8 rows,
 //              then int8 K rows and the e4m3 Vᵀ that the fp8 tensor-core product needs (its B
 //              operand must be K-major).
-//   attention  (attention_int8fp8.cu) TMA producer warpgroup + three consumer warpgroups (two for
-//              the e4m3 output): S = Q8·K8ᵀ by wgmma m64n128k32 s8 → s32, softmax, O += P8·V8 by
-//              wgmma e4m3 → f32 into a per-tile accumulator, in two channel halves.
+//   attention  (attention_int8fp8.cu) TMA producer warpgroup + three consumer warpgroups:
+//              S = Q8·K8ᵀ by wgmma m64n128k32 s8 → s32, softmax, O += P8·V8 by wgmma e4m3 → f32
+//              into a per-tile accumulator, in two channel halves.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -96,12 +96,13 @@ Status attention_int8fp8_quantized(const Int8Fp8Workspace& ws, const TensorView&
 int attention_int8fp8_cluster_ctas(int64_t nq, int64_t nk, int64_t heads);
 
 // The attention pass with its output quantized in the kernel for the fp8 recipe's out projection
-// (cpu/fp8_blocks.h): each CTA's 128 queries × one head become e4m3 codes with one fp32 scale,
+// (cpu/fp8_blocks.h): each block of 128 queries × one head becomes e4m3 codes with one fp32 scale,
 // bit for bit quantize_blocks_fp8 (cpu::Fp8BlockLayout::kTiles) applied to
 // attention_int8fp8_quantized's bf16 output; no bf16 output is written. codes: F8_E4M3 [Nq, H·128]
 // device view, unit column stride, pointer and row stride multiples of 2 bytes; scales: contiguous
-// F32 [ceil(Nq / 128), round_up(H, 4)] (the kTiles layout; its padding is written 0). cluster_ctas
-// as attention_int8fp8_quantized's.
+// F32 [ceil(Nq / 128), round_up(H, 4)] (the kTiles layout; its padding is written 0). cluster_ctas:
+// 0 or 2 — this output always runs in pairs of CTAs sharing each K / Vᵀ load, since a pair's
+// middle scale block straddles its two 192-query CTAs; 1 is refused.
 Status attention_int8fp8_quantized_e4m3(const Int8Fp8Workspace& ws, const TensorView& codes, const TensorView& scales,
                                         float scale, cudaStream_t stream, int cluster_ctas = 0);
 

@@ -47,6 +47,24 @@ constexpr int kVTileBytes = kHeadDim * kRowBytes;
 constexpr int kOnesBytes = 8 * kRowBytes;
 constexpr int kVStageBytes = kVTileBytes + kOnesBytes;
 
+// Three consumer warpgroups of 64 queries (192 per CTA), each holding S (64) + O (64) and, in
+// turn, one P·V half (32 or 36) and P8 (16) in its 160 registers, with no product of its own in
+// flight during its softmax: the other two consumers fill the tensor pipe and the exp2 unit
+// (bench/notes/attention.md, session 16: 8.2% fewer cycles than two consumers that each overlapped
+// their own P·V with their softmax in 240 registers).
+constexpr int kConsumers = 3;
+constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
+constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
+constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 160;
+static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
+              "register budgets exceed the register file");
+// The e4m3 output's scale blocks are 128 queries × one head (the out projection's kTiles layout):
+// a pair of CTAs (384 queries) holds three, the middle one split between the pair's CTAs.
+constexpr int kScaleBlockQ = 128;
+static_assert(2 * kBlockQ == 3 * kScaleBlockQ, "a pair of CTAs holds whole scale blocks");
+
 // The ring's slot j holds what the consumers' j-th issue reads, K_j and Vᵀ_{j−1} (slot 0 only K_0,
 // slot `tiles` only the last Vᵀ), in K stage and Vᵀ stage j % kStages: one barrier to wait on and
 // one to release per key tile, as in the exact kernel (attention_wgmma.cu). A slot is released once
@@ -55,44 +73,22 @@ enum MbarrierIndex : int {
   kFullQ = 0,
   kFull = 1,                      // [kStages]: the slot's K and Vᵀ tiles landed (TMA transaction bytes)
   kEmpty = kFull + kStages,       // [kStages]: every consumer warp has finished reading both
-  kMbarrierCount = kEmpty + kStages
+  kSplitAmax = kEmpty + kStages,  // the e4m3 output: the other CTA of the pair wrote its half's amax
+  kMbarrierCount = kSplitAmax + 1
 };
 
-// Shared memory from a 1024-byte aligned base: K [kStages][128 keys][128 B], Vᵀ [kStages][128
-// channels + 8 ones rows][128 B], the mbarriers, the e4m3-output instance's exchange of the consumer
-// warps' amax (one word per warp), then Q [the CTA's rows][128 B], last so that only its size
-// depends on the consumer count.
-constexpr int kSmemK = 0;
+// Shared memory from a 1024-byte aligned base: Q [192 rows][128 B], K [kStages][128 keys][128 B],
+// Vᵀ [kStages][128 channels + 8 ones rows][128 B], the mbarriers, then the e4m3 output's amax
+// words: one per consumer warp, and the split block's half from the other CTA of the pair.
+constexpr int kQTileBytes = kBlockQ * kRowBytes;
+constexpr int kSmemQ = 0;
+constexpr int kSmemK = kSmemQ + kQTileBytes;
 constexpr int kSmemV = kSmemK + kStages * kKTileBytes;
 constexpr int kSmemBarriers = kSmemV + kStages * kVStageBytes;
-constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
-constexpr int kMaxConsumerWarps = 12;
+constexpr int kSmemWarpAmax = kSmemBarriers + kMbarrierCount * 8;
+constexpr int kSmemSplitAmax = kSmemWarpAmax + kConsumerWarps * 4;
 constexpr int kSmemAlignment = 1024;
-constexpr int kSmemQ = (kSmemEpilogue + kMaxConsumerWarps * 4 + kSmemAlignment - 1) / kSmemAlignment * kSmemAlignment;
-
-// What the consumer count sets. The bf16-output instances run three consumer warpgroups (192
-// queries per CTA), each holding S (64) + O (64) and, in turn, one P·V half (32 or 36) and P8 (16)
-// in its 160 registers, with no product of its own in flight during its softmax: the other two
-// consumers fill the tensor pipe and the exp2 unit (bench/notes/attention.md, session 16: 8.2% fewer
-// cycles than two consumers). The e4m3-output instance keeps two (128 queries, one kTiles block of
-// the out projection's scales per CTA), each with 240 registers for its own P·V in flight under its
-// softmax: S 64 + O 64 + the two halves 32 / 36 + two P8 sets 32 + state.
-template <int kConsumersT>
-struct Cta {
-  static constexpr int kConsumers = kConsumersT;
-  static constexpr int kBlockQ = kConsumers * kRowsPerConsumer;
-  static constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
-  static constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
-  static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
-  static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
-                "register budgets exceed the register file");
-  static_assert(kConsumerWarps <= kMaxConsumerWarps, "the amax exchange has one word per consumer warp");
-  static constexpr int kQTileBytes = kBlockQ * kRowBytes;
-  static constexpr int kSmemBytes = kSmemQ + kQTileBytes + kSmemAlignment;  // slack to align the base
-};
-template <bool kE4m3Out>
-using CtaOf = Cta<kE4m3Out ? 2 : 3>;
+constexpr int kSmemBytes = kSmemSplitAmax + 4 + kSmemAlignment;  // slack to align the base
 
 // Named barrier (0 is __syncthreads): the consumers' warps meet at kBarrierEpilogue once their amax
 // is in shared memory (e4m3 output). The consumers take no turns issuing their products: the exact

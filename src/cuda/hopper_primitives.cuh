@@ -113,6 +113,33 @@ __device__ __forceinline__ void mbarrier_arrive_cluster(uint32_t bar, uint32_t c
       "r"(cta)
       : "memory");
 }
+// One word into shared memory `addr` of cluster CTA `cta` (the same offset as in this CTA), then an
+// arrival on that CTA's mbarrier at `bar` that releases the word to it at cluster scope.
+__device__ __forceinline__ void send_to_cluster_cta(uint32_t addr, uint32_t value, uint32_t bar, uint32_t cta) {
+  asm volatile(
+      "{\n"
+      ".reg .b32 remote_addr, remote_bar;\n"
+      "mapa.shared::cluster.u32 remote_addr, %0, %3;\n"
+      "mapa.shared::cluster.u32 remote_bar, %2, %3;\n"
+      "st.shared::cluster.u32 [remote_addr], %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote_bar];\n"
+      "}\n" ::"r"(addr),
+      "r"(value), "r"(bar), "r"(cta)
+      : "memory");
+}
+// Waits for the phase of this parity of an mbarrier that another CTA of the cluster arrives on,
+// acquiring at cluster scope what that CTA released with its arrival (send_to_cluster_cta).
+__device__ __forceinline__ void mbarrier_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
 // A cluster's producer before its CTA exits: the other CTAs write into this one's rings and arrive
 // on its barriers until their consumers have released the last slots, so it waits for the releases
 // of the last min(slots, stages) slots of a ring (the empty mbarrier of stage s at empty + 8·s;

@@ -402,6 +402,10 @@ TEST_F(GpuAttentionInt8Fp8, E4m3OutputIsTheBlockQuantizerOnTheBf16Output) {
   EXPECT_EQ(cuda::attention_int8fp8_quantized_e4m3(ws, codes.view(), wrong_scales.view(), 0.088f, stream_).code(),
             StatusCode::kInvalidArgument)
       << "scales [2, 2] where the kTiles layout of 100 queries × 2 heads is [1, 4]";
+  const Tensor scales = must(arena_.alloc({1, 4}, DType::kF32));
+  EXPECT_EQ(cuda::attention_int8fp8_quantized_e4m3(ws, codes.view(), scales.view(), 0.088f, stream_, 1).code(),
+            StatusCode::kInvalidArgument)
+      << "the e4m3 output runs in pairs of CTAs only";
 }
 
 // A pair of CTAs sharing each K / Vᵀ load (TMA multicast) writes what one CTA per query block
