@@ -61,6 +61,15 @@ TEST(BenchTimelineJson, MedianIntervalsPerConsumer) {
   EXPECT_DOUBLE_EQ(share("consumer0", 1), 96.0 / 300.0);
   EXPECT_DOUBLE_EQ(share("consumer1", 1), 0.96);
   EXPECT_DOUBLE_EQ(share("consumer0", 2), 596.0 / 600.0);
+  // Warp w marks w cycles after its consumer's first warp: a spread of 3 at every mark, the fourth
+  // warp always the last; the round has neither.
+  for (const char* consumer : {"consumer0", "consumer1"}) {
+    for (int phase = 0; phase < 3; ++phase) {
+      EXPECT_EQ(j.at(consumer)[phase]["warp_spread_at_start"], 3) << consumer << " " << phase;
+      EXPECT_EQ(j.at(consumer)[phase]["last_warp_share_at_start"], (std::vector<double>{0.0, 0.0, 0.0, 1.0}));
+    }
+    EXPECT_FALSE(j.at(consumer)[3].contains("warp_spread_at_start"));
+  }
 }
 
 TEST(BenchTimelineJson, TooFewTilesGiveNoIntervals) {

@@ -41,6 +41,20 @@ double same_phase_share(const cuda::KernelTimeline& t, int mine, int theirs, int
   return static_cast<double>(together) / static_cast<double>(to - from);
 }
 
+// How far apart a consumer's 4 warps (one per SM sub-partition) reach mark e of `tile`: the
+// latest's mark minus the earliest's, and which of the 4 is the latest. A product is a warpgroup
+// instruction, so at every issue the earlier warps wait for the latest one.
+std::pair<long long, int> warp_spread(const cuda::KernelTimeline& t, int consumer, int tile, int e) {
+  long long earliest = t.at(4 * consumer, tile, e), latest = earliest;
+  int last = 0;
+  for (int w = 1; w < 4; ++w) {
+    const long long mark = t.at(4 * consumer + w, tile, e);
+    earliest = std::min(earliest, mark);
+    if (mark > latest) latest = mark, last = w;
+  }
+  return {latest - earliest, last};
+}
+
 }  // namespace
 
 nlohmann::json cta_summary_json(const std::vector<cuda::CtaSpan>& ctas) {
@@ -135,6 +149,18 @@ nlohmann::json timeline_json(const cuda::KernelTimeline& t) {
           e == events ? "round" : t.events[e] + " -> " + (e + 1 < events ? t.events[e + 1] : t.events[0] + " (next tile)");
       nlohmann::json phase = {{"from_to", name}, {"cycles", median_of(std::move(d))}};
       if (!together.empty()) phase["other_consumer_in_this_phase"] = median_of(std::move(together));
+      if (e < events) {
+        std::vector<long long> spread;
+        std::vector<double> last_share(4, 0.0);
+        for (int tile = 1; tile + 1 <= t.tiles - 2; ++tile) {
+          const auto [cycles, last] = warp_spread(t, consumer, tile, e);
+          spread.push_back(cycles);
+          last_share[static_cast<size_t>(last)] += 1.0;
+        }
+        for (double& share : last_share) share /= static_cast<double>(spread.size());
+        phase["warp_spread_at_start"] = median_of(std::move(spread));
+        phase["last_warp_share_at_start"] = last_share;
+      }
       phases.push_back(std::move(phase));
     }
     out["consumer" + std::to_string(consumer)] = phases;

@@ -6,7 +6,7 @@
 - ncu_top_stalls.py on a small source-page CSV: shares and order;
 - ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
 - timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round,
-  and the CTA records' summary;
+  the warps' spread at each mark, and the CTA records' summary;
 - ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A, also
   where B launches a kernel on other grids;
 - checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against.
@@ -16,6 +16,7 @@
 
 import json
 import pathlib
+import re
 import struct
 import subprocess
 import sys
@@ -188,7 +189,8 @@ class TimelineSummary(unittest.TestCase):
     def test_phases_and_shares_per_consumer(self):
         def phases(softmax):
             return [{"from_to": "scores landed -> softmax done", "cycles": softmax,
-                     "other_consumer_in_this_phase": 0.9},
+                     "other_consumer_in_this_phase": 0.9, "warp_spread_at_start": 40,
+                     "last_warp_share_at_start": [0.7, 0.1, 0.1, 0.1]},
                     {"from_to": "softmax done -> scores landed (next tile)", "cycles": 2000 - softmax,
                      "other_consumer_in_this_phase": 0.25},
                     {"from_to": "round", "cycles": 2000}]
@@ -206,7 +208,12 @@ class TimelineSummary(unittest.TestCase):
             self.assertIn("500 (25.0%)", softmax)
             self.assertIn("800 (40.0%) [ 90%]", softmax)
             self.assertIn("[ 25%]", next(line for line in lines if line.strip().startswith("softmax done ->")))
-            self.assertTrue(lines[-1].strip().startswith("round"))
+            round_at = next(i for i, line in enumerate(lines) if line.strip().startswith("round"))
+            # The spread at the one mark that has it, for both consumers; none for the others.
+            self.assertIn("last warp's share", lines[round_at + 1])
+            self.assertEqual(len(lines), round_at + 3)
+            self.assertTrue(lines[-1].strip().startswith("scores landed"))
+            self.assertEqual(re.findall(r"\d+ +70/10/10/10%", lines[-1]), ["40     70/10/10/10%"] * 2)
 
     def test_cta_records(self):
         ctas = {"count": 864, "unrecorded": 0, "sms": 132, "ctas_per_sm": {"fewest": 6, "most": 7},

@@ -10,7 +10,9 @@ kernel's key-tile loop to the next, with the share of the round, then the round 
 consumers side by side show whether they alternate (one's softmax under the other's products) or
 wait on each other; the bracketed share is how much of the phase the next consumer's warp on the
 same sub-partition spent in the same phase (near 100%: they run it together and share its units).
-Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
+Below the table, how far apart each consumer's 4 warps (one per sub-partition) reach each mark: the
+median spread in cycles, and how often each of warps 0..3 is the last (a product is a warpgroup
+instruction, so at an issue the other warps wait for the last). Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
 the gaps between the CTAs one SM runs, the kernel's span against the last SM's busy time and the
 clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
 clock and the last SM's busy cycles.
@@ -44,6 +46,21 @@ def summarize(name, timeline):
             together = "" if together is None else f" [{100.0 * together:3.0f}%]"
             cells += f"{cycles:>10d}{share:>8s}{together:>7s}"
         lines.append(f"  {entry['from_to'][:70]:70s}{cells}")
+    return lines + summarize_spread(phases)
+
+
+def summarize_spread(phases):
+    """The warps' spread at each mark (manifests from before it was recorded have none)."""
+    marks = [i for i, entry in enumerate(phases[0]) if "warp_spread_at_start" in entry]
+    if not marks:
+        return []
+    lines = ["  the consumer's 4 warps at each mark: spread in cycles, and the last warp's share (warps 0/1/2/3)"]
+    for i in marks:
+        cells = ""
+        for ph in phases:
+            last = "/".join(f"{100.0 * share:.0f}" for share in ph[i]["last_warp_share_at_start"])
+            cells += f"{ph[i]['warp_spread_at_start']:>8d} {last:>15s}%"
+        lines.append(f"    {ph[i]['from_to'].split(' -> ')[0][:68]:68s}{cells}")
     return lines
 
 
