@@ -1,7 +1,7 @@
 // bench::timeline_json, the summary of an attention kernel's clock marks in the bench manifests:
-// per consumer, the median cycles from each mark to the next and of the whole round; and of its
-// CTA records, where the CTAs' time goes outside the sweep and the clock they ran at; repeated
-// launches; the launch count from the environment.
+// per consumer, the median cycles from each mark to the next and of the whole round, and how far apart
+// its warps reach each mark; of its CTA records, where the CTAs' time goes outside the sweep and the clock
+// they ran at; repeated launches; the launch count from the environment.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
