@@ -105,7 +105,6 @@ using hopper::mbarrier_init_fence;
 using hopper::fence_proxy_async_shared;
 using hopper::mbarrier_arrive;
 using hopper::mbarrier_arrive_expect_tx;
-using hopper::mbarrier_test;
 using hopper::mbarrier_wait;
 using hopper::prefetch_tensor_map;
 using hopper::release_registers;
@@ -251,10 +250,6 @@ struct Consumer {
     mbarrier_wait(bars + 8 * (kFull + slot % kStages), (slot / kStages) & 1);
   }
   __device__ void release_slot(int slot) const { release(kEmpty + slot % kStages); }
-  // Whether ring slot `slot` has landed, without waiting (wait_slot only when it had not).
-  __device__ bool slot_landed(int slot) const {
-    return mbarrier_test(bars + 8 * (kFull + slot % kStages), (slot / kStages) & 1);
-  }
   // The start of the sweep: once Q has landed, tile 0's S = Q·K_0ᵀ in this consumer's first issue
   // slot and its softmax (no P·V yet); s then holds P_0.
   __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&alpha)[2]) const {
