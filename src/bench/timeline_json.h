@@ -18,8 +18,12 @@ namespace vortex::bench {
 // cycles}; with two consumers or more, each mark-to-mark entry also has
 // other_consumer_in_this_phase: the median share of that interval during which the next consumer's
 // warp on the same sub-partition was in the same interval of its own tiles (near 1: the two run that
-// phase together and share its units; near 0: they alternate). Also the unit, the CTA, the tile count and the event names. With fewer than 4 tiles
-// there is no interval to take, and only those fields are written.
+// phase together and share its units; near 0: they alternate). Each mark-to-mark entry also has
+// warp_spread_at_start, the median cycles between the consumer's earliest and latest warp at the
+// interval's first mark, and last_warp_share_at_start, how often each of its warps 0..3 was the
+// latest (a product is a warpgroup instruction: the earlier warps wait for the latest). Also the
+// unit, the CTA, the tile count and the event names. With fewer than 4 tiles there is no interval
+// to take, and only those fields are written.
 // With CTA records (KernelTimeline::ctas), also "ctas": where the CTAs' time goes outside the key
 // sweep and between the CTAs an SM runs one after another (cta_summary_json). "cluster_ctas": how
 // many CTAs shared each K / V load in the recorded launch.

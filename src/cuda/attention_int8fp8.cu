@@ -82,8 +82,8 @@ struct Int8Fp8Params {
   int q_blocks, k_blocks;      // per head: Nq_pad / 64, Nk_pad / 128
   int nq_pad, nk_pad;
   float scale_log2;            // softmax scale · log2(e)
-  // All ones, from the host: a value the compiler cannot know, so that moving P8 into place can
-  // read the registers it replaces (consume).
+  // All ones, from the host: a value the compiler cannot know; ~all_ones is the zero through which
+  // row 1's maximum takes its false dependency on row 0's weights (online_softmax).
   uint32_t all_ones;
   // The timeline instance only: clock64() at each Int8Fp8TimelineEvent of every key tile, from
   // lane 0 of each consumer warp of CTA (timeline_block, timeline_head): [warp][tile][event].
@@ -338,9 +338,10 @@ struct Consumer {
 
 // The key sweep, serial within the consumer: for tile t, P_{t−1} is packed, (P·V)_{t−1} issued and
 // retired one channel half at a time (each added to O as O·alpha + half, the row sums with the
-// second), then S_t = Q·K_tᵀ issued and retired, and its softmax run. Nothing of this consumer is in flight during its softmax, so its registers hold
-// S and O plus one half's accumulator and P8 at a time; the other two consumers' products and
-// softmaxes fill the tensor pipe and the exp2 unit meanwhile.
+// second), then S_t = Q·K_tᵀ issued and retired, and its softmax run. Nothing of this consumer is
+// in flight during its softmax, so its registers hold S and O plus one half's accumulator and P8
+// at a time; the other two consumers' products and softmaxes fill the tensor pipe and the exp2
+// unit meanwhile.
 template <bool kTimeline, int kCluster>
 __device__ __forceinline__ void sweep(const Consumer<kCluster>& w, uint32_t (&s)[64], float (&o)[64],
                                       float (&row_max)[2], float (&row_sum)[2]) {
@@ -411,7 +412,7 @@ __device__ __forceinline__ void consume(const Consumer<kCluster>& w, uint32_t* w
 // ---- the kernel ------------------------------------------------------------------------------------------
 
 // kTimeline: the diagnostics instance (attention_int8fp8_timeline); the same operations plus the
-// clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per CTA
+// clock marks of one CTA. kE4m3Out: the output as e4m3 codes with one scale per 128-query block
 // (attention_int8fp8_quantized_e4m3), always in pairs. kCluster: CTAs sharing each K / Vᵀ load
 // (1 or 2).
 template <bool kTimeline, bool kE4m3Out, int kCluster>

@@ -12,9 +12,9 @@ wait on each other; the bracketed share is how much of the phase the next consum
 same sub-partition spent in the same phase (near 100%: they run it together and share its units).
 Below the table, how far apart each consumer's 4 warps (one per sub-partition) reach each mark: the
 median spread in cycles, and how often each of warps 0..3 is the last (a product is a warpgroup
-instruction, so at an issue the other warps wait for the last). Then, from every CTA's records, the median CTA's prologue / sweep / epilogue,
-the gaps between the CTAs one SM runs, the kernel's span against the last SM's busy time and the
-clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
+instruction, so at an issue the other warps wait for the last). Then, from every CTA's records,
+the median CTA's prologue / sweep / epilogue, the gaps between the CTAs one SM runs, the kernel's
+span against the last SM's busy time and the clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
 clock and the last SM's busy cycles.
 """
 
