@@ -94,7 +94,7 @@ struct Linear {
 
 void probe(cublasLtHandle_t lt, cublasHandle_t blas, void* workspace, const Options& o, const Linear& linear) {
   const int m = o.m;
-  const size_t kWorkspace = o.workspace;
+  const size_t workspace_bytes = o.workspace;
   const size_t w_elems = static_cast<size_t>(linear.i) * linear.o, x_elems = static_cast<size_t>(linear.i) * m,
                y_elems = static_cast<size_t>(linear.o) * m;
   __nv_bfloat16 *w, *x, *bias, *y, *reference;
@@ -125,7 +125,7 @@ void probe(cublasLtHandle_t lt, cublasHandle_t blas, void* workspace, const Opti
   CHECK_LT(cublasLtMatrixLayoutCreate(&d, CUDA_R_16BF, linear.o, m, linear.o));
   cublasLtMatmulPreference_t pref;
   CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t max_workspace = kWorkspace;
+  const uint64_t max_workspace = workspace_bytes;
   CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                                 sizeof(max_workspace)));
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
@@ -138,12 +138,12 @@ void probe(cublasLtHandle_t lt, cublasHandle_t blas, void* workspace, const Opti
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
   std::printf("%s: M %d, I %d, O %d, %d candidates (%s, %s, workspace %zu MB)\n", linear.name, m, linear.i, linear.o,
-              count, o.bias ? "bias" : "no bias", o.sustained ? "sustained" : "bursts", kWorkspace >> 20);
+              count, o.bias ? "bias" : "no bias", o.sustained ? "sustained" : "bursts", workspace_bytes >> 20);
   for (int c = 0; c < count; ++c) {
-    if (results[c].state != CUBLAS_STATUS_SUCCESS || results[c].workspaceSize > kWorkspace) continue;
+    if (results[c].state != CUBLAS_STATUS_SUCCESS || results[c].workspaceSize > workspace_bytes) continue;
     const cublasLtMatmulAlgo_t* algo = &results[c].algo;
     const auto run = [&] {
-      return cublasLtMatmul(lt, desc, &alpha, w, a, x, b, &beta, y, d, y, d, algo, workspace, kWorkspace, nullptr);
+      return cublasLtMatmul(lt, desc, &alpha, w, a, x, b, &beta, y, d, y, d, algo, workspace, workspace_bytes, nullptr);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) {
       std::printf("  #%-2d fails to run\n", c);
