@@ -250,8 +250,8 @@ struct Consumer {
     mbarrier_wait(bars + 8 * (kFull + slot % kStages), (slot / kStages) & 1);
   }
   __device__ void release_slot(int slot) const { release(kEmpty + slot % kStages); }
-  // The start of the sweep: once Q has landed, tile 0's S = Q·K_0ᵀ in this consumer's first issue
-  // slot and its softmax (no P·V yet); s then holds P_0.
+  // The start of the sweep: once Q and slot 0 have landed, tile 0's S = Q·K_0ᵀ and its softmax
+  // (no P·V yet); s then holds P_0.
   __device__ void first_tile(uint32_t (&s)[64], float (&row_max)[2], float (&alpha)[2]) const {
     mbarrier_wait(bars + 8 * kFullQ, 0);
     wait_slot(0);

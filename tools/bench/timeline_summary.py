@@ -14,8 +14,8 @@ Below the table, how far apart each consumer's 4 warps (one per sub-partition) r
 median spread in cycles, and how often each of warps 0..3 is the last (a product is a warpgroup
 instruction, so at an issue the other warps wait for the last). Then, from every CTA's records,
 the median CTA's prologue / sweep / epilogue, the gaps between the CTAs one SM runs, the kernel's
-span against the last SM's busy time and the clock the CTAs ran at; with several launches (VORTEX_ATTENTION_TIMELINE=N), each launch's span,
-clock and the last SM's busy cycles.
+span against the last SM's busy time and the clock the CTAs ran at; with several launches
+(VORTEX_ATTENTION_TIMELINE=N), each launch's span, clock and the last SM's busy cycles.
 """
 
 import json
