@@ -1,0 +1,208 @@
+// Probe: does a warpgroup's exp2 stream slow down while other warpgroups of its CTA issue tensor
+// products? The int8fp8 attention kernel's softmax takes ~1,420 cycles for 66 exp2 per warp, whose
+// XU time is 528 (bench/notes/attention.md, sessions 15–18), while the other consumers issue and
+// wait for their products. One CTA per SM: one exp2 warpgroup (eight independent ex2.approx.f32
+// chains per thread, as probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the
+// kernel's Q·Kᵀ product (four wgmma m64n128k32 .s32.s8.s8, both operands K-major in shared memory)
+// back to back until the exp2 warpgroup is done. Reported per configuration, medians over the SMs:
+//   - the exp2 warpgroup's cycles per ex2 warp-instruction (8 is the XU's rate on one SMSP);
+//   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
+//     per SM);
+//   - with --mixed, the exp2 stream is the softmax's mix instead: per score one integer add, one
+//     FFMA and one ex2 (the kernel's VIADD + FFMA + MUFU), cycles per score.
+//
+//   <build>/probe_mufu_under_products [--mixed]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "cuda/hopper_primitives.cuh"
+#include "probe_check.h"
+
+namespace {
+
+using vortex::cuda::hopper::k_major_descriptor;
+using vortex::cuda::hopper::wgmma_commit;
+using vortex::cuda::hopper::wgmma_fence;
+using vortex::cuda::hopper::wgmma_s8;
+using vortex::cuda::hopper::wgmma_wait;
+
+constexpr int kChains = 8;
+constexpr int kIterations = 8192;
+constexpr int kThreadsPerWarpgroup = 128;
+// Q8 tile [64 rows, 128 B] and K8 tile [128 rows, 128 B], 1024-byte aligned (the swizzle period).
+constexpr int kQBytes = 64 * 128, kKBytes = 128 * 128;
+constexpr int kSmemBytes = kQBytes + kKBytes + 1024;
+
+struct Result {
+  long long exp2_cycles;     // the exp2 warpgroup's loop (its slowest warp)
+  long long product_cycles;  // the product warpgroups' loops (the longest)
+  long long products;        // product groups (four k32 steps each) issued by all product warpgroups
+};
+
+template <bool kMixed>
+__device__ __forceinline__ void exp2_stream(uint32_t (&v)[kChains]) {
+#pragma unroll
+  for (int c = 0; c < kChains; ++c) {
+    if constexpr (kMixed) {
+      // The softmax per score: bits of 1.5·2^23 + s (integer add), FFMA by the tile factor, exp2.
+      asm volatile(
+          "{.reg .b32 t; add.u32 t, %0, 0x4B400000; fma.rn.f32 t, t, 0f38000000, 0fCB400000; "
+          "ex2.approx.ftz.f32 %0, t;}"
+          : "+r"(v[c]));
+    } else {
+      asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
+    }
+  }
+}
+
+template <bool kMixed>
+__global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
+    mufu_under_products(int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink) {
+  extern __shared__ uint8_t smem_raw[];
+  __shared__ volatile int exp2_done;
+  __shared__ int stop_products[3];  // each product warpgroup's copy of exp2_done, read by all its warps
+  __shared__ unsigned long long product_count;
+  __shared__ long long product_cycles;
+  const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
+  uint8_t* tiles = smem_raw + (base - static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)));
+  for (int i = threadIdx.x; i < (kQBytes + kKBytes) / 4; i += blockDim.x) {
+    reinterpret_cast<uint32_t*>(tiles)[i] = 0x01010101u * (i % 7);
+  }
+  if (threadIdx.x == 0) {
+    exp2_done = 0;
+    product_count = 0;
+    product_cycles = 0;
+  }
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the tiles, written generically, read by wgmma
+  __syncthreads();
+  const int warpgroup = threadIdx.x / kThreadsPerWarpgroup;
+  if (warpgroup == 0) {
+    uint32_t v[kChains];
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) v[c] = kMixed ? threadIdx.x * 131u + c : 0x3f000000u + threadIdx.x + c;
+    const long long start = clock64();
+    if (exp2_active) {
+      for (int i = 0; i < kIterations; ++i) exp2_stream<kMixed>(v);
+    } else {  // the products' baseline: as long as the ex2 loop, without issuing
+      while (clock64() - start < 8 * kChains * kIterations) __nanosleep(500);
+    }
+    const long long stop = clock64();
+    uint32_t x = 0;
+#pragma unroll
+    for (int c = 0; c < kChains; ++c) x ^= v[c];
+    if (x == 0x12345678u) sink[threadIdx.x] = x;
+    // The slowest warp's loop; then stop the products.
+    atomicMax(reinterpret_cast<unsigned long long*>(&results[blockIdx.x].exp2_cycles),
+              static_cast<unsigned long long>(stop - start));
+    // The products stop once all four exp2 warps are done (named barrier 4: this warpgroup only).
+    asm volatile("bar.sync 4, %0;" ::"n"(kThreadsPerWarpgroup) : "memory");
+    if (threadIdx.x == 0) exp2_done = 1;
+  } else if (warpgroup <= product_warpgroups) {
+    const uint64_t q = k_major_descriptor(base), k = k_major_descriptor(base + kQBytes);
+    uint32_t s[64];
+    long long issued = 0;
+    const long long start = clock64();
+    // wgmma is warpgroup-wide (.sync.aligned): the four warps agree on each iteration through a
+    // named barrier (1 + the warpgroup) around the flag's copy.
+    for (;;) {
+      if (threadIdx.x % kThreadsPerWarpgroup == 0) stop_products[warpgroup] = exp2_done;
+      asm volatile("bar.sync %0, %1;" ::"r"(warpgroup + 1), "n"(kThreadsPerWarpgroup) : "memory");
+      const bool stop_now = stop_products[warpgroup] != 0;
+      asm volatile("bar.sync %0, %1;" ::"r"(warpgroup + 1), "n"(kThreadsPerWarpgroup) : "memory");
+      if (stop_now) break;
+      wgmma_fence();
+      wgmma_s8<0>(s, q, k);
+#pragma unroll
+      for (int step = 1; step < 4; ++step) wgmma_s8<1>(s, q + 2 * step, k + 2 * step);  // +32 B per k32 step
+      wgmma_commit();
+      wgmma_wait<0>();
+      ++issued;
+    }
+    const long long stop = clock64();
+    uint32_t x = 0;
+#pragma unroll
+    for (int i = 0; i < 64; ++i) x ^= s[i];
+    if (x == 0x12345678u) sink[threadIdx.x] = x;
+    if (threadIdx.x % kThreadsPerWarpgroup == 0) {
+      atomicAdd(&product_count, static_cast<unsigned long long>(issued));
+      atomicMax(reinterpret_cast<unsigned long long*>(&product_cycles), static_cast<unsigned long long>(stop - start));
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    results[blockIdx.x].products = static_cast<long long>(product_count);
+    results[blockIdx.x].product_cycles = product_cycles;
+  }
+}
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+template <bool kMixed>
+void run(int sms, int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink) {
+  const auto kernel = mufu_under_products<kMixed>;
+  CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  std::vector<Result> host(sms);
+  for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up
+    CHECK_CUDA(cudaMemset(results, 0, sizeof(Result) * sms));
+    kernel<<<sms, 3 * kThreadsPerWarpgroup, kSmemBytes>>>(product_warpgroups, exp2_active, results, sink);
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+  CHECK_CUDA(cudaMemcpy(host.data(), results, sizeof(Result) * sms, cudaMemcpyDeviceToHost));
+  std::vector<double> per_exp2, tensor_share;
+  for (const Result& r : host) {
+    // One warp of the exp2 warpgroup per SMSP: each SMSP issues kIterations · kChains of its ex2.
+    per_exp2.push_back(static_cast<double>(r.exp2_cycles) / (static_cast<double>(kIterations) * kChains));
+    if (r.product_cycles > 0) {
+      const double ops = static_cast<double>(r.products) * 4 * 64 * 128 * 32 * 2;
+      tensor_share.push_back(ops / static_cast<double>(r.product_cycles) / 8192.0);
+    }
+  }
+  if (exp2_active) {
+    std::printf("%-6s beside %d product warpgroups: %s %6.2f   tensor pipe %5.1f%%\n", kMixed ? "mixed" : "ex2",
+                product_warpgroups, kMixed ? "cycles per score" : "cycles per ex2  ", median(per_exp2),
+                tensor_share.empty() ? 0.0 : 100.0 * median(tensor_share));
+  } else {
+    std::printf("%d product warpgroups alone:                         tensor pipe %5.1f%%\n", product_warpgroups,
+                100.0 * median(tensor_share));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool mixed = argc > 1 && std::strcmp(argv[1], "--mixed") == 0;
+  if (argc > 2 || (argc == 2 && !mixed)) {
+    std::printf("usage: probe_mufu_under_products [--mixed]\n");
+    return 2;
+  }
+  int device = 0, sms = 0;
+  CHECK_CUDA(cudaGetDevice(&device));
+  CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  Result* results = nullptr;
+  uint32_t* sink = nullptr;
+  CHECK_CUDA(cudaMalloc(&results, sizeof(Result) * sms));
+  CHECK_CUDA(cudaMalloc(&sink, sizeof(uint32_t) * 3 * kThreadsPerWarpgroup));
+  std::printf("%d SMs, one CTA each: an exp2 warpgroup (%d chains per thread) beside product warpgroups\n", sms, kChains);
+  for (int product_warpgroups = 1; product_warpgroups <= 2; ++product_warpgroups) {
+    run<false>(sms, product_warpgroups, false, results, sink);
+  }
+  for (int product_warpgroups = 0; product_warpgroups <= 2; ++product_warpgroups) {
+    if (mixed) {
+      run<true>(sms, product_warpgroups, true, results, sink);
+    } else {
+      run<false>(sms, product_warpgroups, true, results, sink);
+    }
+  }
+  CHECK_CUDA(cudaFree(results));
+  CHECK_CUDA(cudaFree(sink));
+  return 0;
+}
