@@ -2,27 +2,29 @@
 // of the canonical block's four linears it asks the heuristic for up to 32 algorithms under the
 // plan gemm.cc builds (bf16 in and out, fp32 compute, no bias as in the block unless --bias, a
 // 64 MB workspace unless --workspace-mb), times each and compares its output bits with the first
-// candidate's, the one gemm.cc keeps. With --fp8 the same for the fp8 recipe's plans (gemm_fp8.cc):
-// e4m3 codes, bf16 out, one scale per row of each operand, and for the out projection the
-// 128-wide block scales the attention epilogue writes; the scales are 1 (they do not change the
-// kernels' speed). With --search it also enumerates configurations the heuristic does not offer
-// (every algorithm id's tiles and stages, under seven cluster shapes, each accepted by
-// cublasLtMatmulAlgoCheck), times each briefly and keeps the kSearchKeep fastest, and the fastest
-// of every other cluster shape, beside the heuristic's candidates for the full timing and bit
-// comparison. A configuration whose first run
-// is over 1.25× the heuristic's first candidate is dropped after that run, and the search of one
-// linear stops after kSearchSeconds (the listing says how far it got). Output is line-buffered,
-// so a run cut short by a timeout still shows what it measured. A faster candidate that is bit for bit the first could be
+// candidate's, the one gemm.cc keeps. A faster candidate that is bit for bit the first could be
 // chosen without changing any result; one that is not would change the bf16 program's bits. The
 // last row is cuBLAS's own default (cublasGemmEx, CUBLAS_GEMM_DEFAULT, the path PyTorch's
 // F.linear takes), with the same bit comparison.
+//
+// --fp8: the same for the fp8 recipe's plans (gemm_fp8.cc): e4m3 codes, bf16 out, one scale per
+// row of each operand, and for the out projection the 128-wide block scales the attention epilogue
+// writes. The scales are 1 (they do not change the kernels' speed); no cuBLAS default row.
+//
+// --search: also the configurations the heuristic does not offer: every algorithm id's tiles and
+// stages under seven cluster shapes, each accepted by cublasLtMatmulAlgoCheck. Each is timed
+// briefly (dropped after one run when that is over 1.25× the heuristic's first; the search of one
+// linear stops after kSearchSeconds, and the listing says how far it got). The kSearchKeep
+// fastest, and the fastest of every other cluster shape, join the heuristic's candidates for the
+// full timing and bit comparison. Output is line-buffered, so a run cut short by a timeout still
+// shows what it measured.
 //
 // Timing: short bursts (median of 20 after 3 warm-ups, the clock near its maximum), or with
 // --sustained the median of 20 after a second of back-to-back runs, at the clock the 700 W cap
 // holds (the block's condition).
 //
-//   <build>/probe_gemm_algos [M] [--fp8] [--search] [--bias] [--sustained] [--workspace-mb N]   (built with the tests;
-//   default M = 37810 tokens)
+//   <build>/probe_gemm_algos [M] [--fp8] [--search] [--bias] [--sustained] [--workspace-mb N]
+//   (built with the tests; default M = 37810 tokens)
 //
 // Shapes as gemm.cc hands them to the column-major library: A = the weight [I, O] (op T, m = O
 // output channels), B = the activations [I, M] (n = M tokens), D = [O, M].
@@ -148,10 +150,9 @@ int tile_rank(uint32_t tile) {
 // Every configuration cublasLtMatmulAlgoCheck accepts for the plan: each algorithm id's tiles and
 // stages (only the AUTO stage kinds where the algorithm lists any) under seven cluster shapes,
 // the preferred tiles first (tile_rank).
-std::vector<Candidate> enumerate_configs(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc,
-                                                               cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                                               cublasLtMatrixLayout_t d, cudaDataType_t in_type,
-                                                               size_t workspace_bytes) {
+std::vector<Candidate> enumerate_configs(cublasLtHandle_t lt, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t d, cudaDataType_t in_type,
+                                         size_t workspace_bytes) {
   int ids[128];
   int id_count = 0;
   CHECK_LT(cublasLtMatmulAlgoGetIds(lt, CUBLAS_COMPUTE_32F, CUDA_R_32F, in_type, in_type, CUDA_R_16BF, CUDA_R_16BF, 128,
@@ -192,11 +193,13 @@ std::vector<Candidate> enumerate_configs(cublasLtHandle_t lt, cublasLtMatmulDesc
       }
     }
   }
-  std::stable_sort(found.begin(), found.end(), [](const Candidate& l, const Candidate& r) {
-    uint32_t left_tile = 0, right_tile = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&l.result.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &left_tile, sizeof(left_tile), nullptr);
-    cublasLtMatmulAlgoConfigGetAttribute(&r.result.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &right_tile, sizeof(right_tile), nullptr);
-    return tile_rank(left_tile) < tile_rank(right_tile);
+  const auto tile_of = [](const Candidate& c) {
+    uint32_t tile = 0;
+    cublasLtMatmulAlgoConfigGetAttribute(&c.result.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile), nullptr);
+    return tile;
+  };
+  std::stable_sort(found.begin(), found.end(), [&](const Candidate& l, const Candidate& r) {
+    return tile_rank(tile_of(l)) < tile_rank(tile_of(r));
   });
   return found;
 }
@@ -317,8 +320,7 @@ void probe(cublasLtHandle_t lt, cublasHandle_t blas, void* workspace, const Opti
   CHECK_CUDA(cudaEventCreate(&start));
   CHECK_CUDA(cudaEventCreate(&stop));
   if (o.search) {
-    std::vector<Candidate> searched =
-        enumerate_configs(lt, desc, a, b, d, in_type, workspace_bytes);
+    std::vector<Candidate> searched = enumerate_configs(lt, desc, a, b, d, in_type, workspace_bytes);
     const auto run_with = [&](const cublasLtMatmulAlgo_t* algo) {
       return cublasLtMatmul(lt, desc, &alpha, w, a, x, b, &beta, y, d, y, d, algo, workspace, workspace_bytes, nullptr);
     };
@@ -388,7 +390,8 @@ void probe(cublasLtHandle_t lt, cublasHandle_t blas, void* workspace, const Opti
                                          nullptr);
     cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster, sizeof(cluster),
                                          nullptr);
-    std::printf("  #%-2d %8.3f ms %6.0f TFLOP/s  algo %2d tile %3d stages %3d splitk %2d reduction %d cluster %2d  ws %7zu  %s%s\n",
+    std::printf("  #%-2d %8.3f ms %6.0f TFLOP/s  algo %2d tile %3d stages %3d splitk %2d reduction %d cluster %2d  "
+                "ws %7zu  %s%s\n",
                 c, median, flops / (median * 1e-3) / 1e12, algo_id, tile, stages, splitk, reduction, cluster,
                 static_cast<size_t>(results[c].result.workspaceSize),
                 c == 0 ? "(kept by gemm.cc)" : (differing == 0 ? "same bits" : "different bits"),
