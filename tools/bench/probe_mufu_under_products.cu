@@ -4,20 +4,19 @@
 // wait for their products. One CTA per SM: one exp2 warpgroup (eight independent ex2.approx.f32
 // chains per thread, as probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the
 // kernel's Q·Kᵀ product (four wgmma m64n128k32 .s32.s8.s8, both operands K-major in shared memory)
-// back to back until the exp2 warpgroup is done. Reported per configuration, medians over the SMs:
-//   - the exp2 warpgroup's cycles per ex2 warp-instruction (8 is the XU's rate on one SMSP);
+// back to back until the stream's warpgroup is done. The streams: bare ex2; the softmax's mix per
+// score (the kernel's VIADD + FFMA + MUFU); bare FFMA at the issue rate. Reported per stream and
+// product count, medians over the SMs:
+//   - the stream's cycles per chain step on one SMSP (one of its warps per SMSP);
 //   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
-//     per SM);
-//   - with --mixed, the exp2 stream is the softmax's mix instead: per score one integer add, one
-//     FFMA and one ex2 (the kernel's VIADD + FFMA + MUFU), cycles per score.
+//     per SM), also without any stream beside them.
 //
-//   <build>/probe_mufu_under_products [--mixed]
+//   <build>/probe_mufu_under_products
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
 #include "cuda/hopper_primitives.cuh"
@@ -44,23 +43,28 @@ struct Result {
   long long products;        // product groups (four k32 steps each) issued by all product warpgroups
 };
 
-template <bool kMixed>
-__device__ __forceinline__ void exp2_stream(uint32_t (&v)[kChains]) {
+enum Stream : int { kEx2, kSoftmaxMix, kFfma, kStreamCount };
+const char* const kStreamNames[kStreamCount] = {"ex2", "softmax mix", "ffma"};
+
+template <int kStream>
+__device__ __forceinline__ void stream_step(uint32_t (&v)[kChains]) {
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
-    if constexpr (kMixed) {
+    if constexpr (kStream == kSoftmaxMix) {
       // The softmax per score: bits of 1.5·2^23 + s (integer add), FFMA by the tile factor, exp2.
       asm volatile(
           "{.reg .b32 t; add.u32 t, %0, 0x4B400000; fma.rn.f32 t, t, 0f38000000, 0fCB400000; "
           "ex2.approx.ftz.f32 %0, t;}"
           : "+r"(v[c]));
+    } else if constexpr (kStream == kFfma) {
+      asm volatile("fma.rn.f32 %0, %0, 0f3F000000, 0f3F000000;" : "+r"(v[c]));
     } else {
       asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
     }
   }
 }
 
-template <bool kMixed>
+template <int kStream>
 __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
     mufu_under_products(int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink) {
   extern __shared__ uint8_t smem_raw[];
@@ -84,10 +88,10 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
   if (warpgroup == 0) {
     uint32_t v[kChains];
 #pragma unroll
-    for (int c = 0; c < kChains; ++c) v[c] = kMixed ? threadIdx.x * 131u + c : 0x3f000000u + threadIdx.x + c;
+    for (int c = 0; c < kChains; ++c) v[c] = 0x3f000000u + threadIdx.x + c;
     const long long start = clock64();
     if (exp2_active) {
-      for (int i = 0; i < kIterations; ++i) exp2_stream<kMixed>(v);
+      for (int i = 0; i < kIterations; ++i) stream_step<kStream>(v);
     } else {  // the products' baseline: as long as the ex2 loop, without issuing
       while (clock64() - start < 8 * kChains * kIterations) __nanosleep(500);
     }
@@ -145,9 +149,12 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-template <bool kMixed>
-void run(int sms, int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink) {
-  const auto kernel = mufu_under_products<kMixed>;
+// One configuration; returns the stream's cycles per chain step (0 without a stream) and prints
+// the products' tensor-pipe share when there is no stream.
+template <int kStream>
+double run(int sms, int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink,
+           double* tensor_percent) {
+  const auto kernel = mufu_under_products<kStream>;
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   std::vector<Result> host(sms);
   for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up
@@ -166,24 +173,22 @@ void run(int sms, int product_warpgroups, bool exp2_active, Result* results, uin
       tensor_share.push_back(ops / static_cast<double>(r.product_cycles) / 8192.0);
     }
   }
-  if (exp2_active) {
-    std::printf("%-6s beside %d product warpgroups: %s %6.2f   tensor pipe %5.1f%%\n", kMixed ? "mixed" : "ex2",
-                product_warpgroups, kMixed ? "cycles per score" : "cycles per ex2  ", median(per_exp2),
-                tensor_share.empty() ? 0.0 : 100.0 * median(tensor_share));
-  } else {
-    std::printf("%d product warpgroups alone:                         tensor pipe %5.1f%%\n", product_warpgroups,
-                100.0 * median(tensor_share));
-  }
+  *tensor_percent = tensor_share.empty() ? 0.0 : 100.0 * median(tensor_share);
+  return exp2_active ? median(per_exp2) : 0.0;
+}
+
+template <int kStream>
+void row(int sms, Result* results, uint32_t* sink) {
+  double tensor[3] = {};
+  double cycles[3];
+  for (int p = 0; p <= 2; ++p) cycles[p] = run<kStream>(sms, p, true, results, sink, &tensor[p]);
+  std::printf("%-12s %8.2f %8.2f (%4.1f%%) %8.2f (%4.1f%%)\n", kStreamNames[kStream], cycles[0], cycles[1], tensor[1],
+              cycles[2], tensor[2]);
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  const bool mixed = argc > 1 && std::strcmp(argv[1], "--mixed") == 0;
-  if (argc > 2 || (argc == 2 && !mixed)) {
-    std::printf("usage: probe_mufu_under_products [--mixed]\n");
-    return 2;
-  }
+int main() {
   int device = 0, sms = 0;
   CHECK_CUDA(cudaGetDevice(&device));
   CHECK_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -191,17 +196,17 @@ int main(int argc, char** argv) {
   uint32_t* sink = nullptr;
   CHECK_CUDA(cudaMalloc(&results, sizeof(Result) * sms));
   CHECK_CUDA(cudaMalloc(&sink, sizeof(uint32_t) * 3 * kThreadsPerWarpgroup));
-  std::printf("%d SMs, one CTA each: an exp2 warpgroup (%d chains per thread) beside product warpgroups\n", sms, kChains);
-  for (int product_warpgroups = 1; product_warpgroups <= 2; ++product_warpgroups) {
-    run<false>(sms, product_warpgroups, false, results, sink);
+  std::printf("%d SMs, one CTA each: a stream warpgroup (%d chains per thread) beside 0-2 product warpgroups\n", sms,
+              kChains);
+  for (int p = 1; p <= 2; ++p) {
+    double tensor = 0.0;
+    run<kEx2>(sms, p, false, results, sink, &tensor);
+    std::printf("%d product warpgroups alone: tensor pipe %.1f%%\n", p, tensor);
   }
-  for (int product_warpgroups = 0; product_warpgroups <= 2; ++product_warpgroups) {
-    if (mixed) {
-      run<true>(sms, product_warpgroups, true, results, sink);
-    } else {
-      run<false>(sms, product_warpgroups, true, results, sink);
-    }
-  }
+  std::printf("cycles per chain step   alone   beside 1 (tensor pipe)   beside 2 (tensor pipe)\n");
+  row<kEx2>(sms, results, sink);
+  row<kSoftmaxMix>(sms, results, sink);
+  row<kFfma>(sms, results, sink);
   CHECK_CUDA(cudaFree(results));
   CHECK_CUDA(cudaFree(sink));
   return 0;
