@@ -5,7 +5,8 @@
 // chains per thread, as probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the
 // kernel's Q·Kᵀ product (four wgmma m64n128k32 .s32.s8.s8, both operands K-major in shared memory)
 // back to back until the stream's warpgroup is done. The streams: bare ex2; the softmax's mix per
-// score (the kernel's VIADD + FFMA + MUFU); bare FFMA at the issue rate. Reported per stream and
+// score (the kernel's VIADD + FFMA + MUFU); bare FFMA at the issue rate, with its two other
+// operands immediates (one register read) or registers (three). Reported per stream and
 // product count, medians over the SMs:
 //   - the stream's cycles per chain step on one SMSP (one of its warps per SMSP);
 //   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
@@ -43,11 +44,12 @@ struct Result {
   long long products;        // product groups (four k32 steps each) issued by all product warpgroups
 };
 
-enum Stream : int { kEx2, kSoftmaxMix, kFfma, kStreamCount };
-const char* const kStreamNames[kStreamCount] = {"ex2", "softmax mix", "ffma"};
+enum Stream : int { kEx2, kSoftmaxMix, kFfma, kFfmaRegisters, kStreamCount };
+const char* const kStreamNames[kStreamCount] = {"ex2", "softmax mix", "ffma, 1 reg", "ffma, 3 regs"};
 
+// One step of every chain; a and b are loop-invariant registers (the 3-register FFMA's operands).
 template <int kStream>
-__device__ __forceinline__ void stream_step(uint32_t (&v)[kChains]) {
+__device__ __forceinline__ void stream_step(uint32_t (&v)[kChains], uint32_t a, uint32_t b) {
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
     if constexpr (kStream == kSoftmaxMix) {
@@ -58,6 +60,8 @@ __device__ __forceinline__ void stream_step(uint32_t (&v)[kChains]) {
           : "+r"(v[c]));
     } else if constexpr (kStream == kFfma) {
       asm volatile("fma.rn.f32 %0, %0, 0f3F000000, 0f3F000000;" : "+r"(v[c]));
+    } else if constexpr (kStream == kFfmaRegisters) {
+      asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+r"(v[c]) : "r"(a), "r"(b));
     } else {
       asm volatile("ex2.approx.ftz.f32 %0, %0;" : "+r"(v[c]));
     }
@@ -91,7 +95,9 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
     for (int c = 0; c < kChains; ++c) v[c] = 0x3f000000u + threadIdx.x + c;
     const long long start = clock64();
     if (exp2_active) {
-      for (int i = 0; i < kIterations; ++i) stream_step<kStream>(v);
+      // 0.5 or 0.5 + an ulp by thread: values the compiler cannot fold into immediates.
+      const uint32_t a = 0x3F000000u + (threadIdx.x & 1u), b = 0x3F000000u + ((threadIdx.x >> 1) & 1u);
+      for (int i = 0; i < kIterations; ++i) stream_step<kStream>(v, a, b);
     } else {  // the products' baseline: as long as the ex2 loop, without issuing
       while (clock64() - start < 8 * kChains * kIterations) __nanosleep(500);
     }
@@ -207,6 +213,7 @@ int main() {
   row<kEx2>(sms, results, sink);
   row<kSoftmaxMix>(sms, results, sink);
   row<kFfma>(sms, results, sink);
+  row<kFfmaRegisters>(sms, results, sink);
   CHECK_CUDA(cudaFree(results));
   CHECK_CUDA(cudaFree(sink));
   return 0;
