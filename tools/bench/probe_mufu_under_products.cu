@@ -1,13 +1,14 @@
-// Probe: does a warpgroup's exp2 stream slow down while other warpgroups of its CTA issue tensor
-// products? The int8fp8 attention kernel's softmax takes ~1,420 cycles for 66 exp2 per warp, whose
-// XU time is 528 (bench/notes/attention.md, sessions 15–18), while the other consumers issue and
-// wait for their products. One CTA per SM: one exp2 warpgroup (eight independent ex2.approx.f32
-// chains per thread, as probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the
-// kernel's Q·Kᵀ product (four wgmma m64n128k32 .s32.s8.s8, both operands K-major in shared memory)
-// back to back until the stream's warpgroup is done. The streams: bare ex2; the softmax's mix per
-// score (the kernel's VIADD + FFMA + MUFU); bare FFMA at the issue rate, with its two other
-// operands immediates (one register read) or registers (three). Reported per stream and
-// product count, medians over the SMs:
+// Probe: how a warpgroup's instruction stream (exp2, the softmax's mix, FFMA) and other
+// warpgroups' tensor products in its CTA slow each other. The int8fp8 attention kernel's softmax
+// takes ~1,420 cycles for 66 exp2 per warp, whose XU time is 528 (bench/notes/attention.md,
+// sessions 15–19), while the other consumers issue and wait for their products.
+//
+// One CTA per SM: one stream warpgroup (eight independent chains per thread, as
+// probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the kernel's Q·Kᵀ product
+// (four wgmma m64n128k32 .s32.s8.s8, both operands K-major in shared memory) back to back until the
+// stream's warpgroup is done. The streams: bare ex2; the softmax's mix per score (the kernel's
+// VIADD + FFMA + MUFU); bare FFMA at the issue rate, with its two other operands immediates (one
+// register read) or registers (three). Reported per stream and product count, medians over the SMs:
 //   - the stream's cycles per chain step on one SMSP (one of its warps per SMSP);
 //   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
 //     per SM), also without any stream beside them.
@@ -39,7 +40,7 @@ constexpr int kQBytes = 64 * 128, kKBytes = 128 * 128;
 constexpr int kSmemBytes = kQBytes + kKBytes + 1024;
 
 struct Result {
-  long long exp2_cycles;     // the exp2 warpgroup's loop (its slowest warp)
+  long long stream_cycles;     // the stream warpgroup's loop (its slowest warp)
   long long product_cycles;  // the product warpgroups' loops (the longest)
   long long products;        // product groups (four k32 steps each) issued by all product warpgroups
 };
@@ -70,10 +71,10 @@ __device__ __forceinline__ void stream_step(uint32_t (&v)[kChains], uint32_t a, 
 
 template <int kStream>
 __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
-    mufu_under_products(int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink) {
+    mufu_under_products(int product_warpgroups, bool stream_active, Result* results, uint32_t* sink) {
   extern __shared__ uint8_t smem_raw[];
-  __shared__ volatile int exp2_done;
-  __shared__ int stop_products[3];  // each product warpgroup's copy of exp2_done, read by all its warps
+  __shared__ volatile int stream_done;
+  __shared__ int stop_products[3];  // each product warpgroup's copy of stream_done, read by all its warps
   __shared__ unsigned long long product_count;
   __shared__ long long product_cycles;
   const uint32_t base = (static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) + 1023u) & ~1023u;
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
     reinterpret_cast<uint32_t*>(tiles)[i] = 0x01010101u * (i % 7);
   }
   if (threadIdx.x == 0) {
-    exp2_done = 0;
+    stream_done = 0;
     product_count = 0;
     product_cycles = 0;
   }
@@ -94,7 +95,7 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
 #pragma unroll
     for (int c = 0; c < kChains; ++c) v[c] = 0x3f000000u + threadIdx.x + c;
     const long long start = clock64();
-    if (exp2_active) {
+    if (stream_active) {
       // 0.5 or 0.5 + an ulp by thread: values the compiler cannot fold into immediates.
       const uint32_t a = 0x3F000000u + (threadIdx.x & 1u), b = 0x3F000000u + ((threadIdx.x >> 1) & 1u);
       for (int i = 0; i < kIterations; ++i) stream_step<kStream>(v, a, b);
@@ -107,11 +108,11 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
     for (int c = 0; c < kChains; ++c) x ^= v[c];
     if (x == 0x12345678u) sink[threadIdx.x] = x;
     // The slowest warp's loop; then stop the products.
-    atomicMax(reinterpret_cast<unsigned long long*>(&results[blockIdx.x].exp2_cycles),
+    atomicMax(reinterpret_cast<unsigned long long*>(&results[blockIdx.x].stream_cycles),
               static_cast<unsigned long long>(stop - start));
-    // The products stop once all four exp2 warps are done (named barrier 4: this warpgroup only).
+    // The products stop once all four stream warps are done (named barrier 4: this warpgroup only).
     asm volatile("bar.sync 4, %0;" ::"n"(kThreadsPerWarpgroup) : "memory");
-    if (threadIdx.x == 0) exp2_done = 1;
+    if (threadIdx.x == 0) stream_done = 1;
   } else if (warpgroup <= product_warpgroups) {
     const uint64_t q = k_major_descriptor(base), k = k_major_descriptor(base + kQBytes);
     uint32_t s[64];
@@ -120,7 +121,7 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
     // wgmma is warpgroup-wide (.sync.aligned): the four warps agree on each iteration through a
     // named barrier (1 + the warpgroup) around the flag's copy.
     for (;;) {
-      if (threadIdx.x % kThreadsPerWarpgroup == 0) stop_products[warpgroup] = exp2_done;
+      if (threadIdx.x % kThreadsPerWarpgroup == 0) stop_products[warpgroup] = stream_done;
       asm volatile("bar.sync %0, %1;" ::"r"(warpgroup + 1), "n"(kThreadsPerWarpgroup) : "memory");
       const bool stop_now = stop_products[warpgroup] != 0;
       asm volatile("bar.sync %0, %1;" ::"r"(warpgroup + 1), "n"(kThreadsPerWarpgroup) : "memory");
@@ -155,32 +156,32 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-// One configuration; returns the stream's cycles per chain step (0 without a stream) and prints
-// the products' tensor-pipe share when there is no stream.
+// One configuration: returns the stream's cycles per chain step (0 without a stream) and stores
+// the products' tensor-pipe share in *tensor_percent.
 template <int kStream>
-double run(int sms, int product_warpgroups, bool exp2_active, Result* results, uint32_t* sink,
+double run(int sms, int product_warpgroups, bool stream_active, Result* results, uint32_t* sink,
            double* tensor_percent) {
   const auto kernel = mufu_under_products<kStream>;
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   std::vector<Result> host(sms);
   for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up
     CHECK_CUDA(cudaMemset(results, 0, sizeof(Result) * sms));
-    kernel<<<sms, 3 * kThreadsPerWarpgroup, kSmemBytes>>>(product_warpgroups, exp2_active, results, sink);
+    kernel<<<sms, 3 * kThreadsPerWarpgroup, kSmemBytes>>>(product_warpgroups, stream_active, results, sink);
     CHECK_CUDA(cudaGetLastError());
     CHECK_CUDA(cudaDeviceSynchronize());
   }
   CHECK_CUDA(cudaMemcpy(host.data(), results, sizeof(Result) * sms, cudaMemcpyDeviceToHost));
-  std::vector<double> per_exp2, tensor_share;
+  std::vector<double> per_step, tensor_share;
   for (const Result& r : host) {
-    // One warp of the exp2 warpgroup per SMSP: each SMSP issues kIterations · kChains of its ex2.
-    per_exp2.push_back(static_cast<double>(r.exp2_cycles) / (static_cast<double>(kIterations) * kChains));
+    // One warp of the stream warpgroup per SMSP: each SMSP issues kIterations · kChains chain steps.
+    per_step.push_back(static_cast<double>(r.stream_cycles) / (static_cast<double>(kIterations) * kChains));
     if (r.product_cycles > 0) {
       const double ops = static_cast<double>(r.products) * 4 * 64 * 128 * 32 * 2;
       tensor_share.push_back(ops / static_cast<double>(r.product_cycles) / 8192.0);
     }
   }
   *tensor_percent = tensor_share.empty() ? 0.0 : 100.0 * median(tensor_share);
-  return exp2_active ? median(per_exp2) : 0.0;
+  return stream_active ? median(per_step) : 0.0;
 }
 
 template <int kStream>
