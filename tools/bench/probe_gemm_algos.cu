@@ -59,6 +59,18 @@ struct Options {
   size_t workspace = size_t{64} << 20;
 };
 
+// One timed run, in ms.
+template <typename Run>
+float timed_ms(Run run, cudaEvent_t start, cudaEvent_t stop) {
+  float t = 0.0f;
+  CHECK_CUDA(cudaEventRecord(start));
+  run();
+  CHECK_CUDA(cudaEventRecord(stop));
+  CHECK_CUDA(cudaEventSynchronize(stop));
+  CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
+  return t;
+}
+
 // The median of kRuns timed runs of `run`, after kWarmup runs or, sustained, after a second of them.
 template <typename Run>
 double median_ms(const Options& o, Run run, cudaEvent_t start, cudaEvent_t stop) {
@@ -75,13 +87,7 @@ double median_ms(const Options& o, Run run, cudaEvent_t start, cudaEvent_t stop)
     for (int r = 0; r < kWarmup; ++r) run();
   }
   std::vector<float> ms(kRuns);
-  for (float& t : ms) {
-    CHECK_CUDA(cudaEventRecord(start));
-    run();
-    CHECK_CUDA(cudaEventRecord(stop));
-    CHECK_CUDA(cudaEventSynchronize(stop));
-    CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-  }
+  for (float& t : ms) t = timed_ms(run, start, stop);
   std::sort(ms.begin(), ms.end());
   return 0.5 * (ms[kRuns / 2 - 1] + ms[kRuns / 2]);
 }
@@ -97,18 +103,6 @@ struct Ranked {
   size_t index;
   bool operator<(const Ranked& other) const { return ms < other.ms; }
 };
-
-// One timed run, in ms.
-template <typename Run>
-float timed_ms(Run run, cudaEvent_t start, cudaEvent_t stop) {
-  float t = 0.0f;
-  CHECK_CUDA(cudaEventRecord(start));
-  run();
-  CHECK_CUDA(cudaEventRecord(stop));
-  CHECK_CUDA(cudaEventSynchronize(stop));
-  CHECK_CUDA(cudaEventElapsedTime(&t, start, stop));
-  return t;
-}
 
 // A short median to rank the searched configurations: one warm-up and one timed run; past
 // `give_up_ms` that run is the answer, otherwise the median of it and four more.
