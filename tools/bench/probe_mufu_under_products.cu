@@ -7,8 +7,10 @@
 // probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the kernel's Q·Kᵀ product
 // (four wgmma m64n128k32 .s32.s8.s8, both operands K-major in shared memory) back to back until the
 // stream's warpgroup is done. The streams: bare ex2; the softmax's mix per score (the kernel's
-// VIADD + FFMA + MUFU); bare FFMA at the issue rate, with its two other operands immediates (one
-// register read) or registers (three). Reported per stream and product count, medians over the SMs:
+// VIADD + FFMA + MUFU); that mix with a quarter, a half or all of its score pairs' exp2 computed on
+// the FMA pipe in f16x2 instead (half_pair_exp2); bare FFMA at the issue rate, with its two other
+// operands immediates (one register read) or registers (three). Reported per stream and product
+// count, medians over the SMs:
 //   - the stream's cycles per chain step on one SMSP (one of its warps per SMSP);
 //   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
 //     per SM), also without any stream beside them.
@@ -45,20 +47,48 @@ struct Result {
   long long products;        // product groups (four k32 steps each) issued by all product warpgroups
 };
 
-enum Stream : int { kEx2, kSoftmaxMix, kFfma, kFfmaRegisters, kStreamCount };
-const char* const kStreamNames[kStreamCount] = {"ex2", "softmax mix", "ffma, 1 reg", "ffma, 3 regs"};
+enum Stream : int { kEx2, kSoftmaxMix, kMixHalfQuarter, kMixHalfHalf, kMixHalfAll, kFfma, kFfmaRegisters, kStreamCount };
+const char* const kStreamNames[kStreamCount] = {"ex2",       "softmax mix", "mix, 1/4 f16", "mix, 1/2 f16",
+                                                "mix, f16",  "ffma, 1 reg", "ffma, 3 regs"};
+
+// The softmax's two scores x, y (int32 bits) to exp2 on the FMA pipe, packed f16x2: the fp32
+// exponent argument t as the mix computes it, rounded to f16x2 and clamped at −11 (below e4m3's
+// reach once scaled); n = round(t) by the 1.5·2^10 shift; 2^f for f = t − n ∈ [−½, ½] by a degree-2
+// polynomial; 2^n as the f16 exponent field built from the shifted bits by one integer multiply-add
+// (both lanes at once: (r − 0x65F165F1)·1024 never borrows across them). x ← the two exp2, y ← 2^n.
+__device__ __forceinline__ void half_pair_exp2(uint32_t& x, uint32_t& y) {
+  asm volatile(
+      "{.reg .b32 tx, ty, h, r, n, f, q, e, k;\n"
+      " add.u32 tx, %0, 0x4B400000; add.u32 ty, %1, 0x4B400000;\n"
+      " fma.rn.f32 tx, tx, 0f38000000, 0fCB400000; fma.rn.f32 ty, ty, 0f38000000, 0fCB400000;\n"
+      " cvt.rn.f16x2.f32 h, ty, tx;\n"
+      " mov.b32 k, 0xC980C980; max.f16x2 h, h, k;\n"
+      " mov.b32 k, 0x66006600; add.rn.f16x2 r, h, k; sub.rn.f16x2 n, r, k; sub.rn.f16x2 f, h, n;\n"
+      " mov.b32 k, 0x33B033B0; mov.b32 e, 0x398C398C; fma.rn.f16x2 q, f, k, e; mul.rn.f16x2 q, q, f;\n"
+      " mad.lo.u32 e, r, 1024, 0x3A683C00; fma.rn.f16x2 %0, q, e, e; mov.b32 %1, e;}"
+      : "+r"(x), "+r"(y));
+}
 
 // One step of every chain; a and b are loop-invariant registers (the 3-register FFMA's operands).
 template <int kStream>
 __device__ __forceinline__ void stream_step(uint32_t (&v)[kChains], uint32_t a, uint32_t b) {
+  constexpr bool kMix = kStream == kSoftmaxMix || kStream == kMixHalfQuarter || kStream == kMixHalfHalf ||
+                        kStream == kMixHalfAll;
+  // The mixes' last 0, 1, 2 or 4 of their kChains / 2 score pairs take the f16x2 path.
+  constexpr int kHalfPairs = kStream == kMixHalfQuarter ? 1 : kStream == kMixHalfHalf ? 2 : kStream == kMixHalfAll ? 4 : 0;
+  static_assert(kChains == 8, "the f16 shares assume four pairs");
 #pragma unroll
   for (int c = 0; c < kChains; ++c) {
-    if constexpr (kStream == kSoftmaxMix) {
-      // The softmax per score: bits of 1.5·2^23 + s (integer add), FFMA by the tile factor, exp2.
-      asm volatile(
-          "{.reg .b32 t; add.u32 t, %0, 0x4B400000; fma.rn.f32 t, t, 0f38000000, 0fCB400000; "
-          "ex2.approx.ftz.f32 %0, t;}"
-          : "+r"(v[c]));
+    if constexpr (kMix) {
+      if (c >= kChains - 2 * kHalfPairs) {
+        if (c % 2 == 0) half_pair_exp2(v[c], v[c + 1]);
+      } else {
+        // The softmax per score: bits of 1.5·2^23 + s (integer add), FFMA by the tile factor, exp2.
+        asm volatile(
+            "{.reg .b32 t; add.u32 t, %0, 0x4B400000; fma.rn.f32 t, t, 0f38000000, 0fCB400000; "
+            "ex2.approx.ftz.f32 %0, t;}"
+            : "+r"(v[c]));
+      }
     } else if constexpr (kStream == kFfma) {
       asm volatile("fma.rn.f32 %0, %0, 0f3F000000, 0f3F000000;" : "+r"(v[c]));
     } else if constexpr (kStream == kFfmaRegisters) {
@@ -213,6 +243,9 @@ int main() {
   std::printf("cycles per chain step   alone   beside 1 (tensor pipe)   beside 2 (tensor pipe)\n");
   row<kEx2>(sms, results, sink);
   row<kSoftmaxMix>(sms, results, sink);
+  row<kMixHalfQuarter>(sms, results, sink);
+  row<kMixHalfHalf>(sms, results, sink);
+  row<kMixHalfAll>(sms, results, sink);
   row<kFfma>(sms, results, sink);
   row<kFfmaRegisters>(sms, results, sink);
   CHECK_CUDA(cudaFree(results));
