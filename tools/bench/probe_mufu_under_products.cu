@@ -9,8 +9,8 @@
 // stream's warpgroup is done. The streams: bare ex2; the softmax's mix per score (the kernel's
 // VIADD + FFMA + MUFU); that mix with a quarter, a half or all of its score pairs' exp2 computed on
 // the FMA pipe in f16x2 instead (half_pair_exp2); bare FFMA at the issue rate, with its two other
-// operands immediates (one register read) or registers (three). Reported per stream and product
-// count, medians over the SMs:
+// operands immediates (one register read) or registers (three), and with a zero-length nanosleep
+// after every eight. Reported per stream and product count, medians over the SMs:
 //   - the stream's cycles per chain step on one SMSP (one of its warps per SMSP);
 //   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
 //     per SM), also without any stream beside them.
@@ -47,9 +47,19 @@ struct Result {
   long long products;        // product groups (four k32 steps each) issued by all product warpgroups
 };
 
-enum Stream : int { kEx2, kSoftmaxMix, kMixHalfQuarter, kMixHalfHalf, kMixHalfAll, kFfma, kFfmaRegisters, kStreamCount };
-const char* const kStreamNames[kStreamCount] = {"ex2",       "softmax mix", "mix, 1/4 f16", "mix, 1/2 f16",
-                                                "mix, f16",  "ffma, 1 reg", "ffma, 3 regs"};
+enum Stream : int {
+  kEx2,
+  kSoftmaxMix,
+  kMixHalfQuarter,
+  kMixHalfHalf,
+  kMixHalfAll,
+  kFfma,
+  kFfmaRegisters,
+  kFfmaNanosleep,
+  kStreamCount
+};
+const char* const kStreamNames[kStreamCount] = {"ex2",         "softmax mix",  "mix, 1/4 f16",   "mix, 1/2 f16",
+                                                "mix, f16",    "ffma, 1 reg",  "ffma, 3 regs",   "ffma+sleep0"};
 
 // The softmax's two scores x, y (int32 bits) to exp2 on the FMA pipe, packed f16x2: the fp32
 // exponent argument t as the mix computes it, rounded to f16x2 and clamped at −11 (below e4m3's
@@ -89,8 +99,11 @@ __device__ __forceinline__ void stream_step(uint32_t (&v)[kChains], uint32_t a, 
             "ex2.approx.ftz.f32 %0, t;}"
             : "+r"(v[c]));
       }
-    } else if constexpr (kStream == kFfma) {
+    } else if constexpr (kStream == kFfma || kStream == kFfmaNanosleep) {
       asm volatile("fma.rn.f32 %0, %0, 0f3F000000, 0f3F000000;" : "+r"(v[c]));
+      // After the step's last FFMA, a zero-length sleep: does it hand the issue slot to the
+      // product warps that the always-ready stream otherwise starves?
+      if (kStream == kFfmaNanosleep && c == kChains - 1) asm volatile("nanosleep.u32 0;");
     } else if constexpr (kStream == kFfmaRegisters) {
       asm volatile("fma.rn.f32 %0, %0, %1, %2;" : "+r"(v[c]) : "r"(a), "r"(b));
     } else {
@@ -248,6 +261,7 @@ int main() {
   row<kMixHalfAll>(sms, results, sink);
   row<kFfma>(sms, results, sink);
   row<kFfmaRegisters>(sms, results, sink);
+  row<kFfmaNanosleep>(sms, results, sink);
   CHECK_CUDA(cudaFree(results));
   CHECK_CUDA(cudaFree(sink));
   return 0;
