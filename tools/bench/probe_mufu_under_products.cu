@@ -44,7 +44,7 @@ constexpr int kSmemBytes = kQBytes + kKBytes + 1024;
 struct Result {
   long long stream_cycles;     // the stream warpgroup's loop (its slowest warp)
   long long product_cycles;  // the product warpgroups' loops (the longest)
-  long long products;        // product groups (four k32 steps each) issued by all product warpgroups
+  long long products;        // k32 product steps issued by all product warpgroups
 };
 
 enum Stream : int {
@@ -112,7 +112,19 @@ __device__ __forceinline__ void stream_step(uint32_t (&v)[kChains], uint32_t a, 
   }
 }
 
-template <int kStream>
+// One product group: kSteps chained k32 steps into one accumulator (the tile's four steps, cycled),
+// then committed and waited for.
+template <int kSteps>
+__device__ __forceinline__ void product_group(uint32_t (&s)[64], uint64_t q, uint64_t k) {
+  wgmma_fence();
+  wgmma_s8<0>(s, q, k);
+#pragma unroll
+  for (int step = 1; step < kSteps; ++step) wgmma_s8<1>(s, q + 2 * (step % 4), k + 2 * (step % 4));  // +32 B per step
+  wgmma_commit();
+  wgmma_wait<0>();
+}
+
+template <int kStream, int kGroupSteps>
 __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
     mufu_under_products(int product_warpgroups, bool stream_active, Result* results, uint32_t* sink) {
   extern __shared__ uint8_t smem_raw[];
@@ -169,13 +181,8 @@ __global__ void __launch_bounds__(3 * kThreadsPerWarpgroup, 1)
       const bool stop_now = stop_products[warpgroup] != 0;
       asm volatile("bar.sync %0, %1;" ::"r"(warpgroup + 1), "n"(kThreadsPerWarpgroup) : "memory");
       if (stop_now) break;
-      wgmma_fence();
-      wgmma_s8<0>(s, q, k);
-#pragma unroll
-      for (int step = 1; step < 4; ++step) wgmma_s8<1>(s, q + 2 * step, k + 2 * step);  // +32 B per k32 step
-      wgmma_commit();
-      wgmma_wait<0>();
-      ++issued;
+      product_group<kGroupSteps>(s, q, k);
+      issued += kGroupSteps;
     }
     const long long stop = clock64();
     uint32_t x = 0;
@@ -201,10 +208,10 @@ double median(std::vector<double> values) {
 
 // One configuration: returns the stream's cycles per chain step (0 without a stream) and stores
 // the products' tensor-pipe share in *tensor_percent.
-template <int kStream>
+template <int kStream, int kGroupSteps = 4>
 double run(int sms, int product_warpgroups, bool stream_active, Result* results, uint32_t* sink,
            double* tensor_percent) {
-  const auto kernel = mufu_under_products<kStream>;
+  const auto kernel = mufu_under_products<kStream, kGroupSteps>;
   CHECK_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   std::vector<Result> host(sms);
   for (int pass = 0; pass < 2; ++pass) {  // the first pass warms up
@@ -219,7 +226,7 @@ double run(int sms, int product_warpgroups, bool stream_active, Result* results,
     // One warp of the stream warpgroup per SMSP: each SMSP issues kIterations · kChains chain steps.
     per_step.push_back(static_cast<double>(r.stream_cycles) / (static_cast<double>(kIterations) * kChains));
     if (r.product_cycles > 0) {
-      const double ops = static_cast<double>(r.products) * 4 * 64 * 128 * 32 * 2;
+      const double ops = static_cast<double>(r.products) * 64 * 128 * 32 * 2;
       tensor_share.push_back(ops / static_cast<double>(r.product_cycles) / 8192.0);
     }
   }
@@ -234,6 +241,17 @@ void row(int sms, Result* results, uint32_t* sink) {
   for (int p = 0; p <= 2; ++p) cycles[p] = run<kStream>(sms, p, true, results, sink, &tensor[p]);
   std::printf("%-12s %8.2f %8.2f (%4.1f%%) %8.2f (%4.1f%%)\n", kStreamNames[kStream], cycles[0], cycles[1], tensor[1],
               cycles[2], tensor[2]);
+}
+
+template <int kSteps>
+void group_row(int sms, Result* results, uint32_t* sink) {
+  double alone = 0.0, t_ex2 = 0.0, t_mix = 0.0, t_ffma = 0.0;
+  run<kEx2, kSteps>(sms, 2, false, results, sink, &alone);
+  const double ex2 = run<kEx2, kSteps>(sms, 2, true, results, sink, &t_ex2);
+  const double mix = run<kSoftmaxMix, kSteps>(sms, 2, true, results, sink, &t_mix);
+  const double ffma = run<kFfma, kSteps>(sms, 2, true, results, sink, &t_ffma);
+  std::printf("%d steps: %5.1f%% | %6.2f (%4.1f%%) | %6.2f (%4.1f%%) | %5.2f (%4.1f%%)\n", kSteps, alone, ex2, t_ex2, mix,
+              t_mix, ffma, t_ffma);
 }
 
 }  // namespace
@@ -262,6 +280,13 @@ int main() {
   row<kFfma>(sms, results, sink);
   row<kFfmaRegisters>(sms, results, sink);
   row<kFfmaNanosleep>(sms, results, sink);
+  // If the products' accumulators were written back once per group rather than per k32 step, the
+  // streams' slowdown per unit of tensor-pipe share would fall with longer groups.
+  std::printf("beside 2 product warpgroups, by k32 steps per group: pipe alone | ex2 (pipe) | mix (pipe) | ffma (pipe)\n");
+  group_row<1>(sms, results, sink);
+  group_row<2>(sms, results, sink);
+  group_row<4>(sms, results, sink);
+  group_row<8>(sms, results, sink);
   CHECK_CUDA(cudaFree(results));
   CHECK_CUDA(cudaFree(sink));
   return 0;
