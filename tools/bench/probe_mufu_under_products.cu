@@ -1,7 +1,7 @@
 // Probe: how a warpgroup's instruction stream (exp2, the softmax's mix, FFMA) and other
 // warpgroups' tensor products in its CTA slow each other. The int8fp8 attention kernel's softmax
 // takes ~1,420 cycles for 66 exp2 per warp, whose XU time is 528 (bench/notes/attention.md,
-// sessions 15–19), while the other consumers issue and wait for their products.
+// sessions 15–20), while the other consumers issue and wait for their products.
 //
 // One CTA per SM: one stream warpgroup (eight independent chains per thread, as
 // probe_softmax_rates) beside 0, 1 or 2 product warpgroups that issue the kernel's Q·Kᵀ product
@@ -14,6 +14,8 @@
 //   - the stream's cycles per chain step on one SMSP (one of its warps per SMSP);
 //   - the product warpgroups' tensor-pipe share: int8 operations per cycle / 8,192 (dense int8 peak
 //     per SM), also without any stream beside them.
+// A last table repeats ex2, the mix and FFMA beside two product warpgroups whose groups chain 1, 2,
+// 4 or 8 k32 steps: whether the slowdown is paid per group or per cycle of tensor work.
 //
 //   <build>/probe_mufu_under_products
 #include <cuda_runtime.h>
