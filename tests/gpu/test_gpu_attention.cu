@@ -514,8 +514,11 @@ TEST_F(GpuAttentionCanonical, DISABLED_TimeCanonicalShape) {
     const Tensor* fused;
     const Tensor* out[kVariantCount];
   };
-  const Shape3 shapes[] = {{kTokens, kHeads, &fused_, {&out_[0], &out_[1], &out_[2]}},
-                           {kSmallTokens, kSmallHeads, &small_fused, {&small_out, &small_out, &small_out}}};
+  Shape3 shapes[] = {{kTokens, kHeads, &fused_, {}}, {kSmallTokens, kSmallHeads, &small_fused, {}}};
+  for (size_t i = 0; i < kVariantCount; ++i) {
+    shapes[0].out[i] = &out_[i];
+    shapes[1].out[i] = &small_out;
+  }
   for (const Shape3& shape : shapes) {
     for (size_t i = 0; i < kVariantCount; ++i) {
       const cuda::AttentionVariant variant = kVariants[i];
