@@ -35,12 +35,23 @@ vae::AudioVae synthetic_vae(const AudioVaeConfig& c, uint64_t seed) {
   return must(vae::assemble_audio_vae(vae::synthetic_audio_vae_tensors(c, seed, /*with_encoder=*/false), c));
 }
 
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+// Both decoders are fp32 and differ only in summation order. The bounds must hold against either
+// CPU GEMM the build may use (cpu/gemm.h: OpenBLAS or the k-ordered loops).
+struct Bounds {
+  double rel_l2, max_abs;
+};
+constexpr Bounds kBounds{1e-5, 1e-4};
+// The real-size decoder's depth and widths carry those differences further: at h3 A=3 the GPU read
+// rel-L2 6.8e-6 / max-abs 4.8e-5 against the OpenBLAS CPU decoder and 1.26e-5 / 7.1e-5 against the
+// loops (H200, session 21), so its bounds sit ~2.5x above the larger.
+constexpr Bounds kRealSizeBounds{3e-5, 2e-4};
+
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what, Bounds bounds = kBounds) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const test::Comparison c = test::compare(got, want);
   EXPECT_EQ(c.nonfinite, 0) << what;
-  EXPECT_LE(c.rel_l2, 1e-5) << what << ": " << c.summary();
-  EXPECT_LE(c.max_abs, 1e-4) << what << ": " << c.summary();
+  EXPECT_LE(c.rel_l2, bounds.rel_l2) << what << ": " << c.summary();
+  EXPECT_LE(c.max_abs, bounds.max_abs) << what << ": " << c.summary();
   std::printf("audio VAE %s: waveform %s, rel-L2 %.3e, max-abs %.3e\n", what.c_str(), got.shape().to_string().c_str(),
               c.rel_l2, c.max_abs);
 }
@@ -58,7 +69,8 @@ TEST(GpuAudioVae, MatchesTheCpuDecoder) {
     const vae::AudioVae cpu = synthetic_vae(c, 8);
     auto gpu = must(CudaAudioVae::create(cpu));
     const Tensor latents = test::random_tensor({2, cs.frames, c.latent_channels}, DType::kF32, ++seed);
-    expect_close(must(gpu->decode(latents)), must(vae::decode_audio(cpu, latents)), what);
+    expect_close(must(gpu->decode(latents)), must(vae::decode_audio(cpu, latents)), what,
+                 std::string(cs.preset) == "h3" ? kRealSizeBounds : kBounds);
   }
 }
 
