@@ -131,7 +131,7 @@ Result<std::vector<Manifest>> bench_forward(const BenchOptions& o) {
                         {"attention", "exact (cuda::attention default)"},
                         {"fusions", fusions_description({fused.fused_norms, false})},
                         {"adaln", "per step: one GEMM per block from resident AdaLN weights, as the peer does"},
-                        {"graphs", "block stack replayed from one CUDA graph"}};
+                        {"graphs", "each forward's device work replayed from one CUDA graph"}};
     // Repeated forwards must agree bit for bit and stay finite; the fp8 recipe's error is measured
     // against the bf16 forward from the same weights and inputs (block parity with diffusers is the
     // h3-block manifest's: 62 GB of weights cannot be handed to a peer).
@@ -271,7 +271,7 @@ Result<std::vector<Manifest>> bench_denoise(const BenchOptions& o) {
                         {"attention", conf.int8fp8 ? "int8fp8 in every block" : "exact"},
                         {"fusions", fusions_description(fused)},
                         {"adaln", "tables per request (planned before the first step; no AdaLN weight on the device)"},
-                        {"graphs", "block stack replayed from one CUDA graph"}};
+                        {"graphs", "each forward's device work replayed from one CUDA graph"}};
     if (conf.recipe == h3::LinearRecipe::kBf16 && !conf.int8fp8) {
       m.correctness.comparator = "none: the reference configuration the others are measured against";
       m.correctness.passed = true;

@@ -6,9 +6,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -134,7 +136,7 @@ TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
   ASSERT_TRUE(layout.ok());
   auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(12, nullptr), layout->num_rows);
   ASSERT_TRUE(model.ok()) << model.status().to_string();
-  // The default (fused norms, block stack replayed from a CUDA graph), fused with direct launches,
+  // The default (fused norms, the forward's device work replayed from a CUDA graph), fused with direct launches,
   // and the reference path: separate launches, no graph. All three must agree bit for bit.
   struct Path {
     bool fused, graphs;
@@ -149,6 +151,42 @@ TEST_P(GpuH3Fusions, TwoStepTrajectoryChecksumIsBitwiseEqual) {
   for (int p = 0; p < 2; ++p) test::expect_same_trajectory(runs[p], runs[2], "path " + std::to_string(p));
   std::printf("2-step trajectory, fused + graph / fused / unfused: video %s, audio %s\n",
               runs[0].video.sha256.substr(0, 16).c_str(), runs[0].audio.sha256.substr(0, 16).c_str());
+}
+
+// One model serving requests of other shapes in turn: the forward's graph is keyed by each stream's
+// rows and captured again when they change (the text stream's buffer grows with a longer prompt),
+// so every request's trajectory must equal its direct launches', also when an earlier shape returns.
+TEST(GpuH3Graphs, RequestsOfOtherShapesRecaptureAndMatchDirectLaunches) {
+  if (!test::cuda_device_present()) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config c = small_config();
+  struct Request {
+    int64_t text_rows;
+    h3::VideoGeometry video;
+  };
+  const Request requests[] = {{12, {128, 192, 22}}, {20, {96, 128, 5}}, {12, {128, 192, 22}}};
+  int64_t max_rows = 0;
+  for (const Request& r : requests) {
+    auto geometry = h3::resolve_geometry(r.video, c);
+    ASSERT_TRUE(geometry.ok()) << geometry.status().to_string();
+    auto layout = h3::build_t2va_layout(r.text_rows, *geometry, c);
+    ASSERT_TRUE(layout.ok()) << layout.status().to_string();
+    max_rows = std::max(max_rows, layout->num_rows);
+  }
+  auto model = h3::CudaH3Transformer::create(c, h3::synthetic_weight_filler(12, nullptr), max_rows);
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  for (size_t i = 0; i < std::size(requests); ++i) {
+    const Tensor text = h3::seeded_normal({requests[i].text_rows, c.text_dim}, 3 + i, h3::kSyntheticTextStream);
+    h3::GenerateOptions options;
+    options.video = requests[i].video;
+    options.steps = 3;  // two forwards
+    options.seed = 5;
+    test::TrajectoryChecksums runs[2];
+    for (bool graphs : {true, false}) {
+      (*model)->set_cuda_graphs(graphs);
+      runs[graphs ? 0 : 1] = test::trajectory_checksums(**model, text, options);
+    }
+    test::expect_same_trajectory(runs[0], runs[1], "request " + std::to_string(i) + ", graph vs direct launches");
+  }
 }
 
 // The same gate with int8fp8 attention (head dim 128: the wide config), where the fused path also

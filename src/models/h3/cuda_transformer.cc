@@ -680,34 +680,37 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
                             std::to_string(c.audio_in_channels) + "], got " + in.audio_rows.describe());
   }
   VORTEX_RETURN_IF_ERROR(upload_step_tables(in.timesteps));
-
-  // 1. Project and scatter each stream into the packed sequence.
-  VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, N));
-  VORTEX_RETURN_IF_ERROR(cuda::fill_zero(x.view(), stream_));
-  if (layout.num_text > 0) {
-    VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
-    VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(text.view(), i64(text_idx_), x.view(), stream_));
-  }
-  for (auto [host, in_buf, embed_buf, proj, index] :
-       {std::tuple{&in.video_rows, &video_in_, &video_embed_, &proj_in_, &video_idx_},
-        std::tuple{&in.audio_rows, &audio_in_, &audio_embed_, &audio_proj_in_, &audio_idx_}}) {
-    const int64_t n = host->size(0);
-    if (n == 0) continue;
-    VORTEX_ASSIGN_OR_RETURN(Tensor rows, rows_of(*in_buf, n));
-    VORTEX_ASSIGN_OR_RETURN(Tensor embed, rows_of(*embed_buf, n));
-    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(*host, rows, stream_));
-    VORTEX_RETURN_IF_ERROR(linear(*proj, rows, embed));
-    VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(embed.view(), i64(*index), x.view(), stream_));
-  }
-
-  // 2. The block stack.
   if (!in.attention.per_block.empty() && in.attention.per_block.size() != blocks_.size()) {
     return invalid_argument("attention plan names " + std::to_string(in.attention.per_block.size()) +
                             " blocks; the model has " + std::to_string(blocks_.size()));
   }
+  // The step's rows come from the host; everything after their copies runs on the device alone.
+  for (auto [host, in_buf] : {std::pair{&in.video_rows, &video_in_}, std::pair{&in.audio_rows, &audio_in_}}) {
+    if (host->size(0) == 0) continue;
+    VORTEX_ASSIGN_OR_RETURN(Tensor rows, rows_of(*in_buf, host->size(0)));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(*host, rows, stream_));
+  }
   const bool fold = folds_ffn_residual();
-  const auto block_stack = [&]() -> Status {
-    // With the FFN residual folded, block i leaves its residual in pending[i % 2] for block i + 1.
+  const auto device_forward = [&]() -> Status {
+    // 1. Project and scatter each stream into the packed sequence.
+    VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, N));
+    VORTEX_RETURN_IF_ERROR(cuda::fill_zero(x.view(), stream_));
+    if (layout.num_text > 0) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
+      VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(text.view(), i64(text_idx_), x.view(), stream_));
+    }
+    for (auto [n, in_buf, embed_buf, proj, index] :
+         {std::tuple{layout.num_video, &video_in_, &video_embed_, &proj_in_, &video_idx_},
+          std::tuple{layout.num_audio, &audio_in_, &audio_embed_, &audio_proj_in_, &audio_idx_}}) {
+      if (n == 0) continue;
+      VORTEX_ASSIGN_OR_RETURN(Tensor rows, rows_of(*in_buf, n));
+      VORTEX_ASSIGN_OR_RETURN(Tensor embed, rows_of(*embed_buf, n));
+      VORTEX_RETURN_IF_ERROR(linear(*proj, rows, embed));
+      VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(embed.view(), i64(*index), x.view(), stream_));
+    }
+
+    // 2. The block stack. With the FFN residual folded, block i leaves its residual in
+    // pending[i % 2] for block i + 1.
     PendingResidual pending[2];
     const PendingResidual* previous = nullptr;
     for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -716,46 +719,57 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
           block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i)), previous, mine));
       previous = mine;
     }
-    if (previous == nullptr) return ok_status();
-    cuda::SectionScope scope(profiler_, "residual", stream_);
-    return cuda::gated_residual(x.view(), previous->gate, i32(adaln_rows_), previous->branch, stream_);
+    if (previous != nullptr) {
+      cuda::SectionScope scope(profiler_, "residual", stream_);
+      VORTEX_RETURN_IF_ERROR(cuda::gated_residual(x.view(), previous->gate, i32(adaln_rows_), previous->branch, stream_));
+    }
+
+    // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.
+    VORTEX_ASSIGN_OR_RETURN(Tensor out_mod, rows_of(out_mod_, num_timesteps_));
+    VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
+    VORTEX_RETURN_IF_ERROR(linear(norm_out_linear_, silu, out_mod));
+    const TensorView w = norm_out_norm_.view();
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &w, static_cast<float>(c.final_norm_eps), x.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(x.view(), columns(out_mod, 0, C), columns(out_mod, C, C),
+                                                i32(timestep_rows_), x.view(), stream_));
+    for (auto [n, index, embed_buf, head, out_buf] :
+         {std::tuple{layout.num_video, &video_idx_, &video_embed_, &proj_out_, &video_out_},
+          std::tuple{layout.num_audio, &audio_idx_, &audio_embed_, &audio_proj_out_, &audio_out_}}) {
+      if (n == 0) continue;
+      VORTEX_ASSIGN_OR_RETURN(Tensor gathered, rows_of(*embed_buf, n));  // reuse: f32 [n, C]
+      VORTEX_ASSIGN_OR_RETURN(Tensor velocity, rows_of(*out_buf, n));
+      VORTEX_RETURN_IF_ERROR(cuda::gather_rows(x.view(), i64(*index), gathered.view(), stream_));
+      VORTEX_RETURN_IF_ERROR(linear(*head, gathered, velocity));
+    }
+    return ok_status();
   };
   if (cuda_graphs_ && profiler_ == nullptr) {
-    // Everything a replay bakes in: the rows, the number of AdaLN rows (the tables' contents are
-    // uploaded before each replay), each block's attention mode, and the norm fusion switch.
-    std::string key = std::to_string(N) + "/" + std::to_string(num_timesteps_) + "/" + (fused_norms_ ? "f" : "u") +
-                      (fold ? "r" : "");
+    // Everything a replay bakes in: the rows of each stream, the number of AdaLN rows (the tables'
+    // contents are uploaded before each replay), the norm fusion switch, each block's attention
+    // mode, and the text stream's buffer (reallocated when a request brings more text rows).
+    std::string key = std::to_string(layout.num_text) + "/" + std::to_string(layout.num_audio) + "/" +
+                      std::to_string(layout.num_video) + "/" + std::to_string(num_timesteps_) + "/" +
+                      (fused_norms_ ? "f" : "u") + (fold ? "r" : "") + "/" +
+                      std::to_string(reinterpret_cast<uintptr_t>(text_tokens_.data())) + "/";
     for (size_t i = 0; i < blocks_.size(); ++i) {
       key += in.attention.for_block(static_cast<int>(i)) == AttentionMode::kInt8Fp8 ? 'q' : 'e';
     }
-    if (!block_stack_.matches(key)) VORTEX_RETURN_IF_ERROR(block_stack_.capture(key, stream_, block_stack));
-    VORTEX_RETURN_IF_ERROR(block_stack_.launch(stream_));
+    if (!forward_graph_.matches(key)) VORTEX_RETURN_IF_ERROR(forward_graph_.capture(key, stream_, device_forward));
+    VORTEX_RETURN_IF_ERROR(forward_graph_.launch(stream_));
   } else {
-    VORTEX_RETURN_IF_ERROR(block_stack());
+    VORTEX_RETURN_IF_ERROR(device_forward());
   }
 
-  // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.
-  VORTEX_ASSIGN_OR_RETURN(Tensor out_mod, rows_of(out_mod_, num_timesteps_));
-  VORTEX_ASSIGN_OR_RETURN(Tensor silu, rows_of(silu_temb_, num_timesteps_));
-  VORTEX_RETURN_IF_ERROR(linear(norm_out_linear_, silu, out_mod));
-  const TensorView w = norm_out_norm_.view();
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &w, static_cast<float>(c.final_norm_eps), x.view(), stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(x.view(), columns(out_mod, 0, C), columns(out_mod, C, C),
-                                              i32(timestep_rows_), x.view(), stream_));
+  // 4. The velocities back to the host.
   StepOutputs out;
-  for (auto [index, embed_buf, head, out_buf, result] :
-       {std::tuple{&video_idx_, &video_embed_, &proj_out_, &video_out_, &out.video_velocity},
-        std::tuple{&audio_idx_, &audio_embed_, &audio_proj_out_, &audio_out_, &out.audio_velocity}}) {
-    const int64_t n = index == &video_idx_ ? layout.num_video : layout.num_audio;
-    const int64_t width = head->weight.size(0);
+  for (auto [n, head, out_buf, result] :
+       {std::tuple{layout.num_video, &proj_out_, &video_out_, &out.video_velocity},
+        std::tuple{layout.num_audio, &audio_proj_out_, &audio_out_, &out.audio_velocity}}) {
     if (n == 0) {
-      *result = Tensor::empty({0, width}, DType::kF32);
+      *result = Tensor::empty({0, head->weight.size(0)}, DType::kF32);
       continue;
     }
-    VORTEX_ASSIGN_OR_RETURN(Tensor gathered, rows_of(*embed_buf, n));  // reuse: f32 [n, C]
     VORTEX_ASSIGN_OR_RETURN(Tensor velocity, rows_of(*out_buf, n));
-    VORTEX_RETURN_IF_ERROR(cuda::gather_rows(x.view(), i64(*index), gathered.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(linear(*head, gathered, velocity));
     VORTEX_ASSIGN_OR_RETURN(*result, cuda::download(velocity, stream_));
   }
   return out;

@@ -57,9 +57,11 @@ struct CudaModelOptions {
   // cuBLASLt accumulates in fp32 and applies both scales in its epilogue (cuda_block_fp8.cc); the
   // CPU model's fp8 recipe is its reference.
   LinearRecipe recipe = LinearRecipe::kBf16;
-  // Replay the block stack of forward() from a CUDA graph captured once per (rows, timesteps,
-  // attention plan); the same kernels with the same arguments, so the outputs are bitwise those
-  // of direct launches (tests/gpu/test_gpu_h3_fusions.cc). Off while a profiler is attached.
+  // Replay forward()'s device work (the input projections, the block stack, the output norm and
+  // heads: everything between the copies of the step's rows in and of the velocities out) from a
+  // CUDA graph captured once per (rows of each stream, timesteps, attention plan); the same kernels
+  // with the same arguments, so the outputs are bitwise those of direct launches
+  // (tests/gpu/test_gpu_h3_fusions.cc). Off while a profiler is attached.
   bool cuda_graphs = true;
   // Where the blocks' AdaLN modulation tables come from (see AdaLnTables).
   AdaLnTables adaln_tables = AdaLnTables::kPerStep;
@@ -231,7 +233,7 @@ class CudaH3Transformer : public StepModel {
   bool cuda_graphs_ = true;
   bool keep_attention_inputs_ = false;
   bool fold_ffn_residual_ = true;
-  CapturedGraph block_stack_;  // forward()'s blocks, keyed by rows, timesteps and attention plan
+  CapturedGraph forward_graph_;  // forward()'s device work, keyed by rows, timesteps and attention plan
 };
 
 }  // namespace vortex::h3
