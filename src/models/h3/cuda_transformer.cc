@@ -744,11 +744,12 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
     return ok_status();
   };
   if (cuda_graphs_ && profiler_ == nullptr) {
-    // Everything a replay bakes in: the rows of each stream, the number of AdaLN rows (the tables'
-    // contents are uploaded before each replay), the norm fusion switch, each block's attention
-    // mode, and the text stream's buffer (reallocated when a request brings more text rows).
-    std::string key = std::to_string(layout.num_text) + "/" + std::to_string(layout.num_audio) + "/" +
-                      std::to_string(layout.num_video) + "/" + std::to_string(num_timesteps_) + "/" +
+    // Everything a replay bakes in: the rows, and those of each stream, the number of AdaLN rows
+    // (the tables' contents are uploaded before each replay), the norm fusion switch, each block's
+    // attention mode, and the text stream's buffer (reallocated when a request brings more text rows).
+    std::string key = std::to_string(N) + "/" + std::to_string(layout.num_text) + "/" +
+                      std::to_string(layout.num_audio) + "/" + std::to_string(layout.num_video) + "/" +
+                      std::to_string(num_timesteps_) + "/" +
                       (fused_norms_ ? "f" : "u") + (fold ? "r" : "") + "/" +
                       std::to_string(reinterpret_cast<uintptr_t>(text_tokens_.data())) + "/";
     for (size_t i = 0; i < blocks_.size(); ++i) {
