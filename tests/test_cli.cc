@@ -449,5 +449,28 @@ TEST(CliGenerate, MediaRefusalsComeBeforeDenoising) {
   }
 }
 
+// What would make the run fail only once the latents are written, or after the weights load, is
+// refused first, in one line naming the flag.
+TEST(CliGenerate, RequestRefusalsComeBeforeLoading) {
+  TempDir tmp;
+  const std::string request = "generate --synthetic test --height 64 --width 64 --frames 22 --text-tokens 4 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {request + "--steps 2 --out " + q((tmp.path() / "none" / "r").string()),
+       "--out " + (tmp.path() / "none" / "r").string() + ": the folder " + (tmp.path() / "none").string() +
+           " does not exist"},
+      {request + "--steps 2 --out " + q(tmp.path().string() + "/"), "must name a file prefix"},
+      {request + "--steps 1 --out " + q(tmp.file("r")), "steps must be >= 2"},
+      {"generate --synthetic test --height 48 --width 64 --frames 22 --steps 2 --out " + q(tmp.file("r")),
+       "height 48 must be a positive multiple of 32"},
+      {request + "--steps 2 --attention int8fp8 --exact-blocks 7 --out " + q(tmp.file("r")), "--exact-blocks"},
+  };
+  for (const auto& [command, needle] : cases) {
+    SCOPED_TRACE(needle);
+    const CliRun run = run_cli(command);
+    expect_one_line_error(run, needle);
+    EXPECT_TRUE(listing(tmp.path()).empty()) << listing(tmp.path())[0];
+  }
+}
+
 }  // namespace
 }  // namespace vortex

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "models/h3/generate.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
+#include "sampling/h3_scheduler.h"
 #if defined(VORTEX_HAVE_CUDA)
 #include "models/h3/cuda_transformer.h"
 #endif
@@ -215,10 +217,31 @@ Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args,
   return std::optional<MediaDecoder>(std::move(decoder));
 }
 
+// --out PREFIX names files, PREFIX.safetensors and PREFIX.json, in a folder that must exist: checked
+// before any weight is read, so a typo cannot cost a whole denoise.
+Status check_out_prefix(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const fs::path path(prefix);
+  if (!path.has_filename()) {
+    return invalid_argument("--out " + prefix + ": must name a file prefix (PREFIX.safetensors, PREFIX.json), not a folder");
+  }
+  const fs::path folder = path.parent_path();
+  std::error_code ec;
+  if (!folder.empty() && !fs::is_directory(folder, ec)) {
+    return invalid_argument("--out " + prefix + ": the folder " + folder.string() + " does not exist");
+  }
+  if (::access(folder.empty() ? "." : folder.c_str(), W_OK) != 0) {
+    return invalid_argument("--out " + prefix + ": the folder " + (folder.empty() ? "." : folder.string()) +
+                            " is not writable");
+  }
+  return ok_status();
+}
+
 int run_generate(const GenerateArgs& args) {
   const DType dtype = args.dtype == "f32" ? DType::kF32 : DType::kBF16;
   std::string source;
   const auto load_start = std::chrono::steady_clock::now();
+  if (Status out = check_out_prefix(args.out); !out.ok()) return report_error(out);
   // The text states come first: their row count sizes the device arena.
   auto preset_or_file_config = [&]() -> Result<h3::H3Config> {
     if (args.model_path.empty()) return h3::config_preset(args.synthetic_preset);
@@ -227,8 +250,13 @@ int run_generate(const GenerateArgs& args) {
   };
   auto early_config = preset_or_file_config();
   if (!early_config.ok()) return report_error(early_config.status());
+  auto plan = h3::AttentionPlan::parse(args.attention, args.exact_blocks, early_config->num_layers);
+  if (!plan.ok()) return report_error(plan.status().with_context("--exact-blocks"));  // CLI checked the mode
   auto text = read_text_states(args, early_config->text_dim);
   if (!text.ok()) return report_error(text.status());
+  // The request's geometry and step count, also before the weights load (a real checkpoint is 40 GB).
+  if (auto rows = request_rows(args, *early_config, text->size(0)); !rows.ok()) return report_error(rows.status());
+  if (auto grid = sampling::sigma_grid(args.steps, 1.0f); !grid.ok()) return report_error(grid.status());
   auto media = load_media_decoder(args, *early_config);
   if (!media.ok()) return report_error(media.status());
   auto model = load_step_model(args, dtype, text->size(0), source);
@@ -241,8 +269,6 @@ int run_generate(const GenerateArgs& args) {
   options.video = {args.height, args.width, args.frames};
   options.steps = args.steps;
   options.seed = args.seed;
-  auto plan = h3::AttentionPlan::parse(args.attention, args.exact_blocks, config.num_layers);
-  if (!plan.ok()) return report_error(plan.status());
   options.attention = *plan;
   auto result = h3::generate_t2va(model->steps(), *text, options, progress_printer());
   if (!result.ok()) return report_error(result.status());
