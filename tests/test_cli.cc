@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#if defined(VORTEX_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -447,6 +451,25 @@ TEST(CliGenerate, MediaRefusalsComeBeforeDenoising) {
     expect_one_line_error(run_cli(command), needle);
     EXPECT_TRUE(listing(tmp.path()).empty()) << listing(tmp.path())[0];
   }
+}
+
+// --device cuda where no GPU this build runs on is usable (CI, the CPU machines): one line, exit 1
+// (a valid request this machine cannot serve), nothing written.
+TEST(CliGenerate, CudaWithoutAUsableDeviceIsOneLine) {
+#if defined(VORTEX_HAVE_CUDA)
+  int count = 0;
+  if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) GTEST_SKIP() << "a CUDA device is present";
+  const std::string needle = "--device cuda: no usable CUDA device";
+#else
+  const std::string needle = "--device cuda: this build has no CUDA backend";
+#endif
+  TempDir tmp;
+  const CliRun run = run_cli("generate --synthetic test --device cuda --height 64 --width 64 --frames 22 --steps 2 "
+                             "--text-tokens 4 --out " + q(tmp.file("r")));
+  EXPECT_EQ(run.code, 1) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
+  EXPECT_TRUE(listing(tmp.path()).empty()) << listing(tmp.path())[0];
 }
 
 // What would make the run fail only once the latents are written, or after the weights load, is

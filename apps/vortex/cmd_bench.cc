@@ -9,6 +9,7 @@
 #include "formats/safetensors.h"
 #if defined(VORTEX_HAVE_CUDA)
 #include "bench/cuda_workloads.h"
+#include "cuda/runtime.h"
 #endif
 
 namespace vortex::cli {
@@ -29,6 +30,7 @@ struct BenchArgs {
 
 int run_bench(const BenchArgs& args) {
 #if defined(VORTEX_HAVE_CUDA)
+  if (Status usable = cuda::require_hopper_device("vortex bench"); !usable.ok()) return report_error(usable);
   bench::BenchOptions options;
   options.workload = args.workload;
   options.warmup = args.warmup;

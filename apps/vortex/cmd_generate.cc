@@ -20,6 +20,7 @@
 #include "models/h3/weights.h"
 #include "sampling/h3_scheduler.h"
 #if defined(VORTEX_HAVE_CUDA)
+#include "cuda/runtime.h"
 #include "models/h3/cuda_transformer.h"
 #endif
 
@@ -150,6 +151,7 @@ Result<LoadedStepModel> load_step_model(const GenerateArgs& args, DType dtype, i
   }
   if (args.device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
+    VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("--device cuda"));
     h3::H3Config config;
     if (!args.model_path.empty()) {
       VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(args.model_path));

@@ -6,6 +6,7 @@
 
 #include "media/wav.h"
 #if defined(VORTEX_HAVE_CUDA)
+#include "cuda/runtime.h"
 #include "models/vae/cuda_audio_vae.h"
 #include "models/vae/cuda_video_vae.h"
 #endif
@@ -71,7 +72,9 @@ Status check_media_request(const MediaRequest& r) {
   const bool mp4 = wants_picture(r);
   const std::string out = std::string(r.out_flag) + " " + r.out;
   if (r.device != "cpu" && r.device != "cuda") return invalid_argument("--device " + r.device + ": expected cpu or cuda");
-#if !defined(VORTEX_HAVE_CUDA)
+#if defined(VORTEX_HAVE_CUDA)
+  if (r.device == "cuda") VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("--device cuda"));
+#else
   if (r.device == "cuda") return unimplemented("--device cuda: this build has no CUDA backend");
 #endif
   if (!mp4 && !ends_with(r.out, ".wav")) return invalid_argument(out + ": must end in .wav or .mp4");

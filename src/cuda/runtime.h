@@ -84,6 +84,12 @@ struct DeviceInfo {
 };
 Result<DeviceInfo> device_info(int device = 0);
 
+// Whether this build can run on device 0: the kernels are compiled for sm_90a only (wgmma, TMA,
+// setmaxnreg), which runs on compute capability 9.0 and nothing else. A one-line status
+// naming `flag`, the device and what it lacks (unimplemented: the request is valid, this machine
+// cannot serve it), instead of a failed launch deep inside a step.
+Status require_hopper_device(const std::string& flag);
+
 // What ptxas gave a kernel (registers per thread, spills as local memory) and the shared memory it
 // launches with, for manifests: the resources decide occupancy and explain a kernel's speed.
 struct KernelResources {
