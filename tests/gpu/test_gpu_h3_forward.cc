@@ -101,5 +101,33 @@ TEST(GpuSyntheticWeights, DeviceFillEqualsTheHostWriterBitForBit) {
   }
 }
 
+// The CUDA model's host time MLP is the k-ordered loops' result whatever CPU GEMM the build
+// dispatches to (OpenBLAS chooses kernels by CPU and size): the device's latents must not depend on
+// the host's BLAS. On an OpenBLAS build, the default variant's bits differ from these.
+TEST(GpuH3TimeEmbedding, IsTheLoopsVariantWhateverTheBuildsCpuGemm) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  auto config = h3::config_preset("small");
+  ASSERT_TRUE(config.ok());
+  auto model = h3::CudaH3Transformer::create(*config, h3::synthetic_weight_filler(42, nullptr), 64, nullptr, {});
+  ASSERT_TRUE(model.ok()) << model.status().to_string();
+  h3::LinearWeights linear[2];
+  for (const auto& spec : h3::diffusers_schema(*config)) {
+    for (int i = 0; i < 2; ++i) {
+      const std::string prefix = "time_embedder.linear_" + std::to_string(i + 1) + ".";
+      if (spec.name != prefix + "weight" && spec.name != prefix + "bias") continue;
+      auto host = h3::synthetic_tensor(spec, DType::kBF16, 42);
+      ASSERT_TRUE(host.ok());
+      (spec.name.ends_with("weight") ? linear[i].weight : linear[i].bias) = std::move(*host);
+    }
+  }
+  ASSERT_TRUE(linear[1].weight.defined() && linear[1].bias.defined());
+  const std::vector<float> timesteps = {999.0f, 731.25f, 3.5f};
+  auto device_model = (*model)->time_embedding_host(timesteps);
+  auto loops = h3::time_embedding(*config, linear[0], linear[1], timesteps, cpu::GemmVariant::kLoops);
+  ASSERT_TRUE(device_model.ok() && loops.ok());
+  ASSERT_EQ(device_model->nbytes(), loops->nbytes());
+  EXPECT_EQ(std::memcmp(device_model->data(), loops->data(), loops->nbytes()), 0);
+}
+
 }  // namespace
 }  // namespace vortex

@@ -634,7 +634,10 @@ Result<NamedTensors> CudaH3Transformer::download_block_weights(int index) const 
 }
 
 Result<Tensor> CudaH3Transformer::time_embedding_host(const std::vector<float>& timesteps) const {
-  return time_embedding(config_, time_linear_1_, time_linear_2_, timesteps);
+  // The k-ordered loops, never the build's default GEMM: OpenBLAS picks its kernel by CPU and
+  // size, so the device's latents would follow the host's BLAS and CPU (an OpenBLAS build and a
+  // loops build gave the canonical denoise different checksums).
+  return time_embedding(config_, time_linear_1_, time_linear_2_, timesteps, cpu::GemmVariant::kLoops);
 }
 
 Result<Tensor> CudaH3Transformer::silu_time_embedding(const std::vector<float>& timesteps) const {

@@ -107,7 +107,7 @@ Status H3Transformer::linear(const Linear& l, const Tensor& x, const Tensor& y) 
 }
 
 Result<Tensor> time_embedding(const H3Config& c, const LinearWeights& linear_1, const LinearWeights& linear_2,
-                              const std::vector<float>& timesteps) {
+                              const std::vector<float>& timesteps, cpu::GemmVariant gemm) {
   const int64_t T = static_cast<int64_t>(timesteps.size()), half = c.freq_dim / 2;
   // Sinusoid with cos first (flip_sin_to_cos), frequencies exp(-ln(1e4) * i / half), fp32.
   Tensor sinusoid = Tensor::empty({T, c.freq_dim}, DType::kF32);
@@ -123,9 +123,9 @@ Result<Tensor> time_embedding(const H3Config& c, const LinearWeights& linear_1, 
   Tensor hidden = Tensor::empty({T, c.time_embed_hidden_dim}, DType::kF32);
   Tensor temb = Tensor::empty({T, c.time_embed_dim}, DType::kF32);
   const TensorView b1 = linear_1.bias.view(), b2 = linear_2.bias.view();
-  VORTEX_RETURN_IF_ERROR(cpu::linear(sinusoid.view(), linear_1.weight.view(), &b1, hidden.view()));
+  VORTEX_RETURN_IF_ERROR(cpu::linear(sinusoid.view(), linear_1.weight.view(), &b1, hidden.view(), gemm));
   cpu::silu_f32(hidden);
-  VORTEX_RETURN_IF_ERROR(cpu::linear(hidden.view(), linear_2.weight.view(), &b2, temb.view()));
+  VORTEX_RETURN_IF_ERROR(cpu::linear(hidden.view(), linear_2.weight.view(), &b2, temb.view(), gemm));
   return temb;
 }
 

@@ -82,8 +82,10 @@ struct CpuModelOptions {
 };
 
 // The fp32 time MLP on the host: sinusoid (cos first) -> linear_1 -> silu -> linear_2; [T, TE].
+// `gemm` picks the CPU GEMM of the two linears (their summation order, hence the low bits).
 Result<Tensor> time_embedding(const H3Config& config, const LinearWeights& linear_1, const LinearWeights& linear_2,
-                              const std::vector<float>& timesteps);
+                              const std::vector<float>& timesteps,
+                              cpu::GemmVariant gemm = cpu::default_gemm_variant());
 // RoPE tables [N, rotary] F32 from float64 (t, h, w) positions, consumed in float32.
 void rope_tables(const H3Config& config, const std::vector<double>& positions, Tensor& cos, Tensor& sin);
 
