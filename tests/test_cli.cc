@@ -472,6 +472,18 @@ TEST(CliGenerate, CudaWithoutAUsableDeviceIsOneLine) {
   EXPECT_TRUE(listing(tmp.path()).empty()) << listing(tmp.path())[0];
 }
 
+// Where vortex bench would write its manifests is checked before any GPU work, so a typo cannot
+// cost a whole run; the checks need no GPU.
+TEST(CliBench, OutputRefusalsComeFirst) {
+  TempDir tmp;
+  test_util::write_bytes(tmp.file("file"), "x");
+  expect_one_line_error(run_cli("bench attention --json " + q((tmp.path() / "none" / "m.json").string())),
+                        "--json " + (tmp.path() / "none" / "m.json").string() + ": the folder " +
+                            (tmp.path() / "none").string() + " does not exist");
+  expect_one_line_error(run_cli("bench attention --json-dir " + q(tmp.file("file"))), "exists and is not a folder");
+  EXPECT_EQ(listing(tmp.path()).size(), 1u);
+}
+
 // What would make the run fail only once the latents are written, or after the weights load, is
 // refused first, in one line naming the flag.
 TEST(CliGenerate, RequestRefusalsComeBeforeLoading) {

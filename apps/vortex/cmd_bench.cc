@@ -28,7 +28,25 @@ struct BenchArgs {
   std::string commit = "unknown";
 };
 
+// Where the manifests go, checked before any GPU time is spent (nothing is created here):
+// --json's folder must exist, and --json-dir must be a folder or not exist yet.
+Status check_outputs(const BenchArgs& args) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!args.json_path.empty()) {
+    const fs::path folder = fs::path(args.json_path).parent_path();
+    if (!folder.empty() && !fs::is_directory(folder, ec)) {
+      return invalid_argument("--json " + args.json_path + ": the folder " + folder.string() + " does not exist");
+    }
+  }
+  if (!args.out_dir.empty() && fs::exists(args.out_dir, ec) && !fs::is_directory(args.out_dir, ec)) {
+    return invalid_argument("--json-dir " + args.out_dir + ": exists and is not a folder");
+  }
+  return ok_status();
+}
+
 int run_bench(const BenchArgs& args) {
+  if (Status outputs = check_outputs(args); !outputs.ok()) return report_error(outputs);
 #if defined(VORTEX_HAVE_CUDA)
   if (Status usable = cuda::require_hopper_device("vortex bench"); !usable.ok()) return report_error(usable);
   bench::BenchOptions options;
@@ -61,7 +79,10 @@ int run_bench(const BenchArgs& args) {
                 m.correctness.rel_l2, m.correctness.bound, m.correctness.passed ? "passed" : "NOT PASSED");
     all_passed = all_passed && m.correctness.passed;
     if (!args.out_dir.empty()) {
-      std::filesystem::create_directories(args.out_dir);
+      std::error_code ec;
+      if (!std::filesystem::create_directories(args.out_dir, ec) && ec) {
+        return report_error(io_error("--json-dir " + args.out_dir + ": cannot create the folder: " + ec.message()));
+      }
       const std::string path = args.out_dir + "/" + m.workload + ".json";
       Status s = write_file_atomically(path, m.to_json().dump(2) + "\n");
       if (!s.ok()) return report_error(s);
