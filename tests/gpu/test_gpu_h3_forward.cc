@@ -103,7 +103,8 @@ TEST(GpuSyntheticWeights, DeviceFillEqualsTheHostWriterBitForBit) {
 
 // The CUDA model's host time MLP is the k-ordered loops' result whatever CPU GEMM the build
 // dispatches to (OpenBLAS chooses kernels by CPU and size): the device's latents must not depend on
-// the host's BLAS. On an OpenBLAS build, the default variant's bits differ from these.
+// the host's BLAS (an OpenBLAS build's default sums in another order: the canonical denoise's
+// checksums moved with it).
 TEST(GpuH3TimeEmbedding, IsTheLoopsVariantWhateverTheBuildsCpuGemm) {
   if (!have_device()) GTEST_SKIP() << "no CUDA device";
   auto config = h3::config_preset("small");
