@@ -146,13 +146,13 @@ Status require_hopper_device(const std::string& flag) {
   if (const cudaError_t error = cudaGetDeviceCount(&count); error != cudaSuccess || count == 0) {
     (void)cudaGetLastError();  // clear the sticky error for whoever asks next
     return unimplemented(flag + ": no usable CUDA device (" +
-                            (error != cudaSuccess ? std::string(cudaGetErrorString(error)) : "none found") + ")");
+                         (error != cudaSuccess ? std::string(cudaGetErrorString(error)) : "none found") + ")");
   }
   cudaDeviceProp prop{};
   VORTEX_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major != 9 || prop.minor != 0) {
     return unimplemented(flag + ": device 0 is " + prop.name + " (compute capability " + std::to_string(prop.major) +
-                            "." + std::to_string(prop.minor) + "); this build's kernels run on 9.0 (Hopper, sm_90a) only");
+                         "." + std::to_string(prop.minor) + "); this build's kernels run on 9.0 (Hopper, sm_90a) only");
   }
   return ok_status();
 }
