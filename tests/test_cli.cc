@@ -38,11 +38,13 @@ struct CliRun {
   std::string out, err;
 };
 
-// Runs `vortex <args>` (args already shell-quoted) with stdout and stderr captured in files.
-CliRun run_cli(const std::string& args) {
+// Runs `vortex <args>` (args already shell-quoted) with stdout and stderr captured in files;
+// `env`, when given, is a list of NAME=value settings for the run.
+CliRun run_cli(const std::string& args, const std::string& env = "") {
   static TempDir capture;
   const std::string out = capture.file("stdout"), err = capture.file("stderr");
-  const std::string command = std::string(VORTEX_CLI_PATH) + " " + args + " >" + out + " 2>" + err;
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + std::string(VORTEX_CLI_PATH) + " " + args +
+                              " >" + out + " 2>" + err;
   const int status = std::system(command.c_str());
   CliRun run;
   run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
@@ -470,6 +472,34 @@ TEST(CliGenerate, CudaWithoutAUsableDeviceIsOneLine) {
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   EXPECT_NE(run.err.find(needle), std::string::npos) << run.err;
   EXPECT_TRUE(listing(tmp.path()).empty()) << listing(tmp.path())[0];
+}
+
+// The CPU program's results do not depend on the machine's core count, whichever CPU GEMM the
+// build runs: the latents (their checksums) and a decoded WAV, on 1 and 3 threads. With OpenBLAS,
+// tiles that followed the thread count once changed the few-row linears' and conv1d's bits.
+TEST(CliReproducibility, TheThreadCountDoesNotChangeTheBits) {
+  TempDir tmp;
+  const std::string request = "generate --synthetic small --height 128 --width 192 --frames 22 --steps 3 "
+                              "--text-tokens 8 --seed 3 --out ";
+  std::string checksums[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string threads = i == 0 ? "1" : "3";
+    const std::string prefix = tmp.file("r" + threads);
+    const CliRun run = run_cli(request + q(prefix), "VORTEX_NUM_THREADS=" + threads);
+    ASSERT_EQ(run.code, 0) << run.err;
+    for (const char* latents : {"video latents", "audio latents"}) {
+      const size_t at = run.out.find(latents);
+      ASSERT_NE(at, std::string::npos) << run.out;
+      checksums[i] += run.out.substr(at, run.out.find('\n', at) - at) + "\n";
+    }
+    const CliRun decode = run_cli("decode --latents " + q(prefix + ".safetensors") +
+                                  " --synthetic-audio-vae small --out " + q(prefix + ".wav"),
+                                  "VORTEX_NUM_THREADS=" + threads);
+    ASSERT_EQ(decode.code, 0) << decode.err;
+  }
+  EXPECT_EQ(checksums[0], checksums[1]);
+  EXPECT_TRUE(test_util::read_bytes(tmp.file("r1.wav")) == test_util::read_bytes(tmp.file("r3.wav")))
+      << "the WAVs decoded on 1 and 3 threads differ";
 }
 
 // Where vortex bench would write its manifests is checked before any GPU work, so a typo cannot

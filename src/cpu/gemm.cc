@@ -206,6 +206,9 @@ struct LinearPlan {
 constexpr int64_t kTileRows = 256;
 // A BF16 weight is widened one column block at a time; this bounds that scratch (4 MiB).
 constexpr int64_t kWeightBlockFloats = int64_t{1} << 20;
+// Tiles a call of few rows is cut into at least (a machine of more threads leaves some idle on
+// those small calls).
+constexpr int64_t kFewRowsTiles = 64;
 
 LinearPlan plan_linear(int64_t n, int64_t in, int64_t out, bool widen_weight) {
   LinearPlan p{n, in, out, std::min(n, kTileRows), out, 0, 0};
@@ -213,10 +216,11 @@ LinearPlan plan_linear(int64_t n, int64_t in, int64_t out, bool widen_weight) {
   if (widen_weight) {
     p.tile_cols = std::max<int64_t>(kNr, kWeightBlockFloats / std::max<int64_t>(in, 1));
   }
-  // Few rows (time embedding, modulation): split the columns so every thread gets a tile.
-  const int64_t threads = num_threads();
-  if (p.row_blocks < threads) {
-    const int64_t per_row_block = (threads + p.row_blocks - 1) / p.row_blocks;
+  // Few rows (time embedding, modulation): split the columns into at least kFewRowsTiles tiles so
+  // the threads share the call. The count is fixed, not the thread count: OpenBLAS picks its kernel
+  // by shape, so tiles that followed the threads made kBlas's bits depend on the machine's cores.
+  if (p.row_blocks < kFewRowsTiles) {
+    const int64_t per_row_block = (kFewRowsTiles + p.row_blocks - 1) / p.row_blocks;
     p.tile_cols = std::min(p.tile_cols, (out + per_row_block - 1) / per_row_block);
   }
   p.tile_cols = std::max<int64_t>(1, std::min(p.tile_cols, out));

@@ -34,7 +34,8 @@ GemmVariant default_gemm_variant();
 // overwritten (K == 0 gives zeros). Single-threaded: callers parallelise over output tiles.
 // With kLoops every C element is one fp32 FMA chain in k order whatever M, N and the tiling, so
 // linear and attention results do not depend on the thread count. OpenBLAS promises no such
-// thing (it may switch kernels by size); its results are stable for the same shapes and threads.
+// thing (it may switch kernels by size, and picks them by CPU); its results are stable for the
+// same shapes on the same CPU, so the callers cut their tiles independently of the thread count.
 // Precondition: gemm_variant_available(variant).
 void matmul_f32(GemmVariant variant, bool b_transposed, int64_t m, int64_t n, int64_t k,
                 float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
