@@ -500,6 +500,18 @@ TEST(CliReproducibility, TheThreadCountDoesNotChangeTheBits) {
   EXPECT_EQ(checksums[0], checksums[1]);
   EXPECT_TRUE(test_util::read_bytes(tmp.file("r1.wav")) == test_util::read_bytes(tmp.file("r3.wav")))
       << "the WAVs decoded on 1 and 3 threads differ";
+#if defined(VORTEX_HAVE_MEDIA)
+  // The picture too (the video VAE's CPU path and the encoder), with the real-size audio decoder.
+  for (const std::string threads : {"1", "3"}) {
+    const CliRun mp4 = run_cli("decode --latents " + q(tmp.file("r1.safetensors")) +
+                                   " --synthetic-audio-vae h3 --synthetic-video-vae test --out " +
+                                   q(tmp.file("m" + threads + ".mp4")),
+                               "VORTEX_NUM_THREADS=" + threads);
+    ASSERT_EQ(mp4.code, 0) << mp4.err;
+  }
+  EXPECT_TRUE(test_util::read_bytes(tmp.file("m1.mp4")) == test_util::read_bytes(tmp.file("m3.mp4")))
+      << "the MP4s decoded on 1 and 3 threads differ";
+#endif
 }
 
 // Where vortex bench would write its manifests is checked before any GPU work, so a typo cannot
