@@ -210,19 +210,24 @@ constexpr int64_t kWeightBlockFloats = int64_t{1} << 20;
 // those small calls).
 constexpr int64_t kFewRowsTiles = 64;
 
+}  // namespace
+
+int64_t few_rows_tile_columns(int64_t row_blocks, int64_t out) {
+  if (row_blocks >= kFewRowsTiles) return out;
+  const int64_t per_row_block = (kFewRowsTiles + row_blocks - 1) / std::max<int64_t>(row_blocks, 1);
+  return (out + per_row_block - 1) / per_row_block;
+}
+
+namespace {
+
 LinearPlan plan_linear(int64_t n, int64_t in, int64_t out, bool widen_weight) {
   LinearPlan p{n, in, out, std::min(n, kTileRows), out, 0, 0};
   p.row_blocks = (n + p.tile_rows - 1) / p.tile_rows;
   if (widen_weight) {
     p.tile_cols = std::max<int64_t>(kNr, kWeightBlockFloats / std::max<int64_t>(in, 1));
   }
-  // Few rows (time embedding, modulation): split the columns into at least kFewRowsTiles tiles so
-  // the threads share the call. The count is fixed, not the thread count: OpenBLAS picks its kernel
-  // by shape, so tiles that followed the threads made kBlas's bits depend on the machine's cores.
-  if (p.row_blocks < kFewRowsTiles) {
-    const int64_t per_row_block = (kFewRowsTiles + p.row_blocks - 1) / p.row_blocks;
-    p.tile_cols = std::min(p.tile_cols, (out + per_row_block - 1) / per_row_block);
-  }
+  // Few rows (time embedding, modulation): the columns split so the threads share the call.
+  p.tile_cols = std::min(p.tile_cols, few_rows_tile_columns(p.row_blocks, out));
   p.tile_cols = std::max<int64_t>(1, std::min(p.tile_cols, out));
   if (p.tile_cols < out) p.tile_cols = (p.tile_cols + kNr - 1) / kNr * kNr;  // whole panels
   p.col_blocks = (out + p.tile_cols - 1) / p.tile_cols;

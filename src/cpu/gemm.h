@@ -41,6 +41,13 @@ void matmul_f32(GemmVariant variant, bool b_transposed, int64_t m, int64_t n, in
                 float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
                 int64_t ldc);
 
+// Columns per tile for a call cut into `row_blocks` row tiles over `out` output columns, before
+// the caller rounds them to its panel width: with fewer than 64 row tiles, few enough that there
+// are at least 64 tiles for the threads to share; otherwise `out`. A fixed count, not the thread
+// count: OpenBLAS picks its kernel by shape, so tiles that followed the threads made the results'
+// bits depend on the machine's cores. linear() and the VAEs' conv1d cut their tiles with it.
+int64_t few_rows_tile_columns(int64_t row_blocks, int64_t out);
+
 // A weight prepared once for repeated linear calls: fp32 [O, I], row-major. A contiguous F32
 // weight is shared, not copied; a BF16 weight is widened to a new fp32 tensor.
 class PackedWeight {

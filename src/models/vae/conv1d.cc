@@ -40,15 +40,11 @@ Status check_activation(const char* op, const Tensor& x, int64_t channels) {
   return ok_status();
 }
 
-// Splits `out` columns into blocks so that there are at least kFewRowsTiles tiles when there are
-// few row blocks; whole 16-column panels except the last. A fixed count, not the thread count:
-// OpenBLAS picks its kernel by shape, so tiles that followed the threads made the bits depend on
-// the machine's cores.
-constexpr int64_t kFewRowsTiles = 64;
+// Splits `out` columns into blocks when there are few row tiles (cpu::few_rows_tile_columns);
+// whole 16-column panels except the last.
 int64_t column_block(int64_t row_tiles, int64_t out) {
-  if (row_tiles >= kFewRowsTiles) return out;
-  const int64_t per_row_tile = (kFewRowsTiles + row_tiles - 1) / row_tiles;
-  int64_t cols = (out + per_row_tile - 1) / per_row_tile;
+  int64_t cols = cpu::few_rows_tile_columns(row_tiles, out);
+  if (cols >= out) return out;
   cols = (cols + kColumnQuantum - 1) / kColumnQuantum * kColumnQuantum;
   return std::clamp<int64_t>(cols, 1, out);
 }
