@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "core/portable_math.h"
 #include "cpu/rows.h"
 
 namespace vortex::cpu {
@@ -118,7 +119,7 @@ Status apply_rope(const TensorView& x, const Tensor& cos, const Tensor& sin) {
 
 void silu_f32(Tensor& x) {
   float* p = x.data_as<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) p[i] = silu(p[i]);
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = p[i] / (1.0f + portable_expf(-p[i]));
 }
 
 }  // namespace vortex::cpu

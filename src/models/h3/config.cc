@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/portable_math.h"
+
 namespace vortex::h3 {
 
 int64_t H3Config::parameter_count() const {
@@ -205,5 +207,15 @@ Result<H3Config> config_preset(const std::string& name) {
 }
 
 std::vector<std::string> config_preset_names() { return {"h3", "test", "small", "mid"}; }
+
+std::vector<float> rope_inverse_frequencies(const H3Config& config) {
+  const int F = config.rope_freq_dim;
+  std::vector<float> inv_freq(static_cast<size_t>(F));
+  for (int i = 0; i < F; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(2 * F);
+    inv_freq[i] = 1.0f / portable_powf(static_cast<float>(config.rope_theta), exponent);
+  }
+  return inv_freq;
+}
 
 }  // namespace vortex::h3

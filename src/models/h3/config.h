@@ -59,6 +59,11 @@ struct H3Config {
 // invalid_argument names it.
 Status check_fp8_attention_width(const H3Config& config);
 
+// The RoPE frequencies theta^(-2i / 2F) for i < F = rope_freq_dim, in fp32 as the reference computes
+// them: the tables of both programs and the original layout's `rope.inv_freq` (core/portable_math.h's
+// pow, so the bits do not follow the host's C library).
+std::vector<float> rope_inverse_frequencies(const H3Config& config);
+
 // Parses a diffusers config.json object; unknown keys are ignored, wrong types are errors naming
 // the field.
 Result<H3Config> config_from_json(const nlohmann::json& json);

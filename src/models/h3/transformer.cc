@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/dtype.h"
+#include "core/portable_math.h"
 #include "cpu/attention.h"
 #include "cpu/attention_int8fp8.h"
 #include "cpu/elementwise.h"
@@ -109,15 +110,16 @@ Status H3Transformer::linear(const Linear& l, const Tensor& x, const Tensor& y) 
 Result<Tensor> time_embedding(const H3Config& c, const LinearWeights& linear_1, const LinearWeights& linear_2,
                               const std::vector<float>& timesteps, cpu::GemmVariant gemm) {
   const int64_t T = static_cast<int64_t>(timesteps.size()), half = c.freq_dim / 2;
-  // Sinusoid with cos first (flip_sin_to_cos), frequencies exp(-ln(1e4) * i / half), fp32.
+  // Sinusoid with cos first (flip_sin_to_cos), frequencies exp(-ln(1e4) * i / half), fp32. The GPU
+  // program reads this embedding too: exp, cos and sin are core/portable_math.h's, not libm's.
   Tensor sinusoid = Tensor::empty({T, c.freq_dim}, DType::kF32);
-  const float log_period = static_cast<float>(-std::log(10000.0));
+  const float log_period = static_cast<float>(-portable_log(10000.0));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float exponent = log_period * static_cast<float>(i) / static_cast<float>(half);
-      const float arg = timesteps[t] * std::exp(exponent);
-      sinusoid.data_as<float>()[t * c.freq_dim + i] = std::cos(arg);
-      sinusoid.data_as<float>()[t * c.freq_dim + half + i] = std::sin(arg);
+      const float arg = timesteps[t] * portable_expf(exponent);
+      sinusoid.data_as<float>()[t * c.freq_dim + i] = portable_cosf(arg);
+      sinusoid.data_as<float>()[t * c.freq_dim + half + i] = portable_sinf(arg);
     }
   }
   Tensor hidden = Tensor::empty({T, c.time_embed_hidden_dim}, DType::kF32);
@@ -131,11 +133,7 @@ Result<Tensor> time_embedding(const H3Config& c, const LinearWeights& linear_1, 
 
 void rope_tables(const H3Config& c, const std::vector<double>& positions, Tensor& cos, Tensor& sin) {
   const int64_t n = static_cast<int64_t>(positions.size() / 3), F = c.rope_freq_dim, rot = c.rotary_dim();
-  std::vector<float> inv_freq(F);
-  for (int64_t i = 0; i < F; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(2 * F);
-    inv_freq[i] = 1.0f / std::pow(static_cast<float>(c.rope_theta), exponent);
-  }
+  const std::vector<float> inv_freq = rope_inverse_frequencies(c);
   cos = Tensor::empty({n, rot}, DType::kF32);
   sin = Tensor::empty({n, rot}, DType::kF32);
   for (int64_t r = 0; r < n; ++r) {
@@ -147,8 +145,8 @@ void rope_tables(const H3Config& c, const std::vector<double>& positions, Tensor
       for (int64_t i = 0; i < F; ++i) {
         const float angle = p * inv_freq[i];
         const int64_t k = axis * F + i;
-        co[k] = co[k + 3 * F] = std::cos(angle);
-        si[k] = si[k + 3 * F] = std::sin(angle);
+        co[k] = co[k + 3 * F] = portable_cosf(angle);
+        si[k] = si[k + 3 * F] = portable_sinf(angle);
       }
     }
   }

@@ -86,7 +86,8 @@ struct CpuModelOptions {
 Result<Tensor> time_embedding(const H3Config& config, const LinearWeights& linear_1, const LinearWeights& linear_2,
                               const std::vector<float>& timesteps,
                               cpu::GemmVariant gemm = cpu::default_gemm_variant());
-// RoPE tables [N, rotary] F32 from float64 (t, h, w) positions, consumed in float32.
+// RoPE tables [N, rotary] F32 from float64 (t, h, w) positions, consumed in float32; the GPU program
+// reads them too, so cos and sin are core/portable_math.h's, not libm's.
 void rope_tables(const H3Config& config, const std::vector<double>& positions, Tensor& cos, Tensor& sin);
 
 class H3Transformer {

@@ -247,13 +247,8 @@ Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const 
     }
   }
   // The original layout ships the rotary frequencies; they are a pure function of the config.
-  const int F = config.rope_freq_dim;
-  Tensor inv_freq = Tensor::empty({F}, DType::kF32);
-  for (int i = 0; i < F; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(2 * F);
-    inv_freq.data_as<float>()[i] = 1.0f / std::pow(static_cast<float>(config.rope_theta), exponent);
-  }
-  out.emplace_back("rope.inv_freq", inv_freq);
+  const std::vector<float> frequencies = rope_inverse_frequencies(config);
+  out.emplace_back("rope.inv_freq", Tensor::from_f32(frequencies, {static_cast<int64_t>(frequencies.size())}));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/parallel.h"
+#include "core/portable_math.h"
 
 namespace vortex::vae {
 
@@ -36,8 +37,8 @@ Result<SnakeParams> snake_beta_params(const std::string& what, const Tensor& alp
   }
   SnakeParams p;
   for (size_t c = 0; c < a.size(); ++c) {
-    p.frequency.push_back(std::exp(a[c]));
-    p.magnitude.push_back(1.0f / (std::exp(b[c]) + 1e-9f));
+    p.frequency.push_back(portable_expf(a[c]));
+    p.magnitude.push_back(1.0f / (portable_expf(b[c]) + 1e-9f));
   }
   return p;
 }

@@ -7,6 +7,7 @@
 #include <numbers>
 
 #include "core/parallel.h"
+#include "core/portable_math.h"
 #include "cpu/attention.h"
 #include "cpu/elementwise.h"
 #include "cpu/norm.h"
@@ -83,7 +84,7 @@ std::pair<Tensor, Tensor> video_rope_tables(const VideoVaeConfig& c, int64_t T, 
   std::vector<float> inv_freq(static_cast<size_t>(nf));
   const float step = static_cast<float>(6.0 / static_cast<double>(rope));
   for (int64_t k = 0; k < nf; ++k) {
-    inv_freq[k] = 1.0f / std::pow(c.decoder_rope_theta, static_cast<float>(k) * step);
+    inv_freq[k] = 1.0f / portable_powf(c.decoder_rope_theta, static_cast<float>(k) * step);
   }
   const auto coord = [](int64_t i, int64_t size) {
     const float x = (static_cast<float>(i) + 0.5f) / static_cast<float>(size);
@@ -104,8 +105,8 @@ std::pair<Tensor, Tensor> video_rope_tables(const VideoVaeConfig& c, int64_t T, 
       for (int64_t k = 0; k < nf; ++k) {
         const float angle = (two_pi * pos[axis]) * inv_freq[k];
         const int64_t j = axis * nf + k;
-        cd[n * rope + j] = cd[n * rope + j + rope / 2] = std::cos(angle);
-        sd[n * rope + j] = sd[n * rope + j + rope / 2] = std::sin(angle);
+        cd[n * rope + j] = cd[n * rope + j + rope / 2] = portable_cosf(angle);
+        sd[n * rope + j] = sd[n * rope + j + rope / 2] = portable_sinf(angle);
       }
     }
   }

@@ -134,7 +134,8 @@ TileSplit split_tiles(int64_t length, int64_t tile_size, int64_t min_overlap, in
 // Building blocks, exposed for the op-level tests.
 // LayerNorm over the last dim of x [N, C] (biased variance), fp32.
 Result<Tensor> video_layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, float eps);
-// The decoder's RoPE tables for a T x H x W latent grid: cos, sin [T·H·W + R + 1, rope_dim].
+// The decoder's RoPE tables for a T x H x W latent grid: cos, sin [T·H·W + R + 1, rope_dim]. The GPU
+// decoder reads them too: pow, cos and sin are core/portable_math.h's, not libm's.
 std::pair<Tensor, Tensor> video_rope_tables(const VideoVaeConfig& config, int64_t T, int64_t H, int64_t W);
 // b with its first e = min(|a|, |b|, extent) entries along `dim` replaced by
 // a[-e + k] · (1 - k/e) + b[k] · (k/e); a and b contiguous F32 of equal shape but along `dim`.

@@ -1,0 +1,141 @@
+#include "core/portable_math.h"
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+// Every multiply-add below is an explicit std::fma (correctly rounded, in hardware or software), and
+// no product feeds an addition otherwise, so no compiler can fuse or split them differently (the
+// library also builds with -ffp-contract=off). std::nearbyint, std::frexp and std::ldexp are exact.
+namespace vortex {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// ln 2 = kLn2Hi + kLn2Lo: the double nearest ln 2 and the remainder.
+constexpr double kLn2Hi = 0.6931471805599453;
+constexpr double kLn2Lo = 2.3190468138462996e-17;
+constexpr double kInvLn2 = 1.4426950408889634;
+
+// pi/2 as four parts, the first three with 33 significant bits, so that n times each is exact for
+// |n| < 2^20 and the reduction below loses nothing for any float input in the tables' range.
+const double kHalfPi1 = std::bit_cast<double>(uint64_t{0x3FF921FB54400000});
+const double kHalfPi2 = std::bit_cast<double>(uint64_t{0x3DD0B4611A600000});
+const double kHalfPi3 = std::bit_cast<double>(uint64_t{0x3BA3198A2E000000});
+const double kHalfPi4 = std::bit_cast<double>(uint64_t{0x397B839A252049C1});
+constexpr double kTwoOverPi = 0.6366197723675814;
+
+// 1/k! for k = 0..21, from exact integer factorials (21! < 2^64) rounded once to double.
+constexpr std::array<double, 22> inverse_factorials() {
+  std::array<double, 22> c{};
+  uint64_t f = 1;
+  for (int k = 0; k < 22; ++k) {
+    if (k > 0) f *= static_cast<uint64_t>(k);
+    c[k] = 1.0 / static_cast<double>(f);
+  }
+  return c;
+}
+constexpr std::array<double, 22> kInvFact = inverse_factorials();
+
+// sin r and cos r for |r| <= pi/4 (plus the reduction's last bits): Taylor series to r^19 and r^20,
+// whose first omitted terms are below 1.3e-22 and 4.5e-24.
+double sin_kernel(double r) {
+  const double z = r * r;
+  double p = -kInvFact[19];
+  for (int k = 17; k >= 3; k -= 2) p = std::fma(p, z, (k % 4 == 1) ? kInvFact[k] : -kInvFact[k]);
+  return std::fma(r * z, p, r);
+}
+
+double cos_kernel(double r) {
+  const double z = r * r;
+  double p = kInvFact[20];
+  for (int k = 18; k >= 2; k -= 2) p = std::fma(p, z, (k % 4 == 0) ? kInvFact[k] : -kInvFact[k]);
+  return std::fma(z, p, 1.0);
+}
+
+// x = n·pi/2 + r with |r| <= pi/4 + tiny; n's low two bits pick the quadrant. False for inputs the
+// kernels do not serve (non-finite, |x| >= 2^30).
+bool reduce_half_pi(double x, double* r, int* quadrant) {
+  if (!(std::fabs(x) < 1073741824.0)) return false;
+  const double n = std::nearbyint(x * kTwoOverPi);
+  double y = std::fma(-n, kHalfPi1, x);
+  y = std::fma(-n, kHalfPi2, y);
+  y = std::fma(-n, kHalfPi3, y);
+  *r = std::fma(-n, kHalfPi4, y);
+  *quadrant = static_cast<int>(static_cast<int64_t>(n) & 3);
+  return true;
+}
+
+}  // namespace
+
+double portable_exp(double x) {
+  if (std::isnan(x)) return x;
+  if (x > 709.782712893384) return kInf;
+  if (x < -745.2) return 0.0;
+  // x = n ln 2 + r, |r| <= ln2/2 (+ rounding): e^r by Taylor to r^13 (next term < 4.2e-18).
+  const double n = std::nearbyint(x * kInvLn2);
+  const double r = std::fma(-n, kLn2Lo, std::fma(-n, kLn2Hi, x));
+  double p = kInvFact[13];
+  for (int k = 12; k >= 1; --k) p = std::fma(p, r, kInvFact[k]);
+  return std::ldexp(std::fma(p, r, 1.0), static_cast<int>(n));
+}
+
+double portable_log(double x) {
+  if (std::isnan(x) || x < 0.0) return kNaN;
+  if (x == 0.0) return -kInf;
+  if (std::isinf(x)) return x;
+  // x = m·2^e with m in [sqrt(1/2), sqrt(2)); ln m = 2 atanh(s), s = (m − 1)/(m + 1), |s| <= 0.172,
+  // by its odd series to s^23 (next term < 2e-20).
+  int e = 0;
+  double m = std::frexp(x, &e);  // m in [1/2, 1)
+  if (m < 0.70710678118654752) {
+    m *= 2.0;
+    --e;
+  }
+  const double s = (m - 1.0) / (m + 1.0);  // m − 1 is exact
+  const double z = s * s;
+  double p = 1.0 / 23.0;
+  for (int k = 21; k >= 3; k -= 2) p = std::fma(p, z, 1.0 / k);
+  const double two_s = 2.0 * s;
+  const double ln_m = std::fma(two_s * z, p, two_s);
+  const double ef = static_cast<double>(e);
+  return std::fma(ef, kLn2Hi, std::fma(ef, kLn2Lo, ln_m));
+}
+
+double portable_sin(double x) {
+  double r = 0.0;
+  int q = 0;
+  if (!reduce_half_pi(x, &r, &q)) return kNaN;
+  switch (q) {
+    case 0: return sin_kernel(r);
+    case 1: return cos_kernel(r);
+    case 2: return -sin_kernel(r);
+    default: return -cos_kernel(r);
+  }
+}
+
+double portable_cos(double x) {
+  double r = 0.0;
+  int q = 0;
+  if (!reduce_half_pi(x, &r, &q)) return kNaN;
+  switch (q) {
+    case 0: return cos_kernel(r);
+    case 1: return -sin_kernel(r);
+    case 2: return -cos_kernel(r);
+    default: return sin_kernel(r);
+  }
+}
+
+float portable_expf(float x) { return static_cast<float>(portable_exp(x)); }
+float portable_sinf(float x) { return static_cast<float>(portable_sin(x)); }
+float portable_cosf(float x) { return static_cast<float>(portable_cos(x)); }
+
+float portable_powf(float base, float exponent) {
+  if (exponent == 0.0f) return 1.0f;
+  return static_cast<float>(portable_exp(static_cast<double>(exponent) * portable_log(base)));
+}
+
+}  // namespace vortex
