@@ -35,6 +35,7 @@ TEST(PortableMath, DoubleKernelsAreWithinAFewUlpOfLibm) {
     if (std::fabs(c) > 1e-3) worst_cos = std::max(worst_cos, ulps(portable_cos(x), c));
     const double e = exps(rng);
     worst_exp = std::max(worst_exp, ulps(portable_exp(e), std::exp(e)));
+    worst_exp = std::max(worst_exp, ulps(portable_exp2(e), std::exp2(e)));
     const double l = std::exp(e);
     if (std::fabs(e) > 1e-3) worst_log = std::max(worst_log, ulps(portable_log(l), std::log(l)));
   }
@@ -52,9 +53,10 @@ TEST(PortableMath, FloatResultsAreTheDoubleResultsRoundedOnce) {
   int differing = 0;
   for (int i = 0; i < 200000; ++i) {
     const float x = angle(rng), e = arg(rng), p = expo(rng);
-    const float pairs[4][2] = {{portable_sinf(x), static_cast<float>(std::sin(static_cast<double>(x)))},
+    const float pairs[5][2] = {{portable_sinf(x), static_cast<float>(std::sin(static_cast<double>(x)))},
                                {portable_cosf(x), static_cast<float>(std::cos(static_cast<double>(x)))},
                                {portable_expf(e), static_cast<float>(std::exp(static_cast<double>(e)))},
+                               {portable_exp2f(e), static_cast<float>(std::exp2(static_cast<double>(e)))},
                                {portable_powf(10000.0f, p),
                                 static_cast<float>(std::pow(10000.0, static_cast<double>(p)))}};
     for (const auto& [ours, libm] : pairs) {
@@ -74,6 +76,10 @@ TEST(PortableMath, SpecialValues) {
   EXPECT_EQ(portable_exp(710.0), inf);
   EXPECT_TRUE(std::isnan(portable_exp(nan)));
   EXPECT_GT(portable_exp(-745.0), 0.0);  // the smallest subnormals
+  EXPECT_EQ(portable_exp2(-1074.0), std::numeric_limits<double>::denorm_min());
+  EXPECT_EQ(portable_exp2(1023.0), 0x1p1023);
+  EXPECT_EQ(portable_exp2(1024.0), inf);
+  EXPECT_EQ(portable_exp2f(-3.0f), 0.125f);
   EXPECT_EQ(portable_log(1.0), 0.0);
   EXPECT_EQ(portable_log(0.0), -inf);
   EXPECT_EQ(portable_log(inf), inf);

@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "core/parallel.h"
+#include "core/portable_math.h"
 #include "cpu/rows.h"
 
 namespace vortex::cpu {
@@ -82,13 +83,13 @@ void attend_row(const Int8Fp8Quantized& qz, int64_t h, int64_t i, const std::vec
       acc_max = std::max(acc_max, sum);
     }
     const float m_new = std::max(m, static_cast<float>(acc_max) * c);
-    const float alpha = std::exp2(m - m_new);
+    const float alpha = portable_exp2f(m - m_new);
     const float offset = std::fma(-kInt8Fp8ScoreBias, c, kInt8Fp8Log2PScale - m_new);
     float sum = 0.0f;
     std::fill(o_tile.begin(), o_tile.end(), 0.0f);
     for (int64_t j = j0; j < j1; ++j) {
       const float biased = kInt8Fp8ScoreBias + static_cast<float>(acc[j - j0]);  // exact: |acc| < 2^21
-      const float p = std::exp2(std::fma(biased, c, offset));
+      const float p = portable_exp2f(std::fma(biased, c, offset));
       const float w = e4m3_bits_to_f32(f32_to_e4m3_bits(p));
       sum += w;
       const float* vrow = v_values.data() + j * d;

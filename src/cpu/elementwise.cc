@@ -9,7 +9,7 @@
 namespace vortex::cpu {
 
 namespace {
-float silu(float g) { return g / (1.0f + std::exp(-g)); }
+float silu(float g) { return g / (1.0f + portable_expf(-g)); }
 }  // namespace
 
 Status swiglu(const TensorView& u, const TensorView& y) {
@@ -119,7 +119,7 @@ Status apply_rope(const TensorView& x, const Tensor& cos, const Tensor& sin) {
 
 void silu_f32(Tensor& x) {
   float* p = x.data_as<float>();
-  for (int64_t i = 0; i < x.numel(); ++i) p[i] = p[i] / (1.0f + portable_expf(-p[i]));
+  for (int64_t i = 0; i < x.numel(); ++i) p[i] = silu(p[i]);
 }
 
 }  // namespace vortex::cpu

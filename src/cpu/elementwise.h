@@ -5,9 +5,8 @@
 //   residual_add:    x = R(x + branch)
 //   apply_rope:      rotate-half RoPE on the first `rotary` channels of every head, in place:
 //                    x = R(R(x * R(cos)) + R(rotate_half(x) * R(sin)))
-//   silu_f32:        y = x / (1 + exp(-x)) in fp32 (the time-embedding path stays fp32). The GPU
-//                    program reads silu(temb) from the host, so this exp is core/portable_math.h's;
-//                    swiglu's, the CPU program's own arithmetic, is libm's.
+//   silu_f32:        y = x / (1 + exp(-x)) in fp32 (the time-embedding path stays fp32; the GPU
+//                    program reads it from the host). Both exps are core/portable_math.h's.
 #pragma once
 
 #include <cstdint>

@@ -61,7 +61,7 @@ Status apply_snake(const SnakeParams& params, Tensor& x) {
         for (int64_t r = r0; r < r1; ++r) {
           float* row = xd + r * C;
           for (int64_t c = 0; c < C; ++c) {
-            const float s = std::sin(f[c] * row[c]);
+            const float s = portable_sinf(f[c] * row[c]);
             row[c] = row[c] + m[c] * (s * s);
           }
         }

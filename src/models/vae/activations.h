@@ -6,7 +6,7 @@
 // Both reduce to y = x + m · sin(f·x)² with a per-channel frequency f and magnitude m that are
 // computed once, in fp32 as the reference computes them (exp, + 1e-9, reciprocal; the exp is
 // core/portable_math.h's, since the GPU decoder reads f and m too), and then applied as the
-// reference's elementwise ops: f·x, sin (libm's, on the CPU), square, m·s², x + that; one rounding each.
+// reference's elementwise ops: f·x, sin (core/portable_math.h's), square, m·s², x + that; one rounding each.
 #pragma once
 
 #include <string>

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "core/parallel.h"
+#include "core/portable_math.h"
 
 namespace vortex::vae {
 
@@ -29,7 +30,7 @@ double bessel_i0(double x) {
 
 double sinc(double x) {
   if (x == 0.0) return 1.0;
-  return std::sin(std::numbers::pi * x) / (std::numbers::pi * x);
+  return portable_sin(std::numbers::pi * x) / (std::numbers::pi * x);
 }
 
 Status check_input(const char* op, const Tensor& x, const std::vector<float>& filter, int ratio) {
@@ -79,7 +80,7 @@ std::vector<float> kaiser_sinc_filter(double cutoff, double half_width, int kern
   if (attenuation > 50.0) {
     beta = 0.1102 * (attenuation - 8.7);
   } else if (attenuation >= 21.0) {
-    beta = 0.5842 * std::pow(attenuation - 21.0, 0.4) + 0.07886 * (attenuation - 21.0);
+    beta = 0.5842 * portable_exp(0.4 * portable_log(attenuation - 21.0)) + 0.07886 * (attenuation - 21.0);
   }
   std::vector<double> taps(static_cast<size_t>(kernel_size));
   double sum = 0.0;
