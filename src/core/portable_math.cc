@@ -76,6 +76,19 @@ bool reduce_half_pi(double x, double* r, int* quadrant) {
   return true;
 }
 
+// sin(x + shift·pi/2) for shift in {0, 1}: the quadrant of x (plus the shift) picks ±sin r or ±cos r.
+double sin_in_quadrant(double x, int shift) {
+  double r = 0.0;
+  int q = 0;
+  if (!reduce_half_pi(x, &r, &q)) return kNaN;
+  switch ((q + shift) & 3) {
+    case 0: return sin_kernel(r);
+    case 1: return cos_kernel(r);
+    case 2: return -sin_kernel(r);
+    default: return -cos_kernel(r);
+  }
+}
+
 // e^r · 2^k for |r| <= ln2/2 (+ rounding): Taylor to r^12 (next term < 1.8e-16), in Estrin's order
 // (a shorter dependency chain than Horner's; the order is fixed all the same), then one exact or
 // correctly rounded product, split in two where 2^k is out of range.
@@ -134,29 +147,10 @@ double portable_log(double x) {
   return std::fma(ef, kLn2Hi, std::fma(ef, kLn2Lo, ln_m));
 }
 
-double portable_sin(double x) {
-  double r = 0.0;
-  int q = 0;
-  if (!reduce_half_pi(x, &r, &q)) return kNaN;
-  switch (q) {
-    case 0: return sin_kernel(r);
-    case 1: return cos_kernel(r);
-    case 2: return -sin_kernel(r);
-    default: return -cos_kernel(r);
-  }
-}
+double portable_sin(double x) { return sin_in_quadrant(x, 0); }
 
-double portable_cos(double x) {
-  double r = 0.0;
-  int q = 0;
-  if (!reduce_half_pi(x, &r, &q)) return kNaN;
-  switch (q) {
-    case 0: return cos_kernel(r);
-    case 1: return -sin_kernel(r);
-    case 2: return -cos_kernel(r);
-    default: return sin_kernel(r);
-  }
-}
+// cos x = sin(x + pi/2): the same reduction, one quadrant on.
+double portable_cos(double x) { return sin_in_quadrant(x, 1); }
 
 float portable_expf(float x) { return static_cast<float>(portable_exp(x)); }
 float portable_exp2f(float x) { return static_cast<float>(portable_exp2(x)); }
