@@ -21,6 +21,7 @@ enum class StatusCode {
   kUnimplemented,    // a valid request this build cannot serve (no CUDA, unsupported dtype)
   kOutOfMemory,
   kDeviceError,      // CUDA / cuBLAS / NCCL reported an error
+  kCancelled,        // the caller asked the work to stop (a served job cancelled between steps)
   kInternal,         // a broken invariant inside vortex: a bug
 };
 
@@ -55,6 +56,7 @@ inline Status corrupt_data(std::string m) { return {StatusCode::kCorruptData, st
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status out_of_memory(std::string m) { return {StatusCode::kOutOfMemory, std::move(m)}; }
 inline Status device_error(std::string m) { return {StatusCode::kDeviceError, std::move(m)}; }
+inline Status cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
 // A value or the Status explaining why there is none.

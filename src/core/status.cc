@@ -12,6 +12,7 @@ const char* status_code_name(StatusCode code) {
     case StatusCode::kUnimplemented: return "unimplemented";
     case StatusCode::kOutOfMemory: return "out of memory";
     case StatusCode::kDeviceError: return "device error";
+    case StatusCode::kCancelled: return "cancelled";
     case StatusCode::kInternal: return "internal error";
   }
   return "unknown";

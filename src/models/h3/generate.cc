@@ -65,6 +65,9 @@ Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout,
   result.video_rows = video_rows.contiguous();
   result.audio_rows = audio_rows.contiguous();
   for (size_t i = 0; i < video_t.size(); ++i) {
+    if (options.should_stop && options.should_stop()) {
+      return cancelled("stopped before step " + std::to_string(i + 1) + " of " + std::to_string(video_t.size()));
+    }
     const auto step_start = std::chrono::steady_clock::now();
     StepInputs in;
     in.video_rows = result.video_rows;

@@ -27,6 +27,9 @@ struct GenerateOptions {
   float video_shift = 12.0f;
   float audio_shift = 3.0f;
   AttentionPlan attention;  // exact unless asked otherwise
+  // Asked before every step; true ends the loop with a kCancelled status (a served job that was
+  // cancelled: the step in flight finishes, no later one starts). Null: never.
+  std::function<bool()> should_stop;
 };
 
 struct StepProgress {

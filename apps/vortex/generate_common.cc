@@ -1,0 +1,213 @@
+#include "generate_common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+
+#include "cpu/gemm.h"
+#include "formats/safetensors.h"
+#include "models/h3/synthetic.h"
+#include "models/h3/weights.h"
+#include "sampling/h3_scheduler.h"
+#if defined(VORTEX_HAVE_CUDA)
+#include "cuda/runtime.h"
+#include "models/h3/cuda_transformer.h"
+#endif
+
+namespace vortex::cli {
+
+namespace {
+
+Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
+  if (r.text_path.empty()) {
+    if (r.text_tokens < 1) return invalid_argument(r.field_name("text-tokens") + " must be >= 1");
+    return h3::seeded_normal({r.text_tokens, text_dim}, r.seed, h3::kSyntheticTextStream);
+  }
+  VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(r.text_path));
+  std::string key = r.text_key;
+  if (key.empty()) {
+    if (file.names().size() == 1) {
+      key = file.names()[0];
+    } else if (file.has("prompt_embeds")) {
+      key = "prompt_embeds";
+    } else {
+      return invalid_argument(r.text_path + ": holds " + std::to_string(file.names().size()) +
+                              " tensors; name one with " + r.field_name("text-key"));
+    }
+  }
+  if (!file.has(key)) return invalid_argument(r.text_path + ": no tensor '" + key + "'");
+  VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(key));
+  if (t.rank() == 3 && t.size(0) == 1) {
+    VORTEX_ASSIGN_OR_RETURN(t, t.select(0, 0));
+  }
+  if (t.rank() != 2 || t.size(1) != text_dim) {
+    return invalid_argument(r.text_path + ": tensor '" + key + "' is " + t.describe() + ", expected [tokens, " +
+                            std::to_string(text_dim) + "]");
+  }
+  if (t.dtype() == DType::kF16) return t.to(DType::kF32);
+  return t;
+}
+
+Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const ModelOptions& m, DType dtype, std::string& source) {
+  if (!m.model_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(h3::LoadedModel loaded, h3::load_model(m.model_path, dtype));
+    source = m.model_path + " (" + h3::layout_name(loaded.layout) + " layout)";
+    return h3::H3Transformer::create(std::move(loaded.weights));
+  }
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
+  VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, dtype, m.weights_seed));
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Weights weights, h3::assemble_weights(tensors, config, dtype));
+  source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) + ")";
+  return h3::H3Transformer::create(std::move(weights));
+}
+
+#if defined(VORTEX_HAVE_CUDA)
+// The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
+Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, std::string& source) {
+  h3::CudaModelOptions model_options;
+  model_options.int8fp8_attention = m.int8fp8_workspace;
+  model_options.recipe = m.recipe == "fp8" ? h3::LinearRecipe::kFp8 : h3::LinearRecipe::kBf16;
+  model_options.adaln_tables = m.adaln_tables == "step" ? h3::AdaLnTables::kPerStep : h3::AdaLnTables::kPerRequest;
+  if (m.dtype != "bf16") return invalid_argument("--device cuda runs the bf16 program; use --dtype bf16");
+  if (!m.model_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(m.model_path));
+    VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
+    VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(m.model_path, checkpoint));
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::read_all(checkpoint));
+    if (layout == h3::CheckpointLayout::kOriginal) {
+      VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
+    }
+    VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
+    source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda)";
+    VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr),
+                                                                      rows, nullptr, model_options));
+    return std::unique_ptr<h3::StepModel>(std::move(model));
+  }
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
+  source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
+           ", made on the device)";
+  VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(
+                                          config, h3::synthetic_weight_filler(m.weights_seed, nullptr), rows,
+                                          nullptr, model_options));
+  return std::unique_ptr<h3::StepModel>(std::move(model));
+}
+#endif
+
+}  // namespace
+
+Result<h3::H3Config> model_config(const ModelOptions& model) {
+  if (model.model_path.empty()) return h3::config_preset(model.synthetic_preset);
+  VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(model.model_path));
+  return h3::resolve_config(model.model_path, checkpoint);
+}
+
+Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config) {
+  CheckedRequest checked;
+  auto plan = h3::AttentionPlan::parse(request.attention, request.exact_blocks, config.num_layers);
+  if (!plan.ok()) return plan.status().with_context(request.field_name("exact-blocks"));
+  checked.attention = *plan;
+  VORTEX_ASSIGN_OR_RETURN(checked.text_states, read_text_states(request, config.text_dim));
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g,
+                          h3::resolve_geometry({request.height, request.width, request.frames}, config));
+  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(checked.text_states.size(0), g, config));
+  checked.rows = layout.num_rows;
+  VORTEX_RETURN_IF_ERROR(sampling::sigma_grid(request.steps, 1.0f).status());
+  return checked;
+}
+
+Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows) {
+  LoadedStepModel loaded;
+  if (m.recipe != "bf16" && m.device != "cuda") {
+    return invalid_argument("--recipe " + m.recipe + " runs on --device cuda only (the CPU runs the reference program)");
+  }
+  if (m.device == "cuda") {
+#if defined(VORTEX_HAVE_CUDA)
+    VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("--device cuda"));
+    VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(m, max_rows, loaded.source));
+    if (const auto* cuda_model = dynamic_cast<const h3::CudaH3Transformer*>(loaded.device.get())) {
+      loaded.device_memory = [cuda_model]() -> nlohmann::json {
+        size_t free_bytes = 0, total_bytes = 0;
+        const bool known = cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess;
+        return {{"weights_bytes", cuda_model->weight_bytes()},
+                {"activations_peak_bytes", cuda_model->activation_peak_bytes()},
+                {"in_use_bytes (cudaMemGetInfo)", known ? nlohmann::json(total_bytes - free_bytes) : nlohmann::json()}};
+      };
+    }
+    return loaded;
+#else
+    (void)max_rows;
+    return unimplemented("--device cuda: this build has no CUDA backend");
+#endif
+  }
+  const DType dtype = m.dtype == "f32" ? DType::kF32 : DType::kBF16;
+  VORTEX_ASSIGN_OR_RETURN(loaded.cpu, load_transformer(m, dtype, loaded.source));
+  loaded.cpu_steps = std::make_unique<h3::CpuStepModel>(*loaded.cpu);
+  return loaded;
+}
+
+Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, const RequestOptions& r,
+                               const CheckedRequest& checked, const std::string& out_prefix,
+                               const h3::ProgressCallback& progress, std::function<bool()> should_stop,
+                               double load_seconds) {
+  h3::GenerateOptions options;
+  options.video = {r.height, r.width, r.frames};
+  options.steps = r.steps;
+  options.seed = r.seed;
+  options.attention = checked.attention;
+  options.should_stop = std::move(should_stop);
+  RequestRun run;
+  VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_t2va(model.steps(), checked.text_states, options, progress));
+  const h3::GenerateResult& result = run.result;
+
+  const h3::LatentChecksum video = h3::latent_checksum(result.video_latents);
+  const h3::LatentChecksum audio = h3::latent_checksum(result.audio_latents);
+  const DType dtype = m.dtype == "f32" ? DType::kF32 : DType::kBF16;
+  run.summary = {
+      {"model", model.source},
+      {"config", model.steps().config().to_json()},
+      {"backend", m.device},
+      {"cpu_gemm", cpu::gemm_variant_name(cpu::default_gemm_variant())},
+      {"dtype", dtype_name(dtype)},
+      {"attention", {{"mode", r.attention}, {"exact_blocks", r.exact_blocks}}},
+      {"recipe", m.recipe},
+      {"adaln_tables", m.device == "cuda" ? m.adaln_tables : "step"},
+      {"request",
+       {{"height", r.height}, {"width", r.width}, {"frames", r.frames}, {"steps", r.steps}, {"seed", r.seed},
+        {"text_tokens", checked.text_states.size(0)}, {"text", r.text_path.empty() ? "synthetic" : r.text_path}}},
+      {"rows",
+       {{"text", result.layout.num_text}, {"audio", result.layout.num_audio}, {"video", result.layout.num_video},
+        {"total", result.layout.num_rows}}},
+      {"forwards", result.run.forwards},
+      {"checksums",
+       {{"video", {{"sha256", video.sha256}, {"sum", video.sum}}}, {"audio", {{"sha256", audio.sha256}, {"sum", audio.sum}}}}},
+      {"seconds", {{"load", load_seconds}, {"denoise", result.run.seconds}}},
+  };
+  if (model.device_memory) run.summary["device_memory"] = model.device_memory();
+  const std::map<std::string, std::string> metadata = {{"vortex", run.summary.dump()}};
+  VORTEX_RETURN_IF_ERROR(write_safetensors(out_prefix + ".safetensors",
+                                           {{"video_latents", result.video_latents}, {"audio_latents", result.audio_latents}},
+                                           metadata));
+  VORTEX_RETURN_IF_ERROR(write_file_atomically(out_prefix + ".json", run.summary.dump(2) + "\n"));
+  return run;
+}
+
+h3::ProgressCallback progress_printer() {
+  const bool tty = isatty(fileno(stderr));
+  return [tty](const h3::StepProgress& p) {
+    const double per_step = p.elapsed_seconds / p.step;
+    const double eta = per_step * (p.total - p.step);
+    if (tty) {
+      const int width = 30, filled = width * p.step / p.total;
+      std::fprintf(stderr, "\r[%.*s%.*s] step %d/%d  %.2f s/step  eta %.0f s ", filled,
+                   "##############################", width - filled, "..............................", p.step,
+                   p.total, per_step, eta);
+      if (p.step == p.total) std::fprintf(stderr, "\n");
+    } else {
+      std::fprintf(stderr, "step %d/%d  %.3f s  (eta %.0f s)\n", p.step, p.total, p.step_seconds, eta);
+    }
+  };
+}
+
+}  // namespace vortex::cli

@@ -1,0 +1,94 @@
+// What `vortex generate` and `vortex serve` share: the model a process loads once, the checks a
+// request passes before any denoising time is spent, and one request run into PREFIX.safetensors
+// (the latents, with the summary in its metadata) and PREFIX.json (the summary).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/h3/config.h"
+#include "models/h3/generate.h"
+#include "models/h3/step_model.h"
+#include "models/h3/transformer.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cli {
+
+// The model: where its weights come from and how it runs.
+struct ModelOptions {
+  std::string model_path;        // a checkpoint, or empty for
+  std::string synthetic_preset;  // deterministic synthetic weights of this preset
+  uint64_t weights_seed = 0;
+  std::string dtype = "bf16";  // the CPU program's; --device cuda runs bf16
+  std::string device = "cpu";
+  std::string recipe = "bf16";
+  std::string adaln_tables = "request";
+  // --device cuda: reserve the int8fp8 attention workspace so that requests may ask for that mode.
+  bool int8fp8_workspace = false;
+};
+
+// One request: the video's geometry, the schedule, the noise and the text states.
+struct RequestOptions {
+  int height = 768;
+  int width = 1344;
+  int frames = 124;
+  int steps = 12;
+  uint64_t seed = 0;
+  std::string attention = "exact";
+  std::vector<int> exact_blocks;
+  std::string text_path;  // safetensors with the Qwen3-VL layer-50 states, or empty for
+  std::string text_key;   // (the tensor inside text_path; empty: the only one, or prompt_embeds)
+  int text_tokens = 32;   // synthetic states of this many tokens
+  // The names the errors use for the fields (the CLI's flags, or the served request's JSON keys).
+  std::function<std::string(const std::string& field)> field_name = [](const std::string& f) { return "--" + f; };
+};
+
+// The config of the model the options name (the preset's, or the checkpoint's: cheap, no weights read).
+Result<h3::H3Config> model_config(const ModelOptions& model);
+
+// A request that passed every check that needs no weights: its text states, attention plan and
+// packed row count.
+struct CheckedRequest {
+  Tensor text_states;  // [tokens, text_dim]
+  h3::AttentionPlan attention;
+  int64_t rows = 0;
+};
+Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config);
+
+// Owns whichever model runs the steps.
+struct LoadedStepModel {
+  std::unique_ptr<h3::H3Transformer> cpu;
+  std::unique_ptr<h3::CpuStepModel> cpu_steps;
+  std::unique_ptr<h3::StepModel> device;
+  std::string source;  // where the weights came from, for the summaries
+  h3::StepModel& steps() { return device ? *device : *cpu_steps; }
+  // --device cuda: the device memory the run used (weight arena, activation arena's peak, and
+  // what cudaMemGetInfo reports in use), for the summary JSON.
+  std::function<nlohmann::json()> device_memory;
+};
+
+// Loads the model; on --device cuda its activation arena holds requests of up to `max_rows` rows.
+Result<LoadedStepModel> load_step_model(const ModelOptions& model, int64_t max_rows);
+
+struct RequestRun {
+  nlohmann::json summary;  // what PREFIX.json holds
+  h3::GenerateResult result;
+};
+
+// Denoises one checked request on the loaded model and writes PREFIX.safetensors and PREFIX.json
+// (each atomically: a failed or cancelled run leaves neither). `should_stop` may cancel between steps.
+Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& model_options,
+                               const RequestOptions& request, const CheckedRequest& checked,
+                               const std::string& out_prefix, const h3::ProgressCallback& progress,
+                               std::function<bool()> should_stop, double load_seconds);
+
+// One line per step when stderr is not a terminal (logs), a redrawn bar when it is.
+h3::ProgressCallback progress_printer();
+
+}  // namespace vortex::cli
