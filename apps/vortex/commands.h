@@ -19,6 +19,9 @@ void add_inspect_command(CLI::App& app, Action& action);
 void add_convert_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_decode_command(CLI::App& app, Action& action);
+#if defined(VORTEX_HAVE_SERVICE)
+void add_serve_command(CLI::App& app, Action& action);
+#endif
 
 // Prints "vortex: <message>" on one line to stderr and returns the exit code for a Status:
 // 2 for bad input (invalid argument, not found, corrupt data), 1 otherwise.

@@ -1,0 +1,297 @@
+// vortex serve: the model loaded once, requests over HTTP (service/http_server.h lists the routes),
+// run one at a time in submission order; each job writes RESULTS/<id>.safetensors and
+// RESULTS/<id>.json exactly as `vortex generate --out RESULTS/<id>` would.
+//
+// A request is checked in full when it is submitted (fields, geometry, step count, attention plan,
+// uploaded text states, rows against the device arena), so a bad one is a 400 naming the field and
+// never occupies the queue. SIGINT / SIGTERM stop accepting, cancel what waits, let the running job
+// stop at its next step and exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "generate_common.h"
+#include "service/http_server.h"
+#include "service/job_queue.h"
+
+namespace vortex::cli {
+
+namespace {
+
+struct ServeArgs {
+  ModelOptions model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  std::string results;
+  int max_queue = 16;
+  int64_t max_rows = 0;  // 0: the canonical request's rows with 512 text tokens
+  int64_t max_upload_mb = 256;
+};
+
+// A served request's JSON keys are the generate flags' names with '_' for '-'.
+std::string json_field(const std::string& flag) {
+  std::string f = flag;
+  for (char& c : f) c = c == '-' ? '_' : c;
+  return f;
+}
+
+// The JSON body → RequestOptions, every field type- and name-checked (a typo is an error, not a default).
+Result<RequestOptions> parse_request(const nlohmann::json& body, const std::string& text_upload) {
+  RequestOptions r;
+  r.field_name = json_field;
+  const auto integer = [&](const char* key, auto& out, int64_t lo, int64_t hi) -> Status {
+    const nlohmann::json& v = body.at(key);
+    if (!v.is_number_integer()) return invalid_argument(std::string(key) + ": an integer is expected, got " + v.dump());
+    const int64_t x = v.get<int64_t>();
+    if (x < lo || x > hi) {
+      return invalid_argument(std::string(key) + ": " + std::to_string(x) + " is outside [" + std::to_string(lo) +
+                              ", " + std::to_string(hi) + "]");
+    }
+    out = static_cast<std::remove_reference_t<decltype(out)>>(x);
+    return ok_status();
+  };
+  for (const auto& [key, value] : body.items()) {
+    if (key == "height") {
+      VORTEX_RETURN_IF_ERROR(integer("height", r.height, 1, 1 << 16));
+    } else if (key == "width") {
+      VORTEX_RETURN_IF_ERROR(integer("width", r.width, 1, 1 << 16));
+    } else if (key == "frames") {
+      VORTEX_RETURN_IF_ERROR(integer("frames", r.frames, 1, 1 << 16));
+    } else if (key == "steps") {
+      VORTEX_RETURN_IF_ERROR(integer("steps", r.steps, 0, 10000));
+    } else if (key == "text_tokens") {
+      VORTEX_RETURN_IF_ERROR(integer("text_tokens", r.text_tokens, 0, 1 << 20));
+    } else if (key == "seed") {
+      if (!value.is_number_unsigned()) return invalid_argument("seed: a non-negative integer is expected, got " + value.dump());
+      r.seed = value.get<uint64_t>();
+    } else if (key == "attention") {
+      if (!value.is_string() || (value != "exact" && value != "int8fp8")) {
+        return invalid_argument("attention: \"exact\" or \"int8fp8\" is expected, got " + value.dump());
+      }
+      r.attention = value.get<std::string>();
+    } else if (key == "exact_blocks") {
+      if (!value.is_array()) return invalid_argument("exact_blocks: an array of block indices is expected, got " + value.dump());
+      for (const nlohmann::json& b : value) {
+        if (!b.is_number_integer()) return invalid_argument("exact_blocks: " + b.dump() + " is not a block index");
+        r.exact_blocks.push_back(b.get<int>());
+      }
+    } else if (key == "text_key") {
+      if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + value.dump());
+      r.text_key = value.get<std::string>();
+    } else {
+      return invalid_argument("unknown field '" + key +
+                              "' (fields: height, width, frames, steps, seed, attention, exact_blocks, text_tokens, "
+                              "text_key; text states come as the multipart part 'text')");
+    }
+  }
+  if (!text_upload.empty()) {
+    if (body.contains("text_tokens")) return invalid_argument("text_tokens: synthetic text states, but a 'text' part came too");
+    r.text_path = text_upload;
+  } else if (body.contains("text_key")) {
+    return invalid_argument("text_key: names a tensor of the 'text' part, which did not come");
+  }
+  return r;
+}
+
+nlohmann::json request_json(const RequestOptions& r) {
+  nlohmann::json j = {{"height", r.height}, {"width", r.width},         {"frames", r.frames},
+                      {"steps", r.steps},   {"seed", r.seed},           {"attention", r.attention},
+                      {"exact_blocks", r.exact_blocks}};
+  if (r.text_path.empty()) {
+    j["text_tokens"] = r.text_tokens;
+  } else {
+    j["text"] = r.text_path;
+    if (!r.text_key.empty()) j["text_key"] = r.text_key;
+  }
+  return j;
+}
+
+// The queued JSON (request_json's) back into options: written by us, so only the fields differ.
+RequestOptions request_options(const nlohmann::json& j) {
+  RequestOptions r;
+  r.field_name = json_field;
+  r.height = j.at("height");
+  r.width = j.at("width");
+  r.frames = j.at("frames");
+  r.steps = j.at("steps");
+  r.seed = j.at("seed");
+  r.attention = j.at("attention");
+  r.exact_blocks = j.at("exact_blocks").get<std::vector<int>>();
+  if (j.contains("text")) {
+    r.text_path = j.at("text");
+    r.text_key = j.value("text_key", "");
+  } else {
+    r.text_tokens = j.at("text_tokens");
+  }
+  return r;
+}
+
+// The write end of run_serve's signal pipe (a signal handler can reach nothing else).
+int g_signal_pipe = -1;
+
+void write_signal_to_pipe(int signal) {
+  const unsigned char byte = static_cast<unsigned char>(signal);
+  [[maybe_unused]] const ssize_t written = write(g_signal_pipe, &byte, 1);
+}
+
+Status prepare_results_folder(const std::string& folder) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (folder.empty()) return invalid_argument("--results: a folder is required");
+  if (fs::exists(folder, ec) && !fs::is_directory(folder, ec)) {
+    return invalid_argument("--results " + folder + ": exists and is not a folder");
+  }
+  fs::create_directories(folder, ec);
+  if (ec) return invalid_argument("--results " + folder + ": cannot be created: " + ec.message());
+  if (::access(folder.c_str(), W_OK) != 0) return invalid_argument("--results " + folder + ": not writable");
+  return ok_status();
+}
+
+int run_serve(const ServeArgs& args) {
+  if (Status s = prepare_results_folder(args.results); !s.ok()) return report_error(s);
+  if (args.max_queue < 1) return report_error(invalid_argument("--max-queue must be >= 1"));
+  const auto load_start = std::chrono::steady_clock::now();
+  auto config = model_config(args.model);
+  if (!config.ok()) return report_error(config.status());
+  int64_t max_rows = args.max_rows;
+  if (max_rows == 0) {
+    RequestOptions canonical;
+    canonical.text_tokens = 512;
+    auto rows = check_request(canonical, *config);
+    if (!rows.ok()) return report_error(rows.status().with_context("the canonical request"));
+    max_rows = rows->rows;
+  }
+  ModelOptions model_options = args.model;
+  // Requests may ask for int8fp8 when the device model reserved its workspace (head dim 128 only).
+  model_options.int8fp8_workspace = args.model.device == "cuda" && config->attention_head_dim == 128;
+  std::fprintf(stderr, "vortex serve: loading the model...\n");
+  auto model = load_step_model(model_options, max_rows);
+  if (!model.ok()) return report_error(model.status());
+  const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const std::filesystem::path results(args.results);
+
+  // One job at a time on the loaded model; progress to the queue and one line per step to stderr.
+  service::JobQueue jobs(
+      [&](const std::string& id, const nlohmann::json& request, service::JobContext& context) -> Result<nlohmann::json> {
+        const RequestOptions r = request_options(request);
+        VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, model->steps().config()));
+        const auto progress = [&](const h3::StepProgress& p) {
+          context.report(p.step, p.total, p.elapsed_seconds);
+          std::fprintf(stderr, "job %s: step %d/%d  %.3f s\n", id.c_str(), p.step, p.total, p.step_seconds);
+        };
+        std::fprintf(stderr, "job %s: started, %lld rows\n", id.c_str(), static_cast<long long>(checked.rows));
+        auto run = run_request(*model, model_options, r, checked, (results / id).string(), progress,
+                               [&] { return context.cancel_requested(); }, load_seconds);
+        if (!run.ok()) {
+          std::fprintf(stderr, "job %s: %s\n", id.c_str(), run.status().to_string().c_str());
+          return run.status();
+        }
+        std::fprintf(stderr, "job %s: done in %.2f s\n", id.c_str(), run->result.run.seconds);
+        nlohmann::json summary = run->summary;
+        summary["latents"] = "/v1/jobs/" + id + "/latents";
+        return summary;
+      },
+      args.max_queue);
+
+  service::ServerHooks hooks;
+  hooks.upload_dir = args.results;
+  hooks.latents_path = [results](const std::string& id) { return (results / (id + ".safetensors")).string(); };
+  const bool int8fp8_served = model_options.int8fp8_workspace || args.model.device == "cpu";
+  hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
+                {"max_rows", max_rows}, {"int8fp8", int8fp8_served}};
+  hooks.check = [&](const nlohmann::json& body, const std::string& text_upload) -> Result<nlohmann::json> {
+    VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, text_upload));
+    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config));
+    if (args.model.device == "cuda" && checked.rows > max_rows) {
+      return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
+                              std::to_string(max_rows) + " (--max-rows)");
+    }
+    if (checked.attention.uses(h3::AttentionMode::kInt8Fp8) && !int8fp8_served) {
+      return invalid_argument("attention: int8fp8 needs head dim 128 on --device cuda");
+    }
+    return request_json(r);
+  };
+
+  service::HttpServer server(jobs, hooks, args.max_upload_mb << 20);
+  auto port = server.bind(args.host, args.port);
+  if (!port.ok()) return report_error(port.status());
+  std::printf("vortex serve: listening on http://%s:%d (model %s on %s; results in %s)\n", args.host.c_str(), *port,
+              model->source.c_str(), args.model.device.c_str(), args.results.c_str());
+  std::fflush(stdout);
+  // SIGINT / SIGTERM: the handler (in whichever thread the kernel picks: OpenBLAS starts its own
+  // before main) only writes the signal's number into a pipe; this thread reads it and stops the
+  // server. A 0 written after serve() returns ends the thread when no signal came.
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return report_error(io_error("serve: cannot create the signal pipe"));
+  g_signal_pipe = pipe_fds[1];
+  struct sigaction on_stop = {};
+  on_stop.sa_handler = write_signal_to_pipe;
+  sigemptyset(&on_stop.sa_mask);
+  sigaction(SIGINT, &on_stop, nullptr);
+  sigaction(SIGTERM, &on_stop, nullptr);
+  std::thread signal_thread([&] {
+    unsigned char signal = 0;
+    if (read(pipe_fds[0], &signal, 1) == 1 && signal != 0) {
+      std::fprintf(stderr, "vortex serve: signal %d: stopping (queued jobs are cancelled, the running one stops at its next step)\n",
+                   signal);
+      server.stop();
+    }
+  });
+  const Status served = server.serve();
+  const unsigned char none = 0;
+  if (write(pipe_fds[1], &none, 1) != 1) std::fprintf(stderr, "vortex serve: cannot wake the signal thread\n");
+  signal_thread.join();
+  jobs.shutdown();
+  if (!served.ok()) return report_error(served);
+  return 0;
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<ServeArgs>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve generate requests over HTTP with the model loaded once");
+  auto* model = cmd->add_option("--model", args->model.model_path, "Checkpoint: .safetensors file, index JSON or folder");
+  auto* synthetic = cmd->add_option("--synthetic", args->model.synthetic_preset,
+                                    "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
+  model->excludes(synthetic);
+  cmd->add_option("--weights-seed", args->model.weights_seed, "Seed of the synthetic weights")->capture_default_str();
+  cmd->add_option("--device", args->model.device, "Where the transformer runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", args->model.dtype, "Activation and weight dtype")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--recipe", args->model.recipe, "Block linears: bf16, or fp8 (--device cuda)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--adaln-tables", args->model.adaln_tables, "--device cuda: AdaLN tables per request or per step")
+      ->check(CLI::IsMember({"request", "step"}))
+      ->capture_default_str();
+  cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "Port to listen on (0: any free port, printed at start)")->capture_default_str();
+  cmd->add_option("--results", args->results, "Folder for the jobs' latents, summaries and uploaded text states")
+      ->required();
+  cmd->add_option("--max-queue", args->max_queue, "Jobs that may wait; more are refused with 429")->capture_default_str();
+  cmd->add_option("--max-rows", args->max_rows,
+                  "--device cuda: packed rows the activation arena holds (default: the canonical request with 512 "
+                  "text tokens)");
+  cmd->add_option("--max-upload-mb", args->max_upload_mb, "Largest request body (text states) in MiB")
+      ->capture_default_str();
+  cmd->callback([args, &action, model, synthetic] {
+    if (model->count() == 0 && synthetic->count() == 0) {
+      throw CLI::ValidationError("serve", "one of --model or --synthetic is required");
+    }
+    action = [args] { return run_serve(*args); };
+  });
+}
+
+}  // namespace vortex::cli

@@ -1,0 +1,250 @@
+// `vortex serve` run as a user runs it: a child process on a free port, driven over HTTP. A served
+// job's latents are the bits `vortex generate` writes for the same request (synthetic text states
+// and uploaded ones); bad requests are 4xx answers naming the field, and nothing is queued for
+// them; a full queue is a 429; jobs are cancelled queued or running; SIGTERM ends the server with
+// exit code 0.
+#if defined(VORTEX_HAVE_SERVICE)
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/safetensors.h"
+#include "models/h3/generate.h"
+#include "safetensors_test_util.h"
+
+extern char** environ;
+
+namespace vortex {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using test_util::TempDir;
+
+constexpr const char* kSmallRequest = R"({"height": 64, "width": 64, "frames": 22, "steps": 3, "seed": 5, "text_tokens": 4})";
+// ~0.3 s per step on the test preset: long enough to be cancelled or to hold the queue.
+constexpr const char* kSlowRequest = R"({"height": 768, "width": 1344, "frames": 22, "steps": 10000, "text_tokens": 4})";
+
+// `vortex serve --synthetic test --port 0 --results DIR/results [extra]` as a child process.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {VORTEX_CLI_PATH, "serve", "--synthetic", "test", "--port", "0",
+                                     "--results",     results()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t files;
+    posix_spawn_file_actions_init(&files);
+    posix_spawn_file_actions_addopen(&files, 1, dir_.file("stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&files, 2, dir_.file("stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int spawned = posix_spawn(&pid_, argv[0], &files, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&files);
+    if (spawned != 0) {
+      ADD_FAILURE() << "cannot start " << argv[0];
+      return;
+    }
+    // The port is on the first stdout line once the model is loaded and the socket bound.
+    const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string out = test_util::read_bytes(dir_.file("stdout"));
+      if (std::regex_search(out, m, listening)) port_ = std::stoi(m[1]);
+      std::this_thread::sleep_for(20ms);
+    }
+    if (port_ == 0) ADD_FAILURE() << "the server did not start: " << test_util::read_bytes(dir_.file("stderr"));
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) stop();
+  }
+  // SIGTERM, then the exit code (-1 unless it exited normally within 60 s).
+  int stop() {
+    kill(pid_, SIGTERM);
+    int status = 0;
+    for (int i = 0; i < 6000; ++i) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, &status, 0);
+    pid_ = 0;
+    return -1;
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  std::string results() const { return (dir_.path() / "results").string(); }
+  std::string log() const { return test_util::read_bytes(dir_.file("stderr")); }
+  const TempDir& dir() const { return dir_; }
+
+ private:
+  TempDir dir_;
+  pid_t pid_ = 0;
+  int port_ = 0;
+};
+
+nlohmann::json json_of(const httplib::Result& r) {
+  if (!r) return {{"transport_error", httplib::to_string(r.error())}};
+  return nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+}
+
+httplib::Result post_json(httplib::Client& c, const std::string& body) {
+  return c.Post("/v1/jobs", body, "application/json");
+}
+
+// Polls the job until it reaches `state` (60 s at most) and returns its last JSON.
+nlohmann::json wait_for_state(httplib::Client& c, const std::string& id, const std::string& state) {
+  nlohmann::json job;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    job = json_of(c.Get("/v1/jobs/" + id));
+    if (job.value("state", "") == state) return job;
+    std::this_thread::sleep_for(10ms);
+  }
+  ADD_FAILURE() << "job " << id << " did not reach " << state << ": " << job.dump();
+  return job;
+}
+
+// `vortex generate` with the same request; its summary JSON.
+nlohmann::json generate(const TempDir& dir, const std::string& flags) {
+  const std::string prefix = dir.file("generated");
+  const std::string command = std::string(VORTEX_CLI_PATH) + " generate --synthetic test --height 64 --width 64 " +
+                              "--frames 22 --steps 3 --seed 5 " + flags + " --out " + prefix + " >/dev/null 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return nlohmann::json::parse(test_util::read_bytes(prefix + ".json"));
+}
+
+TEST(CliServe, ServedJobsAreTheBitsGenerateWrites) {
+  ServeProcess server;
+  httplib::Client c = server.client();
+  const nlohmann::json health = json_of(c.Get("/healthz"));
+  EXPECT_EQ(health.value("status", ""), "ok") << health.dump();
+
+  // Synthetic text states, JSON body.
+  const httplib::Result submitted = post_json(c, kSmallRequest);
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  const std::string id = json_of(submitted).at("id");
+  EXPECT_EQ(submitted->get_header_value("Location"), "/v1/jobs/" + id);
+  const nlohmann::json done = wait_for_state(c, id, "succeeded");
+  const nlohmann::json want = generate(server.dir(), "--text-tokens 4");
+  EXPECT_EQ(done["result"]["checksums"], want["checksums"]);
+  EXPECT_EQ(done["progress"]["step"], 2);
+  const httplib::Result latents = c.Get("/v1/jobs/" + id + "/latents");
+  ASSERT_TRUE(latents);
+  ASSERT_EQ(latents->status, 200);
+  EXPECT_EQ(latents->body, test_util::read_bytes(server.results() + "/" + id + ".safetensors"));
+  EXPECT_TRUE(fs::exists(server.results() + "/" + id + ".json"));
+
+  // Uploaded text states (multipart), against generate --text on the same file.
+  const std::string text_file = server.dir().file("text.safetensors");
+  const Tensor text = h3::seeded_normal({5, 8}, 11, 0);  // the test preset: text_dim 8
+  ASSERT_TRUE(write_safetensors(text_file, {{"prompt_embeds", text}}).ok());
+  const httplib::MultipartFormDataItems parts = {
+      {"request", R"({"height": 64, "width": 64, "frames": 22, "steps": 3, "seed": 5})", "", "application/json"},
+      {"text", test_util::read_bytes(text_file), "text.safetensors", "application/octet-stream"}};
+  const httplib::Result uploaded = c.Post("/v1/jobs", parts);
+  ASSERT_TRUE(uploaded);
+  ASSERT_EQ(uploaded->status, 202) << uploaded->body;
+  const nlohmann::json uploaded_done = wait_for_state(c, json_of(uploaded).at("id"), "succeeded");
+  EXPECT_EQ(uploaded_done["result"]["checksums"], generate(server.dir(), "--text " + text_file)["checksums"]);
+
+  const std::string metrics = c.Get("/metrics")->body;
+  EXPECT_NE(metrics.find("vortex_jobs{state=\"succeeded\"} 2"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("vortex_steps_total 4"), std::string::npos) << metrics;
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
+  ServeProcess server;
+  httplib::Client c = server.client();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"height": 48, "width": 64, "frames": 22})", "height 48 must be a positive multiple of 32"},
+      {R"({"heigth": 64})", "unknown field 'heigth'"},
+      {R"({"steps": "12"})", "steps: an integer is expected"},
+      {R"({"steps": 1, "height": 64, "width": 64, "frames": 22})", "steps must be >= 2"},
+      {R"({"seed": -1})", "seed: a non-negative integer"},
+      {R"({"attention": "fast"})", "attention: \"exact\" or \"int8fp8\""},
+      {R"({"attention": "int8fp8", "exact_blocks": [7], "height": 64, "width": 64, "frames": 22})", "exact_blocks"},
+      {R"({"text_tokens": 0, "height": 64, "width": 64, "frames": 22})", "text_tokens must be >= 1"},
+      {R"({"text_key": "x"})", "text_key: names a tensor of the 'text' part"},
+      {R"([1, 2])", "a JSON object is expected"},
+      {R"({"steps": )", "request body: not JSON"},
+  };
+  for (const auto& [body, needle] : cases) {
+    SCOPED_TRACE(body);
+    const httplib::Result r = post_json(c, body);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400);
+    EXPECT_NE(json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
+  }
+  // An upload that is not safetensors: the error names the saved file, which is removed again.
+  const httplib::MultipartFormDataItems bad_text = {{"text", "not a safetensors file", "t.safetensors", ""}};
+  const httplib::Result r = c.Post("/v1/jobs", bad_text);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  const httplib::Result wrong_type = c.Post("/v1/jobs", "height=64", "application/x-www-form-urlencoded");
+  EXPECT_EQ(wrong_type->status, 415);
+  EXPECT_EQ(c.Get("/v1/jobs/nope")->status, 404);
+  EXPECT_EQ(c.Delete("/v1/jobs/nope")->status, 404);
+  EXPECT_EQ(c.Get("/v1/jobs/nope/latents")->status, 404);
+  EXPECT_EQ(c.Get("/v2/anything")->status, 404);
+  EXPECT_EQ(json_of(c.Get("/v1/jobs")).at("jobs").size(), 0u);
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(server.results())) left.push_back(entry.path().string());
+  EXPECT_TRUE(left.empty()) << left[0];
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+TEST(CliServe, AFullQueueIs429AndJobsCancelQueuedOrRunning) {
+  ServeProcess server({"--max-queue", "1"});
+  httplib::Client c = server.client();
+  const std::string running = json_of(post_json(c, kSlowRequest)).at("id");
+  const nlohmann::json started = wait_for_state(c, running, "running");
+  const std::string queued = json_of(post_json(c, kSmallRequest)).at("id");
+  const httplib::Result full = post_json(c, kSmallRequest);
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 429) << full->body;
+  EXPECT_EQ(full->get_header_value("Retry-After"), "60");
+  EXPECT_EQ(json_of(c.Get("/v1/jobs/" + queued)).value("queue_position", 0), 1);
+  EXPECT_EQ(c.Get("/v1/jobs/" + queued + "/latents")->status, 409);
+
+  const httplib::Result cancel_queued = c.Delete("/v1/jobs/" + queued);
+  EXPECT_EQ(json_of(cancel_queued).value("state", ""), "cancelled");
+  EXPECT_EQ(c.Delete("/v1/jobs/" + queued)->status, 409) << "already cancelled";
+  ASSERT_EQ(c.Delete("/v1/jobs/" + running)->status, 200);
+  const nlohmann::json stopped = wait_for_state(c, running, "cancelled");
+  EXPECT_NE(stopped.value("error", "").find("stopped before step"), std::string::npos) << stopped.dump();
+  EXPECT_FALSE(fs::exists(server.results() + "/" + running + ".safetensors")) << "a cancelled job writes nothing";
+
+  // The queue takes work again, and SIGTERM with a job running stops it at its next step.
+  const std::string again = json_of(post_json(c, kSlowRequest)).at("id");
+  wait_for_state(c, again, "running");
+  EXPECT_EQ(server.stop(), 0) << server.log();
+  EXPECT_NE(server.log().find("stopping"), std::string::npos) << server.log();
+}
+
+}  // namespace
+}  // namespace vortex
+#endif  // VORTEX_HAVE_SERVICE
