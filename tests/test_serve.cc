@@ -177,7 +177,7 @@ TEST(CliServe, ServedJobsAreTheBitsGenerateWrites) {
 }
 
 TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
-  ServeProcess server;
+  ServeProcess server({"--max-upload-mb", "1"});
   httplib::Client c = server.client();
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"height": 48, "width": 64, "frames": 22})", "height 48 must be a positive multiple of 32"},
@@ -204,6 +204,10 @@ TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
   const httplib::Result r = c.Post("/v1/jobs", bad_text);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
+  const httplib::Result too_large = post_json(c, std::string(2 << 20, ' ') + "{}");
+  ASSERT_TRUE(too_large);
+  EXPECT_EQ(too_large->status, 413);
+  EXPECT_NE(json_of(too_large).value("error", "").find("exceeds"), std::string::npos) << too_large->body;
   const httplib::Result wrong_type = c.Post("/v1/jobs", "height=64", "application/x-www-form-urlencoded");
   EXPECT_EQ(wrong_type->status, 415);
   EXPECT_EQ(c.Get("/v1/jobs/nope")->status, 404);
