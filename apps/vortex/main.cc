@@ -30,6 +30,16 @@ int main(int argc, char** argv) {
   vortex::cli::add_bench_command(app, action);
 #if defined(VORTEX_HAVE_SERVICE)
   vortex::cli::add_serve_command(app, action);
+#else
+  // A build without cpp-httplib (the GPU machine's) still knows the command, to say why it cannot run.
+  app.add_subcommand("serve", "HTTP service: not in this build (cpp-httplib was not found)")
+      ->allow_extras()
+      ->callback([&action] {
+        action = [] {
+          return vortex::cli::report_error(vortex::unimplemented(
+              "serve: this build has no HTTP service (cpp-httplib was not found when it was configured)"));
+        };
+      });
 #endif
   try {
     app.parse(argc, argv);
