@@ -39,11 +39,11 @@ constexpr const char* kSmallRequest = R"({"height": 64, "width": 64, "frames": 2
 // ~0.3 s per step on the test preset: long enough to be cancelled or to hold the queue.
 constexpr const char* kSlowRequest = R"({"height": 768, "width": 1344, "frames": 22, "steps": 10000, "text_tokens": 4})";
 
-// `vortex serve --synthetic test --port 0 --results DIR/results [extra]` as a child process.
+// `vortex serve --synthetic PRESET --port 0 --results DIR/results [extra]` as a child process.
 class ServeProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> args = {VORTEX_CLI_PATH, "serve", "--synthetic", "test", "--port", "0",
+  explicit ServeProcess(const std::vector<std::string>& extra = {}, const std::string& preset = "test") {
+    std::vector<std::string> args = {VORTEX_CLI_PATH, "serve", "--synthetic", preset, "--port", "0",
                                      "--results",     results()};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
@@ -247,6 +247,57 @@ TEST(CliServe, AFullQueueIs429AndJobsCancelQueuedOrRunning) {
   wait_for_state(c, again, "running");
   EXPECT_EQ(server.stop(), 0) << server.log();
   EXPECT_NE(server.log().find("stopping"), std::string::npos) << server.log();
+}
+
+// --media: each job's WAV (or MP4) is the very file `generate --media` writes for the request.
+TEST(CliServe, MediaIsTheFileGenerateMediaWrites) {
+  struct Case {
+    std::string kind;
+    std::vector<std::string> vaes;
+  };
+  std::vector<Case> cases = {{"wav", {"--synthetic-audio-vae", "small"}}};
+#if defined(VORTEX_HAVE_MEDIA)
+  cases.push_back({"mp4", {"--synthetic-audio-vae", "h3", "--synthetic-video-vae", "test"}});
+#endif
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.kind);
+    std::vector<std::string> extra = {"--weights-seed", "3", "--media", c.kind};
+    extra.insert(extra.end(), c.vaes.begin(), c.vaes.end());
+    ServeProcess server(extra, "small");
+    httplib::Client client = server.client();
+    const httplib::Result r =
+        post_json(client, R"({"height": 128, "width": 192, "frames": 22, "steps": 2, "text_tokens": 4})");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 202) << r->body;
+    const std::string id = json_of(r).at("id");
+    const nlohmann::json done = wait_for_state(client, id, "succeeded");
+    EXPECT_EQ(done["result"].value("media", ""), "/v1/jobs/" + id + "/media") << done.dump();
+    const httplib::Result media = client.Get("/v1/jobs/" + id + "/media");
+    ASSERT_TRUE(media);
+    ASSERT_EQ(media->status, 200);
+    EXPECT_EQ(media->get_header_value("Content-Type"), c.kind == "wav" ? "audio/wav" : "video/mp4");
+
+    const std::string out = server.dir().file("g"), file = out + "." + c.kind;
+    std::string command = std::string(VORTEX_CLI_PATH) + " generate --synthetic small --height 128 --width 192 " +
+                          "--frames 22 --steps 2 --text-tokens 4 --weights-seed 3 --out " + out + " --media " + file;
+    for (const std::string& v : c.vaes) command += " " + v;
+    ASSERT_EQ(std::system((command + " >/dev/null 2>&1").c_str()), 0) << command;
+    EXPECT_EQ(media->body, test_util::read_bytes(file));
+    EXPECT_EQ(server.stop(), 0) << server.log();
+  }
+  // A server without --media has no media route; VAE options without --media are refused at start.
+  ServeProcess plain;
+  httplib::Client client = plain.client();
+  const httplib::Result none = client.Get("/v1/jobs/x/media");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 404);
+  EXPECT_NE(json_of(none).value("error", "").find("start it with --media"), std::string::npos) << none->body;
+  TempDir tmp;
+  const std::string refused = std::string(VORTEX_CLI_PATH) + " serve --synthetic test --results " + tmp.file("r") +
+                              " --synthetic-audio-vae small 2>" + tmp.file("err");
+  const int status = std::system(refused.c_str());
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 2);
+  EXPECT_NE(test_util::read_bytes(tmp.file("err")).find("which is not given"), std::string::npos);
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ struct GatedRunner {
   JobRunner runner() {
     return [this](const std::string&, const nlohmann::json& request, JobContext& context) -> Result<nlohmann::json> {
       max_running = std::max(max_running.load(), ++running);
+      context.set_phase("work");
       {
         std::lock_guard<std::mutex> lock(mutex);
         ran.push_back(request.at("n"));
@@ -88,6 +89,7 @@ TEST(ServiceJobs, ProgressQueuePositionsAndTheBound) {
   EXPECT_EQ(running.state, JobState::kRunning);
   EXPECT_EQ(running.total_steps, 1000);
   EXPECT_TRUE(running.to_json().at("progress").contains("eta_seconds"));
+  EXPECT_EQ(running.to_json().value("phase", ""), "work");
   const JobSnapshot b = *q.submit({{"n", 1}});
   const JobSnapshot c = *q.submit({{"n", 2}});
   EXPECT_EQ(b.queue_position, 1);

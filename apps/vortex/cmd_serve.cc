@@ -1,6 +1,7 @@
 // vortex serve: the model loaded once, requests over HTTP (service/http_server.h lists the routes),
 // run one at a time in submission order; each job writes RESULTS/<id>.safetensors and
-// RESULTS/<id>.json exactly as `vortex generate --out RESULTS/<id>` would.
+// RESULTS/<id>.json exactly as `vortex generate --out RESULTS/<id>` would, and with --media wav|mp4
+// also RESULTS/<id>.wav|.mp4 as `generate --media` would (the VAEs loaded once too).
 //
 // A request is checked in full when it is submitted (fields, geometry, step count, attention plan,
 // uploaded text states, rows against the device arena), so a bad one is a 400 naming the field and
@@ -13,12 +14,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "decode_media.h"
 #include "generate_common.h"
+#include "models/h3/layout.h"
 #include "service/http_server.h"
 #include "service/job_queue.h"
 
@@ -34,6 +38,8 @@ struct ServeArgs {
   int max_queue = 16;
   int64_t max_rows = 0;  // 0: the canonical request's rows with 512 text tokens
   int64_t max_upload_mb = 256;
+  std::string media_kind;  // "wav" or "mp4": decode every job's latents; empty: latents only
+  MediaRequest media;      // the VAEs (media.out is set from the results folder)
 };
 
 // A served request's JSON keys are the generate flags' names with '_' for '-'.
@@ -155,6 +161,24 @@ Status prepare_results_folder(const std::string& folder) {
   return ok_status();
 }
 
+// With --media, the decoders, loaded once; their checks name --media as generate's name its flag.
+Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
+  MediaRequest m = args.media;
+  if (args.media_kind.empty()) {
+    if (!m.audio_vae_path.empty() || !m.synthetic_audio_vae.empty() || !m.video_vae_path.empty() ||
+        !m.synthetic_video_vae.empty()) {
+      return invalid_argument("the VAE options decode each job's latents into --media wav|mp4, which is not given");
+    }
+    return std::optional<MediaDecoder>();
+  }
+  m.out = (std::filesystem::path(args.results) / ("job." + args.media_kind)).string();
+  m.out_flag = "--media";
+  m.weights_seed = args.model.weights_seed;
+  m.device = args.model.device;  // the decoders run where the transformer runs
+  VORTEX_ASSIGN_OR_RETURN(MediaDecoder decoder, MediaDecoder::load(m));
+  return std::optional<MediaDecoder>(std::move(decoder));
+}
+
 int run_serve(const ServeArgs& args) {
   if (Status s = prepare_results_folder(args.results); !s.ok()) return report_error(s);
   if (args.max_queue < 1) return report_error(invalid_argument("--max-queue must be >= 1"));
@@ -172,6 +196,8 @@ int run_serve(const ServeArgs& args) {
   ModelOptions model_options = args.model;
   // Requests may ask for int8fp8 when the device model reserved its workspace (head dim 128 only).
   model_options.int8fp8_workspace = args.model.device == "cuda" && config->attention_head_dim == 128;
+  auto media = load_media(args);
+  if (!media.ok()) return report_error(media.status());
   std::fprintf(stderr, "vortex serve: loading the model...\n");
   auto model = load_step_model(model_options, max_rows);
   if (!model.ok()) return report_error(model.status());
@@ -188,15 +214,25 @@ int run_serve(const ServeArgs& args) {
           std::fprintf(stderr, "job %s: step %d/%d  %.3f s\n", id.c_str(), p.step, p.total, p.step_seconds);
         };
         std::fprintf(stderr, "job %s: started, %lld rows\n", id.c_str(), static_cast<long long>(checked.rows));
+        context.set_phase("denoise");
+        const std::string latents = (results / (id + ".safetensors")).string();
         auto run = run_request(*model, model_options, r, checked, (results / id).string(), progress,
                                [&] { return context.cancel_requested(); }, load_seconds);
-        if (!run.ok()) {
-          std::fprintf(stderr, "job %s: %s\n", id.c_str(), run.status().to_string().c_str());
-          return run.status();
+        Status decoded = run.status();
+        if (run.ok() && *media) {
+          context.set_phase("decode");
+          decoded = (*media)->decode(&run->result.video_latents, run->result.audio_latents, latents,
+                                     (results / (id + "." + args.media_kind)).string());
+          if (!decoded.ok()) decoded = decoded.with_context("decoding " + latents + " (kept)");
+        }
+        if (!decoded.ok()) {
+          std::fprintf(stderr, "job %s: %s\n", id.c_str(), decoded.to_string().c_str());
+          return decoded;
         }
         std::fprintf(stderr, "job %s: done in %.2f s\n", id.c_str(), run->result.run.seconds);
         nlohmann::json summary = run->summary;
         summary["latents"] = "/v1/jobs/" + id + "/latents";
+        if (*media) summary["media"] = "/v1/jobs/" + id + "/media";
         return summary;
       },
       args.max_queue);
@@ -204,6 +240,12 @@ int run_serve(const ServeArgs& args) {
   service::ServerHooks hooks;
   hooks.upload_dir = args.results;
   hooks.latents_path = [results](const std::string& id) { return (results / (id + ".safetensors")).string(); };
+  if (*media) {
+    hooks.media_path = [results, kind = args.media_kind](const std::string& id) {
+      return (results / (id + "." + kind)).string();
+    };
+    hooks.media_content_type = args.media_kind == "wav" ? "audio/wav" : "video/mp4";
+  }
   const bool int8fp8_served = model_options.int8fp8_workspace || args.model.device == "cpu";
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served}};
@@ -216,6 +258,12 @@ int run_serve(const ServeArgs& args) {
     }
     if (checked.attention.uses(h3::AttentionMode::kInt8Fp8) && !int8fp8_served) {
       return invalid_argument("attention: int8fp8 needs head dim 128 on --device cuda");
+    }
+    if (*media) {  // the VAEs must take this request's latents
+      VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({r.height, r.width, r.frames}, *config));
+      VORTEX_RETURN_IF_ERROR((*media)->check_shapes({config->in_channels, g.latent_frames, g.latent_height, g.latent_width},
+                                                    {h3::kAudioChannels, g.audio_latents, config->audio_in_channels},
+                                                    "media"));
     }
     return request_json(r);
   };
@@ -286,6 +334,10 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "text tokens)");
   cmd->add_option("--max-upload-mb", args->max_upload_mb, "Largest request body (text states) in MiB")
       ->capture_default_str();
+  cmd->add_option("--media", args->media_kind,
+                  "Also decode each job's latents to a WAV (soundtrack) or an MP4 (picture and sound), as generate --media")
+      ->check(CLI::IsMember({"wav", "mp4"}));
+  add_vae_options(cmd, args->media);
   cmd->callback([args, &action, model, synthetic] {
     if (model->count() == 0 && synthetic->count() == 0) {
       throw CLI::ValidationError("serve", "one of --model or --synthetic is required");

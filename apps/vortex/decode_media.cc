@@ -153,7 +153,8 @@ Result<Tensor> MediaDecoder::decode_sound(const Tensor& latents) const {
 #endif
 }
 
-Status MediaDecoder::decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source) const {
+Status MediaDecoder::decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source,
+                            const std::string& out) const {
   const auto start = std::chrono::steady_clock::now();
   Status st = vae::validate_audio_latents(audio_->config, audio_latents, "tensor 'audio_latents'");
   if (st.ok() && video_ != nullptr) {
@@ -177,24 +178,24 @@ Status MediaDecoder::decode(const Tensor* video_latents, const Tensor& audio_lat
                audio_latents.shape().to_string().c_str(),
                static_cast<long long>(ac.decoded_samples(audio_latents.size(1))), ac.sampling_rate);
   VORTEX_ASSIGN_OR_RETURN(Tensor waveform, decode_sound(audio_latents));
-  std::fprintf(stderr, "decode: writing %s\n", request_.out.c_str());
+  std::fprintf(stderr, "decode: writing %s\n", out.c_str());
   const double seconds = seconds_since(start);
 
   if (video_ == nullptr) {
-    VORTEX_RETURN_IF_ERROR(media::write_wav(request_.out, waveform, ac.sampling_rate));
-    std::printf("wrote %s: %lld samples per channel at %d Hz (%.2f s); decoded in %.2f s\n", request_.out.c_str(),
+    VORTEX_RETURN_IF_ERROR(media::write_wav(out, waveform, ac.sampling_rate));
+    std::printf("wrote %s: %lld samples per channel at %d Hz (%.2f s); decoded in %.2f s\n", out.c_str(),
                 static_cast<long long>(waveform.size(1)), ac.sampling_rate,
                 static_cast<double>(waveform.size(1)) / ac.sampling_rate, seconds);
     return ok_status();
   }
 #if defined(VORTEX_HAVE_MEDIA)
-  VORTEX_RETURN_IF_ERROR(media::write_mp4(request_.out, frames, h3::kFps, &waveform, ac.sampling_rate));
+  VORTEX_RETURN_IF_ERROR(media::write_mp4(out, frames, h3::kFps, &waveform, ac.sampling_rate));
   std::printf("wrote %s: %lld frames of %lldx%lld at %d fps with a %d Hz stereo soundtrack; decoded in %.2f s\n",
-              request_.out.c_str(), static_cast<long long>(frames.size(1)), static_cast<long long>(frames.size(3)),
+              out.c_str(), static_cast<long long>(frames.size(1)), static_cast<long long>(frames.size(3)),
               static_cast<long long>(frames.size(2)), h3::kFps, ac.sampling_rate, seconds);
   return ok_status();
 #else
-  return unimplemented(std::string(request_.out_flag) + " " + request_.out +
+  return unimplemented(std::string(request_.out_flag) + " " + out +
                        ": this build has no MP4 writer (libav was not found)");
 #endif
 }

@@ -56,7 +56,12 @@ class MediaDecoder {
   // Checks the latents (errors name `source`, the tensor and the element), decodes them and writes
   // request.out. `video_latents` may be null for a WAV. Progress lines go to stderr, one summary
   // line to stdout.
-  Status decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source) const;
+  Status decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source) const {
+    return decode(video_latents, audio_latents, source, request_.out);
+  }
+  // The same into `out` (of the request's kind, .wav or .mp4): a server's decoder writes one file per job.
+  Status decode(const Tensor* video_latents, const Tensor& audio_latents, const std::string& source,
+                const std::string& out) const;
 
  private:
   // The decoders on request_.device: frames [3, F, H, W] and the waveform [2, S], host F32.

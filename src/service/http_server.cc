@@ -117,19 +117,21 @@ struct HttpServer::Impl {
     send_json(res, 202, job->to_json());
   }
 
-  void latents(const std::string& id, httplib::Response& res) {
+  // A file a succeeded job wrote (`what`: "latents" or "media").
+  void send_job_file(const std::string& id, const char* what, const std::string& path, const std::string& type,
+                     httplib::Response& res) {
     const std::optional<JobSnapshot> job = jobs.get(id);
     if (!job) return send_error(res, 404, "no job " + id);
     if (job->state != JobState::kSucceeded) {
-      return send_error(res, 409, "job " + id + " is " + job_state_name(job->state) + ": no latents");
+      return send_error(res, 409, "job " + id + " is " + job_state_name(job->state) + ": no " + what);
     }
-    const std::string path = hooks.latents_path(id);
     std::ifstream file(path, std::ios::binary);
-    if (!file) return send_error(res, 500, "job " + id + ": its latents file " + path + " cannot be read");
+    if (!file) return send_error(res, 500, "job " + id + ": its " + what + " file " + path + " cannot be read");
     std::ostringstream bytes;
     bytes << file.rdbuf();
-    res.set_header("Content-Disposition", "attachment; filename=\"" + id + ".safetensors\"");
-    res.set_content(bytes.str(), "application/octet-stream");
+    res.set_header("Content-Disposition",
+                   "attachment; filename=\"" + std::filesystem::path(path).filename().string() + "\"");
+    res.set_content(bytes.str(), type);
   }
 
   void add_routes() {
@@ -151,8 +153,15 @@ struct HttpServer::Impl {
       }
       send_json(res, 200, job->to_json());
     });
-    server.Get(R"(/v1/jobs/([^/]+)/latents)",
-               [this](const httplib::Request& req, httplib::Response& res) { latents(req.matches[1], res); });
+    server.Get(R"(/v1/jobs/([^/]+)/latents)", [this](const httplib::Request& req, httplib::Response& res) {
+      const std::string id = req.matches[1];
+      send_job_file(id, "latents", hooks.latents_path(id), "application/octet-stream", res);
+    });
+    server.Get(R"(/v1/jobs/([^/]+)/media)", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!hooks.media_path) return send_error(res, 404, "this server decodes no media (start it with --media)");
+      const std::string id = req.matches[1];
+      send_job_file(id, "media", hooks.media_path(id), hooks.media_content_type, res);
+    });
     server.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
       nlohmann::json body = hooks.info;
       body["status"] = "ok";

@@ -8,6 +8,7 @@
 //   GET    /v1/jobs/{id}          one job: state, queue position, progress and ETA, result or error
 //   DELETE /v1/jobs/{id}          cancel: at once when queued, at the next step when running
 //   GET    /v1/jobs/{id}/latents  the latents (safetensors) of a succeeded job; 409 before that
+//   GET    /v1/jobs/{id}/media    its WAV or MP4, on a server that decodes media
 //   GET    /healthz               the hooks' info and the queue's counts
 //   GET    /metrics               the same counts in the Prometheus text format
 //
@@ -33,6 +34,9 @@ struct ServerHooks {
   std::function<Result<nlohmann::json>(const nlohmann::json& body, const std::string& text_upload)> check;
   // The latents file a succeeded job wrote.
   std::function<std::string(const std::string& id)> latents_path;
+  // Its media file and that file's content type; null when the server decodes no media.
+  std::function<std::string(const std::string& id)> media_path;
+  std::string media_content_type;
   std::string upload_dir;  // where uploaded text states are kept (the jobs read them later)
   nlohmann::json info;     // shown by /healthz
 };

@@ -36,6 +36,7 @@ nlohmann::json JobSnapshot::to_json() const {
       j["progress"]["eta_seconds"] = elapsed_seconds / step * (total_steps - step);
     }
   }
+  if (state == JobState::kRunning && !phase.empty()) j["phase"] = phase;
   if (started_at > 0) j["started_at"] = started_at;
   if (finished_at > 0) j["finished_at"] = finished_at;
   if (state == JobState::kSucceeded) j["result"] = result;
@@ -44,6 +45,8 @@ nlohmann::json JobSnapshot::to_json() const {
 }
 
 void JobContext::report(int step, int total, double elapsed_seconds) { queue_->report(id_, step, total, elapsed_seconds); }
+
+void JobContext::set_phase(const std::string& phase) { queue_->set_phase(id_, phase); }
 
 JobQueue::JobQueue(JobRunner runner, int max_queued, int max_finished)
     : runner_(std::move(runner)), max_queued_(max_queued), max_finished_(max_finished) {
@@ -139,6 +142,12 @@ void JobQueue::report(const std::string& id, int step, int total, double elapsed
   s.step = step;
   s.total_steps = total;
   s.elapsed_seconds = elapsed_seconds;
+}
+
+void JobQueue::set_phase(const std::string& id, const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = jobs_.find(id);
+  if (it != jobs_.end()) it->second->snapshot.phase = phase;
 }
 
 void JobQueue::forget_old_finished() {

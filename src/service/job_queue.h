@@ -38,6 +38,7 @@ struct JobSnapshot {
   int total_steps = 0;     // (0 until the runner reports)
   double submitted_at = 0, started_at = 0, finished_at = 0;  // Unix seconds; 0: not yet
   double elapsed_seconds = 0;  // of the run, at the last report
+  std::string phase;           // what a running job does now, as its runner names it ("denoise", "decode")
   nlohmann::json result;       // the runner's summary, once succeeded
   std::string error;           // failed or cancelled: the one-line reason
   nlohmann::json to_json() const;
@@ -50,6 +51,8 @@ class JobContext {
  public:
   // After each step: `step` of `total` finished, `elapsed_seconds` since the run began.
   void report(int step, int total, double elapsed_seconds);
+  // What the job does from now on, shown while it runs.
+  void set_phase(const std::string& phase);
   // True once the job was cancelled: the runner should stop at its next step boundary.
   bool cancel_requested() const { return cancel_->load(); }
 
@@ -103,6 +106,7 @@ class JobQueue {
   };
   void worker_loop();
   void report(const std::string& id, int step, int total, double elapsed_seconds);
+  void set_phase(const std::string& id, const std::string& phase);
   void forget_old_finished();  // with mutex_ held
   JobSnapshot snapshot_of(const Job& job) const;  // with mutex_ held: fills queue_position
 
