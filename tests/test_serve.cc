@@ -42,9 +42,12 @@ constexpr const char* kSlowRequest = R"({"height": 768, "width": 1344, "frames":
 // `vortex serve --synthetic PRESET --port 0 --results DIR/results [extra]` as a child process.
 class ServeProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& extra = {}, const std::string& preset = "test") {
+  // `results`: the folder (another server's, for a restart), or empty for one of its own.
+  explicit ServeProcess(const std::vector<std::string>& extra = {}, const std::string& preset = "test",
+                        const std::string& results = "")
+      : results_(results.empty() ? (dir_.path() / "results").string() : results) {
     std::vector<std::string> args = {VORTEX_CLI_PATH, "serve", "--synthetic", preset, "--port", "0",
-                                     "--results",     results()};
+                                     "--results",     results_};
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -94,12 +97,13 @@ class ServeProcess {
     c.set_read_timeout(60, 0);
     return c;
   }
-  std::string results() const { return (dir_.path() / "results").string(); }
+  const std::string& results() const { return results_; }
   std::string log() const { return test_util::read_bytes(dir_.file("stderr")); }
   const TempDir& dir() const { return dir_; }
 
  private:
   TempDir dir_;
+  std::string results_;
   pid_t pid_ = 0;
   int port_ = 0;
 };
@@ -247,6 +251,38 @@ TEST(CliServe, AFullQueueIs429AndJobsCancelQueuedOrRunning) {
   wait_for_state(c, again, "running");
   EXPECT_EQ(server.stop(), 0) << server.log();
   EXPECT_NE(server.log().find("stopping"), std::string::npos) << server.log();
+}
+
+// A server started on another's folder lists its finished jobs and runs what it left queued or running.
+TEST(CliServe, ARestartRunsWhatWasQueuedOrRunning) {
+  TempDir tmp;
+  const std::string results = (tmp.path() / "results").string();
+  std::string finished, interrupted, waiting;
+  {
+    ServeProcess first({}, "test", results);
+    httplib::Client c = first.client();
+    finished = json_of(post_json(c, kSmallRequest)).at("id");
+    wait_for_state(c, finished, "succeeded");
+    interrupted = json_of(post_json(c, kSlowRequest)).at("id");
+    wait_for_state(c, interrupted, "running");
+    waiting = json_of(post_json(c, kSmallRequest)).at("id");
+    EXPECT_EQ(first.stop(), 0) << first.log();
+  }
+  ServeProcess second({}, "test", results);
+  httplib::Client c = second.client();
+  EXPECT_NE(second.log().find("3 jobs recorded in " + results + ", 2 of them queued again"), std::string::npos)
+      << second.log();
+  const nlohmann::json listed = json_of(c.Get("/v1/jobs"));
+  ASSERT_EQ(listed.at("jobs").size(), 3u) << listed.dump();
+  EXPECT_EQ(listed["jobs"][0]["id"], finished);
+  EXPECT_EQ(listed["jobs"][0]["state"], "succeeded");
+  EXPECT_EQ(c.Get("/v1/jobs/" + finished + "/latents")->status, 200);
+  wait_for_state(c, interrupted, "running");
+  ASSERT_EQ(c.Delete("/v1/jobs/" + interrupted)->status, 200);
+  const nlohmann::json done = wait_for_state(c, waiting, "succeeded");
+  EXPECT_EQ(done["result"]["checksums"], json_of(c.Get("/v1/jobs/" + finished))["result"]["checksums"])
+      << "the same request, run after the restart";
+  EXPECT_EQ(second.stop(), 0) << second.log();
 }
 
 // --media: each job's WAV (or MP4) is the very file `generate --media` writes for the request.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -162,6 +163,61 @@ TEST(ServiceJobs, OldFinishedJobsAreForgotten) {
   EXPECT_FALSE(q.get(ids[1]).has_value());
   EXPECT_TRUE(q.get(ids[3]).has_value());
   EXPECT_EQ(q.list().size(), 2u);
+}
+
+TEST(ServiceJobs, RecordsLetARestoredQueueRunWhatAShutdownInterrupted) {
+  std::mutex mutex;
+  std::map<std::string, JobSnapshot> records;  // the last state the observer saw, per job
+  const JobObserver record = [&](const JobSnapshot& job) {
+    std::lock_guard<std::mutex> lock(mutex);
+    records[job.id] = job;
+  };
+  std::string done, interrupted, waiting, withdrawn;
+  {
+    GatedRunner gate;
+    gate.release = true;
+    JobQueue q(gate.runner(), 8, 1000, record);
+    done = q.submit({{"n", 0}})->id;
+    wait_for([&] { return state_of(q, done) == JobState::kSucceeded; }, "the first job");
+    gate.release = false;
+    interrupted = q.submit({{"n", 1}})->id;
+    waiting = q.submit({{"n", 2}})->id;
+    withdrawn = q.submit({{"n", 3}})->id;
+    ASSERT_TRUE(q.cancel(withdrawn).ok());
+    wait_for([&] { return state_of(q, interrupted) == JobState::kRunning; }, "the second job to start");
+    q.shutdown();
+  }
+  std::vector<JobSnapshot> saved;
+  for (const auto& [id, job] : records) {
+    Result<JobSnapshot> back = JobSnapshot::from_json(nlohmann::json::parse(job.to_json().dump()));
+    ASSERT_TRUE(back.ok()) << back.status().to_string();
+    saved.push_back(*back);
+  }
+  EXPECT_EQ(records.at(done).state, JobState::kSucceeded);
+  EXPECT_EQ(records.at(interrupted).state, JobState::kRunning) << "a shutdown leaves the record as it was";
+  EXPECT_EQ(records.at(waiting).state, JobState::kQueued);
+  EXPECT_EQ(records.at(withdrawn).state, JobState::kCancelled);
+
+  GatedRunner gate;
+  gate.release = true;
+  JobQueue q(gate.runner(), 8);
+  EXPECT_EQ(q.restore(saved), 2);
+  wait_for([&] { return state_of(q, waiting) == JobState::kSucceeded; }, "the restored jobs");
+  EXPECT_EQ(gate.ran, (std::vector<int>{1, 2})) << "in submission order; finished jobs are not run again";
+  EXPECT_EQ(q.get(done)->result, (nlohmann::json{{"n", 0}}));
+  EXPECT_EQ(state_of(q, withdrawn), JobState::kCancelled);
+  EXPECT_EQ(q.list().front().id, done);
+  EXPECT_EQ(q.restore(saved), 0) << "ids already held are skipped";
+  const std::string fresh = q.submit({{"n", 4}})->id;
+  EXPECT_EQ(q.list().size(), 5u);
+  EXPECT_EQ(q.list().back().id, fresh);
+
+  EXPECT_EQ(JobSnapshot::from_json({{"id", "x"}}).status().code(), StatusCode::kCorruptData);
+  EXPECT_EQ(JobSnapshot::from_json({{"id", "x"}, {"state", "paused"}, {"request", nlohmann::json::object()},
+                                    {"submitted_at", 1.0}})
+                .status()
+                .code(),
+            StatusCode::kCorruptData);
 }
 
 }  // namespace

@@ -3,16 +3,21 @@
 // RESULTS/<id>.json exactly as `vortex generate --out RESULTS/<id>` would, and with --media wav|mp4
 // also RESULTS/<id>.wav|.mp4 as `generate --media` would (the VAEs loaded once too).
 //
+// Every job's state is kept in RESULTS/<id>.job.json; a server started on the same folder lists the
+// finished jobs again and runs what was queued or running when the last one stopped (a restart
+// loses nothing that was accepted).
+//
 // A request is checked in full when it is submitted (fields, geometry, step count, attention plan,
 // uploaded text states, rows against the device arena), so a bad one is a 400 naming the field and
-// never occupies the queue. SIGINT / SIGTERM stop accepting, cancel what waits, let the running job
-// stop at its next step and exit 0.
+// never occupies the queue. SIGINT / SIGTERM stop accepting, stop the running job at its next step
+// (it and the waiting ones stay recorded, to run when a server restarts on the folder) and exit 0.
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -21,6 +26,7 @@
 
 #include "commands.h"
 #include "decode_media.h"
+#include "formats/safetensors.h"
 #include "generate_common.h"
 #include "models/h3/layout.h"
 #include "service/http_server.h"
@@ -179,6 +185,29 @@ Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
   return std::optional<MediaDecoder>(std::move(decoder));
 }
 
+std::string job_record_path(const std::filesystem::path& results, const std::string& id) {
+  return (results / (id + ".job.json")).string();
+}
+
+// The job records an earlier server left in the folder; an unreadable one is reported and skipped.
+std::vector<service::JobSnapshot> read_job_records(const std::filesystem::path& results) {
+  std::vector<service::JobSnapshot> records;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(results, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.ends_with(".job.json")) continue;
+    std::ifstream file(entry.path());
+    const nlohmann::json j = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+    Result<service::JobSnapshot> record = service::JobSnapshot::from_json(j);
+    if (!record.ok()) {
+      std::fprintf(stderr, "vortex serve: skipping %s: %s\n", entry.path().c_str(), record.status().to_string().c_str());
+      continue;
+    }
+    records.push_back(std::move(*record));
+  }
+  return records;
+}
+
 int run_serve(const ServeArgs& args) {
   if (Status s = prepare_results_folder(args.results); !s.ok()) return report_error(s);
   if (args.max_queue < 1) return report_error(invalid_argument("--max-queue must be >= 1"));
@@ -235,7 +264,18 @@ int run_serve(const ServeArgs& args) {
         if (*media) summary["media"] = "/v1/jobs/" + id + "/media";
         return summary;
       },
-      args.max_queue);
+      args.max_queue, /*max_finished=*/1000,
+      // Every change of state on disk, for the next server on this folder.
+      [&results](const service::JobSnapshot& job) {
+        const Status written = write_file_atomically(job_record_path(results, job.id), job.to_json().dump(2) + "\n");
+        if (!written.ok()) std::fprintf(stderr, "job %s: %s\n", job.id.c_str(), written.to_string().c_str());
+      });
+  const std::vector<service::JobSnapshot> records = read_job_records(results);
+  if (!records.empty()) {
+    const int requeued = jobs.restore(records);
+    std::fprintf(stderr, "vortex serve: %zu jobs recorded in %s, %d of them queued again\n", records.size(),
+                 args.results.c_str(), requeued);
+  }
 
   service::ServerHooks hooks;
   hooks.upload_dir = args.results;
@@ -288,7 +328,8 @@ int run_serve(const ServeArgs& args) {
   std::thread signal_thread([&] {
     unsigned char signal = 0;
     if (read(pipe_fds[0], &signal, 1) == 1 && signal != 0) {
-      std::fprintf(stderr, "vortex serve: signal %d: stopping (queued jobs are cancelled, the running one stops at its next step)\n",
+      std::fprintf(stderr, "vortex serve: signal %d: stopping (the running job at its next step; it and the waiting ones run again "
+                   "when a server restarts on this folder)\n",
                    signal);
       server.stop();
     }

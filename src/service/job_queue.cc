@@ -44,15 +44,53 @@ nlohmann::json JobSnapshot::to_json() const {
   return j;
 }
 
+Result<JobSnapshot> JobSnapshot::from_json(const nlohmann::json& j) {
+  JobSnapshot s;
+  const auto field = [&](const char* key) -> Result<const nlohmann::json*> {
+    if (!j.is_object() || !j.contains(key)) return corrupt_data(std::string("job record: no field '") + key + "'");
+    return &j.at(key);
+  };
+  VORTEX_ASSIGN_OR_RETURN(const nlohmann::json* id, field("id"));
+  VORTEX_ASSIGN_OR_RETURN(const nlohmann::json* state, field("state"));
+  VORTEX_ASSIGN_OR_RETURN(const nlohmann::json* request, field("request"));
+  VORTEX_ASSIGN_OR_RETURN(const nlohmann::json* submitted, field("submitted_at"));
+  if (!id->is_string() || !state->is_string() || !request->is_object() || !submitted->is_number()) {
+    return corrupt_data("job record: id, state, request or submitted_at has the wrong type");
+  }
+  s.id = *id;
+  const std::string name = *state;
+  bool known = false;
+  for (JobState candidate : {JobState::kQueued, JobState::kRunning, JobState::kSucceeded, JobState::kFailed,
+                             JobState::kCancelled}) {
+    if (name == job_state_name(candidate)) {
+      s.state = candidate;
+      known = true;
+    }
+  }
+  if (!known) return corrupt_data("job record " + s.id + ": unknown state '" + name + "'");
+  s.request = *request;
+  s.submitted_at = *submitted;
+  s.started_at = j.value("started_at", 0.0);
+  s.finished_at = j.value("finished_at", 0.0);
+  s.result = j.value("result", nlohmann::json());
+  s.error = j.value("error", "");
+  if (j.contains("progress") && j["progress"].is_object()) {
+    s.step = j["progress"].value("step", 0);
+    s.total_steps = j["progress"].value("total", 0);
+    s.elapsed_seconds = j["progress"].value("elapsed_seconds", 0.0);
+  }
+  return s;
+}
+
 void JobContext::report(int step, int total, double elapsed_seconds) { queue_->report(id_, step, total, elapsed_seconds); }
 
 void JobContext::set_phase(const std::string& phase) { queue_->set_phase(id_, phase); }
 
-JobQueue::JobQueue(JobRunner runner, int max_queued, int max_finished)
-    : runner_(std::move(runner)), max_queued_(max_queued), max_finished_(max_finished) {
+JobQueue::JobQueue(JobRunner runner, int max_queued, int max_finished, JobObserver observer)
+    : runner_(std::move(runner)), max_queued_(max_queued), max_finished_(max_finished), observer_(std::move(observer)) {
   // Ids stay unique across restarts of a server writing into the same folder: the start time
-  // in seconds, then a counter.
-  id_prefix_ = std::to_string(static_cast<int64_t>(unix_seconds())) + "-";
+  // in milliseconds, then a counter (submit() also skips any id a restore brought back).
+  id_prefix_ = std::to_string(static_cast<int64_t>(unix_seconds() * 1000)) + "-";
   worker_ = std::thread([this] { worker_loop(); });
 }
 
@@ -65,7 +103,9 @@ std::optional<JobSnapshot> JobQueue::submit(nlohmann::json request) {
     return std::nullopt;
   }
   auto job = std::make_unique<Job>();
-  job->snapshot.id = id_prefix_ + std::to_string(next_id_++);
+  do {
+    job->snapshot.id = id_prefix_ + std::to_string(next_id_++);
+  } while (jobs_.count(job->snapshot.id) != 0);
   job->snapshot.request = std::move(request);
   job->snapshot.submitted_at = unix_seconds();
   const std::string id = job->snapshot.id;
@@ -73,8 +113,44 @@ std::optional<JobSnapshot> JobQueue::submit(nlohmann::json request) {
   queued_.push_back(id);
   jobs_.emplace(id, std::move(job));
   ++totals_.submitted;
+  observe(*jobs_.at(id));
   wake_.notify_all();
   return snapshot_of(*jobs_.at(id));
+}
+
+int JobQueue::restore(std::vector<JobSnapshot> records) {
+  std::sort(records.begin(), records.end(),
+            [](const JobSnapshot& a, const JobSnapshot& b) { return a.submitted_at < b.submitted_at; });
+  std::lock_guard<std::mutex> lock(mutex_);
+  int queued = 0;
+  for (JobSnapshot& record : records) {
+    if (jobs_.count(record.id) != 0) continue;
+    auto job = std::make_unique<Job>();
+    if (!finished(record.state)) {
+      record.state = JobState::kQueued;
+      record.started_at = 0;
+      record.step = record.total_steps = 0;
+      record.elapsed_seconds = 0;
+      record.phase.clear();
+      queued_.push_back(record.id);
+      ++queued;
+    }
+    job->snapshot = std::move(record);
+    const std::string id = job->snapshot.id;
+    order_.push_back(id);
+    jobs_.emplace(id, std::move(job));
+  }
+  // Restored jobs were submitted before any of this server's, so they go first in the listing.
+  std::stable_sort(order_.begin(), order_.end(), [this](const std::string& a, const std::string& b) {
+    return jobs_.at(a)->snapshot.submitted_at < jobs_.at(b)->snapshot.submitted_at;
+  });
+  forget_old_finished();
+  wake_.notify_all();
+  return queued;
+}
+
+void JobQueue::observe(const Job& job) const {
+  if (observer_) observer_(job.snapshot);
 }
 
 JobSnapshot JobQueue::snapshot_of(const Job& job) const {
@@ -110,11 +186,13 @@ Result<JobSnapshot> JobQueue::cancel(const std::string& id) {
     return invalid_argument("job " + id + " already " + job_state_name(job.snapshot.state));
   }
   job.cancel->store(true);
+  job.cancelled_by_request = true;
   if (job.snapshot.state == JobState::kQueued) {
     queued_.erase(std::find(queued_.begin(), queued_.end(), id));
     job.snapshot.state = JobState::kCancelled;
     job.snapshot.finished_at = unix_seconds();
     job.snapshot.error = "cancelled while queued";
+    observe(job);
     forget_old_finished();
     return job.snapshot;
   }
@@ -174,6 +252,7 @@ void JobQueue::worker_loop() {
     Job& job = *jobs_.at(id);
     job.snapshot.state = JobState::kRunning;
     job.snapshot.started_at = unix_seconds();
+    observe(job);
     const nlohmann::json request = job.snapshot.request;
     JobContext context(this, id, job.cancel);
     lock.unlock();
@@ -192,6 +271,8 @@ void JobQueue::worker_loop() {
           outcome.status().code() == StatusCode::kCancelled ? JobState::kCancelled : JobState::kFailed;
       done.snapshot.error = outcome.status().to_string();
     }
+    // A job the shutdown interrupted keeps its record "running", so that a restore runs it again.
+    if (!(stopping_ && done.snapshot.state == JobState::kCancelled && !done.cancelled_by_request)) observe(done);
     forget_old_finished();
   }
 }

@@ -4,6 +4,11 @@
 //
 // Thread safety: every public method may be called from any thread (the HTTP handlers' pool)
 // while the worker runs.
+//
+// Persistence is the owner's: an observer sees every change of state (submitted, started,
+// finished, cancelled) and may record it; restore() takes such records back after a restart. A
+// shutdown does not tell the observer about the jobs it interrupts, so their last record stays
+// queued or running, and a restore runs them again.
 #pragma once
 
 #include <atomic>
@@ -42,6 +47,8 @@ struct JobSnapshot {
   nlohmann::json result;       // the runner's summary, once succeeded
   std::string error;           // failed or cancelled: the one-line reason
   nlohmann::json to_json() const;
+  // to_json's inverse, for restore(); a record that is not one is kCorruptData naming the field.
+  static Result<JobSnapshot> from_json(const nlohmann::json& j);
 };
 
 class JobQueue;
@@ -69,6 +76,9 @@ class JobContext {
 using JobRunner = std::function<Result<nlohmann::json>(const std::string& id, const nlohmann::json& request,
                                                        JobContext& context)>;
 
+// Called, with the queue's lock held, after each change of a job's state.
+using JobObserver = std::function<void(const JobSnapshot&)>;
+
 struct QueueMetrics {
   std::map<JobState, int> jobs;  // by state, of the jobs still held
   int64_t submitted = 0, rejected_full = 0;
@@ -81,13 +91,17 @@ class JobQueue {
  public:
   // At most `max_queued` jobs wait (the running one not counted); finished jobs beyond
   // `max_finished` are forgotten oldest first (their files stay wherever the runner wrote them).
-  JobQueue(JobRunner runner, int max_queued, int max_finished = 1000);
+  JobQueue(JobRunner runner, int max_queued, int max_finished = 1000, JobObserver observer = nullptr);
   ~JobQueue();  // shutdown()
   JobQueue(const JobQueue&) = delete;
   JobQueue& operator=(const JobQueue&) = delete;
 
   // Queues a request under a fresh id; nullopt when max_queued jobs already wait.
   std::optional<JobSnapshot> submit(nlohmann::json request);
+  // Jobs recorded by an earlier server: finished ones are held as they were; queued or running
+  // ones (interrupted) are queued again, from step 0, in their submission order, beyond
+  // max_queued if need be. Ids already held are skipped. Returns how many were queued.
+  int restore(std::vector<JobSnapshot> jobs);
   std::optional<JobSnapshot> get(const std::string& id) const;
   std::vector<JobSnapshot> list() const;  // in submission order
   // A queued job is cancelled at once; a running one is asked to stop (its state turns to
@@ -103,15 +117,18 @@ class JobQueue {
   struct Job {
     JobSnapshot snapshot;
     std::shared_ptr<std::atomic<bool>> cancel = std::make_shared<std::atomic<bool>>(false);
+    bool cancelled_by_request = false;  // cancel(), not shutdown(): the record says cancelled
   };
   void worker_loop();
   void report(const std::string& id, int step, int total, double elapsed_seconds);
   void set_phase(const std::string& id, const std::string& phase);
   void forget_old_finished();  // with mutex_ held
   JobSnapshot snapshot_of(const Job& job) const;  // with mutex_ held: fills queue_position
+  void observe(const Job& job) const;             // with mutex_ held
 
   JobRunner runner_;
   int max_queued_, max_finished_;
+  JobObserver observer_;
   std::string id_prefix_;
   int64_t next_id_ = 1;
 
