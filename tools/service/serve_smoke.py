@@ -3,12 +3,14 @@
 
     python3 tools/service/serve_smoke.py VORTEX_BINARY OUT_DIR [--preset h3] [--device cuda]
 
-Starts the server (synthetic weights made on the device), then runs in order: the canonical request
-with 100 synthetic text tokens and 3 grid points; a smaller geometry; the canonical request with
-int8fp8 attention; the first request again; a 50-step request cancelled while running; a request
-with more rows than the arena holds. Checks: the first and fourth jobs' latents are the bits
-`vortex generate --device cuda` writes for that request (run first, same binary), every job ends in
-the state expected, the oversized request is a 400, and SIGTERM ends the server with exit code 0.
+Starts the server (synthetic weights made on the device; --media wav with the synthetic h3 audio
+VAE), then runs in order: the canonical request with 100 synthetic text tokens and 3 grid points; a
+smaller geometry; the canonical request with int8fp8 attention; the first request again; a 50-step
+request cancelled while running; a request with more rows than the arena holds; a 50-step request
+running when the server gets SIGTERM. Checks: the first and fourth jobs' latents are the bits, and
+their WAVs the bytes, that `vortex generate --device cuda --media` writes for that request (run
+first, same binary); every job ends in the state expected; the oversized request is a 400; SIGTERM
+ends the server with exit code 0; a server restarted on the folder runs the interrupted job again.
 Prints one line per check and exits non-zero when any fails.
 
 The GPU machine has no cpp-httplib, so the binary is one built where it is (CUDA + service) and
@@ -62,21 +64,37 @@ def main():
         failures += not ok
         print(("PASS " if ok else "FAIL ") + what, flush=True)
 
+    vae = ["--synthetic-audio-vae", preset]
     gen = subprocess.run([binary, "generate", "--synthetic", preset, "--device", device, "--steps", "3", "--seed", "1",
-                          "--text-tokens", "100", "--out", str(out / "generated")], capture_output=True, text=True)
+                          "--text-tokens", "100", "--out", str(out / "generated"), "--media",
+                          str(out / "generated.wav")] + vae, capture_output=True, text=True)
     check(gen.returncode == 0, f"generate --device {device}: rc {gen.returncode}" +
           ("" if gen.returncode == 0 else " " + gen.stderr.strip()[-300:]))
     want = json.loads((out / "generated.json").read_text())["checksums"] if gen.returncode == 0 else None
 
-    stdout, stderr = open(out / "serve.out", "w"), open(out / "serve.err", "w")
-    server = subprocess.Popen([binary, "serve", "--synthetic", preset, "--device", device, "--port", "0",
-                               "--results", str(out / "results")], stdout=stdout, stderr=stderr)
-    port, start = None, time.time()
-    while port is None and time.time() - start < 300 and server.poll() is None:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", (out / "serve.out").read_text())
-        port = int(m.group(1)) if m else None
-        time.sleep(0.2)
-    check(port is not None, f"serve started in {time.time() - start:.1f} s")
+    def start_server(log):
+        stdout, stderr = open(out / f"{log}.out", "w"), open(out / f"{log}.err", "w")
+        server = subprocess.Popen([binary, "serve", "--synthetic", preset, "--device", device, "--port", "0",
+                                   "--results", str(out / "results"), "--media", "wav"] + vae,
+                                  stdout=stdout, stderr=stderr)
+        port, start = None, time.time()
+        while port is None and time.time() - start < 300 and server.poll() is None:
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", (out / f"{log}.out").read_text())
+            port = int(m.group(1)) if m else None
+            time.sleep(0.2)
+        check(port is not None, f"{log} started in {time.time() - start:.1f} s")
+        return server, port
+
+    def stop_server(server, what):
+        server.send_signal(signal.SIGTERM)
+        try:
+            code = server.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            code = None
+        check(code == 0, f"{what}: exit code {code}")
+
+    server, port = start_server("serve")
     if port is None:
         server.kill()
         return 1
@@ -104,6 +122,10 @@ def main():
         for name in ("canonical", "canonical again"):
             got = results.get(name, {}).get("result", {}).get("checksums")
             check(got == want, f"{name}: latents checksums equal generate's ({(got or {}).get('video', {}).get('sha256')})")
+            job_id = results.get(name, {}).get("id")
+            wav = (out / "results" / f"{job_id}.wav")
+            check(wav.exists() and wav.read_bytes() == (out / "generated.wav").read_bytes(),
+                  f"{name}: the WAV is generate --media's bytes")
 
     status, job = call(port, "POST", "/v1/jobs", dict(CANONICAL, steps=50))
     if status == 202:
@@ -121,13 +143,20 @@ def main():
     status, job = call(port, "POST", "/v1/jobs", dict(CANONICAL, text_tokens=2000))
     check(status == 400 and "rows" in job.get("error", ""), f"oversized request: {status} {job.get('error')}")
 
-    server.send_signal(signal.SIGTERM)
-    try:
-        code = server.wait(timeout=120)
-    except subprocess.TimeoutExpired:
+    status, job = call(port, "POST", "/v1/jobs", dict(CANONICAL, steps=50))
+    running = wait_state(port, job.get("id"), ("running",)) if status == 202 else {}
+    stop_server(server, "SIGTERM with a job running")
+    server, port = start_server("restarted")
+    if port is None:
         server.kill()
-        code = None
-    check(code == 0, f"SIGTERM: exit code {code}")
+        return 1
+    again = wait_state(port, job.get("id"), ("running",))
+    check(running.get("state") == "running" and again.get("state") == "running",
+          f"the interrupted job runs again after the restart: {again.get('state')}")
+    call(port, "DELETE", f"/v1/jobs/{job.get('id')}")
+    stopped = wait_state(port, job.get("id"), ("cancelled", "succeeded", "failed"))
+    check(stopped.get("state") == "cancelled", f"and is cancelled there: {stopped.get('state')}")
+    stop_server(server, "SIGTERM")
     print(f"{failures} checks failed", flush=True)
     return 1 if failures else 0
 
