@@ -107,18 +107,7 @@ int run_generate(const GenerateArgs& args) {
 void add_generate_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from text states (t2va)");
-  auto* model = cmd->add_option("--model", args->model.model_path, "Checkpoint: .safetensors file, index JSON or folder");
-  auto* synthetic = cmd->add_option("--synthetic", args->model.synthetic_preset,
-                                    "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
-  model->excludes(synthetic);
-  cmd->add_option("--weights-seed", args->model.weights_seed, "Seed of the synthetic weights (transformer and VAEs)")
-      ->capture_default_str();
-  cmd->add_option("--device", args->model.device, "Where the transformer runs")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  cmd->add_option("--dtype", args->model.dtype, "Activation and weight dtype")
-      ->check(CLI::IsMember({"bf16", "f32"}))
-      ->capture_default_str();
+  const auto check_model_given = add_model_options(cmd, args->model);
   cmd->add_option("--text", args->request.text_path, "Text states (Qwen3-VL layer-50 hidden states) as safetensors");
   cmd->add_option("--text-key", args->request.text_key, "Tensor name inside --text (default: the only tensor)");
   cmd->add_option("--text-tokens", args->request.text_tokens, "Synthetic text states: number of tokens (without --text)")
@@ -133,16 +122,6 @@ void add_generate_command(CLI::App& app, Action& action) {
                   "Attention mode: exact, or int8fp8 (approximate: ~0.04 rel-L2 vs exact per attention)")
       ->check(CLI::IsMember({"exact", "int8fp8"}))
       ->capture_default_str();
-  cmd->add_option("--recipe", args->model.recipe,
-                  "Block linears: bf16, or fp8 (--device cuda; e4m3 weights and activations, approximate: "
-                  "~1.6e-3 rel-L2 vs bf16 per block)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
-      ->capture_default_str();
-  cmd->add_option("--adaln-tables", args->model.adaln_tables,
-                  "--device cuda: AdaLN modulation tables computed once per request (the 26 GB of AdaLN weights "
-                  "never stay on the device) or per step from resident weights; bitwise the same result")
-      ->check(CLI::IsMember({"request", "step"}))
-      ->capture_default_str();
   cmd->add_option("--exact-blocks", args->request.exact_blocks, "With --attention int8fp8: blocks that stay exact (e.g. 0,1,49)")
       ->delimiter(',');
   cmd->add_option("--out", args->out, "Output prefix: writes PREFIX.safetensors and PREFIX.json")->required();
@@ -150,10 +129,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--media", args->media.out,
                   "Then decode the latents to PATH.wav (soundtrack) or PATH.mp4 (picture and sound), as vortex decode");
   add_vae_options(cmd, args->media);
-  cmd->callback([args, &action, model, synthetic] {
-    if (model->count() == 0 && synthetic->count() == 0) {
-      throw CLI::ValidationError("generate", "one of --model or --synthetic is required");
-    }
+  cmd->callback([args, &action, check_model_given] {
+    check_model_given();
     action = [args] {
       args->model.int8fp8_workspace = args->request.attention == "int8fp8";
       args->media.weights_seed = args->model.weights_seed;

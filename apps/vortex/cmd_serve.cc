@@ -348,23 +348,7 @@ int run_serve(const ServeArgs& args) {
 void add_serve_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve generate requests over HTTP with the model loaded once");
-  auto* model = cmd->add_option("--model", args->model.model_path, "Checkpoint: .safetensors file, index JSON or folder");
-  auto* synthetic = cmd->add_option("--synthetic", args->model.synthetic_preset,
-                                    "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
-  model->excludes(synthetic);
-  cmd->add_option("--weights-seed", args->model.weights_seed, "Seed of the synthetic weights")->capture_default_str();
-  cmd->add_option("--device", args->model.device, "Where the transformer runs")
-      ->check(CLI::IsMember({"cpu", "cuda"}))
-      ->capture_default_str();
-  cmd->add_option("--dtype", args->model.dtype, "Activation and weight dtype")
-      ->check(CLI::IsMember({"bf16", "f32"}))
-      ->capture_default_str();
-  cmd->add_option("--recipe", args->model.recipe, "Block linears: bf16, or fp8 (--device cuda)")
-      ->check(CLI::IsMember({"bf16", "fp8"}))
-      ->capture_default_str();
-  cmd->add_option("--adaln-tables", args->model.adaln_tables, "--device cuda: AdaLN tables per request or per step")
-      ->check(CLI::IsMember({"request", "step"}))
-      ->capture_default_str();
+  const auto check_model_given = add_model_options(cmd, args->model);
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port to listen on (0: any free port, printed at start)")->capture_default_str();
   cmd->add_option("--results", args->results, "Folder for the jobs' latents, summaries and uploaded text states")
@@ -379,10 +363,8 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "Also decode each job's latents to a WAV (soundtrack) or an MP4 (picture and sound), as generate --media")
       ->check(CLI::IsMember({"wav", "mp4"}));
   add_vae_options(cmd, args->media);
-  cmd->callback([args, &action, model, synthetic] {
-    if (model->count() == 0 && synthetic->count() == 0) {
-      throw CLI::ValidationError("serve", "one of --model or --synthetic is required");
-    }
+  cmd->callback([args, &action, check_model_given] {
+    check_model_given();
     action = [args] { return run_serve(*args); };
   });
 }

@@ -97,6 +97,37 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
 
 }  // namespace
 
+std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
+  auto* model = cmd->add_option("--model", m.model_path, "Checkpoint: .safetensors file, index JSON or folder");
+  auto* synthetic = cmd->add_option("--synthetic", m.synthetic_preset,
+                                    "Use deterministic synthetic weights of a preset (h3, test, small, mid)");
+  model->excludes(synthetic);
+  cmd->add_option("--weights-seed", m.weights_seed, "Seed of the synthetic weights (transformer and VAEs)")
+      ->capture_default_str();
+  cmd->add_option("--device", m.device, "Where the transformer runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_option("--dtype", m.dtype, "Activation and weight dtype")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  cmd->add_option("--recipe", m.recipe,
+                  "Block linears: bf16, or fp8 (--device cuda; e4m3 weights and activations, approximate: "
+                  "~1.6e-3 rel-L2 vs bf16 per block)")
+      ->check(CLI::IsMember({"bf16", "fp8"}))
+      ->capture_default_str();
+  cmd->add_option("--adaln-tables", m.adaln_tables,
+                  "--device cuda: AdaLN modulation tables computed once per request (the 26 GB of AdaLN weights "
+                  "never stay on the device) or per step from resident weights; bitwise the same result")
+      ->check(CLI::IsMember({"request", "step"}))
+      ->capture_default_str();
+  const std::string name = cmd->get_name();
+  return [model, synthetic, name] {
+    if (model->count() == 0 && synthetic->count() == 0) {
+      throw CLI::ValidationError(name, "one of --model or --synthetic is required");
+    }
+  };
+}
+
 Result<h3::H3Config> model_config(const ModelOptions& model) {
   if (model.model_path.empty()) return h3::config_preset(model.synthetic_preset);
   VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(model.model_path));

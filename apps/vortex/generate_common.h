@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "models/h3/config.h"
@@ -48,6 +49,11 @@ struct RequestOptions {
   // The names the errors use for the fields (the CLI's flags, or the served request's JSON keys).
   std::function<std::string(const std::string& field)> field_name = [](const std::string& f) { return "--" + f; };
 };
+
+// Registers the model's flags (--model or --synthetic, --weights-seed, --device, --dtype, --recipe,
+// --adaln-tables) on `cmd`, spelled and explained alike in generate and serve. The function returned
+// is for the subcommand's callback: it throws CLI's error unless --model or --synthetic came.
+std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& model);
 
 // The config of the model the options name (the preset's, or the checkpoint's: cheap, no weights read).
 Result<h3::H3Config> model_config(const ModelOptions& model);
