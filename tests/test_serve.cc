@@ -268,14 +268,23 @@ TEST(CliServe, ARestartRunsWhatWasQueuedOrRunning) {
     waiting = json_of(post_json(c, kSmallRequest)).at("id");
     EXPECT_EQ(first.stop(), 0) << first.log();
   }
+  // Records edited or broken since: one that is not a record is skipped; one whose request lost a
+  // field fails when its turn comes (first: it was submitted earliest), and the others run on.
+  test_util::write_bytes(results + "/broken.job.json", "{ not json");
+  const nlohmann::json edited = {{"id", "edited"}, {"state", "queued"}, {"submitted_at", 1.0},
+                                 {"request", {{"width", 64}}}};
+  test_util::write_bytes(results + "/edited.job.json", edited.dump());
   ServeProcess second({}, "test", results);
   httplib::Client c = second.client();
-  EXPECT_NE(second.log().find("3 jobs recorded in " + results + ", 2 of them queued again"), std::string::npos)
+  EXPECT_NE(second.log().find("4 jobs recorded in " + results + ", 3 of them queued again"), std::string::npos)
       << second.log();
+  EXPECT_NE(second.log().find("skipping " + results + "/broken.job.json"), std::string::npos) << second.log();
+  const nlohmann::json failed = wait_for_state(c, "edited", "failed");
+  EXPECT_NE(failed.value("error", "").find("the job's request"), std::string::npos) << failed.dump();
   const nlohmann::json listed = json_of(c.Get("/v1/jobs"));
-  ASSERT_EQ(listed.at("jobs").size(), 3u) << listed.dump();
-  EXPECT_EQ(listed["jobs"][0]["id"], finished);
-  EXPECT_EQ(listed["jobs"][0]["state"], "succeeded");
+  ASSERT_EQ(listed.at("jobs").size(), 4u) << listed.dump();
+  EXPECT_EQ(listed["jobs"][1]["id"], finished);
+  EXPECT_EQ(listed["jobs"][1]["state"], "succeeded");
   EXPECT_EQ(c.Get("/v1/jobs/" + finished + "/latents")->status, 200);
   wait_for_state(c, interrupted, "running");
   ASSERT_EQ(c.Delete("/v1/jobs/" + interrupted)->status, 200);

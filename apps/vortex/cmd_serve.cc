@@ -126,8 +126,9 @@ nlohmann::json request_json(const RequestOptions& r) {
   return j;
 }
 
-// The queued JSON (request_json's) back into options: written by us, so only the fields differ.
-RequestOptions request_options(const nlohmann::json& j) {
+// The queued JSON (request_json's) back into options. Written by us, but it may come from a job
+// record on disk that was edited since: a field that is missing or of the wrong type is an error.
+Result<RequestOptions> request_options(const nlohmann::json& j) try {
   RequestOptions r;
   r.field_name = json_field;
   r.height = j.at("height");
@@ -144,6 +145,8 @@ RequestOptions request_options(const nlohmann::json& j) {
     r.text_tokens = j.at("text_tokens");
   }
   return r;
+} catch (const nlohmann::json::exception& e) {
+  return corrupt_data(std::string("the job's request: ") + e.what());
 }
 
 // The write end of run_serve's signal pipe (a signal handler can reach nothing else).
@@ -233,11 +236,33 @@ int run_serve(const ServeArgs& args) {
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const std::filesystem::path results(args.results);
 
+  const bool int8fp8_served = model_options.int8fp8_workspace || args.model.device == "cpu";
+  // What this server can run: check_request, then the arena's rows, the attention mode and the
+  // VAEs' latent shapes. At submit, and again when a job starts (a restored one was checked by
+  // another server).
+  const auto check_served = [&](const RequestOptions& r) -> Result<CheckedRequest> {
+    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config));
+    if (args.model.device == "cuda" && checked.rows > max_rows) {
+      return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
+                              std::to_string(max_rows) + " (--max-rows)");
+    }
+    if (checked.attention.uses(h3::AttentionMode::kInt8Fp8) && !int8fp8_served) {
+      return invalid_argument("attention: int8fp8 needs head dim 128 on --device cuda");
+    }
+    if (*media) {  // the VAEs must take this request's latents
+      VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({r.height, r.width, r.frames}, *config));
+      VORTEX_RETURN_IF_ERROR((*media)->check_shapes({config->in_channels, g.latent_frames, g.latent_height, g.latent_width},
+                                                    {h3::kAudioChannels, g.audio_latents, config->audio_in_channels},
+                                                    "media"));
+    }
+    return checked;
+  };
+
   // One job at a time on the loaded model; progress to the queue and one line per step to stderr.
   service::JobQueue jobs(
       [&](const std::string& id, const nlohmann::json& request, service::JobContext& context) -> Result<nlohmann::json> {
-        const RequestOptions r = request_options(request);
-        VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, model->steps().config()));
+        VORTEX_ASSIGN_OR_RETURN(const RequestOptions r, request_options(request));
+        VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_served(r));
         const auto progress = [&](const h3::StepProgress& p) {
           context.report(p.step, p.total, p.elapsed_seconds);
           std::fprintf(stderr, "job %s: step %d/%d  %.3f s\n", id.c_str(), p.step, p.total, p.step_seconds);
@@ -286,25 +311,11 @@ int run_serve(const ServeArgs& args) {
     };
     hooks.media_content_type = args.media_kind == "wav" ? "audio/wav" : "video/mp4";
   }
-  const bool int8fp8_served = model_options.int8fp8_workspace || args.model.device == "cpu";
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served}};
   hooks.check = [&](const nlohmann::json& body, const std::string& text_upload) -> Result<nlohmann::json> {
     VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, text_upload));
-    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config));
-    if (args.model.device == "cuda" && checked.rows > max_rows) {
-      return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
-                              std::to_string(max_rows) + " (--max-rows)");
-    }
-    if (checked.attention.uses(h3::AttentionMode::kInt8Fp8) && !int8fp8_served) {
-      return invalid_argument("attention: int8fp8 needs head dim 128 on --device cuda");
-    }
-    if (*media) {  // the VAEs must take this request's latents
-      VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({r.height, r.width, r.frames}, *config));
-      VORTEX_RETURN_IF_ERROR((*media)->check_shapes({config->in_channels, g.latent_frames, g.latent_height, g.latent_width},
-                                                    {h3::kAudioChannels, g.audio_latents, config->audio_in_channels},
-                                                    "media"));
-    }
+    VORTEX_RETURN_IF_ERROR(check_served(r).status());
     return request_json(r);
   };
 
