@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`vortex serve --device cuda` on the GPU machine: several requests on one resident model.
 
-    python3 tools/service/serve_smoke.py VORTEX_BINARY OUT_DIR [--preset h3] [--device cuda]
+    python3 tools/service/serve_smoke.py VORTEX_BINARY OUT_DIR [--preset h3] [--device cuda] [--recipe bf16]
 
 Starts the server (synthetic weights made on the device; --media wav with the synthetic h3 audio
 VAE), then runs in order: the canonical request with 100 synthetic text tokens and 3 grid points; a
@@ -56,6 +56,7 @@ def main():
     binary, out = sys.argv[1], pathlib.Path(sys.argv[2])
     options = dict(zip(sys.argv[3::2], sys.argv[4::2]))
     preset, device = options.get("--preset", "h3"), options.get("--device", "cuda")
+    recipe = ["--recipe", options.get("--recipe", "bf16")]
     out.mkdir(parents=True, exist_ok=True)
     failures = 0
 
@@ -67,7 +68,7 @@ def main():
     vae = ["--synthetic-audio-vae", preset]
     gen = subprocess.run([binary, "generate", "--synthetic", preset, "--device", device, "--steps", "3", "--seed", "1",
                           "--text-tokens", "100", "--out", str(out / "generated"), "--media",
-                          str(out / "generated.wav")] + vae, capture_output=True, text=True)
+                          str(out / "generated.wav")] + vae + recipe, capture_output=True, text=True)
     check(gen.returncode == 0, f"generate --device {device}: rc {gen.returncode}" +
           ("" if gen.returncode == 0 else " " + gen.stderr.strip()[-300:]))
     want = json.loads((out / "generated.json").read_text())["checksums"] if gen.returncode == 0 else None
@@ -75,7 +76,7 @@ def main():
     def start_server(log):
         stdout, stderr = open(out / f"{log}.out", "w"), open(out / f"{log}.err", "w")
         server = subprocess.Popen([binary, "serve", "--synthetic", preset, "--device", device, "--port", "0",
-                                   "--results", str(out / "results"), "--media", "wav"] + vae,
+                                   "--results", str(out / "results"), "--media", "wav"] + vae + recipe,
                                   stdout=stdout, stderr=stderr)
         port, start = None, time.time()
         while port is None and time.time() - start < 300 and server.poll() is None:
