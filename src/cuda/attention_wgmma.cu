@@ -191,19 +191,41 @@ __device__ __forceinline__ void update_row_max(const float (&s)[64], float (&row
                                                float scale_log2) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    // The row's 32 scores of this lane by a pairwise tree: 5 dependent steps instead of 16. A max
-    // is exact whatever the order, so the bits are the chain's.
+    // The row's 32 scores of this lane. Non-negative floats order like their bits as signed
+    // integers, and any of them beats every negative float, so a three-input integer max
+    // (VIMNMX3; sm_90 has no three-input float max) over the bits is the float max whenever the
+    // result is non-negative. A lane whose 32 scores are all negative takes the float tree.
+    int b[kBlockK / 4];
+#pragma unroll
+    for (int j = 0; j < kBlockK / 8; ++j) {
+      b[2 * j] = __float_as_int(s[4 * j + 2 * r]);
+      b[2 * j + 1] = __float_as_int(s[4 * j + 2 * r + 1]);
+    }
+    int i0 = max(max(b[0], b[1]), b[2]), i1 = max(max(b[3], b[4]), b[5]), i2 = max(max(b[6], b[7]), b[8]);
+    int i3 = max(max(b[9], b[10]), b[11]), i4 = max(max(b[12], b[13]), b[14]), i5 = max(max(b[15], b[16]), b[17]);
+    int i6 = max(max(b[18], b[19]), b[20]), i7 = max(max(b[21], b[22]), b[23]), i8 = max(max(b[24], b[25]), b[26]);
+    int i9 = max(max(b[27], b[28]), b[29]), i10 = max(b[30], b[31]);
+    i0 = max(max(i0, i1), i2);
+    i3 = max(max(i3, i4), i5);
+    i6 = max(max(i6, i7), i8);
+    i9 = max(i9, i10);
+    i0 = max(max(i0, i3), max(i6, i9));
     float m[kBlockK / 8];
+    m[0] = __int_as_float(i0);
+    if (i0 < 0) {
+      // The pairwise float tree: 5 dependent steps instead of 16. A max is exact whatever the
+      // order, so the bits are the chain's.
 #pragma unroll
-    for (int j = 0; j < kBlockK / 8; ++j) m[j] = fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]);
-    static_assert(kBlockK / 8 == 16, "the tree below halves 16 values four times");
+      for (int j = 0; j < kBlockK / 8; ++j) m[j] = fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]);
+      static_assert(kBlockK / 8 == 16, "the tree below halves 16 values four times");
 #pragma unroll
-    for (int j = 0; j < 8; ++j) m[j] = fmaxf(m[j], m[j + 8]);
+      for (int j = 0; j < 8; ++j) m[j] = fmaxf(m[j], m[j + 8]);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m[j] = fmaxf(m[j], m[j + 4]);
-    m[0] = fmaxf(m[0], m[2]);
-    m[1] = fmaxf(m[1], m[3]);
-    m[0] = fmaxf(m[0], m[1]);
+      for (int j = 0; j < 4; ++j) m[j] = fmaxf(m[j], m[j + 4]);
+      m[0] = fmaxf(m[0], m[2]);
+      m[1] = fmaxf(m[1], m[3]);
+      m[0] = fmaxf(m[0], m[1]);
+    }
     float new_max = fmaxf(row_max[r], m[0]);
     new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 1));
     new_max = fmaxf(new_max, __shfl_xor_sync(0xffffffffu, new_max, 2));
