@@ -31,19 +31,15 @@ struct GenerateArgs {
 Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args, const h3::H3Config& config) {
   const MediaRequest& m = args.media;
   if (m.out.empty()) {
-    if (!m.audio_vae_path.empty() || !m.synthetic_audio_vae.empty() || !m.video_vae_path.empty() ||
-        !m.synthetic_video_vae.empty()) {
+    if (any_vae_option(m)) {
       return invalid_argument("the VAE options decode the latents into --media PATH.wav|PATH.mp4, which is not given");
     }
     return std::optional<MediaDecoder>();
   }
   // The cheap checks before a checkpoint is read.
   VORTEX_RETURN_IF_ERROR(check_media_request(m));
-  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({args.request.height, args.request.width, args.request.frames}, config));
   VORTEX_ASSIGN_OR_RETURN(MediaDecoder decoder, MediaDecoder::load(m));
-  const Shape video{config.in_channels, g.latent_frames, g.latent_height, g.latent_width};
-  const Shape audio{h3::kAudioChannels, g.audio_latents, config.audio_in_channels};
-  VORTEX_RETURN_IF_ERROR(decoder.check_shapes(video, audio, "--media " + m.out));
+  VORTEX_RETURN_IF_ERROR(check_decoder_takes(decoder, args.request, config, "--media " + m.out));
   return std::optional<MediaDecoder>(std::move(decoder));
 }
 

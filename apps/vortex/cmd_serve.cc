@@ -28,7 +28,6 @@
 #include "decode_media.h"
 #include "formats/safetensors.h"
 #include "generate_common.h"
-#include "models/h3/layout.h"
 #include "service/http_server.h"
 #include "service/job_queue.h"
 
@@ -174,8 +173,7 @@ Status prepare_results_folder(const std::string& folder) {
 Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
   MediaRequest m = args.media;
   if (args.media_kind.empty()) {
-    if (!m.audio_vae_path.empty() || !m.synthetic_audio_vae.empty() || !m.video_vae_path.empty() ||
-        !m.synthetic_video_vae.empty()) {
+    if (any_vae_option(m)) {
       return invalid_argument("the VAE options decode each job's latents into --media wav|mp4, which is not given");
     }
     return std::optional<MediaDecoder>();
@@ -249,12 +247,7 @@ int run_serve(const ServeArgs& args) {
     if (checked.attention.uses(h3::AttentionMode::kInt8Fp8) && !int8fp8_served) {
       return invalid_argument("attention: int8fp8 needs head dim 128 on --device cuda");
     }
-    if (*media) {  // the VAEs must take this request's latents
-      VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({r.height, r.width, r.frames}, *config));
-      VORTEX_RETURN_IF_ERROR((*media)->check_shapes({config->in_channels, g.latent_frames, g.latent_height, g.latent_width},
-                                                    {h3::kAudioChannels, g.audio_latents, config->audio_in_channels},
-                                                    "media"));
-    }
+    if (*media) VORTEX_RETURN_IF_ERROR(check_decoder_takes(**media, r, *config, "media"));
     return checked;
   };
 

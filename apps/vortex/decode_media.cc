@@ -57,6 +57,11 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+bool any_vae_option(const MediaRequest& r) {
+  return !r.audio_vae_path.empty() || !r.synthetic_audio_vae.empty() || !r.video_vae_path.empty() ||
+         !r.synthetic_video_vae.empty();
+}
+
 void add_vae_options(CLI::App* cmd, MediaRequest& request) {
   cmd->add_option("--audio-vae", request.audio_vae_path, "Audio VAE checkpoint (file or folder)");
   cmd->add_option("--synthetic-audio-vae", request.synthetic_audio_vae,

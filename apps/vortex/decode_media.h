@@ -41,6 +41,9 @@ void add_vae_options(CLI::App* cmd, MediaRequest& request);
 // audio VAE; a video VAE exactly when the output is an MP4; an MP4 writer in this build.
 Status check_media_request(const MediaRequest& request);
 
+// Whether any of the VAE options came (they only make sense with an output to decode into).
+bool any_vae_option(const MediaRequest& request);
+
 // Whether the request decodes a picture (an MP4); meaningful once check_media_request passed.
 bool wants_picture(const MediaRequest& request);
 

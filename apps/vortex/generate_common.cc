@@ -148,6 +148,14 @@ Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3
   return checked;
 }
 
+Status check_decoder_takes(const MediaDecoder& decoder, const RequestOptions& r, const h3::H3Config& config,
+                           const std::string& what) {
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({r.height, r.width, r.frames}, config));
+  const Shape video{config.in_channels, g.latent_frames, g.latent_height, g.latent_width};
+  const Shape audio{h3::kAudioChannels, g.audio_latents, config.audio_in_channels};
+  return decoder.check_shapes(video, audio, what);
+}
+
 Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows) {
   LoadedStepModel loaded;
   if (m.recipe != "bf16" && m.device != "cuda") {

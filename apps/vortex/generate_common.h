@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "decode_media.h"
 #include "models/h3/config.h"
 #include "models/h3/generate.h"
 #include "models/h3/step_model.h"
@@ -66,6 +67,10 @@ struct CheckedRequest {
   int64_t rows = 0;
 };
 Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config);
+
+// The decoders take the latents this request will produce (errors prefixed by `what`).
+Status check_decoder_takes(const MediaDecoder& decoder, const RequestOptions& request, const h3::H3Config& config,
+                           const std::string& what);
 
 // Owns whichever model runs the steps.
 struct LoadedStepModel {
