@@ -76,29 +76,35 @@ PaddedOut padded_out(int64_t n, int64_t heads, int64_t d, DType dtype) {
 }
 
 // Returns the largest |out - exact| / max|v| seen; fails on any element outside the bound.
+// causal: query i sees keys 0 ..= i; k and v may have fewer heads than q (query head h reads
+// key/value head h / (H / Hkv)).
 double expect_attention_matches(const TensorView& q, const TensorView& k, const TensorView& v,
-                                const TensorView& out, float scale, const std::string& label) {
+                                const TensorView& out, float scale, const std::string& label,
+                                bool causal = false) {
   const int64_t nq = q.shape[0], nk = k.shape[0], heads = q.shape[1], d = q.shape[2];
+  const int64_t group = heads / k.shape[1];
   double worst = 0.0;
   std::vector<double> p(nk);
   for (int64_t h = 0; h < heads; ++h) {
+    const int64_t kh = h / group;
     double vmax = 0.0;
     for (int64_t j = 0; j < nk; ++j) {
-      for (int64_t c = 0; c < d; ++c) vmax = std::max(vmax, std::fabs(at(v, j, h, c)));
+      for (int64_t c = 0; c < d; ++c) vmax = std::max(vmax, std::fabs(at(v, j, kh, c)));
     }
     for (int64_t i = 0; i < nq; ++i) {
+      const int64_t seen = causal ? i + 1 : nk;
       double m = -INFINITY;
-      for (int64_t j = 0; j < nk; ++j) {
+      for (int64_t j = 0; j < seen; ++j) {
         double dot = 0.0;
-        for (int64_t c = 0; c < d; ++c) dot += at(q, i, h, c) * at(k, j, h, c);
+        for (int64_t c = 0; c < d; ++c) dot += at(q, i, h, c) * at(k, j, kh, c);
         p[j] = scale * dot;
         m = std::max(m, p[j]);
       }
       double sum = 0.0;
-      for (int64_t j = 0; j < nk; ++j) sum += p[j] = std::exp(p[j] - m);
+      for (int64_t j = 0; j < seen; ++j) sum += p[j] = std::exp(p[j] - m);
       for (int64_t c = 0; c < d; ++c) {
         double exact = 0.0;
-        for (int64_t j = 0; j < nk; ++j) exact += p[j] * at(v, j, h, c);
+        for (int64_t j = 0; j < seen; ++j) exact += p[j] * at(v, j, kh, c);
         exact /= sum;
         const double err = std::fabs(at(out, i, h, c) - exact);
         double bound = 3e-5 * vmax;
@@ -201,6 +207,45 @@ TEST(CpuAttention, BlasAndLoopsAgree) {
   for (int64_t i = 0; i < blas.numel(); ++i) {
     ASSERT_NEAR(blas.data_as<float>()[i], loops.data_as<float>()[i], 1e-5) << i;
   }
+}
+
+// The text encoder's attention: causal, with 2 or 4 query heads per key/value head, on strided
+// q/k/v columns of one fused projection.
+TEST(CpuAttention, CausalGroupedMatchesDoubleSoftmax) {
+  std::mt19937 rng(31);
+  for (GemmVariant variant : available_variants()) {
+    for (int64_t n : {1, 2, 63, 64, 65, 130}) {
+      for (const auto& [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 2}, {4, 1}, {3, 3}}) {
+        for (DType dtype : {DType::kF32, DType::kBF16}) {
+          FusedQkv qkv = random_qkv(rng, n, heads, 32, dtype);
+          TensorView k = qkv.k, v = qkv.v;  // the first kv_heads heads of k and v
+          k.shape = v.shape = Shape({n, kv_heads, 32});
+          PaddedOut out = padded_out(n, heads, 32, dtype);
+          const std::string label = std::string(cpu::gemm_variant_name(variant)) + " causal n=" + std::to_string(n) +
+                                    " h=" + std::to_string(heads) + "/" + std::to_string(kv_heads) + " " +
+                                    dtype_label(dtype);
+          Status st = cpu::causal_attention(qkv.q, k, v, out.view.view(), 0.2f, variant);
+          ASSERT_TRUE(st.ok()) << label << ": " << st.to_string();
+          expect_attention_matches(qkv.q, k, v, out.view.view(), 0.2f, label, /*causal=*/true);
+        }
+      }
+    }
+  }
+  // The first query sees only the first key: its output is that key's value row, exactly.
+  FusedQkv qkv = random_qkv(rng, 9, 2, 16, DType::kF32);
+  Tensor out = Tensor::empty({9, 2, 16}, DType::kF32);
+  ASSERT_TRUE(cpu::causal_attention(qkv.q, qkv.k, qkv.v, out.view(), 0.25f).ok());
+  for (int64_t h = 0; h < 2; ++h) {
+    for (int64_t c = 0; c < 16; ++c) EXPECT_EQ(out.data_as<float>()[h * 16 + c], at(qkv.v, 0, h, c));
+  }
+  // Unequal lengths and heads that do not group are refused.
+  FusedQkv keys = random_qkv(rng, 10, 2, 16, DType::kF32);
+  EXPECT_FALSE(cpu::causal_attention(qkv.q, keys.k, keys.v, out.view(), 0.25f).ok());
+  FusedQkv three = random_qkv(rng, 9, 3, 16, DType::kF32);
+  Tensor out3 = Tensor::empty({9, 3, 16}, DType::kF32);
+  TensorView k2 = three.k, v2 = three.v;
+  k2.shape = v2.shape = Shape({9, 2, 16});
+  EXPECT_FALSE(cpu::causal_attention(three.q, k2, v2, out3.view(), 0.25f).ok());
 }
 
 TEST(CpuAttention, BadOperandsAreNamedInTheError) {

@@ -121,16 +121,18 @@ struct AttentionScratch {
   std::vector<float> q, o, scores;  // [rows, D], [rows, D], [rows, Nk]
 };
 
+// Query head h reads key/value head h / (H / Hkv): the identity without grouped K and V.
 void attend_query_block(const TensorView& q, const TensorView& k, const TensorView& v,
-                        const TensorView& out, float scale, GemmVariant variant, int64_t h,
-                        int64_t n0, int64_t rows, AttentionScratch& s) {
+                        const TensorView& out, float scale, GemmVariant variant, bool causal,
+                        int64_t h, int64_t n0, int64_t rows, AttentionScratch& s) {
   const int64_t nk = k.shape[0], d = q.shape[2];
-  if (s.head != h) {
+  const int64_t kv_head = h / (q.shape[1] / k.shape[1]);
+  if (s.head != kv_head) {
     s.k.resize(static_cast<size_t>(nk * d));
     s.v.resize(static_cast<size_t>(nk * d));
-    gather_head_rows(k, h, 0, nk, s.k.data());
-    gather_head_rows(v, h, 0, nk, s.v.data());
-    s.head = h;
+    gather_head_rows(k, kv_head, 0, nk, s.k.data());
+    gather_head_rows(v, kv_head, 0, nk, s.v.data());
+    s.head = kv_head;
   }
   s.q.resize(static_cast<size_t>(rows * d));
   s.o.resize(static_cast<size_t>(rows * d));
@@ -140,7 +142,13 @@ void attend_query_block(const TensorView& q, const TensorView& k, const TensorVi
   // scores[rows, Nk] = scale · Q · Kᵀ
   matmul_f32(variant, true, rows, nk, d, scale, s.q.data(), d, s.k.data(), d, s.scores.data(), nk);
   float row_sum[kQueryBlock];
-  for (int64_t r = 0; r < rows; ++r) row_sum[r] = exp_shifted_row(s.scores.data() + r * nk, nk);
+  for (int64_t r = 0; r < rows; ++r) {
+    // Causal: query n0 + r sees keys 0 ..= n0 + r; the masked weights are exactly zero.
+    float* row = s.scores.data() + r * nk;
+    const int64_t seen = causal ? std::min(nk, n0 + r + 1) : nk;
+    row_sum[r] = exp_shifted_row(row, seen);
+    std::fill(row + seen, row + nk, 0.0f);
+  }
   // With bf16 V the PV product is a bf16 product in the reference (PyTorch's CPU flash kernel,
   // and every GPU flash kernel): P is rounded to bf16 first, the row sums stay fp32. Matching it
   // takes the bf16 goldens from ~6e-3 to ~4e-4 rel-L2 at the refiner output.
@@ -159,16 +167,24 @@ void attend_query_block(const TensorView& q, const TensorView& k, const TensorVi
 
 }  // namespace
 
-Status attention(const TensorView& q, const TensorView& k, const TensorView& v,
-                 const TensorView& out, float scale, GemmVariant variant) {
+namespace {
+
+Status attention_impl(const TensorView& q, const TensorView& k, const TensorView& v,
+                      const TensorView& out, float scale, GemmVariant variant, bool causal) {
   VORTEX_RETURN_IF_ERROR(check_operand("q", q));
   VORTEX_RETURN_IF_ERROR(check_operand("k", k));
   VORTEX_RETURN_IF_ERROR(check_operand("v", v));
   VORTEX_RETURN_IF_ERROR(check_operand("out", out));
   const int64_t nq = q.shape[0], heads = q.shape[1], d = q.shape[2], nk = k.shape[0];
-  if (k.shape[1] != heads || k.shape[2] != d) {
+  const bool heads_fit = causal ? k.shape[1] >= 1 && heads % k.shape[1] == 0 : k.shape[1] == heads;
+  if (!heads_fit || k.shape[2] != d) {
     return invalid_argument("attention: k " + describe(k) + " and q " + describe(q) +
-                            " differ in heads or head dim");
+                            (causal ? " differ in head dim, or q's heads are not a multiple of k's"
+                                    : " differ in heads or head dim"));
+  }
+  if (causal && nk != nq) {
+    return invalid_argument("attention: causal attention needs as many keys as queries; q " + describe(q) +
+                            ", k " + describe(k));
   }
   if (v.shape != k.shape) {
     return invalid_argument("attention: v " + describe(v) + " must have k's shape " +
@@ -194,11 +210,23 @@ Status attention(const TensorView& q, const TensorView& k, const TensorView& v,
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t h = t / q_blocks;
       const int64_t n0 = (t % q_blocks) * kQueryBlock;
-      attend_query_block(q, k, v, out, scale, variant, h, n0, std::min(kQueryBlock, nq - n0),
+      attend_query_block(q, k, v, out, scale, variant, causal, h, n0, std::min(kQueryBlock, nq - n0),
                          scratch);
     }
   });
   return ok_status();
+}
+
+}  // namespace
+
+Status attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& out, float scale, GemmVariant variant) {
+  return attention_impl(q, k, v, out, scale, variant, /*causal=*/false);
+}
+
+Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, float scale, GemmVariant variant) {
+  return attention_impl(q, k, v, out, scale, variant, /*causal=*/true);
 }
 
 }  // namespace vortex::cpu

@@ -1,4 +1,4 @@
-// CPU reference attention: exact, full (bidirectional) multi-head softmax attention.
+// CPU reference attention: exact multi-head softmax attention, full (bidirectional) or causal.
 //
 // out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
 // All math is fp32: scores by fp32 GEMM, row max subtracted before exp, fp32 row sums, the
@@ -25,5 +25,11 @@ constexpr int64_t kQueryBlock = 64;
 // out must not overlap k or v. The GEMM variant is that of linear (gemm.h).
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& out, float scale, GemmVariant variant = default_gemm_variant());
+
+// Causal attention with grouped keys and values (the Qwen3 text encoder's): query i sees keys
+// 0 ..= i (Nq == Nk), and query head h reads key/value head h / (H / Hkv). k, v: [N, Hkv, D] with
+// H a multiple of Hkv. The masked weights are exactly zero; the rest is attention()'s arithmetic.
+Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const TensorView& out, float scale, GemmVariant variant = default_gemm_variant());
 
 }  // namespace vortex::cpu
