@@ -1,5 +1,5 @@
 // The prompt tokenizer against Hugging Face `tokenizers` (ids made by
-// tests/golden/make_qwen_tokenizer_golden.js on the Qwen3 tokenizer), and its errors.
+// tools/golden/make_qwen_tokenizer_golden.js on the Qwen3 tokenizer), and its errors.
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -7,7 +7,8 @@
 
 namespace vortex::cpu {
 
-Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y) {
+Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y,
+                RmsNormRounding rounding) {
   VORTEX_RETURN_IF_ERROR(check_activation(x, "rms_norm input"));
   VORTEX_RETURN_IF_ERROR(check_activation(y, "rms_norm output"));
   if (x.shape != y.shape || (x.rank() != 2 && x.rank() != 3)) {
@@ -34,7 +35,11 @@ Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const 
       double sum = 0.0;
       for (int64_t k = 0; k < c; ++k) sum += static_cast<double>(v[k]) * v[k];
       const float inv = 1.0f / std::sqrt(static_cast<float>(sum / c) + eps);
-      for (int64_t k = 0; k < c; ++k) v[k] = round_to(out, (v[k] * inv) * w[k]);
+      if (rounding == RmsNormRounding::kOnce) {
+        for (int64_t k = 0; k < c; ++k) v[k] = round_to(out, (v[k] * inv) * w[k]);
+      } else {
+        for (int64_t k = 0; k < c; ++k) v[k] = round_to(out, round_to(out, v[k] * inv) * w[k]);
+      }
       store_row(v.data(), c, dst, out);
     }
   }, 16);

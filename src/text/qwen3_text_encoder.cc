@@ -1,0 +1,254 @@
+#include "text/qwen3_text_encoder.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/portable_math.h"
+#include "cpu/attention.h"
+#include "cpu/elementwise.h"
+#include "cpu/gemm.h"
+#include "cpu/norm.h"
+
+namespace vortex::text {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+Result<int64_t> positive_int(const json& j, const std::string& key, const std::string& where) {
+  if (!j.contains(key)) return corrupt_data(where + ": no field '" + key + "'");
+  if (!j[key].is_number_integer() || j[key].get<int64_t>() < 1) {
+    return corrupt_data(where + ": '" + key + "' is " + j[key].dump() + ", expected a positive integer");
+  }
+  return j[key].get<int64_t>();
+}
+
+// RoPE's theta: `rope_parameters.rope_theta` (transformers 5) or `rope_theta` (earlier files), with
+// the default rope type only (other types scale the frequencies or the outputs).
+Result<double> read_rope_theta(const json& t, const std::string& where) {
+  const json* params = nullptr;
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (t.contains(key) && t[key].is_object()) params = &t[key];
+  }
+  if (params && params->contains("rope_type") && (*params)["rope_type"] != "default") {
+    return unimplemented(where + ": rope_type " + (*params)["rope_type"].dump() + " (only \"default\" is supported)");
+  }
+  const json* theta = nullptr;
+  if (params && params->contains("rope_theta")) theta = &(*params)["rope_theta"];
+  if (!theta && t.contains("rope_theta")) theta = &t["rope_theta"];
+  if (!theta || !theta->is_number() || theta->get<double>() <= 1.0) {
+    return corrupt_data(where + ": no usable rope_theta (rope_parameters.rope_theta or rope_theta)");
+  }
+  return theta->get<double>();
+}
+
+Result<json> read_json_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return not_found(path + ": cannot open");
+  std::stringstream s;
+  s << in.rdbuf();
+  json j = json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return corrupt_data(path + ": not valid JSON");
+  return j;
+}
+
+// A weight of the expected shape, BF16 or F32 (what linear and the norms read).
+Result<Tensor> weight(const ShardedCheckpoint& ckpt, const std::string& name, const Shape& shape) {
+  if (!ckpt.has(name)) return not_found(ckpt.path() + ": no tensor '" + name + "'");
+  VORTEX_ASSIGN_OR_RETURN(Tensor t, ckpt.get(name));
+  if (t.shape() != shape || (t.dtype() != DType::kBF16 && t.dtype() != DType::kF32)) {
+    return corrupt_data(ckpt.path() + ": tensor '" + name + "' is " + t.describe() + ", expected bf16 or f32" +
+                        shape.to_string());
+  }
+  return t;
+}
+
+// A [rows, cols] column range of a row-major 2-D tensor, as a view.
+TensorView columns(const Tensor& t, int64_t begin, int64_t count) {
+  TensorView v = t.view();
+  v.data = static_cast<char*>(v.data) + begin * dtype_size(t.dtype());
+  v.shape = Shape({t.size(0), count});
+  return v;
+}
+
+// [N, C] viewed as [N, C / d, d].
+TensorView heads_view(const TensorView& v, int64_t d) {
+  TensorView h = v;
+  h.shape = Shape({v.shape[0], v.shape[1] / d, d});
+  h.strides = Shape({v.strides[0], d, 1});
+  return h;
+}
+
+}  // namespace
+
+Result<Qwen3TextConfig> Qwen3TextConfig::from_json(const json& config, const std::string& where) {
+  const bool vl = config.contains("text_config");
+  const json& t = vl ? config["text_config"] : config;
+  const std::string at = vl ? where + ": text_config" : where;
+  if (!t.is_object()) return corrupt_data(at + " is not an object");
+  Qwen3TextConfig c;
+  VORTEX_ASSIGN_OR_RETURN(c.vocab_size, positive_int(t, "vocab_size", at));
+  VORTEX_ASSIGN_OR_RETURN(c.hidden, positive_int(t, "hidden_size", at));
+  VORTEX_ASSIGN_OR_RETURN(c.intermediate, positive_int(t, "intermediate_size", at));
+  VORTEX_ASSIGN_OR_RETURN(c.layers, positive_int(t, "num_hidden_layers", at));
+  VORTEX_ASSIGN_OR_RETURN(c.heads, positive_int(t, "num_attention_heads", at));
+  c.kv_heads = c.heads;
+  if (t.contains("num_key_value_heads") && !t["num_key_value_heads"].is_null()) {
+    VORTEX_ASSIGN_OR_RETURN(c.kv_heads, positive_int(t, "num_key_value_heads", at));
+  }
+  if (c.heads % c.kv_heads != 0) {
+    return corrupt_data(at + ": num_attention_heads " + std::to_string(c.heads) + " is not a multiple of " +
+                        "num_key_value_heads " + std::to_string(c.kv_heads));
+  }
+  c.head_dim = c.hidden / c.heads;
+  if (t.contains("head_dim") && !t["head_dim"].is_null()) {
+    VORTEX_ASSIGN_OR_RETURN(c.head_dim, positive_int(t, "head_dim", at));
+  }
+  if (c.head_dim % 2 != 0) return corrupt_data(at + ": head_dim " + std::to_string(c.head_dim) + " is odd");
+  if (t.contains("rms_norm_eps")) {
+    if (!t["rms_norm_eps"].is_number() || t["rms_norm_eps"].get<double>() <= 0.0) {
+      return corrupt_data(at + ": rms_norm_eps is " + t["rms_norm_eps"].dump());
+    }
+    c.rms_norm_eps = t["rms_norm_eps"].get<double>();
+  }
+  VORTEX_ASSIGN_OR_RETURN(c.rope_theta, read_rope_theta(t, at));
+  if (t.value("hidden_act", "silu") != "silu") {
+    return unimplemented(at + ": hidden_act " + t["hidden_act"].dump() + " (only silu is supported)");
+  }
+  if (t.value("attention_bias", false)) return unimplemented(at + ": attention_bias is true (not supported)");
+  return c;
+}
+
+Result<Qwen3TextEncoder> Qwen3TextEncoder::load(const std::string& path, int layer) {
+  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+  const std::string config_path = (dir / "config.json").string();
+  VORTEX_ASSIGN_OR_RETURN(json config_json, read_json_file(config_path));
+  Qwen3TextEncoder enc;
+  VORTEX_ASSIGN_OR_RETURN(enc.config_, Qwen3TextConfig::from_json(config_json, config_path));
+  const Qwen3TextConfig& c = enc.config_;
+  if (layer < 1 || layer > c.layers) {
+    return invalid_argument("text encoder layer " + std::to_string(layer) + " is outside 1.." +
+                            std::to_string(c.layers) + " (" + config_path + " has " + std::to_string(c.layers) +
+                            " decoder layers)");
+  }
+  enc.layer_ = layer;
+  // A Hugging Face folder names its weights model.safetensors[.index.json]; other safetensors
+  // files beside them are not the model's.
+  std::string weights_path = path;
+  if (fs::is_directory(path)) {
+    for (const char* name : {"model.safetensors.index.json", "model.safetensors"}) {
+      if (fs::exists(dir / name)) {
+        weights_path = (dir / name).string();
+        break;
+      }
+    }
+  }
+  VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint ckpt, ShardedCheckpoint::open(weights_path));
+  enc.source_ = ckpt.path();
+
+  std::string prefix;
+  for (const char* candidate : {"model.language_model.", "model."}) {
+    if (ckpt.has(std::string(candidate) + "embed_tokens.weight")) {
+      prefix = candidate;
+      break;
+    }
+  }
+  if (prefix.empty()) {
+    return not_found(ckpt.path() + ": no 'model.language_model.embed_tokens.weight' (Qwen3-VL) or "
+                     "'model.embed_tokens.weight' (Qwen3): not a Qwen3 text model in the Hugging Face layout");
+  }
+  const int64_t C = c.hidden, F = c.intermediate, D = c.head_dim;
+  VORTEX_ASSIGN_OR_RETURN(enc.embed_tokens_, weight(ckpt, prefix + "embed_tokens.weight", Shape({c.vocab_size, C})));
+  enc.layers_.resize(static_cast<size_t>(layer));
+  for (int i = 0; i < layer; ++i) {
+    const std::string p = prefix + "layers." + std::to_string(i) + ".";
+    Layer& l = enc.layers_[static_cast<size_t>(i)];
+    VORTEX_ASSIGN_OR_RETURN(l.input_norm, weight(ckpt, p + "input_layernorm.weight", Shape({C})));
+    VORTEX_ASSIGN_OR_RETURN(l.q, weight(ckpt, p + "self_attn.q_proj.weight", Shape({c.heads * D, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.k, weight(ckpt, p + "self_attn.k_proj.weight", Shape({c.kv_heads * D, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.v, weight(ckpt, p + "self_attn.v_proj.weight", Shape({c.kv_heads * D, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.q_norm, weight(ckpt, p + "self_attn.q_norm.weight", Shape({D})));
+    VORTEX_ASSIGN_OR_RETURN(l.k_norm, weight(ckpt, p + "self_attn.k_norm.weight", Shape({D})));
+    VORTEX_ASSIGN_OR_RETURN(l.o, weight(ckpt, p + "self_attn.o_proj.weight", Shape({C, c.heads * D})));
+    VORTEX_ASSIGN_OR_RETURN(l.post_norm, weight(ckpt, p + "post_attention_layernorm.weight", Shape({C})));
+    VORTEX_ASSIGN_OR_RETURN(l.gate, weight(ckpt, p + "mlp.gate_proj.weight", Shape({F, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.up, weight(ckpt, p + "mlp.up_proj.weight", Shape({F, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.down, weight(ckpt, p + "mlp.down_proj.weight", Shape({C, F})));
+  }
+  return enc;
+}
+
+Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
+  const Qwen3TextConfig& c = config_;
+  const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
+  for (int64_t i = 0; i < N; ++i) {
+    if (ids[i] < 0 || ids[i] >= c.vocab_size) {
+      return invalid_argument("token " + std::to_string(i) + " has id " + std::to_string(ids[i]) +
+                              ", outside the text encoder's vocabulary of " + std::to_string(c.vocab_size));
+    }
+  }
+  const DType bf16 = DType::kBF16;
+  Tensor x = Tensor::empty({N, C}, bf16);
+  if (N == 0) return x;
+  for (int64_t i = 0; i < N; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor row, embed_tokens_.select(0, ids[i]));
+    VORTEX_ASSIGN_OR_RETURN(Tensor dst, x.select(0, i));
+    VORTEX_RETURN_IF_ERROR(copy_into(row, dst));
+  }
+
+  // RoPE tables at positions 0..N-1 over the whole head: inv_freq and the angles in fp32 as the
+  // reference computes them (cat(freqs, freqs) along the head), cos/sin through portable_math.
+  Tensor cos = Tensor::empty({N, D}, DType::kF32), sin = Tensor::empty({N, D}, DType::kF32);
+  for (int64_t k = 0; k < D / 2; ++k) {
+    const float exponent = static_cast<float>(2 * k) / static_cast<float>(D);
+    const float inv_freq = 1.0f / portable_powf(static_cast<float>(c.rope_theta), exponent);
+    for (int64_t n = 0; n < N; ++n) {
+      const float angle = static_cast<float>(n) * inv_freq;
+      cos.data_as<float>()[n * D + k] = cos.data_as<float>()[n * D + k + D / 2] = portable_cosf(angle);
+      sin.data_as<float>()[n * D + k] = sin.data_as<float>()[n * D + k + D / 2] = portable_sinf(angle);
+    }
+  }
+
+  const int64_t q_width = c.heads * D, kv_width = c.kv_heads * D;
+  Tensor normed = Tensor::empty({N, C}, bf16);
+  Tensor qkv = Tensor::empty({N, q_width + 2 * kv_width}, bf16);
+  Tensor attn = Tensor::empty({N, q_width}, bf16);
+  Tensor branch = Tensor::empty({N, C}, bf16);
+  Tensor up_gate = Tensor::empty({N, 2 * F}, bf16);  // [up | gate]: swiglu's [value | gate]
+  Tensor act = Tensor::empty({N, F}, bf16);
+  const TensorView q = heads_view(columns(qkv, 0, q_width), D);
+  const TensorView k = heads_view(columns(qkv, q_width, kv_width), D);
+  const TensorView v = heads_view(columns(qkv, q_width + kv_width, kv_width), D);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const auto norm_rounding = cpu::RmsNormRounding::kBeforeWeight;
+  for (const Layer& l : layers_) {
+    const TensorView in_w = l.input_norm.view(), post_w = l.post_norm.view();
+    const TensorView qn_w = l.q_norm.view(), kn_w = l.k_norm.view();
+    VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &in_w, eps, normed.view(), norm_rounding));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.q.view(), nullptr, columns(qkv, 0, q_width)));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.k.view(), nullptr, columns(qkv, q_width, kv_width)));
+    VORTEX_RETURN_IF_ERROR(
+        cpu::linear(normed.view(), l.v.view(), nullptr, columns(qkv, q_width + kv_width, kv_width)));
+    VORTEX_RETURN_IF_ERROR(cpu::rms_norm(q, &qn_w, eps, q, norm_rounding));
+    VORTEX_RETURN_IF_ERROR(cpu::rms_norm(k, &kn_w, eps, k, norm_rounding));
+    VORTEX_RETURN_IF_ERROR(cpu::apply_rope(q, cos, sin));
+    VORTEX_RETURN_IF_ERROR(cpu::apply_rope(k, cos, sin));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+    VORTEX_RETURN_IF_ERROR(cpu::causal_attention(q, k, v, heads_view(attn.view(), D), scale));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(attn.view(), l.o.view(), nullptr, branch.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
+
+    VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &post_w, eps, normed.view(), norm_rounding));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.up.view(), nullptr, columns(up_gate, 0, F)));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.gate.view(), nullptr, columns(up_gate, F, F)));
+    VORTEX_RETURN_IF_ERROR(cpu::swiglu(up_gate.view(), act.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(act.view(), l.down.view(), nullptr, branch.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
+  }
+  return x;
+}
+
+}  // namespace vortex::text

@@ -1,0 +1,76 @@
+// The Qwen3-VL text encoder H3 is conditioned on: token ids in, the hidden state after decoder
+// layer `layer` (50 for the released model) out, unnormalised, [tokens, hidden] BF16.
+//
+// A text-only presentation (the prompt's tokens, no vision blocks) runs the language model's
+// decoder layers alone: token embedding, then per layer
+//   h = x + o_proj(attn(rope(q_norm(q_proj(n))), rope(k_norm(k_proj(n))), v_proj(n))), n = rmsnorm(x)
+//   x = h + down_proj(R(silu(gate_proj(m))) * up_proj(m)),                                m = rmsnorm(h)
+// with causal grouped-query attention (scale 1/sqrt(head_dim)) and rotate-half RoPE over the whole
+// head at position = token index. Qwen3-VL's interleaved multimodal RoPE gives every axis that
+// same position when there are no vision tokens, so it is plain RoPE here. Later layers and the
+// final norm are never run (the H3 pipeline reads `hidden_states[layer]` of the reference).
+//
+// The CPU program rounds where the bf16 reference rounds: each linear's output, RMSNorm's
+// normalised value before and after its weight (the module casts, then multiplies), RoPE's
+// products and sum, SiLU, the gate product and each residual sum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "formats/safetensors.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::text {
+
+// The released Qwen3-VL's layer whose output conditions H3 (diffusers' `text_encoder_layer`).
+constexpr int kH3TextEncoderLayer = 50;
+
+struct Qwen3TextConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden = 0;
+  int64_t intermediate = 0;
+  int64_t layers = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 0.0;
+
+  // From a Qwen3-VL config.json (its `text_config`) or a Qwen3 text config; errors name the field.
+  static Result<Qwen3TextConfig> from_json(const nlohmann::json& config, const std::string& where);
+};
+
+class Qwen3TextEncoder {
+ public:
+  // `path`: a directory with config.json and the weights (one safetensors file or a sharded
+  // index), in the Hugging Face layout (`model.language_model.layers.N...` for Qwen3-VL,
+  // `model.layers.N...` for a Qwen3 text model). Only layers [0, layer) are read; the checkpoint
+  // may hold more (the released one has 64) or exactly `layer`. Weights stay memory-mapped.
+  static Result<Qwen3TextEncoder> load(const std::string& path, int layer = kH3TextEncoderLayer);
+
+  // [ids.size(), hidden] BF16: the hidden state after `layer` decoder layers. An id outside the
+  // vocabulary is an error naming its position; an empty list gives [0, hidden].
+  Result<Tensor> encode(const std::vector<int32_t>& ids) const;
+
+  const Qwen3TextConfig& config() const { return config_; }
+  int layer() const { return layer_; }
+  const std::string& source() const { return source_; }
+
+  struct Layer {
+    Tensor input_norm, q, k, v, q_norm, k_norm, o, post_norm, gate, up, down;
+  };
+
+ private:
+  Qwen3TextConfig config_;
+  int layer_ = 0;
+  std::string source_;
+  Tensor embed_tokens_;  // [vocab, hidden]
+  std::vector<Layer> layers_;
+};
+
+}  // namespace vortex::text
