@@ -24,6 +24,7 @@
 #include "models/h3/config.h"
 #include "models/h3/device_memory_plan.h"
 #include "models/h3/weights.h"
+#include "cli_test_util.h"
 #include "safetensors_test_util.h"
 
 namespace vortex {
@@ -31,37 +32,11 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::golden_path;
+using test_util::CliRun;
+using test_util::expect_one_line_error;
+using test_util::q;
+using test_util::run_cli;
 using test_util::TempDir;
-
-struct CliRun {
-  int code = -1;
-  std::string out, err;
-};
-
-// Runs `vortex <args>` (args already shell-quoted) with stdout and stderr captured in files;
-// `env`, when given, is a list of NAME=value settings for the run.
-CliRun run_cli(const std::string& args, const std::string& env = "") {
-  static TempDir capture;
-  const std::string out = capture.file("stdout"), err = capture.file("stderr");
-  const std::string command = (env.empty() ? "" : "env " + env + " ") + std::string(VORTEX_CLI_PATH) + " " + args +
-                              " >" + out + " 2>" + err;
-  const int status = std::system(command.c_str());
-  CliRun run;
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  run.out = test_util::read_bytes(out);
-  run.err = test_util::read_bytes(err);
-  return run;
-}
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
-
-// Exit code 2 and exactly one stderr line that contains `needle`.
-void expect_one_line_error(const CliRun& run, const std::string& needle) {
-  EXPECT_EQ(run.code, 2) << run.err;
-  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
-  EXPECT_TRUE(run.err.starts_with("vortex: ")) << run.err;
-  EXPECT_NE(run.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << run.err;
-}
 
 // A one-file checkpoint made from a golden's tensors, edited, with the golden's metadata (and so
 // its config) unless `keep_metadata` is false.

@@ -4,18 +4,13 @@
 // them; a full queue is a 429; jobs are cancelled queued or running; SIGTERM ends the server with
 // exit code 0.
 #if defined(VORTEX_HAVE_SERVICE)
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,110 +20,23 @@
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
 #include "safetensors_test_util.h"
-
-extern char** environ;
+#include "serve_process.h"
 
 namespace vortex {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using test_util::expect_bad_request;
+using test_util::json_of;
+using test_util::post_json;
+using test_util::ServeProcess;
 using test_util::TempDir;
+using test_util::wait_for_state;
 
 constexpr const char* kSmallRequest = R"({"height": 64, "width": 64, "frames": 22, "steps": 3, "seed": 5, "text_tokens": 4})";
 // ~0.3 s per step on the test preset: long enough to be cancelled or to hold the queue.
 constexpr const char* kSlowRequest = R"({"height": 768, "width": 1344, "frames": 22, "steps": 10000, "text_tokens": 4})";
-
-// `vortex serve --synthetic PRESET --port 0 --results DIR/results [extra]` as a child process.
-class ServeProcess {
- public:
-  // `results`: the folder (another server's, for a restart), or empty for one of its own.
-  explicit ServeProcess(const std::vector<std::string>& extra = {}, const std::string& preset = "test",
-                        const std::string& results = "")
-      : results_(results.empty() ? (dir_.path() / "results").string() : results) {
-    std::vector<std::string> args = {VORTEX_CLI_PATH, "serve", "--synthetic", preset, "--port", "0",
-                                     "--results",     results_};
-    args.insert(args.end(), extra.begin(), extra.end());
-    std::vector<char*> argv;
-    for (std::string& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    posix_spawn_file_actions_t files;
-    posix_spawn_file_actions_init(&files);
-    posix_spawn_file_actions_addopen(&files, 1, dir_.file("stdout").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&files, 2, dir_.file("stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int spawned = posix_spawn(&pid_, argv[0], &files, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&files);
-    if (spawned != 0) {
-      ADD_FAILURE() << "cannot start " << argv[0];
-      return;
-    }
-    // The port is on the first stdout line once the model is loaded and the socket bound.
-    const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
-    const auto deadline = std::chrono::steady_clock::now() + 60s;
-    while (port_ == 0 && std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
-      const std::string out = test_util::read_bytes(dir_.file("stdout"));
-      if (std::regex_search(out, m, listening)) port_ = std::stoi(m[1]);
-      std::this_thread::sleep_for(20ms);
-    }
-    if (port_ == 0) ADD_FAILURE() << "the server did not start: " << test_util::read_bytes(dir_.file("stderr"));
-  }
-  ~ServeProcess() {
-    if (pid_ > 0) stop();
-  }
-  // SIGTERM, then the exit code (-1 unless it exited normally within 60 s).
-  int stop() {
-    kill(pid_, SIGTERM);
-    int status = 0;
-    for (int i = 0; i < 6000; ++i) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = 0;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    kill(pid_, SIGKILL);
-    waitpid(pid_, &status, 0);
-    pid_ = 0;
-    return -1;
-  }
-  httplib::Client client() const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(60, 0);
-    return c;
-  }
-  const std::string& results() const { return results_; }
-  std::string log() const { return test_util::read_bytes(dir_.file("stderr")); }
-  const TempDir& dir() const { return dir_; }
-
- private:
-  TempDir dir_;
-  std::string results_;
-  pid_t pid_ = 0;
-  int port_ = 0;
-};
-
-nlohmann::json json_of(const httplib::Result& r) {
-  if (!r) return {{"transport_error", httplib::to_string(r.error())}};
-  return nlohmann::json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-}
-
-httplib::Result post_json(httplib::Client& c, const std::string& body) {
-  return c.Post("/v1/jobs", body, "application/json");
-}
-
-// Polls the job until it reaches `state` (60 s at most) and returns its last JSON.
-nlohmann::json wait_for_state(httplib::Client& c, const std::string& id, const std::string& state) {
-  nlohmann::json job;
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (std::chrono::steady_clock::now() < deadline) {
-    job = json_of(c.Get("/v1/jobs/" + id));
-    if (job.value("state", "") == state) return job;
-    std::this_thread::sleep_for(10ms);
-  }
-  ADD_FAILURE() << "job " << id << " did not reach " << state << ": " << job.dump();
-  return job;
-}
 
 // `vortex generate` with the same request; its summary JSON.
 nlohmann::json generate(const TempDir& dir, const std::string& flags) {
@@ -196,13 +104,7 @@ TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
       {R"([1, 2])", "a JSON object is expected"},
       {R"({"steps": )", "request body: not JSON"},
   };
-  for (const auto& [body, needle] : cases) {
-    SCOPED_TRACE(body);
-    const httplib::Result r = post_json(c, body);
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 400);
-    EXPECT_NE(json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
-  }
+  for (const auto& [body, needle] : cases) expect_bad_request(c, body, needle);
   // An upload that is not safetensors: the error names the saved file, which is removed again.
   const httplib::MultipartFormDataItems bad_text = {{"text", "not a safetensors file", "t.safetensors", ""}};
   const httplib::Result r = c.Post("/v1/jobs", bad_text);

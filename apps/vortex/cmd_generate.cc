@@ -70,7 +70,9 @@ int run_generate(const GenerateArgs& args) {
   // states come first, since their row count sizes the device arena.
   auto config = model_config(args.model);
   if (!config.ok()) return report_error(config.status());
-  auto checked = check_request(args.request, *config);
+  auto text = load_text_conditioner(args.model, *config);
+  if (!text.ok()) return report_error(text.status());
+  auto checked = check_request(args.request, *config, text->get());
   if (!checked.ok()) return report_error(checked.status());
   auto media = load_media_decoder(args, *config);
   if (!media.ok()) return report_error(media.status());
@@ -78,6 +80,11 @@ int run_generate(const GenerateArgs& args) {
   if (!model.ok()) return report_error(model.status());
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  if (!args.request.prompt.empty()) {
+    std::fprintf(stderr, "encoding the prompt: %zu tokens through %s\n", checked->prompt_ids.size(),
+                 (*text)->describe().c_str());
+    if (Status encoded = encode_prompt(*checked, text->get()); !encoded.ok()) return report_error(encoded);
+  }
 
   auto run = run_request(*model, args.model, args.request, *checked, args.out, progress_printer(), nullptr, load_seconds);
   if (!run.ok()) return report_error(run.status());
@@ -102,11 +109,14 @@ int run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from text states (t2va)");
+  CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from a prompt or text states (t2va)");
   const auto check_model_given = add_model_options(cmd, args->model);
-  cmd->add_option("--text", args->request.text_path, "Text states (Qwen3-VL layer-50 hidden states) as safetensors");
+  auto* prompt = cmd->add_option("--prompt", args->request.prompt, "The prompt, encoded by --text-encoder");
+  cmd->add_option("--text", args->request.text_path, "Text states (Qwen3-VL layer-50 hidden states) as safetensors")
+      ->excludes(prompt);
   cmd->add_option("--text-key", args->request.text_key, "Tensor name inside --text (default: the only tensor)");
   cmd->add_option("--text-tokens", args->request.text_tokens, "Synthetic text states: number of tokens (without --text)")
+      ->excludes(prompt)
       ->capture_default_str();
   cmd->add_option("--height", args->request.height, "Video height in pixels")->capture_default_str();
   cmd->add_option("--width", args->request.width, "Video width in pixels")->capture_default_str();
@@ -125,9 +135,12 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--media", args->media.out,
                   "Then decode the latents to PATH.wav (soundtrack) or PATH.mp4 (picture and sound), as vortex decode");
   add_vae_options(cmd, args->media);
-  cmd->callback([args, &action, check_model_given] {
+  cmd->callback([args, &action, check_model_given, prompt] {
     check_model_given();
-    action = [args] {
+    // An empty --prompt is a mistake to name, not a request for synthetic text states.
+    const bool empty_prompt = prompt->count() > 0 && args->request.prompt.empty();
+    action = [args, empty_prompt] {
+      if (empty_prompt) return report_error(invalid_argument("--prompt: empty (H3 needs at least one text token)"));
       args->model.int8fp8_workspace = args->request.attention == "int8fp8";
       args->media.weights_seed = args->model.weights_seed;
       args->media.device = args->model.device;  // the decoders run where the transformer ran

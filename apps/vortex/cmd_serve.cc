@@ -97,11 +97,18 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const std::stri
     } else if (key == "text_key") {
       if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + value.dump());
       r.text_key = value.get<std::string>();
+    } else if (key == "prompt") {
+      if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + value.dump());
+      r.prompt = value.get<std::string>();
+      if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
     } else {
       return invalid_argument("unknown field '" + key +
-                              "' (fields: height, width, frames, steps, seed, attention, exact_blocks, text_tokens, "
-                              "text_key; text states come as the multipart part 'text')");
+                              "' (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
+                              "text_tokens, text_key; text states come as the multipart part 'text')");
     }
+  }
+  if (body.contains("prompt") && body.contains("text_tokens")) {
+    return invalid_argument("text_tokens: synthetic text states, but a prompt came too");
   }
   if (!text_upload.empty()) {
     if (body.contains("text_tokens")) return invalid_argument("text_tokens: synthetic text states, but a 'text' part came too");
@@ -116,7 +123,9 @@ nlohmann::json request_json(const RequestOptions& r) {
   nlohmann::json j = {{"height", r.height}, {"width", r.width},         {"frames", r.frames},
                       {"steps", r.steps},   {"seed", r.seed},           {"attention", r.attention},
                       {"exact_blocks", r.exact_blocks}};
-  if (r.text_path.empty()) {
+  if (!r.prompt.empty()) {
+    j["prompt"] = r.prompt;
+  } else if (r.text_path.empty()) {
     j["text_tokens"] = r.text_tokens;
   } else {
     j["text"] = r.text_path;
@@ -137,7 +146,9 @@ Result<RequestOptions> request_options(const nlohmann::json& j) try {
   r.seed = j.at("seed");
   r.attention = j.at("attention");
   r.exact_blocks = j.at("exact_blocks").get<std::vector<int>>();
-  if (j.contains("text")) {
+  if (j.contains("prompt")) {
+    r.prompt = j.at("prompt");
+  } else if (j.contains("text")) {
     r.text_path = j.at("text");
     r.text_key = j.value("text_key", "");
   } else {
@@ -228,6 +239,8 @@ int run_serve(const ServeArgs& args) {
   model_options.int8fp8_workspace = args.model.device == "cuda" && config->attention_head_dim == 128;
   auto media = load_media(args);
   if (!media.ok()) return report_error(media.status());
+  auto text = load_text_conditioner(args.model, *config);
+  if (!text.ok()) return report_error(text.status());
   std::fprintf(stderr, "vortex serve: loading the model...\n");
   auto model = load_step_model(model_options, max_rows);
   if (!model.ok()) return report_error(model.status());
@@ -239,7 +252,7 @@ int run_serve(const ServeArgs& args) {
   // VAEs' latent shapes. At submit, and again when a job starts (a restored one was checked by
   // another server).
   const auto check_served = [&](const RequestOptions& r) -> Result<CheckedRequest> {
-    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config));
+    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config, text->get()));
     if (args.model.device == "cuda" && checked.rows > max_rows) {
       return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
                               std::to_string(max_rows) + " (--max-rows)");
@@ -261,6 +274,10 @@ int run_serve(const ServeArgs& args) {
           std::fprintf(stderr, "job %s: step %d/%d  %.3f s\n", id.c_str(), p.step, p.total, p.step_seconds);
         };
         std::fprintf(stderr, "job %s: started, %lld rows\n", id.c_str(), static_cast<long long>(checked.rows));
+        if (!r.prompt.empty()) {
+          context.set_phase("encode");
+          VORTEX_RETURN_IF_ERROR(encode_prompt(checked, text->get()));
+        }
         context.set_phase("denoise");
         const std::string latents = (results / (id + ".safetensors")).string();
         auto run = run_request(*model, model_options, r, checked, (results / id).string(), progress,

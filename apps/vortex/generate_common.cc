@@ -120,6 +120,12 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
                   "never stay on the device) or per step from resident weights; bitwise the same result")
       ->check(CLI::IsMember({"request", "step"}))
       ->capture_default_str();
+  cmd->add_option("--text-encoder", m.text_encoder_path,
+                  "Qwen3-VL checkpoint folder (config.json, model*.safetensors, tokenizer.json) that encodes --prompt");
+  cmd->add_option("--tokenizer", m.tokenizer_path, "tokenizer.json for --prompt (default: the text encoder's)");
+  cmd->add_option("--text-encoder-layer", m.text_encoder_layer,
+                  "The text encoder's layer whose output conditions H3 (the released model: 50)")
+      ->capture_default_str();
   const std::string name = cmd->get_name();
   return [model, synthetic, name] {
     if (model->count() == 0 && synthetic->count() == 0) {
@@ -134,15 +140,45 @@ Result<h3::H3Config> model_config(const ModelOptions& model) {
   return h3::resolve_config(model.model_path, checkpoint);
 }
 
-Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config) {
+Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const ModelOptions& m,
+                                                                     const h3::H3Config& config) {
+  if (m.text_encoder_path.empty()) {
+    if (!m.tokenizer_path.empty()) return invalid_argument("--tokenizer is for --text-encoder, which is not given");
+    return std::unique_ptr<text::TextConditioner>();
+  }
+  VORTEX_ASSIGN_OR_RETURN(auto conditioner, text::TextConditioner::load(
+                                                {m.text_encoder_path, m.tokenizer_path, m.text_encoder_layer}));
+  if (conditioner->hidden() != config.text_dim) {
+    return invalid_argument("--text-encoder " + m.text_encoder_path + ": its hidden size " +
+                            std::to_string(conditioner->hidden()) + " is not the transformer's text_dim " +
+                            std::to_string(config.text_dim));
+  }
+  return conditioner;
+}
+
+Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config,
+                                     const text::TextConditioner* text) {
   CheckedRequest checked;
   auto plan = h3::AttentionPlan::parse(request.attention, request.exact_blocks, config.num_layers);
   if (!plan.ok()) return plan.status().with_context(request.field_name("exact-blocks"));
   checked.attention = *plan;
-  VORTEX_ASSIGN_OR_RETURN(checked.text_states, read_text_states(request, config.text_dim));
+  if (!request.prompt.empty()) {
+    if (!request.text_path.empty()) {
+      return invalid_argument(request.field_name("prompt") + " and text states both given; send one");
+    }
+    if (!text) {
+      return invalid_argument(request.field_name("prompt") +
+                              ": this model has no text encoder (start it with --text-encoder)");
+    }
+    auto ids = text->tokenize(request.prompt);
+    if (!ids.ok()) return ids.status().with_context(request.field_name("prompt"));
+    checked.prompt_ids = std::move(*ids);
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(checked.text_states, read_text_states(request, config.text_dim));
+  }
   VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g,
                           h3::resolve_geometry({request.height, request.width, request.frames}, config));
-  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(checked.text_states.size(0), g, config));
+  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(checked.text_tokens(), g, config));
   checked.rows = layout.num_rows;
   VORTEX_RETURN_IF_ERROR(sampling::sigma_grid(request.steps, 1.0f).status());
   return checked;
@@ -186,10 +222,22 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
   return loaded;
 }
 
+Status encode_prompt(CheckedRequest& checked, const text::TextConditioner* text) {
+  if (checked.text_states.defined()) return ok_status();
+  if (!text) return invalid_argument("the request's prompt needs a text encoder");
+  const auto start = std::chrono::steady_clock::now();
+  VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode(checked.prompt_ids));
+  checked.encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  checked.text_encoder = text->describe();
+  return ok_status();
+}
+
 Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, const RequestOptions& r,
                                const CheckedRequest& checked, const std::string& out_prefix,
                                const h3::ProgressCallback& progress, std::function<bool()> should_stop,
                                double load_seconds) {
+  if (!checked.text_states.defined()) return internal_error("run_request: the prompt was not encoded");
+  const Tensor& text_states = checked.text_states;
   h3::GenerateOptions options;
   options.video = {r.height, r.width, r.frames};
   options.steps = r.steps;
@@ -197,7 +245,7 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   options.attention = checked.attention;
   options.should_stop = std::move(should_stop);
   RequestRun run;
-  VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_t2va(model.steps(), checked.text_states, options, progress));
+  VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_t2va(model.steps(), text_states, options, progress));
   const h3::GenerateResult& result = run.result;
 
   const h3::LatentChecksum video = h3::latent_checksum(result.video_latents);
@@ -214,15 +262,21 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
       {"adaln_tables", m.device == "cuda" ? m.adaln_tables : "step"},
       {"request",
        {{"height", r.height}, {"width", r.width}, {"frames", r.frames}, {"steps", r.steps}, {"seed", r.seed},
-        {"text_tokens", checked.text_states.size(0)}, {"text", r.text_path.empty() ? "synthetic" : r.text_path}}},
+        {"text_tokens", text_states.size(0)},
+        {"text", !r.prompt.empty() ? "prompt" : r.text_path.empty() ? "synthetic" : r.text_path}}},
       {"rows",
        {{"text", result.layout.num_text}, {"audio", result.layout.num_audio}, {"video", result.layout.num_video},
         {"total", result.layout.num_rows}}},
       {"forwards", result.run.forwards},
       {"checksums",
        {{"video", {{"sha256", video.sha256}, {"sum", video.sum}}}, {"audio", {{"sha256", audio.sha256}, {"sum", audio.sum}}}}},
-      {"seconds", {{"load", load_seconds}, {"denoise", result.run.seconds}}},
+      {"seconds", {{"load", load_seconds}, {"encode_prompt", checked.encode_seconds}, {"denoise", result.run.seconds}}},
   };
+  if (!r.prompt.empty()) {
+    run.summary["request"]["prompt"] = r.prompt;
+    run.summary["request"]["prompt_tokens"] = checked.prompt_ids;
+    run.summary["text_encoder"] = checked.text_encoder;
+  }
   if (model.device_memory) run.summary["device_memory"] = model.device_memory();
   const std::map<std::string, std::string> metadata = {{"vortex", run.summary.dump()}};
   VORTEX_RETURN_IF_ERROR(write_safetensors(out_prefix + ".safetensors",

@@ -17,6 +17,7 @@
 #include "models/h3/generate.h"
 #include "models/h3/step_model.h"
 #include "models/h3/transformer.h"
+#include "text/text_conditioner.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -33,9 +34,14 @@ struct ModelOptions {
   std::string adaln_tables = "request";
   // --device cuda: reserve the int8fp8 attention workspace so that requests may ask for that mode.
   bool int8fp8_workspace = false;
+  // The text encoder that turns a request's prompt into text states (empty: prompts are refused).
+  std::string text_encoder_path;
+  std::string tokenizer_path;  // empty: tokenizer.json beside the text encoder
+  int text_encoder_layer = text::kH3TextEncoderLayer;
 };
 
-// One request: the video's geometry, the schedule, the noise and the text states.
+// One request: the video's geometry, the schedule, the noise and the text: a prompt (encoded by the
+// text encoder), text states from a file, or synthetic states.
 struct RequestOptions {
   int height = 768;
   int width = 1344;
@@ -44,6 +50,7 @@ struct RequestOptions {
   uint64_t seed = 0;
   std::string attention = "exact";
   std::vector<int> exact_blocks;
+  std::string prompt;     // encoded by the model's text encoder; else
   std::string text_path;  // safetensors with the Qwen3-VL layer-50 states, or empty for
   std::string text_key;   // (the tensor inside text_path; empty: the only one, or prompt_embeds)
   int text_tokens = 32;   // synthetic states of this many tokens
@@ -52,21 +59,31 @@ struct RequestOptions {
 };
 
 // Registers the model's flags (--model or --synthetic, --weights-seed, --device, --dtype, --recipe,
-// --adaln-tables) on `cmd`, spelled and explained alike in generate and serve. The function returned
+// --adaln-tables, --text-encoder, --tokenizer, --text-encoder-layer) on `cmd`, spelled and explained alike in generate and serve. The function returned
 // is for the subcommand's callback: it throws CLI's error unless --model or --synthetic came.
 std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& model);
 
 // The config of the model the options name (the preset's, or the checkpoint's: cheap, no weights read).
 Result<h3::H3Config> model_config(const ModelOptions& model);
 
-// A request that passed every check that needs no weights: its text states, attention plan and
-// packed row count.
+// The text encoder and tokenizer the options name, or null without --text-encoder.
+Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const ModelOptions& model,
+                                                                     const h3::H3Config& config);
+
+// A request that passed every check that needs no transformer weights: its text (states, or a
+// prompt's token ids to encode when it runs), attention plan and packed row count.
 struct CheckedRequest {
-  Tensor text_states;  // [tokens, text_dim]
+  Tensor text_states;                // [tokens, text_dim], or undefined when
+  std::vector<int32_t> prompt_ids;   // the prompt's tokens, before encode_prompt
+  std::string text_encoder;          // what encoded them, for the summary
+  double encode_seconds = 0.0;
   h3::AttentionPlan attention;
   int64_t rows = 0;
+  int64_t text_tokens() const { return text_states.defined() ? text_states.size(0) : static_cast<int64_t>(prompt_ids.size()); }
 };
-Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config);
+// `text` tokenizes a prompt; a request with a prompt and no text encoder is refused.
+Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config,
+                                     const text::TextConditioner* text = nullptr);
 
 // The decoders take the latents this request will produce (errors prefixed by `what`).
 Status check_decoder_takes(const MediaDecoder& decoder, const RequestOptions& request, const h3::H3Config& config,
@@ -92,8 +109,13 @@ struct RequestRun {
   h3::GenerateResult result;
 };
 
-// Denoises one checked request on the loaded model and writes PREFIX.safetensors and PREFIX.json
-// (each atomically: a failed or cancelled run leaves neither). `should_stop` may cancel between steps.
+// A prompt's text states: encodes checked.prompt_ids with `text` into checked.text_states (nothing
+// to do for a request that came with its states).
+Status encode_prompt(CheckedRequest& checked, const text::TextConditioner* text);
+
+// Denoises one checked request (its text states encoded) on the loaded model and writes
+// PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).
+// `should_stop` may cancel between steps.
 Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& model_options,
                                const RequestOptions& request, const CheckedRequest& checked,
                                const std::string& out_prefix, const h3::ProgressCallback& progress,

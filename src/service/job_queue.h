@@ -43,7 +43,7 @@ struct JobSnapshot {
   int total_steps = 0;     // (0 until the runner reports)
   double submitted_at = 0, started_at = 0, finished_at = 0;  // Unix seconds; 0: not yet
   double elapsed_seconds = 0;  // of the run, at the last report
-  std::string phase;           // what a running job does now, as its runner names it ("denoise", "decode")
+  std::string phase;           // what a running job does now, as its runner names it ("encode", "denoise", "decode")
   nlohmann::json result;       // the runner's summary, once succeeded
   std::string error;           // failed or cancelled: the one-line reason
   nlohmann::json to_json() const;

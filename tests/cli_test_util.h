@@ -1,0 +1,46 @@
+// The vortex binary run as a user runs it, for the tests: exit code and captured output, and the
+// check that an error is one line naming the problem.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "safetensors_test_util.h"
+
+namespace vortex::test_util {
+
+struct CliRun {
+  int code = -1;
+  std::string out, err;
+};
+
+// Runs `vortex <args>` (args already shell-quoted) with stdout and stderr captured in files;
+// `env`, when given, is a list of NAME=value settings for the run.
+inline CliRun run_cli(const std::string& args, const std::string& env = "") {
+  static TempDir capture;
+  const std::string out = capture.file("stdout"), err = capture.file("stderr");
+  const std::string command = (env.empty() ? "" : "env " + env + " ") + std::string(VORTEX_CLI_PATH) + " " + args +
+                              " >" + out + " 2>" + err;
+  const int status = std::system(command.c_str());
+  CliRun run;
+  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = test_util::read_bytes(out);
+  run.err = test_util::read_bytes(err);
+  return run;
+}
+
+inline std::string q(const std::string& s) { return "'" + s + "'"; }
+
+// Exit code 2 and exactly one stderr line that contains `needle`.
+inline void expect_one_line_error(const CliRun& run, const std::string& needle) {
+  EXPECT_EQ(run.code, 2) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+  EXPECT_TRUE(run.err.starts_with("vortex: ")) << run.err;
+  EXPECT_NE(run.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << run.err;
+}
+
+}  // namespace vortex::test_util
