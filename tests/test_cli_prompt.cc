@@ -5,6 +5,7 @@
 // ids are Hugging Face's; refusals are one line and leave no output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -16,11 +17,10 @@
 #include "cli_test_util.h"
 #include "formats/safetensors.h"
 #include "h3_golden_util.h"
-#include "models/h3/generate.h"
-#include "models/h3/weights.h"
 #include "must.h"
 #include "safetensors_test_util.h"
 #include "serve_process.h"
+#include "text/synthetic_qwen3.h"
 #include "text/text_conditioner.h"
 
 namespace vortex {
@@ -47,45 +47,12 @@ GoldenPrompt golden_prompt() {
 
 std::string tokenizer_path() { return golden_path("qwen_tokenizer_trimmed.json"); }
 
-// A two-layer Qwen3-VL text encoder in the Hugging Face layout: config.json and model.safetensors
-// with seeded bf16 weights (scaled so that the states stay O(1)).
+// A two-layer Qwen3-VL text encoder of width `hidden` (text/synthetic_qwen3.h).
 void write_text_encoder(const fs::path& dir, int64_t hidden, int64_t vocab) {
-  fs::create_directories(dir);
-  const int64_t heads = 2, kv_heads = 1, head_dim = 4, intermediate = 16, layers = 2;
-  const nlohmann::json config = {
-      {"model_type", "qwen3_vl"},
-      {"text_config",
-       {{"vocab_size", vocab}, {"hidden_size", hidden}, {"intermediate_size", intermediate},
-        {"num_hidden_layers", layers}, {"num_attention_heads", heads}, {"num_key_value_heads", kv_heads},
-        {"head_dim", head_dim}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"},
-        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000000.0}}}}}};
-  std::ofstream(dir / "config.json") << config.dump(2);
-  h3::NamedTensors tensors;
-  uint64_t stream = 0;
-  const auto add = [&](const std::string& name, const Shape& shape, float scale, float offset) {
-    Tensor values = h3::seeded_normal(shape, 23, stream++);
-    for (int64_t i = 0; i < values.numel(); ++i) values.data_as<float>()[i] = offset + scale * values.data_as<float>()[i];
-    Tensor bf16 = Tensor::empty(shape, DType::kBF16);
-    must(copy_into(values, bf16));
-    tensors.emplace_back(name, bf16);
-  };
-  const std::string m = "model.language_model.";
-  add(m + "embed_tokens.weight", {vocab, hidden}, 1.0f, 0.0f);
-  for (int64_t l = 0; l < layers; ++l) {
-    const std::string p = m + "layers." + std::to_string(l) + ".";
-    add(p + "input_layernorm.weight", {hidden}, 0.1f, 1.0f);
-    add(p + "post_attention_layernorm.weight", {hidden}, 0.1f, 1.0f);
-    add(p + "self_attn.q_norm.weight", {head_dim}, 0.1f, 1.0f);
-    add(p + "self_attn.k_norm.weight", {head_dim}, 0.1f, 1.0f);
-    add(p + "self_attn.q_proj.weight", {heads * head_dim, hidden}, 0.3f, 0.0f);
-    add(p + "self_attn.k_proj.weight", {kv_heads * head_dim, hidden}, 0.3f, 0.0f);
-    add(p + "self_attn.v_proj.weight", {kv_heads * head_dim, hidden}, 0.3f, 0.0f);
-    add(p + "self_attn.o_proj.weight", {hidden, heads * head_dim}, 0.3f, 0.0f);
-    add(p + "mlp.gate_proj.weight", {intermediate, hidden}, 0.3f, 0.0f);
-    add(p + "mlp.up_proj.weight", {intermediate, hidden}, 0.3f, 0.0f);
-    add(p + "mlp.down_proj.weight", {hidden, intermediate}, 0.3f, 0.0f);
-  }
-  must(write_safetensors((dir / "model.safetensors").string(), tensors));
+  text::SyntheticQwen3Shape shape;
+  shape.hidden = hidden;
+  shape.vocab = vocab;
+  must(text::write_synthetic_qwen3(dir.string(), shape));
 }
 
 // Every Qwen3 id (the trimmed tokenizer's added tokens reach 151668).
@@ -183,6 +150,16 @@ TEST_F(CliPrompt, RefusalsAreOneLineAndWriteNothing) {
                                 " --text-encoder-layer 2 --prompt 'a fox'" + to_out),
                         "tokenizer.json");
   for (const char* ext : {".safetensors", ".json"}) EXPECT_FALSE(fs::exists(out + ext)) << ext;
+
+  // The encoder on a device this machine lacks (CI's has none; a GPU machine runs it in the GPU suite).
+  if (!fs::exists("/dev/nvidia0")) {
+    const std::string embeds = tmp_.file("embeds.safetensors");
+    const auto refused = run_cli("encode-text --device cuda " + encoder_flags() + " --prompt 'a fox' --out " + q(embeds));
+    EXPECT_EQ(refused.code, 1) << refused.err;  // unimplemented here: the request is valid, the machine lacks the device
+    EXPECT_EQ(std::count(refused.err.begin(), refused.err.end(), '\n'), 1) << refused.err;
+    EXPECT_NE(refused.err.find("the text encoder on cuda"), std::string::npos) << refused.err;
+    EXPECT_FALSE(fs::exists(embeds));
+  }
 }
 
 #if defined(VORTEX_HAVE_SERVICE)

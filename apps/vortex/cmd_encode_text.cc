@@ -69,6 +69,9 @@ void add_encode_text_command(CLI::App& app, Action& action) {
                   "Qwen3-VL checkpoint folder (config.json, model*.safetensors, tokenizer.json)")
       ->required();
   cmd->add_option("--tokenizer", args->text.tokenizer_path, "tokenizer.json (default: the text encoder's)");
+  cmd->add_option("--device", args->text.device, "Where the encoder runs (cuda: its layers' weights on the device)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--text-encoder-layer", args->text.layer,
                   "The layer whose output conditions H3 (the released model: 50)")
       ->capture_default_str();

@@ -76,15 +76,21 @@ int run_generate(const GenerateArgs& args) {
   if (!checked.ok()) return report_error(checked.status());
   auto media = load_media_decoder(args, *config);
   if (!media.ok()) return report_error(media.status());
-  auto model = load_step_model(args.model, checked->rows);
-  if (!model.ok()) return report_error(model.status());
-  const double load_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  // The prompt is encoded before the transformer loads, and the encoder let go after it: on
+  // --device cuda the two never hold device memory at once.
+  double encode_seconds = 0.0;
   if (!args.request.prompt.empty()) {
+    const auto encode_start = std::chrono::steady_clock::now();
     std::fprintf(stderr, "encoding the prompt: %zu tokens through %s\n", checked->prompt_ids.size(),
                  (*text)->describe().c_str());
     if (Status encoded = encode_prompt(*checked, text->get()); !encoded.ok()) return report_error(encoded);
+    text->reset();
+    encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
   }
+  auto model = load_step_model(args.model, checked->rows);
+  if (!model.ok()) return report_error(model.status());
+  const double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count() - encode_seconds;
 
   auto run = run_request(*model, args.model, args.request, *checked, args.out, progress_printer(), nullptr, load_seconds);
   if (!run.ok()) return report_error(run.status());

@@ -241,6 +241,10 @@ int run_serve(const ServeArgs& args) {
   if (!media.ok()) return report_error(media.status());
   auto text = load_text_conditioner(args.model, *config);
   if (!text.ok()) return report_error(text.status());
+  if (*text && args.model.device == "cuda") {
+    std::fprintf(stderr, "vortex serve: loading the text encoder onto the device...\n");
+    if (Status prepared = (*text)->prepare(); !prepared.ok()) return report_error(prepared);
+  }
   std::fprintf(stderr, "vortex serve: loading the model...\n");
   auto model = load_step_model(model_options, max_rows);
   if (!model.ok()) return report_error(model.status());

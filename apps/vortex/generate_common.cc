@@ -121,7 +121,8 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
       ->check(CLI::IsMember({"request", "step"}))
       ->capture_default_str();
   cmd->add_option("--text-encoder", m.text_encoder_path,
-                  "Qwen3-VL checkpoint folder (config.json, model*.safetensors, tokenizer.json) that encodes --prompt");
+                  "Qwen3-VL checkpoint folder (config.json, model*.safetensors, tokenizer.json) that encodes --prompt "
+                  "(on --device)");
   cmd->add_option("--tokenizer", m.tokenizer_path, "tokenizer.json for --prompt (default: the text encoder's)");
   cmd->add_option("--text-encoder-layer", m.text_encoder_layer,
                   "The text encoder's layer whose output conditions H3 (the released model: 50)")
@@ -147,7 +148,8 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
     return std::unique_ptr<text::TextConditioner>();
   }
   VORTEX_ASSIGN_OR_RETURN(auto conditioner, text::TextConditioner::load(
-                                                {m.text_encoder_path, m.tokenizer_path, m.text_encoder_layer}));
+                                                {m.text_encoder_path, m.tokenizer_path, m.text_encoder_layer,
+                                                 m.device}));
   if (conditioner->hidden() != config.text_dim) {
     return invalid_argument("--text-encoder " + m.text_encoder_path + ": its hidden size " +
                             std::to_string(conditioner->hidden()) + " is not the transformer's text_dim " +
@@ -222,7 +224,7 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
   return loaded;
 }
 
-Status encode_prompt(CheckedRequest& checked, const text::TextConditioner* text) {
+Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   if (checked.text_states.defined()) return ok_status();
   if (!text) return invalid_argument("the request's prompt needs a text encoder");
   const auto start = std::chrono::steady_clock::now();

@@ -66,7 +66,8 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& model);
 // The config of the model the options name (the preset's, or the checkpoint's: cheap, no weights read).
 Result<h3::H3Config> model_config(const ModelOptions& model);
 
-// The text encoder and tokenizer the options name, or null without --text-encoder.
+// The text encoder and tokenizer the options name, or null without --text-encoder. The encoder
+// runs on --device; on cuda its weights go to the device at its prepare() or first encode.
 Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const ModelOptions& model,
                                                                      const h3::H3Config& config);
 
@@ -111,7 +112,7 @@ struct RequestRun {
 
 // A prompt's text states: encodes checked.prompt_ids with `text` into checked.text_states (nothing
 // to do for a request that came with its states).
-Status encode_prompt(CheckedRequest& checked, const text::TextConditioner* text);
+Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text);
 
 // Denoises one checked request (its text states encoded) on the loaded model and writes
 // PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).

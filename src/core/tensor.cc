@@ -350,10 +350,14 @@ Status copy_into(const Tensor& src, const Tensor& dst) {
   char* d = static_cast<char*>(dst.data());
   const int64_t ss = static_cast<int64_t>(dtype_size(src.dtype()));
   const int64_t ds = static_cast<int64_t>(dtype_size(dst.dtype()));
+  const bool same = src.dtype() == dst.dtype();
+  if (same && src.is_contiguous() && dst.is_contiguous()) {  // the common case: one move, not one per element
+    std::memmove(d, s, src.nbytes());
+    return ok_status();
+  }
   // Walk both tensors in logical order; the destination offsets come from a second walk.
   std::vector<int64_t> dst_offsets(static_cast<size_t>(dst.numel()));
   for_each_offset(dst.shape(), dst.strides(), [&](int64_t i, int64_t off) { dst_offsets[i] = off; });
-  const bool same = src.dtype() == dst.dtype();
   for_each_offset(src.shape(), src.strides(), [&](int64_t i, int64_t off) {
     if (same) {
       std::memcpy(d + dst_offsets[i] * ds, s + off * ss, ss);

@@ -2,6 +2,8 @@
 // 64 / 128, views not 16-byte aligned): same contract and numerics as attention.h — fp32 scores
 // and online softmax, P rounded to bf16 before the PV product, output rounded once — one warp per
 // (query row, head), no tensor cores. For tests and small models; the canonical shapes never use it.
+// The same kernel, causal and with grouped key/value heads, is the text encoder's attention
+// (prompts of tens to a few thousand tokens, where its cost is a small share of the encoder's).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,5 +18,12 @@ constexpr int64_t kFallbackMaxHeadDim = 256;
 // Operands already validated by attention(): BF16 device [N, H, D] views, unit stride on D.
 Status attention_fallback(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
                           float scale, cudaStream_t stream);
+
+// Causal attention with grouped keys and values, cpu::causal_attention's contract: q, out
+// [N, H, D], k, v [N, Hkv, D] BF16 device views (unit stride on D, any N / H strides), H a multiple
+// of Hkv, D <= kFallbackMaxHeadDim; query i sees keys 0 ..= i and query head h reads k/v head
+// h / (H / Hkv). The fallback's numerics (online softmax; P in bf16 for the PV product).
+Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        float scale, cudaStream_t stream);
 
 }  // namespace vortex::cuda

@@ -14,13 +14,17 @@
 
 #include <cstdint>
 
+#include "cpu/norm.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
 namespace vortex::cuda {
 
 // y = R(x * rsqrt(mean(x^2) + eps) * weight) over the last dim; x, y: [N, C] or [N, H, D]; may alias.
-Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream);
+// kBeforeWeight rounds the normalised value before the weight too, y = R(R(x * rsqrt(..)) * weight)
+// (the Qwen3 text encoder's RMSNorm module; cpu/norm.h).
+Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream,
+                cpu::RmsNormRounding rounding = cpu::RmsNormRounding::kOnce);
 
 // What rms_norm_fused does around the norm (every pointer optional; null skips that step):
 //   before: x = R(x + R(gate[gate_row[i]] * branch)), or x = R(x + branch) without a gate; the

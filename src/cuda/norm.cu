@@ -1,6 +1,7 @@
 // RMSNorm family on the GPU (contract: cuda/elementwise.h; numerics: cpu/norm.h).
 //
-//   rms_norm:        y = R(x * inv * weight),  inv = 1 / sqrt(sum(x^2) / C + eps)
+//   rms_norm:        y = R(x * inv * weight),  inv = 1 / sqrt(sum(x^2) / C + eps); or, rounded
+//                    before the weight too (kBeforeWeight, the text encoder's), y = R(R(x * inv) * weight)
 //   adaln_modulate:  y = R(R(x * R(1 + scale[row])) + shift[row])
 //   rms_norm_fused:  the block-boundary sequence in one pass (NormFusion): an optional residual
 //                    update first (x = R(x + R(gate[row]·branch)), or R(x + branch), written back
@@ -64,6 +65,7 @@ struct RmsNormParams {
   int64_t vecs;        // C / V
   int c;
   float eps;
+  bool round_before_weight;  // RmsNormRounding::kBeforeWeight: R(R(x·inv)·w); no fusion takes it
   // Fusions (rank 2 only): the residual update before the norm, the modulation after it.
   int residual;                     // ResidualKind
   Operand branch, gate;             // branch [N, C]; gate [R, C]
@@ -131,7 +133,10 @@ __device__ __forceinline__ void normalize_store(const RmsNormParams& p, char* ds
   float w[V], out[V];
   load_weight<V>(p, e, w);
 #pragma unroll
-  for (int k = 0; k < V; ++k) out[k] = __fmul_rn(__fmul_rn(v[k], inv), w[k]);
+  for (int k = 0; k < V; ++k) {
+    const float normed = __fmul_rn(v[k], inv);
+    out[k] = __fmul_rn(p.round_before_weight ? detail::round_out(p.y.bf16, normed) : normed, w[k]);
+  }
   if (p.modulate) {
     const bool bf16 = p.y.bf16;
     const int32_t t = p.mod_row[r];
@@ -592,14 +597,9 @@ __global__ void __launch_bounds__(kNormThreads, 3) qk_norm_rope_kernel(QkNormRop
   }
 }
 
-}  // namespace
-
-Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream) {
-  return rms_norm_fused(x, weight, eps, NormFusion{}, y, stream);
-}
-
-Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, const NormFusion& fusion,
-                      const TensorView& y, cudaStream_t stream) {
+// rms_norm and rms_norm_fused: the checks, the parameters and the launch.
+Status rms_norm_impl(const TensorView& x, const TensorView* weight, float eps, const NormFusion& fusion,
+                     cpu::RmsNormRounding rounding, const TensorView& y, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(detail::check_device_activation(x, "rms_norm input"));
   VORTEX_RETURN_IF_ERROR(detail::check_device_activation(y, "rms_norm output"));
   if (x.shape != y.shape || (x.rank() != 2 && x.rank() != 3)) {
@@ -630,6 +630,7 @@ Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, 
   p.inner = inner;
   p.c = static_cast<int>(c);
   p.eps = eps;
+  p.round_before_weight = rounding == cpu::RmsNormRounding::kBeforeWeight;
   VORTEX_RETURN_IF_ERROR(set_fusion(fusion, x, y, p));
   if (p.rows == 0 || c == 0) return ok_status();
   const bool weight_vec = !weight || (weight->strides[0] == 1 && detail::vec_aligned(*weight));
@@ -645,6 +646,18 @@ Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, 
     return launch_rms_norm<detail::kVec>(p, stream);
   }
   return launch_rms_norm<1>(p, stream);
+}
+
+}  // namespace
+
+Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y, cudaStream_t stream,
+                cpu::RmsNormRounding rounding) {
+  return rms_norm_impl(x, weight, eps, NormFusion{}, rounding, y, stream);
+}
+
+Status rms_norm_fused(const TensorView& x, const TensorView* weight, float eps, const NormFusion& fusion,
+                      const TensorView& y, cudaStream_t stream) {
+  return rms_norm_impl(x, weight, eps, fusion, cpu::RmsNormRounding::kOnce, y, stream);
 }
 
 Status adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale, const int32_t* row,

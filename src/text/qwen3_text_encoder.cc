@@ -181,36 +181,49 @@ Result<Qwen3TextEncoder> Qwen3TextEncoder::load(const std::string& path, int lay
   return enc;
 }
 
-Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
-  const Qwen3TextConfig& c = config_;
-  const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
+Result<Tensor> Qwen3TextEncoder::embed(const std::vector<int32_t>& ids) const {
+  const int64_t N = static_cast<int64_t>(ids.size());
   for (int64_t i = 0; i < N; ++i) {
-    if (ids[i] < 0 || ids[i] >= c.vocab_size) {
+    if (ids[i] < 0 || ids[i] >= config_.vocab_size) {
       return invalid_argument("token " + std::to_string(i) + " has id " + std::to_string(ids[i]) +
-                              ", outside the text encoder's vocabulary of " + std::to_string(c.vocab_size));
+                              ", outside the text encoder's vocabulary of " + std::to_string(config_.vocab_size));
     }
   }
-  const DType bf16 = DType::kBF16;
-  Tensor x = Tensor::empty({N, C}, bf16);
-  if (N == 0) return x;
+  Tensor x = Tensor::empty({N, config_.hidden}, DType::kBF16);
   for (int64_t i = 0; i < N; ++i) {
     VORTEX_ASSIGN_OR_RETURN(Tensor row, embed_tokens_.select(0, ids[i]));
     VORTEX_ASSIGN_OR_RETURN(Tensor dst, x.select(0, i));
     VORTEX_RETURN_IF_ERROR(copy_into(row, dst));
   }
+  return x;
+}
 
-  // RoPE tables at positions 0..N-1 over the whole head: inv_freq and the angles in fp32 as the
-  // reference computes them (cat(freqs, freqs) along the head), cos/sin through portable_math.
+// inv_freq and the angles in fp32 as the reference computes them (cat(freqs, freqs) along the
+// head), cos/sin through portable_math.
+Qwen3TextEncoder::RopeTables Qwen3TextEncoder::rope_tables(int64_t N) const {
+  const int64_t D = config_.head_dim;
   Tensor cos = Tensor::empty({N, D}, DType::kF32), sin = Tensor::empty({N, D}, DType::kF32);
   for (int64_t k = 0; k < D / 2; ++k) {
     const float exponent = static_cast<float>(2 * k) / static_cast<float>(D);
-    const float inv_freq = 1.0f / portable_powf(static_cast<float>(c.rope_theta), exponent);
+    const float inv_freq = 1.0f / portable_powf(static_cast<float>(config_.rope_theta), exponent);
     for (int64_t n = 0; n < N; ++n) {
       const float angle = static_cast<float>(n) * inv_freq;
       cos.data_as<float>()[n * D + k] = cos.data_as<float>()[n * D + k + D / 2] = portable_cosf(angle);
       sin.data_as<float>()[n * D + k] = sin.data_as<float>()[n * D + k + D / 2] = portable_sinf(angle);
     }
   }
+  return {cos, sin};
+}
+
+Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
+  const Qwen3TextConfig& c = config_;
+  const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
+  const DType bf16 = DType::kBF16;
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, embed(ids));
+  if (N == 0) return x;
+  const RopeTables rope = rope_tables(N);
+  const Tensor& cos = rope.cos;
+  const Tensor& sin = rope.sin;
 
   const int64_t q_width = c.heads * D, kv_width = c.kv_heads * D;
   Tensor normed = Tensor::empty({N, C}, bf16);

@@ -61,9 +61,20 @@ class Qwen3TextEncoder {
   int layer() const { return layer_; }
   const std::string& source() const { return source_; }
 
+  // The two steps every backend shares (the CUDA encoder, cuda_qwen3_text_encoder.h, too):
+  // the ids checked and their embedding rows gathered, [N, hidden] BF16; and the RoPE tables at
+  // positions 0..N-1 over the whole head, F32 [N, head_dim] each, as the reference computes them.
+  Result<Tensor> embed(const std::vector<int32_t>& ids) const;
+  struct RopeTables {
+    Tensor cos, sin;
+  };
+  RopeTables rope_tables(int64_t n) const;
+
   struct Layer {
     Tensor input_norm, q, k, v, q_norm, k_norm, o, post_norm, gate, up, down;
   };
+  // Layers [0, layer()), their weights memory-mapped (BF16 or F32).
+  const std::vector<Layer>& layers() const { return layers_; }
 
  private:
   Qwen3TextConfig config_;

@@ -20,7 +20,12 @@ struct TextConditionerOptions {
   std::string encoder_path;    // the Qwen3-VL checkpoint folder (config.json, model*.safetensors)
   std::string tokenizer_path;  // tokenizer.json; empty: the one in encoder_path
   int layer = kH3TextEncoderLayer;
+  // "cpu", or "cuda": the layers' weights go to the device (cuda_qwen3_text_encoder.h) at
+  // prepare() or the first encode; load() reads nothing but the config and the index.
+  std::string device = "cpu";
 };
+
+class CudaQwen3TextEncoder;
 
 class TextConditioner {
  public:
@@ -30,19 +35,30 @@ class TextConditioner {
   // that gives no token, is an error: H3 needs at least one text row.
   Result<std::vector<int32_t>> tokenize(std::string_view prompt) const;
 
-  // [ids.size(), hidden] BF16 text states.
-  Result<Tensor> encode(const std::vector<int32_t>& ids) const { return encoder_.encode(ids); }
+  // On cuda: uploads the layers' weights now (a server does at start, so that no request waits
+  // for it); nothing on the cpu, or when done already.
+  Status prepare();
 
-  int64_t hidden() const { return encoder_.config().hidden; }
-  // "<checkpoint> layer <n>" for summaries.
+  // [ids.size(), hidden] BF16 text states (host), computed on the device the options named.
+  // Not safe to call from two threads at once (the CUDA encoder's buffers are reused).
+  Result<Tensor> encode(const std::vector<int32_t>& ids);
+
+  int64_t hidden() const { return encoder_->config().hidden; }
+  // Device bytes of the resident encoder's weights (0 on the CPU).
+  size_t device_weight_bytes() const;
+  // "<checkpoint> layer <n> on <device>, tokenizer <path>" for summaries.
   std::string describe() const;
 
+  ~TextConditioner();
+
  private:
-  TextConditioner(BpeTokenizer tokenizer, Qwen3TextEncoder encoder, std::string tokenizer_path)
-      : tokenizer_(std::move(tokenizer)), encoder_(std::move(encoder)), tokenizer_path_(std::move(tokenizer_path)) {}
+  TextConditioner() = default;
   BpeTokenizer tokenizer_;
-  Qwen3TextEncoder encoder_;
+  // On the heap: the CUDA encoder keeps a pointer to it.
+  std::unique_ptr<Qwen3TextEncoder> encoder_;
+  std::unique_ptr<CudaQwen3TextEncoder> cuda_encoder_;
   std::string tokenizer_path_;
+  std::string device_;
 };
 
 }  // namespace vortex::text

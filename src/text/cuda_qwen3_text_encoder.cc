@@ -1,0 +1,172 @@
+#include "text/cuda_qwen3_text_encoder.h"
+
+#include <cmath>
+
+#include "cuda/attention_fallback.h"
+#include "cuda/elementwise.h"
+
+namespace vortex::text {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 64u << 20;  // cuBLASLt's
+constexpr size_t kAlign = cuda::DeviceArena::kAlignment;
+
+size_t aligned_bytes(const Shape& shape, DType dtype) {
+  return (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
+}
+
+// A [rows, cols] column range of a row-major 2-D device tensor, as a view.
+TensorView columns(const Tensor& t, int64_t begin, int64_t count) {
+  TensorView v = t.view();
+  v.data = static_cast<char*>(v.data) + begin * dtype_size(t.dtype());
+  v.shape = Shape({t.size(0), count});
+  return v;
+}
+
+// [N, C] viewed as [N, C / d, d].
+TensorView heads_view(const TensorView& v, int64_t d) {
+  TensorView h = v;
+  h.shape = Shape({v.shape[0], v.shape[1] / d, d});
+  h.strides = Shape({v.strides[0], d, 1});
+  return h;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<CudaQwen3TextEncoder>> CudaQwen3TextEncoder::create(const Qwen3TextEncoder& host,
+                                                                           cudaStream_t stream) {
+  std::unique_ptr<CudaQwen3TextEncoder> enc(new CudaQwen3TextEncoder());
+  enc->host_ = &host;
+  enc->stream_ = stream;
+  VORTEX_RETURN_IF_ERROR(enc->upload_layers());
+  VORTEX_ASSIGN_OR_RETURN(enc->workspace_, cuda::DeviceArena::create(kWorkspaceBytes + kAlign));
+  VORTEX_ASSIGN_OR_RETURN(enc->gemm_, cuda::GemmRunner::create(enc->workspace_, kWorkspaceBytes));
+  return enc;
+}
+
+Status CudaQwen3TextEncoder::upload_layers() {
+  const Qwen3TextConfig& c = host_->config();
+  const int64_t C = c.hidden, F = c.intermediate, D = c.head_dim;
+  const int64_t q_rows = c.heads * D, kv_rows = c.kv_heads * D;
+  const std::vector<Qwen3TextEncoder::Layer>& host_layers = host_->layers();
+
+  size_t bytes = 0;
+  for (const auto& l : host_layers) {
+    for (const Tensor* t : {&l.input_norm, &l.post_norm, &l.q_norm, &l.k_norm}) bytes += aligned_bytes(t->shape(), t->dtype());
+    bytes += aligned_bytes({q_rows + 2 * kv_rows, C}, DType::kBF16) + aligned_bytes({C, q_rows}, DType::kBF16) +
+             aligned_bytes({2 * F, C}, DType::kBF16) + aligned_bytes({C, F}, DType::kBF16);
+  }
+  VORTEX_ASSIGN_OR_RETURN(weights_, cuda::DeviceArena::create(bytes + kAlign));
+
+  const auto upload_as_is = [&](const Tensor& h) -> Result<Tensor> {
+    VORTEX_ASSIGN_OR_RETURN(Tensor d, weights_.alloc(h.shape(), h.dtype()));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(h, d, stream_));
+    return d;
+  };
+  // Linears go in as BF16 row ranges of a stacked weight.
+  const auto stack = [&](int layer, std::initializer_list<std::pair<const char*, const Tensor*>> parts,
+                         int64_t cols) -> Result<Tensor> {
+    int64_t rows = 0;
+    for (const auto& [name, t] : parts) {
+      if (t->dtype() != DType::kBF16) {
+        return unimplemented(host_->source() + ": layer " + std::to_string(layer) + " " + name + " is " +
+                             dtype_name(t->dtype()) + "; the CUDA text encoder takes BF16 linear weights (the CPU "
+                             "one takes both)");
+      }
+      rows += t->size(0);
+    }
+    VORTEX_ASSIGN_OR_RETURN(Tensor d, weights_.alloc({rows, cols}, DType::kBF16));
+    int64_t row = 0;
+    for (const auto& [name, t] : parts) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor range, d.slice(0, row, row + t->size(0)));
+      VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(*t, range, stream_));
+      row += t->size(0);
+    }
+    return d;
+  };
+
+  layers_.clear();
+  layers_.reserve(host_layers.size());
+  for (size_t i = 0; i < host_layers.size(); ++i) {
+    const Qwen3TextEncoder::Layer& h = host_layers[i];
+    const int li = static_cast<int>(i);
+    Layer l;
+    VORTEX_ASSIGN_OR_RETURN(l.input_norm, upload_as_is(h.input_norm));
+    VORTEX_ASSIGN_OR_RETURN(l.post_norm, upload_as_is(h.post_norm));
+    VORTEX_ASSIGN_OR_RETURN(l.q_norm, upload_as_is(h.q_norm));
+    VORTEX_ASSIGN_OR_RETURN(l.k_norm, upload_as_is(h.k_norm));
+    VORTEX_ASSIGN_OR_RETURN(l.qkv, stack(li, {{"q_proj", &h.q}, {"k_proj", &h.k}, {"v_proj", &h.v}}, C));
+    VORTEX_ASSIGN_OR_RETURN(l.o, stack(li, {{"o_proj", &h.o}}, q_rows));
+    VORTEX_ASSIGN_OR_RETURN(l.up_gate, stack(li, {{"up_proj", &h.up}, {"gate_proj", &h.gate}}, C));
+    VORTEX_ASSIGN_OR_RETURN(l.down, stack(li, {{"down_proj", &h.down}}, F));
+    layers_.push_back(std::move(l));
+  }
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ok_status();
+}
+
+Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
+  const Qwen3TextConfig& c = host_->config();
+  const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
+  VORTEX_ASSIGN_OR_RETURN(Tensor embedded, host_->embed(ids));
+  if (N == 0) return embedded;
+  const Qwen3TextEncoder::RopeTables rope = host_->rope_tables(N);
+
+  const int64_t q_width = c.heads * D, kv_width = c.kv_heads * D;
+  const DType bf16 = DType::kBF16;
+  const std::vector<std::pair<Shape, DType>> buffers = {
+      {{N, C}, bf16},                         // x: the residual stream
+      {{N, C}, bf16},                         // normed
+      {{N, q_width + 2 * kv_width}, bf16},    // qkv
+      {{N, q_width}, bf16},                   // attn
+      {{N, C}, bf16},                         // branch
+      {{N, 2 * F}, bf16},                     // up_gate: [value | gate]
+      {{N, F}, bf16},                         // act
+      {{N, D}, DType::kF32}, {{N, D}, DType::kF32}};  // cos, sin
+  size_t needed = kAlign;
+  for (const auto& [shape, dtype] : buffers) needed += aligned_bytes(shape, dtype);
+  if (activations_.capacity() < needed) {
+    activations_ = cuda::DeviceArena();  // the old arena's memory goes before the new one is taken
+    VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(needed));
+  }
+  activations_.release_to(0);
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, cuda::upload(embedded, activations_, stream_));
+  VORTEX_ASSIGN_OR_RETURN(Tensor normed, activations_.alloc({N, C}, bf16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, activations_.alloc({N, q_width + 2 * kv_width}, bf16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor attn, activations_.alloc({N, q_width}, bf16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor branch, activations_.alloc({N, C}, bf16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor up_gate, activations_.alloc({N, 2 * F}, bf16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor act, activations_.alloc({N, F}, bf16));
+  VORTEX_ASSIGN_OR_RETURN(Tensor cos, cuda::upload(rope.cos, activations_, stream_));
+  VORTEX_ASSIGN_OR_RETURN(Tensor sin, cuda::upload(rope.sin, activations_, stream_));
+
+  const TensorView q = heads_view(columns(qkv, 0, q_width), D);
+  const TensorView k = heads_view(columns(qkv, q_width, kv_width), D);
+  const TensorView v = heads_view(columns(qkv, q_width + kv_width, kv_width), D);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const auto rounding = cpu::RmsNormRounding::kBeforeWeight;
+  cuda::GemmRunner& gemm = *gemm_;
+  for (const Layer& l : layers_) {
+    const TensorView in_w = l.input_norm.view(), post_w = l.post_norm.view();
+    const TensorView qn_w = l.q_norm.view(), kn_w = l.k_norm.view();
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &in_w, eps, normed.view(), stream_, rounding));
+    VORTEX_RETURN_IF_ERROR(gemm.linear(normed.view(), l.qkv.view(), nullptr, qkv.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, &qn_w, eps, q, stream_, rounding));
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &kn_w, eps, k, stream_, rounding));
+    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos.view(), sin.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(k, cos.view(), sin.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::causal_attention(q, k, v, heads_view(attn.view(), D), scale, stream_));
+    VORTEX_RETURN_IF_ERROR(gemm.linear(attn.view(), l.o.view(), nullptr, branch.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &post_w, eps, normed.view(), stream_, rounding));
+    VORTEX_RETURN_IF_ERROR(gemm.linear(normed.view(), l.up_gate.view(), nullptr, up_gate.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::swiglu(up_gate.view(), act.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(gemm.linear(act.view(), l.down.view(), nullptr, branch.view(), stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+  }
+  return cuda::download(x, stream_);
+}
+
+}  // namespace vortex::text

@@ -1,0 +1,83 @@
+#include "text/synthetic_qwen3.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "formats/safetensors.h"
+#include "vortex/tensor.h"
+
+namespace vortex::text {
+
+SyntheticQwen3Shape released_qwen3_shape(int64_t layers) {
+  SyntheticQwen3Shape s;
+  s.vocab = 151936;
+  s.hidden = 5120;
+  s.heads = 64;
+  s.kv_heads = 8;
+  s.head_dim = 128;
+  s.intermediate = 25600;
+  s.layers = layers;
+  return s;
+}
+
+Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& s, uint64_t seed) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return invalid_argument(dir + ": cannot create the folder (" + ec.message() + ")");
+  const nlohmann::json config = {
+      {"model_type", "qwen3_vl"},
+      {"text_config",
+       {{"vocab_size", s.vocab}, {"hidden_size", s.hidden}, {"intermediate_size", s.intermediate},
+        {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
+        {"head_dim", s.head_dim}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"},
+        {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000000.0}}}}}};
+  {
+    std::ofstream out(dir + "/config.json");
+    out << config.dump(2);
+    if (!out) return invalid_argument(dir + "/config.json: cannot write");
+  }
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  uint64_t stream = 0;
+  Status failed = ok_status();
+  const auto add = [&](const std::string& name, const Shape& shape, float scale, float offset) {
+    Tensor values = Tensor::empty(shape, DType::kF32);
+    float* p = values.data_as<float>();
+    const uint64_t this_stream = stream++;
+    parallel_for(0, values.numel(), [&](int64_t begin, int64_t end) {
+      fill_normal(p + begin, end - begin, seed, this_stream, begin);
+      for (int64_t i = begin; i < end; ++i) p[i] = offset + scale * p[i];
+    }, int64_t{1} << 16);
+    auto bf16 = values.to(DType::kBF16);
+    if (!bf16.ok()) failed = bf16.status();
+    else tensors.emplace_back(name, std::move(*bf16));
+  };
+  const auto linear_scale = [](int64_t fan_in) { return 0.3f * std::sqrt(8.0f / static_cast<float>(fan_in)); };
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim;
+  const std::string m = "model.language_model.";
+  add(m + "embed_tokens.weight", {s.vocab, s.hidden}, 1.0f, 0.0f);
+  for (int64_t l = 0; l < s.layers; ++l) {
+    const std::string p = m + "layers." + std::to_string(l) + ".";
+    add(p + "input_layernorm.weight", {s.hidden}, 0.1f, 1.0f);
+    add(p + "post_attention_layernorm.weight", {s.hidden}, 0.1f, 1.0f);
+    add(p + "self_attn.q_norm.weight", {s.head_dim}, 0.1f, 1.0f);
+    add(p + "self_attn.k_norm.weight", {s.head_dim}, 0.1f, 1.0f);
+    add(p + "self_attn.q_proj.weight", {q, s.hidden}, linear_scale(s.hidden), 0.0f);
+    add(p + "self_attn.k_proj.weight", {kv, s.hidden}, linear_scale(s.hidden), 0.0f);
+    add(p + "self_attn.v_proj.weight", {kv, s.hidden}, linear_scale(s.hidden), 0.0f);
+    add(p + "self_attn.o_proj.weight", {s.hidden, q}, linear_scale(q), 0.0f);
+    add(p + "mlp.gate_proj.weight", {s.intermediate, s.hidden}, linear_scale(s.hidden), 0.0f);
+    add(p + "mlp.up_proj.weight", {s.intermediate, s.hidden}, linear_scale(s.hidden), 0.0f);
+    add(p + "mlp.down_proj.weight", {s.hidden, s.intermediate}, linear_scale(s.intermediate), 0.0f);
+  }
+  VORTEX_RETURN_IF_ERROR(failed);
+  return write_safetensors(dir + "/model.safetensors", tensors);
+}
+
+}  // namespace vortex::text
