@@ -26,43 +26,80 @@ struct FallbackParams {
   float scale;
 };
 
+// One warp per (query row, head), keys in chunks of 32: lane t scores key j0 + t on its own (q
+// from shared memory, the key row read whole), the chunk's maximum and sum take one shuffle tree
+// each, and the P·V update broadcasts each key's weight to the lanes, which own channels
+// lane + 32·c (c < PER_LANE: 4 covers D <= 128). VEC: 16-byte loads of the key rows (D a multiple
+// of 8 and aligned rows). Causal rows are taken longest first (the last query sees every key), so
+// that the grid's tail is the short rows.
+template <bool VEC, int PER_LANE>
 __global__ void attention_fallback_kernel(FallbackParams p) {
-  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (item >= p.nq * p.heads) return;
-  const int lane = threadIdx.x % kWarp;
-  const int64_t i = item / p.heads, h = item % p.heads, kv = h / p.group;
+  __shared__ float q_shared[kWarpsPerBlock][kFallbackMaxHeadDim];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp;
+  if (item >= p.nq * p.heads) return;  // whole warps: the shuffles below stay within live warps
+  const int64_t i = p.causal ? p.nq - 1 - item / p.heads : item / p.heads;
+  const int64_t h = item % p.heads, kv = h / p.group;
   const int64_t keys = p.causal ? i + 1 : p.nk;
-  float q[kPerLane], acc[kPerLane];
-  for (int c = 0; c < kPerLane; ++c) {
-    const int ch = lane + c * kWarp;
-    q[c] = ch < p.d ? bf16_bits_to_f32(p.q[i * p.q_row + h * p.q_head + ch]) : 0.0f;
-    acc[c] = 0.0f;
-  }
+  float* q = q_shared[warp];
+  for (int ch = lane; ch < p.d; ch += kWarp) q[ch] = bf16_bits_to_f32(p.q[i * p.q_row + h * p.q_head + ch]);
+  __syncwarp();
+  float acc[PER_LANE];
+#pragma unroll
+  for (int c = 0; c < PER_LANE; ++c) acc[c] = 0.0f;
   float running_max = -INFINITY, row_sum = 0.0f;
-  for (int64_t j = 0; j < keys; ++j) {
-    const uint16_t* kj = p.k + j * p.k_row + kv * p.k_head;
-    float partial = 0.0f;
-    for (int c = 0; c < kPerLane; ++c) {
-      const int ch = lane + c * kWarp;
-      if (ch < p.d) partial = fmaf(q[c], bf16_bits_to_f32(kj[ch]), partial);
+  for (int64_t j0 = 0; j0 < keys; j0 += kWarp) {
+    const int64_t j = j0 + lane;
+    float s = -INFINITY;
+    if (j < keys) {
+      const uint16_t* kj = p.k + j * p.k_row + kv * p.k_head;
+      float dot = 0.0f;
+      if constexpr (VEC) {
+        for (int ch = 0; ch < p.d; ch += 8) {
+          const uint4 packed = *reinterpret_cast<const uint4*>(kj + ch);
+          const uint32_t words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+          for (int w = 0; w < 4; ++w) {
+            dot = fmaf(q[ch + 2 * w], bf16_bits_to_f32(static_cast<uint16_t>(words[w] & 0xFFFFu)), dot);
+            dot = fmaf(q[ch + 2 * w + 1], bf16_bits_to_f32(static_cast<uint16_t>(words[w] >> 16)), dot);
+          }
+        }
+      } else {
+        for (int ch = 0; ch < p.d; ++ch) dot = fmaf(q[ch], bf16_bits_to_f32(kj[ch]), dot);
+      }
+      s = dot * p.scale;
     }
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) partial += __shfl_xor_sync(0xFFFFFFFFu, partial, offset);
-    const float s = partial * p.scale;
-    const float new_max = fmaxf(running_max, s);
-    const float rescale = expf(running_max - new_max);  // 0 on the first key (running_max = -inf)
-    const float weight = expf(s - new_max);
+    float chunk_max = s;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+      chunk_max = fmaxf(chunk_max, __shfl_xor_sync(0xFFFFFFFFu, chunk_max, offset));
+    }
+    const float new_max = fmaxf(running_max, chunk_max);  // finite: every chunk holds a key
+    const float rescale = expf(running_max - new_max);    // 0 on the first chunk (running_max = -inf)
+    const float weight = j < keys ? expf(s - new_max) : 0.0f;
     // The PV product takes P in bf16, as the tensor-core kernel and the CPU reference do.
     const float weight_bf16 = round_bf16(weight);
-    row_sum = row_sum * rescale + weight;
-    const uint16_t* vj = p.v + j * p.v_row + kv * p.v_head;
-    for (int c = 0; c < kPerLane; ++c) {
-      const int ch = lane + c * kWarp;
-      if (ch < p.d) acc[c] = fmaf(weight_bf16, bf16_bits_to_f32(vj[ch]), acc[c] * rescale);
+    float chunk_sum = weight;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) chunk_sum += __shfl_xor_sync(0xFFFFFFFFu, chunk_sum, offset);
+    row_sum = row_sum * rescale + chunk_sum;
+#pragma unroll
+    for (int c = 0; c < PER_LANE; ++c) acc[c] *= rescale;
+    const int in_chunk = static_cast<int>(keys - j0 < kWarp ? keys - j0 : kWarp);  // the same on every lane
+    // Unrolled so that several keys' v loads are in flight at once.
+#pragma unroll 4
+    for (int t = 0; t < in_chunk; ++t) {
+      const float pt = __shfl_sync(0xFFFFFFFFu, weight_bf16, t);
+      const uint16_t* vj = p.v + (j0 + t) * p.v_row + kv * p.v_head;
+#pragma unroll
+      for (int c = 0; c < PER_LANE; ++c) {
+        const int ch = lane + c * kWarp;
+        if (ch < p.d) acc[c] = fmaf(pt, bf16_bits_to_f32(vj[ch]), acc[c]);
+      }
     }
     running_max = new_max;
   }
   uint16_t* o = p.out + i * p.out_row + h * p.out_head;
-  for (int c = 0; c < kPerLane; ++c) {
+#pragma unroll
+  for (int c = 0; c < PER_LANE; ++c) {
     const int ch = lane + c * kWarp;
     if (ch < p.d) o[ch] = f32_to_bf16_bits(acc[c] / row_sum);
   }
@@ -93,7 +130,15 @@ Status launch_fallback(const TensorView& q, const TensorView& k, const TensorVie
   const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
   if (blocks > INT32_MAX) return invalid_argument("cuda attention fallback: too many (query, head) pairs");
   if (blocks == 0) return ok_status();
-  attention_fallback_kernel<<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(p);
+  const bool vec = d % 8 == 0 && reinterpret_cast<uintptr_t>(p.k) % 16 == 0 && p.k_row % 8 == 0 && p.k_head % 8 == 0;
+  const dim3 grid(static_cast<unsigned>(blocks)), block(kWarpsPerBlock * kWarp);
+  if (d <= 4 * kWarp) {
+    vec ? attention_fallback_kernel<true, 4><<<grid, block, 0, stream>>>(p)
+        : attention_fallback_kernel<false, 4><<<grid, block, 0, stream>>>(p);
+  } else {
+    vec ? attention_fallback_kernel<true, kPerLane><<<grid, block, 0, stream>>>(p)
+        : attention_fallback_kernel<false, kPerLane><<<grid, block, 0, stream>>>(p);
+  }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }

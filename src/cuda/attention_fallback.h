@@ -1,9 +1,11 @@
 // The attention fallback for shapes the tensor-core kernel does not take (head dims other than
 // 64 / 128, views not 16-byte aligned): same contract and numerics as attention.h — fp32 scores
-// and online softmax, P rounded to bf16 before the PV product, output rounded once — one warp per
-// (query row, head), no tensor cores. For tests and small models; the canonical shapes never use it.
-// The same kernel, causal and with grouped key/value heads, is the text encoder's attention
-// (prompts of tens to a few thousand tokens, where its cost is a small share of the encoder's).
+// and online softmax (over chunks of 32 keys, one per lane), P rounded to bf16 before the PV
+// product, output rounded once — one warp per (query row, head), no tensor cores. For tests and
+// small models; the canonical shapes never use it. The same kernel, causal and with grouped
+// key/value heads, is the text encoder's attention (prompts of tens to a few thousand tokens). With
+// one key per iteration (a shuffle tree per key) eight released-width layers took 22.0 ms on a
+// 512-token prompt against transformers' 14.8 ms; chunks of 32 keys take one tree per chunk.
 #pragma once
 
 #include <cuda_runtime.h>
