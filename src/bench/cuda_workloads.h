@@ -4,6 +4,8 @@
 //   gemm       the four block GEMMs at the canonical shape (QKV, out, FC1, FC2), one manifest each
 //   attention  exact attention, 37,810 x 56 heads x 128
 //   h3-forward, h3-denoise  the whole model per recipe (cuda_model_workloads.cc)
+//   vae-decode, text-encode  the VAE decoders and the text encoder (cuda_vae_workloads.cc,
+//              cuda_text_workloads.cc)
 //
 // Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
 // times the H200's 60 MB L2) and timed with CUDA events around the measured work only; the median
@@ -35,5 +37,8 @@ const std::vector<std::string>& cuda_workload_names();
 Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& options);
 // `vae-decode`: the canonical video and audio VAE decodes, one manifest each (cuda_vae_workloads.cc).
 Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& options);
+// `text-encode`: the Qwen3-VL text encoder at the released widths, two prompt lengths
+// (cuda_text_workloads.cc).
+Result<std::vector<Manifest>> run_text_workload(const BenchOptions& options);
 
 }  // namespace vortex::bench

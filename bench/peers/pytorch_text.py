@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""PyTorch peer of `vortex bench text-encode`, run by it in the same device call.
+
+    python3 bench/peers/pytorch_text.py --workload text-encode --io DUMP --out REPORT [--warmup 3 --reps 10]
+
+transformers' Qwen3-VL text model (the language model of Qwen3VLForConditionalGeneration, what
+the H3 pipeline runs for a text-only prompt) built from the dump's checkpoint folder (vortex's
+synthetic bf16 weights at the released widths, its config.json) in bf16 on the GPU with SDPA
+attention, run on the dump's token ids with an all-ones mask. The states after the last decoder
+layer, before the final norm (the pipeline reads that layer's hidden state), are taken by a
+forward hook and compared with vortex's. Timed: the model's forward on the device-resident ids.
+
+Protocol as vortex's (measure() of pytorch_h3.py): warm-ups, then timed repetitions with CUDA
+events, each after a 256 MB L2 flush.
+"""
+
+import argparse
+import json
+import os
+
+import safetensors
+import torch
+from safetensors.torch import load_file
+
+from pytorch_h3 import compare, measure
+
+PREFIX = "model.language_model."
+
+
+def text_encode(args):
+    import transformers
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
+
+    with safetensors.safe_open(args.io, "pt") as f:
+        meta = json.loads(f.metadata()["encoder"])
+    io = load_file(args.io, device="cuda")
+    folder = meta["checkpoint"]
+    with open(os.path.join(folder, "config.json")) as f:
+        text_config = json.load(f)["text_config"]
+    # The released model's multimodal RoPE sections; a text-only prompt gives every axis the same
+    # position, so they do not change the result.
+    text_config["rope_parameters"] = dict(text_config["rope_parameters"], mrope_section=[24, 20, 20],
+                                          mrope_interleaved=True)
+    config = Qwen3VLTextConfig(**text_config)
+    config._attn_implementation = "sdpa"
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Qwen3VLTextModel(config).eval()
+    torch.set_default_dtype(torch.float32)
+    weights = {k[len(PREFIX):]: v for k, v in load_file(os.path.join(folder, "model.safetensors"), device="cuda").items()}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or [k for k in missing if k != "norm.weight"]:
+        raise SystemExit(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    rotary = getattr(model, "rotary_emb", None)
+    inv_freq_dtype = str(rotary.inv_freq.dtype) if rotary is not None else "?"
+
+    captured = []
+    model.layers[meta["layers"] - 1].register_forward_hook(
+        lambda module, inputs, output: captured.append(output[0] if isinstance(output, tuple) else output))
+    ids = io["in.input_ids"].long()[None]
+    mask = torch.ones_like(ids)
+
+    def forward():
+        return model(input_ids=ids, attention_mask=mask, use_cache=False)
+
+    with torch.no_grad():
+        forward()
+        reference = captured[-1][0]
+        correctness = compare(io["out.states"], reference)
+        correctness["comparator"] = (f"transformers {transformers.__version__} Qwen3VLTextModel, bf16, SDPA, same "
+                                     f"checkpoint and ids (RoPE inverse frequencies {inv_freq_dtype})")
+        timing = measure(forward, args.warmup, args.reps)
+    return {"correctness": correctness, "peers": [{"name": "transformers-qwen3vl-text-eager-sdpa", **timing}]}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workload", required=True, choices=["text-encode"])
+    parser.add_argument("--io", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=10)
+    args = parser.parse_args()
+    report = text_encode(args)
+    report["torch"] = torch.__version__
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
