@@ -56,7 +56,12 @@ Status CudaQwen3TextEncoder::upload_layers() {
     bytes += aligned_bytes({q_rows + 2 * kv_rows, C}, DType::kBF16) + aligned_bytes({C, q_rows}, DType::kBF16) +
              aligned_bytes({2 * F, C}, DType::kBF16) + aligned_bytes({C, F}, DType::kBF16);
   }
-  VORTEX_ASSIGN_OR_RETURN(weights_, cuda::DeviceArena::create(bytes + kAlign));
+  auto arena = cuda::DeviceArena::create(bytes + kAlign);
+  if (!arena.ok()) {
+    return arena.status().with_context("the text encoder's " + std::to_string(host_layers.size()) + " layers (" +
+                                       host_->source() + ") on the device");
+  }
+  weights_ = std::move(*arena);
 
   const auto upload_as_is = [&](const Tensor& h) -> Result<Tensor> {
     VORTEX_ASSIGN_OR_RETURN(Tensor d, weights_.alloc(h.shape(), h.dtype()));
@@ -114,31 +119,34 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
 
   const int64_t q_width = c.heads * D, kv_width = c.kv_heads * D;
   const DType bf16 = DType::kBF16;
-  const std::vector<std::pair<Shape, DType>> buffers = {
-      {{N, C}, bf16},                         // x: the residual stream
-      {{N, C}, bf16},                         // normed
-      {{N, q_width + 2 * kv_width}, bf16},    // qkv
-      {{N, q_width}, bf16},                   // attn
-      {{N, C}, bf16},                         // branch
-      {{N, 2 * F}, bf16},                     // up_gate: [value | gate]
-      {{N, F}, bf16},                         // act
-      {{N, D}, DType::kF32}, {{N, D}, DType::kF32}};  // cos, sin
+  Tensor x, normed, qkv, attn, branch, up_gate, act, cos, sin;
+  struct Buffer {
+    Tensor* tensor;
+    Shape shape;
+    DType dtype;
+  };
+  const Buffer buffers[] = {{&x, {N, C}, bf16},  // the residual stream
+                            {&normed, {N, C}, bf16},
+                            {&qkv, {N, q_width + 2 * kv_width}, bf16},
+                            {&attn, {N, q_width}, bf16},
+                            {&branch, {N, C}, bf16},
+                            {&up_gate, {N, 2 * F}, bf16},  // [value | gate]
+                            {&act, {N, F}, bf16},
+                            {&cos, {N, D}, DType::kF32},
+                            {&sin, {N, D}, DType::kF32}};
   size_t needed = kAlign;
-  for (const auto& [shape, dtype] : buffers) needed += aligned_bytes(shape, dtype);
+  for (const Buffer& b : buffers) needed += aligned_bytes(b.shape, b.dtype);
   if (activations_.capacity() < needed) {
     activations_ = cuda::DeviceArena();  // the old arena's memory goes before the new one is taken
     VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(needed));
   }
   activations_.release_to(0);
-  VORTEX_ASSIGN_OR_RETURN(Tensor x, cuda::upload(embedded, activations_, stream_));
-  VORTEX_ASSIGN_OR_RETURN(Tensor normed, activations_.alloc({N, C}, bf16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, activations_.alloc({N, q_width + 2 * kv_width}, bf16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor attn, activations_.alloc({N, q_width}, bf16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor branch, activations_.alloc({N, C}, bf16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor up_gate, activations_.alloc({N, 2 * F}, bf16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor act, activations_.alloc({N, F}, bf16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor cos, cuda::upload(rope.cos, activations_, stream_));
-  VORTEX_ASSIGN_OR_RETURN(Tensor sin, cuda::upload(rope.sin, activations_, stream_));
+  for (const Buffer& b : buffers) {
+    VORTEX_ASSIGN_OR_RETURN(*b.tensor, activations_.alloc(b.shape, b.dtype));
+  }
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(embedded, x, stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.cos, cos, stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.sin, sin, stream_));
 
   const TensorView q = heads_view(columns(qkv, 0, q_width), D);
   const TensorView k = heads_view(columns(qkv, q_width, kv_width), D);
