@@ -25,6 +25,7 @@
 #include "models/h3/device_memory_plan.h"
 #include "models/h3/weights.h"
 #include "cli_test_util.h"
+#include "must.h"
 #include "safetensors_test_util.h"
 
 namespace vortex {
@@ -32,6 +33,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::golden_path;
+using test::must;
 using test_util::CliRun;
 using test_util::expect_one_line_error;
 using test_util::q;
@@ -178,6 +180,33 @@ TEST(Cli, InspectStatesTheCudaMemoryOfTheCanonicalRequest) {
 
 // Without config.json or metadata the config comes from the shapes, and rope_freq_dim (3 here,
 // not the 4 its head size would suggest) from rope.inv_freq.
+// A Qwen3-VL text encoder folder (what --text-encoder takes) is described as one: its widths, the
+// layers H3 would read, their bytes, the tokenizer; a folder missing a layer's tensor is one line.
+TEST(Cli, InspectsATextEncoderFolder) {
+  const nlohmann::json j = inspect_json(golden_path("qwen3_text_small"));
+  EXPECT_EQ(j["config"]["hidden_size"], 128);
+  EXPECT_EQ(j["config"]["num_key_value_heads"], 2);
+  EXPECT_EQ(j["layers_read"], 6);  // fewer than H3's 50: all of them
+  EXPECT_NE(j["reads"].get<std::string>().find("--text-encoder-layer 6"), std::string::npos) << j["reads"];
+  const SafetensorsFile model = must(SafetensorsFile::open(golden_path("qwen3_text_small/model.safetensors")));
+  uint64_t layer_bytes = 0;
+  for (const std::string& name : model.names()) {
+    if (name.find(".layers.") != std::string::npos) layer_bytes += must(model.info(name)).nbytes();
+  }
+  EXPECT_EQ(j["layers_bytes"].get<uint64_t>(), layer_bytes);
+  EXPECT_GE(j["cuda_weights_bytes"].get<uint64_t>(), layer_bytes);  // bf16 already; only the alignment adds
+  EXPECT_TRUE(j["tokenizer"].is_null());
+
+  TempDir tmp;
+  std::vector<std::pair<std::string, Tensor>> kept;
+  for (const std::string& name : model.names()) {
+    if (name != "model.language_model.layers.3.self_attn.k_norm.weight") kept.emplace_back(name, must(model.get(name)));
+  }
+  must(write_safetensors(tmp.file("model.safetensors"), kept));
+  fs::copy_file(golden_path("qwen3_text_small/config.json"), tmp.file("config.json"));
+  expect_one_line_error(run_cli("inspect " + q(tmp.path().string())), "layers.3.self_attn.k_norm.weight");
+}
+
 TEST(Cli, InspectInfersTheConfigFromShapes) {
   TempDir tmp;
   write_edited_golden(tmp.file("bare.safetensors"), "h3_small/original.safetensors", [](h3::NamedTensors&) {}, false);

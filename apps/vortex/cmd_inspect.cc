@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "inspect_text_encoder.h"
 #include "formats/safetensors.h"
 #include "models/h3/checkpoint_writer.h"
 #include "models/h3/device_memory_plan.h"
@@ -159,6 +160,7 @@ void print_json(const Summary& s) {
 }
 
 int run_inspect(const InspectArgs& args) {
+  if (is_text_encoder_checkpoint(args.path)) return inspect_text_encoder(args.path, args.json);
   const Result<Summary> summary = summarize(args.path);
   if (!summary.ok()) return report_error(summary.status());
   if (args.json) {
@@ -173,12 +175,14 @@ int run_inspect(const InspectArgs& args) {
 
 void add_inspect_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<InspectArgs>();
-  CLI::App* cmd = app.add_subcommand("inspect", "Describe a checkpoint and check it against the H3 schema");
+  CLI::App* cmd = app.add_subcommand("inspect", "Describe a checkpoint (or a text encoder) and check it against its schema");
   cmd->footer(
       "Prints the layout, shards, tensors, dtypes (count and bytes), parameters, total bytes, and the config with\n"
       "its source (config.json, safetensors metadata, or inferred from tensor shapes), and the device memory\n"
       "`generate --device cuda` would take for the canonical request in each recipe. Exits 2 with one line\n"
-      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config.");
+      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config. A Qwen3-VL\n"
+      "text encoder folder (what --text-encoder takes) is described instead: its widths, the layers H3 reads,\n"
+      "their bytes on the host and on --device cuda, and whether tokenizer.json is beside it.");
   cmd->add_option("path", args->path, "A .safetensors file, a *.safetensors.index.json, or a folder holding one")
       ->required();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of text");

@@ -47,15 +47,10 @@ Result<std::unique_ptr<CudaQwen3TextEncoder>> CudaQwen3TextEncoder::create(const
 Status CudaQwen3TextEncoder::upload_layers() {
   const Qwen3TextConfig& c = host_->config();
   const int64_t C = c.hidden, F = c.intermediate, D = c.head_dim;
-  const int64_t q_rows = c.heads * D, kv_rows = c.kv_heads * D;
+  const int64_t q_rows = c.heads * D;
   const std::vector<Qwen3TextEncoder::Layer>& host_layers = host_->layers();
 
-  size_t bytes = 0;
-  for (const auto& l : host_layers) {
-    for (const Tensor* t : {&l.input_norm, &l.post_norm, &l.q_norm, &l.k_norm}) bytes += aligned_bytes(t->shape(), t->dtype());
-    bytes += aligned_bytes({q_rows + 2 * kv_rows, C}, DType::kBF16) + aligned_bytes({C, q_rows}, DType::kBF16) +
-             aligned_bytes({2 * F, C}, DType::kBF16) + aligned_bytes({C, F}, DType::kBF16);
-  }
+  const size_t bytes = host_->device_weight_bytes(kAlign);
   auto arena = cuda::DeviceArena::create(bytes + kAlign);
   if (!arena.ok()) {
     return arena.status().with_context("the text encoder's " + std::to_string(host_layers.size()) + " layers (" +

@@ -181,6 +181,33 @@ Result<Qwen3TextEncoder> Qwen3TextEncoder::load(const std::string& path, int lay
   return enc;
 }
 
+uint64_t Qwen3TextEncoder::layer_bytes() const {
+  uint64_t bytes = 0;
+  for (const Layer& l : layers_) {
+    for (const Tensor* t : {&l.input_norm, &l.q, &l.k, &l.v, &l.q_norm, &l.k_norm, &l.o, &l.post_norm, &l.gate, &l.up,
+                            &l.down}) {
+      bytes += t->nbytes();
+    }
+  }
+  return bytes;
+}
+
+uint64_t Qwen3TextEncoder::device_weight_bytes(uint64_t alignment) const {
+  const auto aligned = [alignment](int64_t elements, DType dtype) {
+    const uint64_t b = static_cast<uint64_t>(elements) * dtype_size(dtype);
+    return (b + alignment - 1) / alignment * alignment;
+  };
+  const Qwen3TextConfig& c = config_;
+  const int64_t C = c.hidden, F = c.intermediate, q_rows = c.heads * c.head_dim, kv_rows = c.kv_heads * c.head_dim;
+  uint64_t bytes = 0;
+  for (const Layer& l : layers_) {
+    for (const Tensor* t : {&l.input_norm, &l.post_norm, &l.q_norm, &l.k_norm}) bytes += aligned(t->numel(), t->dtype());
+    bytes += aligned((q_rows + 2 * kv_rows) * C, DType::kBF16) + aligned(C * q_rows, DType::kBF16) +
+             aligned(2 * F * C, DType::kBF16) + aligned(C * F, DType::kBF16);
+  }
+  return bytes;
+}
+
 Result<Tensor> Qwen3TextEncoder::embed(const std::vector<int32_t>& ids) const {
   const int64_t N = static_cast<int64_t>(ids.size());
   for (int64_t i = 0; i < N; ++i) {

@@ -75,6 +75,11 @@ class Qwen3TextEncoder {
   };
   // Layers [0, layer()), their weights memory-mapped (BF16 or F32).
   const std::vector<Layer>& layers() const { return layers_; }
+  // Bytes of those layers' weights as stored.
+  uint64_t layer_bytes() const;
+  // What the CUDA encoder allocates for them (cuda_qwen3_text_encoder.h): the linears in bf16 and
+  // the norms as stored, each tensor's start aligned to `alignment` bytes.
+  uint64_t device_weight_bytes(uint64_t alignment) const;
 
  private:
   Qwen3TextConfig config_;
