@@ -3,8 +3,10 @@
 
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "formats/safetensors.h"
+#include "must.h"
 #include "models/h3/layout.h"
 #include "models/h3/transformer.h"
 #include "vortex/tensor.h"
@@ -22,6 +24,14 @@ inline double rel_l2(const Tensor& a, const Tensor& b) {
     den += y * y;
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// The token ids of a text-encoder golden's io.safetensors (`input_ids`).
+inline std::vector<int32_t> golden_token_ids(const SafetensorsFile& io) {
+  const Tensor ids = must(io.get("input_ids"));
+  std::vector<int32_t> out(static_cast<size_t>(ids.numel()));
+  for (int64_t i = 0; i < ids.numel(); ++i) out[i] = static_cast<int32_t>(element_as_double(ids, i));
+  return out;
 }
 
 inline std::vector<int64_t> to_i64_vector(const Tensor& t) {

@@ -25,17 +25,10 @@ using test::golden_path;
 using test::must;
 using test::rel_l2;
 
-std::vector<int32_t> golden_ids(const SafetensorsFile& io) {
-  const Tensor ids = must(io.get("input_ids"));
-  std::vector<int32_t> out(static_cast<size_t>(ids.numel()));
-  for (int64_t i = 0; i < ids.numel(); ++i) out[i] = static_cast<int32_t>(element_as_double(ids, i));
-  return out;
-}
-
 TEST(Qwen3TextEncoder, EveryLayerMatchesTransformers) {
   const std::string dir = golden_path("qwen3_text_small");
   const SafetensorsFile io = must(SafetensorsFile::open(dir + "/io.safetensors"));
-  const std::vector<int32_t> ids = golden_ids(io);
+  const std::vector<int32_t> ids = test::golden_token_ids(io);
   ASSERT_EQ(ids.size(), 45u);
   for (int layer = 1; layer <= 4; ++layer) {
     const Qwen3TextEncoder encoder = must(Qwen3TextEncoder::load(dir, layer));

@@ -4,6 +4,7 @@
 
 #include "cuda/attention_fallback.h"
 #include "cuda/elementwise.h"
+#include "models/h3/tensor_views.h"
 
 namespace vortex::text {
 namespace {
@@ -13,22 +14,6 @@ constexpr size_t kAlign = cuda::DeviceArena::kAlignment;
 
 size_t aligned_bytes(const Shape& shape, DType dtype) {
   return (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
-}
-
-// A [rows, cols] column range of a row-major 2-D device tensor, as a view.
-TensorView columns(const Tensor& t, int64_t begin, int64_t count) {
-  TensorView v = t.view();
-  v.data = static_cast<char*>(v.data) + begin * dtype_size(t.dtype());
-  v.shape = Shape({t.size(0), count});
-  return v;
-}
-
-// [N, C] viewed as [N, C / d, d].
-TensorView heads_view(const TensorView& v, int64_t d) {
-  TensorView h = v;
-  h.shape = Shape({v.shape[0], v.shape[1] / d, d});
-  h.strides = Shape({v.strides[0], d, 1});
-  return h;
 }
 
 }  // namespace
@@ -143,9 +128,9 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
   VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.cos, cos, stream_));
   VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.sin, sin, stream_));
 
-  const TensorView q = heads_view(columns(qkv, 0, q_width), D);
-  const TensorView k = heads_view(columns(qkv, q_width, kv_width), D);
-  const TensorView v = heads_view(columns(qkv, q_width + kv_width, kv_width), D);
+  const TensorView q = h3::heads_view(qkv, 0, c.heads, D);
+  const TensorView k = h3::heads_view(qkv, q_width, c.kv_heads, D);
+  const TensorView v = h3::heads_view(qkv, q_width + kv_width, c.kv_heads, D);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const auto rounding = cpu::RmsNormRounding::kBeforeWeight;
@@ -159,7 +144,7 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
     VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, &kn_w, eps, k, stream_, rounding));
     VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos.view(), sin.view(), stream_));
     VORTEX_RETURN_IF_ERROR(cuda::apply_rope(k, cos.view(), sin.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::causal_attention(q, k, v, heads_view(attn.view(), D), scale, stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::causal_attention(q, k, v, h3::heads_view(attn, 0, c.heads, D), scale, stream_));
     VORTEX_RETURN_IF_ERROR(gemm.linear(attn.view(), l.o.view(), nullptr, branch.view(), stream_));
     VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
 

@@ -11,6 +11,7 @@
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
 #include "cpu/norm.h"
+#include "models/h3/tensor_views.h"
 
 namespace vortex::text {
 namespace {
@@ -64,22 +65,6 @@ Result<Tensor> weight(const ShardedCheckpoint& ckpt, const std::string& name, co
                         shape.to_string());
   }
   return t;
-}
-
-// A [rows, cols] column range of a row-major 2-D tensor, as a view.
-TensorView columns(const Tensor& t, int64_t begin, int64_t count) {
-  TensorView v = t.view();
-  v.data = static_cast<char*>(v.data) + begin * dtype_size(t.dtype());
-  v.shape = Shape({t.size(0), count});
-  return v;
-}
-
-// [N, C] viewed as [N, C / d, d].
-TensorView heads_view(const TensorView& v, int64_t d) {
-  TensorView h = v;
-  h.shape = Shape({v.shape[0], v.shape[1] / d, d});
-  h.strides = Shape({v.strides[0], d, 1});
-  return h;
 }
 
 }  // namespace
@@ -259,31 +244,31 @@ Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
   Tensor branch = Tensor::empty({N, C}, bf16);
   Tensor up_gate = Tensor::empty({N, 2 * F}, bf16);  // [up | gate]: swiglu's [value | gate]
   Tensor act = Tensor::empty({N, F}, bf16);
-  const TensorView q = heads_view(columns(qkv, 0, q_width), D);
-  const TensorView k = heads_view(columns(qkv, q_width, kv_width), D);
-  const TensorView v = heads_view(columns(qkv, q_width + kv_width, kv_width), D);
+  const TensorView q = h3::heads_view(qkv, 0, c.heads, D);
+  const TensorView k = h3::heads_view(qkv, q_width, c.kv_heads, D);
+  const TensorView v = h3::heads_view(qkv, q_width + kv_width, c.kv_heads, D);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const auto norm_rounding = cpu::RmsNormRounding::kBeforeWeight;
   for (const Layer& l : layers_) {
     const TensorView in_w = l.input_norm.view(), post_w = l.post_norm.view();
     const TensorView qn_w = l.q_norm.view(), kn_w = l.k_norm.view();
     VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &in_w, eps, normed.view(), norm_rounding));
-    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.q.view(), nullptr, columns(qkv, 0, q_width)));
-    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.k.view(), nullptr, columns(qkv, q_width, kv_width)));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.q.view(), nullptr, h3::columns(qkv, 0, q_width)));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.k.view(), nullptr, h3::columns(qkv, q_width, kv_width)));
     VORTEX_RETURN_IF_ERROR(
-        cpu::linear(normed.view(), l.v.view(), nullptr, columns(qkv, q_width + kv_width, kv_width)));
+        cpu::linear(normed.view(), l.v.view(), nullptr, h3::columns(qkv, q_width + kv_width, kv_width)));
     VORTEX_RETURN_IF_ERROR(cpu::rms_norm(q, &qn_w, eps, q, norm_rounding));
     VORTEX_RETURN_IF_ERROR(cpu::rms_norm(k, &kn_w, eps, k, norm_rounding));
     VORTEX_RETURN_IF_ERROR(cpu::apply_rope(q, cos, sin));
     VORTEX_RETURN_IF_ERROR(cpu::apply_rope(k, cos, sin));
     const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    VORTEX_RETURN_IF_ERROR(cpu::causal_attention(q, k, v, heads_view(attn.view(), D), scale));
+    VORTEX_RETURN_IF_ERROR(cpu::causal_attention(q, k, v, h3::heads_view(attn, 0, c.heads, D), scale));
     VORTEX_RETURN_IF_ERROR(cpu::linear(attn.view(), l.o.view(), nullptr, branch.view()));
     VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
 
     VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &post_w, eps, normed.view(), norm_rounding));
-    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.up.view(), nullptr, columns(up_gate, 0, F)));
-    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.gate.view(), nullptr, columns(up_gate, F, F)));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.up.view(), nullptr, h3::columns(up_gate, 0, F)));
+    VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.gate.view(), nullptr, h3::columns(up_gate, F, F)));
     VORTEX_RETURN_IF_ERROR(cpu::swiglu(up_gate.view(), act.view()));
     VORTEX_RETURN_IF_ERROR(cpu::linear(act.view(), l.down.view(), nullptr, branch.view()));
     VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));

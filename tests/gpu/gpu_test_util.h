@@ -156,6 +156,13 @@ inline float view_element(const TensorView& v, int64_t i) {
   return static_cast<const float*>(v.data)[off];
 }
 
+// The largest |element| of a host view (attention outputs are bounded by a multiple of max |v|).
+inline double max_abs_of(const TensorView& t) {
+  double m = 0.0;
+  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(view_element(t, i))));
+  return m;
+}
+
 struct Comparison {
   int64_t count = 0;
   int64_t differing = 0;      // elements whose values differ (NaN == NaN and -0 == +0 count as equal)

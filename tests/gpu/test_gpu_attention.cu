@@ -75,12 +75,6 @@ constexpr unsigned char kSentinel = 0x5A;
 
 class GpuAttention : public test::GpuTest {};
 
-double max_abs_of(const TensorView& t) {
-  double m = 0.0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(test::view_element(t, i))));
-  return m;
-}
-
 // GPU vs CPU for q [nq, H, D] (its own fused buffer) against k, v [nk, H, D] (another); nq == nk
 // uses one buffer for all three, as the model does. Every variant runs on the same inputs.
 void check_attention(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, int64_t nk, int64_t heads, int64_t d,
@@ -94,7 +88,7 @@ void check_attention(cuda::DeviceArena& arena, cudaStream_t stream, int64_t nq, 
   Tensor ref = Tensor::empty({nq, heads, d}, DType::kF32);
   must(cpu::attention(test::head_view(q_fused, 0, heads, d), test::head_view(kv_fused, heads * d, heads, d),
                       test::head_view(kv_fused, 2 * heads * d, heads, d), ref.view(), scale));
-  const double v_max = max_abs_of(test::head_view(kv_fused, 2 * heads * d, heads, d));
+  const double v_max = test::max_abs_of(test::head_view(kv_fused, 2 * heads * d, heads, d));
 
   std::vector<Tensor> results;  // per variant, [nq, H, D] F32
   for (const cuda::AttentionVariant variant : kVariants) {
@@ -442,7 +436,7 @@ TEST_F(GpuAttentionCanonical, SampledRowsOfTwoHeadsMatchCpu) {
       const test::Comparison cmp = test::compare(must(got.to(DType::kF32)), ref);
       EXPECT_EQ(cmp.nonfinite, 0) << label << ": " << cmp.summary();
       EXPECT_LE(cmp.rel_l2, kRelL2) << label << ": " << cmp.summary();
-      EXPECT_LE(cmp.max_abs, kMaxAbsOverMaxV * max_abs_of(v.view())) << label << ": " << cmp.summary();
+      EXPECT_LE(cmp.max_abs, kMaxAbsOverMaxV * test::max_abs_of(v.view())) << label << ": " << cmp.summary();
       std::printf("%s 37810x56x128, head %lld, %lld sampled queries: rel-L2 %.3e  max-abs %.3e\n",
                   variant_name(kVariants[variant]), static_cast<long long>(head), static_cast<long long>(kSampled),
                   cmp.rel_l2, cmp.max_abs);

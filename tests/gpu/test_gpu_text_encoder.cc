@@ -49,12 +49,6 @@ constexpr unsigned char kSentinel = 0x5A;
 
 class GpuTextEncoderOps : public test::GpuTest {};
 
-double max_abs_of(const TensorView& t) {
-  double m = 0.0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(static_cast<double>(test::view_element(t, i))));
-  return m;
-}
-
 TEST_F(GpuTextEncoderOps, CausalAttentionMatchesCpuOnFusedQkvSlices) {
   struct Case {
     int64_t n, heads, kv_heads, d;
@@ -95,7 +89,7 @@ TEST_F(GpuTextEncoderOps, CausalAttentionMatchesCpuOnFusedQkvSlices) {
     const test::Comparison cmp = test::compare(got, ref);
     EXPECT_EQ(cmp.nonfinite, 0) << label << ": " << cmp.summary();
     EXPECT_LE(cmp.rel_l2, kAttentionRelL2) << label << ": " << cmp.summary();
-    EXPECT_LE(cmp.max_abs, kAttentionMaxAbsOverMaxV * max_abs_of(v)) << label << ": " << cmp.summary();
+    EXPECT_LE(cmp.max_abs, kAttentionMaxAbsOverMaxV * test::max_abs_of(v)) << label << ": " << cmp.summary();
     // Query 0 sees key 0 alone: its weight is exactly 1 and its output v[0] (of its k/v head).
     for (int64_t h = 0; h < c.heads; ++h) {
       for (int64_t ch = 0; ch < c.d; ++ch) {
@@ -165,18 +159,11 @@ TEST_F(GpuTextEncoderOps, RmsNormRoundedBeforeWeightMatchesCpu) {
   }
 }
 
-std::vector<int32_t> golden_ids(const SafetensorsFile& io) {
-  const Tensor ids = must(io.get("input_ids"));
-  std::vector<int32_t> out(static_cast<size_t>(ids.numel()));
-  for (int64_t i = 0; i < ids.numel(); ++i) out[i] = static_cast<int32_t>(element_as_double(ids, i));
-  return out;
-}
-
 TEST(GpuTextEncoder, EveryLayerMatchesTransformersAndTheCpu) {
   VORTEX_REQUIRE_GPU();
   const std::string dir = test::golden_path("qwen3_text_small");
   const SafetensorsFile io = must(SafetensorsFile::open(dir + "/io.safetensors"));
-  const std::vector<int32_t> ids = golden_ids(io);
+  const std::vector<int32_t> ids = test::golden_token_ids(io);
   for (int layer = 1; layer <= 4; ++layer) {
     const text::Qwen3TextEncoder host = must(text::Qwen3TextEncoder::load(dir, layer));
     auto device = must(text::CudaQwen3TextEncoder::create(host));
