@@ -11,13 +11,8 @@
 // on the same checkpoint (bound 2e-2 rel-L2 at 8 layers: kCpuBound). The peer
 // (bench/peers/pytorch_text.py) runs transformers' Qwen3-VL text model on the same checkpoint and
 // ids, eager bf16 with SDPA attention, and reports its time and its states' distance from ours.
-// (The bound is wider than the encoder tests' 1e-2 because the distance grows with depth: kCpuBound.)
 // kLayers of 50 keeps the checkpoint (~9.4 GB with the embedding) and the CPU check short; the
 // whole encoder's time is about 50 / kLayers times the layers' (derived.per_layer_ms).
-#include <cuda_runtime.h>
-
-#include <filesystem>
-
 #include "bench/cuda_bench_util.h"
 #include "bench/cuda_workloads.h"
 #include "formats/safetensors.h"
@@ -29,12 +24,11 @@ namespace vortex::bench {
 
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr int64_t kLayers = 8;
-// bf16 rounding flips compound layer by layer in any two programs: at 8 layers vortex's states were
-// 1.09e-2 from the CPU program's and 1.10e-2 from transformers' CUDA run (H200, 2026-12-01), as
-// transformers' own CUDA run is 8.4e-3 from its CPU run after 4 (tests/golden/qwen3_text_small).
+// Wider than the encoder tests' 1e-2: bf16 rounding flips compound layer by layer in any two
+// programs. At 8 layers vortex's states were 1.09e-2 from the CPU program's and 1.10e-2 from
+// transformers' CUDA run (H200, 2026-12-01); transformers' own CUDA run is 8.4e-3 from its CPU run
+// after 4 (tests/golden/qwen3_text_small).
 constexpr double kCpuBound = 2e-2;
 constexpr int64_t kPromptLengths[] = {100, 512};
 
