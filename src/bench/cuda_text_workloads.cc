@@ -86,7 +86,7 @@ Result<Manifest> bench_length(const BenchOptions& o, const text::Qwen3TextEncode
   m.implementation = {{"backend", "cuda"},
                       {"recipe", "bf16, fp32 accumulate; RMSNorm rounded before and after its weight"},
                       {"gemm", "cuBLASLt bf16: q/k/v stacked in one product, up/gate in one"},
-                      {"attention", "cuda::causal_attention (warp per query row and head, grouped k/v heads)"}};
+                      {"attention", "cuda::causal_attention (v0 mma.sync flash kernel with the causal mask, grouped k/v heads)"}};
   m.correctness = compare(states, want, "the CPU program (Qwen3TextEncoder::encode), same checkpoint and ids", kCpuBound);
 
   if (!o.peer_command.empty()) {

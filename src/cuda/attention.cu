@@ -14,12 +14,14 @@
 //       The output is divided by the row sum, rounded to bf16, staged through shared memory and
 //       written with 16-byte stores into the strided out view. Head dims 64 and 128 (template).
 //       Rounding P to bf16 is the only rounding beyond the contract's; with the output's own
-//       rounding it leaves ~2e-3 rel-L2 against the fp32 reference.
+//       rounding it leaves ~2e-3 rel-L2 against the fp32 reference. The same kernel with the
+//       causal mask and grouped key/value heads is causal_attention() (the text encoder's).
 //   v1  FlashAttention-3 style on wgmma + TMA for head dim 128 (attention_wgmma.cu), the default
 //       for D = 128 on 16-byte aligned views; the same numerics. Every other case runs v0's path.
 //   v2  v1 on a persistent grid with 176-key tiles where they pad no more keys than 128
 //       (attention_wgmma_v2.cu); the same numerics and the same fallback to v0.
-// This file holds v0 and the dispatch (argument checks, variant choice) for the family.
+// This file holds v0 and the dispatch (argument checks, variant choice) for the family, causal
+// attention's included.
 #include "cuda/attention.h"
 
 #include "cuda/attention_fallback.h"
@@ -77,6 +79,7 @@ struct AttentionParams {
   __nv_bfloat16* out;      // [Nq, H, D]
   int64_t q_row, q_head, k_row, k_head, v_row, v_head, out_row, out_head;  // strides, elements
   int nq, nk;
+  int kv_group;  // query heads per key/value head: query head h reads k/v head h / kv_group
   float scale_log2;  // scale · log2(e): softmax by exp2
 };
 
@@ -154,7 +157,11 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
 
 // ---- the kernel ----------------------------------------------------------------------------------------
 
-template <int D>
+// kCausal: query i sees keys 0 ..= i (Nq = Nk). A CTA then stops at the tile holding its last
+// query's key, masks the keys past each row's own in the tiles that cross the diagonal, and the
+// grid runs the longest query blocks first so that the short ones fill the last wave. Every row
+// sees key 0 in tile 0, so its running maximum is finite from the first tile on, as without it.
+template <int D, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const AttentionParams p) {
   static_assert(D % 16 == 0 && D / kChunk >= 8, "the swizzle permutes 8 chunks per row");
   constexpr int kDTiles = D / 8;    // n8 tiles of the output
@@ -169,12 +176,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
 
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int group = lane / 4, quad_lane = lane % 4;  // mma fragment coordinates: row, column pair
-  const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
-  const int head = static_cast<int>(blockIdx.y);
+  const int q_block = kCausal ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int q0 = q_block * kBlockQ;
+  const int head = static_cast<int>(blockIdx.y), kv_head = head / p.kv_group;
   const __nv_bfloat16* q_base = p.q + head * p.q_head + static_cast<int64_t>(q0) * p.q_row;
-  const __nv_bfloat16* k_base = p.k + head * p.k_head;
-  const __nv_bfloat16* v_base = p.v + head * p.v_head;
-  const int num_tiles = (p.nk + kBlockK - 1) / kBlockK;
+  const __nv_bfloat16* k_base = p.k + kv_head * p.k_head;
+  const __nv_bfloat16* v_base = p.v + kv_head * p.v_head;
+  const int keys_seen = kCausal ? min(p.nk, q0 + kBlockQ) : p.nk;  // by the CTA's last query
+  const int num_tiles = (keys_seen + kBlockK - 1) / kBlockK;
 
   load_tile<D, kBlockQ>(s_q, q_base, p.q_row, 0, p.nq - q0);
   load_tile<D, kBlockK>(s_k, k_base, p.k_row, 0, p.nk);
@@ -226,14 +235,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
       }
     }
 
-    // ---- mask keys past Nk (only the last tile can hold them) ----
-    if ((tile + 1) * kBlockK > p.nk) {
+    // ---- mask keys past Nk (only the last tile can hold them) and, causal, past each row's query ----
+    if ((tile + 1) * kBlockK > p.nk || (kCausal && (tile + 1) * kBlockK > q0 + 1)) {
 #pragma unroll
       for (int t = 0; t < kKeyTiles; ++t) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = tile * kBlockK + t * 8 + 2 * quad_lane + (e % 2);
-          if (key >= p.nk) s_acc[t][e] = -INFINITY;
+          const int query = q0 + warp * kRowsPerWarp + group + 8 * (e / 2);
+          if (key >= p.nk || (kCausal && key > query)) s_acc[t][e] = -INFINITY;
         }
       }
     }
@@ -246,7 +256,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
       for (int t = 0; t < kKeyTiles; ++t) tile_max = fmaxf(tile_max, fmaxf(s_acc[t][2 * r], s_acc[t][2 * r + 1]));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      // Finite from the first tile on: key 0 is always valid, and a valid score is finite.
+      // Finite from the first tile on: key 0 is always valid, and a valid score is finite. A causal
+      // row whose keys in this tile are all masked keeps its maximum (rescale 1, P = 0).
       const float new_max = fmaxf(row_max[r], tile_max);
       const float rescale = fast_exp2((row_max[r] - new_max) * p.scale_log2);  // 0 on the first tile
       row_max[r] = new_max;
@@ -321,15 +332,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
   }
 }
 
-template <int D>
+template <int D, bool kCausal>
 Status launch_v0(const AttentionParams& params, int heads, cudaStream_t stream) {
   constexpr int kSmem = smem_bytes<D>();
-  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(attention_v0_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  VORTEX_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_v0_kernel<D, kCausal>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid((params.nq + kBlockQ - 1) / kBlockQ, heads);
   // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2.
-  attention_v0_kernel<D><<<grid, kThreads, kSmem, stream>>>(params);
+  attention_v0_kernel<D, kCausal><<<grid, kThreads, kSmem, stream>>>(params);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
+}
+
+AttentionParams v0_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                          float scale) {
+  AttentionParams params{};
+  params.q = static_cast<const __nv_bfloat16*>(q.data);
+  params.k = static_cast<const __nv_bfloat16*>(k.data);
+  params.v = static_cast<const __nv_bfloat16*>(v.data);
+  params.out = static_cast<__nv_bfloat16*>(out.data);
+  params.q_row = q.strides[0], params.q_head = q.strides[1];
+  params.k_row = k.strides[0], params.k_head = k.strides[1];
+  params.v_row = v.strides[0], params.v_head = v.strides[1];
+  params.out_row = out.strides[0], params.out_head = out.strides[1];
+  params.nq = static_cast<int>(q.shape[0]);
+  params.nk = static_cast<int>(k.shape[0]);
+  params.kv_group = static_cast<int>(q.shape[1] / k.shape[1]);
+  params.scale_log2 = scale * kLog2e;
+  return params;
 }
 
 // ---- argument checks ------------------------------------------------------------------------------------
@@ -400,6 +430,33 @@ Status check_attention_operands(const std::string& op, const TensorView& q, cons
   return ok_status();
 }
 
+// cuda::causal_attention's operand checks (attention.h).
+Status check_causal_attention_operands(const TensorView& q, const TensorView& k, const TensorView& v,
+                                       const TensorView& out, float scale) {
+  const auto bad = [&](const std::string& what) {
+    return invalid_argument("cuda causal_attention: " + what + " (" + describe_view("q", q) + ", " +
+                            describe_view("k", k) + ", " + describe_view("v", v) + ", " + describe_view("out", out) +
+                            ")");
+  };
+  for (const TensorView* t : {&q, &k, &v, &out}) {
+    if (t->device != Device::kCuda || t->dtype != DType::kBF16 || t->data == nullptr) {
+      return bad("every operand must be BF16 on the device");
+    }
+    if (t->rank() != 3 || t->strides[2] != 1) return bad("every operand must be [N, H, D] with unit stride on D");
+  }
+  const int64_t n = q.shape[0], heads = q.shape[1], kv_heads = k.shape[1], d = q.shape[2];
+  if (out.shape != q.shape || v.shape != k.shape || k.shape[0] != n || k.shape[2] != d) {
+    return bad("shapes must be q, out [N, H, D] and k, v [N, Hkv, D]");
+  }
+  if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0) return bad("H must be a positive multiple of Hkv");
+  if (!(scale > 0.0f) || !std::isfinite(scale)) return bad("scale must be finite and > 0, got " + std::to_string(scale));
+  if (n > INT32_MAX - kBlockQ || heads > 65535) return bad("too large for one launch");
+  if (d > kFallbackMaxHeadDim) {
+    return bad("head dim " + std::to_string(d) + " above " + std::to_string(kFallbackMaxHeadDim));
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Status attention_variant(AttentionVariant variant, const TensorView& q, const TensorView& k, const TensorView& v,
@@ -407,7 +464,7 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
   if (ran != nullptr) *ran = AttentionVariant::kV0;
   bool aligned = true;
   VORTEX_RETURN_IF_ERROR(check_attention_operands("cuda attention", q, k, v, &out, scale, aligned));
-  const int64_t nq = q.shape[0], nk = k.shape[0], heads = q.shape[1], d = q.shape[2];
+  const int64_t heads = q.shape[1], d = q.shape[2];
   // The tensor-core kernels take head dims 64 and 128 on 16-byte aligned rows; anything else (the
   // small test models, odd views) goes to the warp-per-row fallback with the same numerics.
   if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
@@ -425,20 +482,22 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
     }
   }
 
-  AttentionParams params{};
-  params.q = static_cast<const __nv_bfloat16*>(q.data);
-  params.k = static_cast<const __nv_bfloat16*>(k.data);
-  params.v = static_cast<const __nv_bfloat16*>(v.data);
-  params.out = static_cast<__nv_bfloat16*>(out.data);
-  params.q_row = q.strides[0], params.q_head = q.strides[1];
-  params.k_row = k.strides[0], params.k_head = k.strides[1];
-  params.v_row = v.strides[0], params.v_head = v.strides[1];
-  params.out_row = out.strides[0], params.out_head = out.strides[1];
-  params.nq = static_cast<int>(nq);
-  params.nk = static_cast<int>(nk);
-  params.scale_log2 = scale * kLog2e;
-  return d == 64 ? launch_v0<64>(params, static_cast<int>(heads), stream)
-                 : launch_v0<128>(params, static_cast<int>(heads), stream);
+  const AttentionParams params = v0_params(q, k, v, out, scale);
+  return d == 64 ? launch_v0<64, false>(params, static_cast<int>(heads), stream)
+                 : launch_v0<128, false>(params, static_cast<int>(heads), stream);
+}
+
+Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        float scale, cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_causal_attention_operands(q, k, v, out, scale));
+  const int64_t heads = q.shape[1], d = q.shape[2];
+  bool aligned = true;
+  for (const TensorView* t : {&q, &k, &v, &out}) aligned = aligned && chunk_aligned(*t);
+  if (q.shape[0] == 0) return ok_status();
+  if ((d != 64 && d != 128) || !aligned) return causal_attention_fallback(q, k, v, out, scale, stream);
+  const AttentionParams params = v0_params(q, k, v, out, scale);
+  return d == 64 ? launch_v0<64, true>(params, static_cast<int>(heads), stream)
+                 : launch_v0<128, true>(params, static_cast<int>(heads), stream);
 }
 
 Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -62,4 +62,13 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
 Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,
                                 const TensorView& codes, const TensorView& scales, float scale, cudaStream_t stream);
 
+// Causal attention with grouped keys and values (cpu::causal_attention's contract; the text
+// encoder's): q, out [N, H, D], k, v [N, Hkv, D] BF16 device views with unit stride on D and any N /
+// H strides, H a multiple of Hkv, D <= 256, N >= 0; query i sees keys 0 ..= i and query head h reads
+// k/v head h / (H / Hkv). Head dims 64 and 128 on 16-byte aligned views run v0's tensor-core kernel
+// with the causal mask (bench/notes/text_encoder.md), every other case the warp-per-row fallback;
+// the same numerics as attention(). Bad operands: invalid_argument naming the operands.
+Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                        float scale, cudaStream_t stream);
+
 }  // namespace vortex::cuda

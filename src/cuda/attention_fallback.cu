@@ -150,25 +150,8 @@ Status attention_fallback(const TensorView& q, const TensorView& k, const Tensor
   return launch_fallback(q, k, v, out, scale, /*causal=*/false, stream);
 }
 
-Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                        float scale, cudaStream_t stream) {
-  const auto bad = [&](const std::string& what) {
-    return invalid_argument("cuda causal_attention: " + what + " (" + describe_view("q", q) + ", " +
-                            describe_view("k", k) + ", " + describe_view("v", v) + ", " + describe_view("out", out) +
-                            ")");
-  };
-  for (const TensorView* t : {&q, &k, &v, &out}) {
-    if (t->device != Device::kCuda || t->dtype != DType::kBF16 || t->data == nullptr) {
-      return bad("every operand must be BF16 on the device");
-    }
-    if (t->rank() != 3 || t->strides[2] != 1) return bad("every operand must be [N, H, D] with unit stride on D");
-  }
-  const int64_t n = q.shape[0], heads = q.shape[1], kv_heads = k.shape[1], d = q.shape[2];
-  if (out.shape != q.shape || v.shape != k.shape || k.shape[0] != n || k.shape[2] != d) {
-    return bad("shapes must be q, out [N, H, D] and k, v [N, Hkv, D]");
-  }
-  if (heads < 1 || kv_heads < 1 || heads % kv_heads != 0) return bad("H must be a positive multiple of Hkv");
-  if (!(scale > 0.0f) || !std::isfinite(scale)) return bad("scale must be finite and > 0, got " + std::to_string(scale));
+Status causal_attention_fallback(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                                 float scale, cudaStream_t stream) {
   return launch_fallback(q, k, v, out, scale, /*causal=*/true, stream);
 }
 

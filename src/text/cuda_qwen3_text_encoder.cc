@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "cuda/attention_fallback.h"
+#include "cuda/attention.h"
 #include "cuda/elementwise.h"
 #include "models/h3/tensor_views.h"
 
@@ -90,16 +90,30 @@ Status CudaQwen3TextEncoder::upload_layers() {
   return ok_status();
 }
 
+Status CudaQwen3TextEncoder::ensure_rope_rows(int64_t rows) {
+  if (rope_cos_.defined() && rope_cos_.size(0) >= rows) return ok_status();
+  const Qwen3TextEncoder::RopeTables tables = host_->rope_tables(rows);
+  rope_cos_ = rope_sin_ = Tensor();
+  rope_ = cuda::DeviceArena();  // the old tables' memory goes before the new ones are taken
+  VORTEX_ASSIGN_OR_RETURN(rope_, cuda::DeviceArena::create(2 * aligned_bytes(tables.cos.shape(), DType::kF32) + kAlign));
+  VORTEX_ASSIGN_OR_RETURN(rope_cos_, rope_.alloc(tables.cos.shape(), DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(rope_sin_, rope_.alloc(tables.sin.shape(), DType::kF32));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(tables.cos, rope_cos_, stream_));
+  return cuda::copy_to_device(tables.sin, rope_sin_, stream_);
+}
+
 Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
   const Qwen3TextConfig& c = host_->config();
   const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
   VORTEX_ASSIGN_OR_RETURN(Tensor embedded, host_->embed(ids));
   if (N == 0) return embedded;
-  const Qwen3TextEncoder::RopeTables rope = host_->rope_tables(N);
+  VORTEX_RETURN_IF_ERROR(ensure_rope_rows(N));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor cos, rope_cos_.slice(0, 0, N));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor sin, rope_sin_.slice(0, 0, N));
 
   const int64_t q_width = c.heads * D, kv_width = c.kv_heads * D;
   const DType bf16 = DType::kBF16;
-  Tensor x, normed, qkv, attn, branch, up_gate, act, cos, sin;
+  Tensor x, normed, qkv, attn, branch, up_gate, act;
   struct Buffer {
     Tensor* tensor;
     Shape shape;
@@ -111,9 +125,7 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
                             {&attn, {N, q_width}, bf16},
                             {&branch, {N, C}, bf16},
                             {&up_gate, {N, 2 * F}, bf16},  // [value | gate]
-                            {&act, {N, F}, bf16},
-                            {&cos, {N, D}, DType::kF32},
-                            {&sin, {N, D}, DType::kF32}};
+                            {&act, {N, F}, bf16}};
   size_t needed = kAlign;
   for (const Buffer& b : buffers) needed += aligned_bytes(b.shape, b.dtype);
   if (activations_.capacity() < needed) {
@@ -125,8 +137,6 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
     VORTEX_ASSIGN_OR_RETURN(*b.tensor, activations_.alloc(b.shape, b.dtype));
   }
   VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(embedded, x, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.cos, cos, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.sin, sin, stream_));
 
   const TensorView q = h3::heads_view(qkv, 0, c.heads, D);
   const TensorView k = h3::heads_view(qkv, q_width, c.kv_heads, D);

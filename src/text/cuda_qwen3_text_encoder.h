@@ -11,8 +11,10 @@
 // tests/gpu/test_gpu_text_encoder.cc states the bound.
 //
 // Memory: every linear of layers [0, layer) in bf16 (the released encoder's 50 layers: ~49 GB),
-// the norm weights, and per encode an arena sized for its tokens. The embedding table stays in host
-// memory (memory-mapped); the prompt's rows are gathered there and uploaded.
+// the norm weights, per encode an arena sized for its tokens, and the RoPE tables of the longest
+// prompt so far (a row depends on its position only, so its first N rows serve any shorter prompt;
+// built on the host for every encode they were ~7% of a 512-token one). The embedding table stays
+// in host memory (memory-mapped); the prompt's rows are gathered there and uploaded.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -52,10 +54,13 @@ class CudaQwen3TextEncoder {
 
   CudaQwen3TextEncoder() = default;
   Status upload_layers();
+  // Makes rope_cos_ / rope_sin_ hold at least `rows` positions.
+  Status ensure_rope_rows(int64_t rows);
 
   const Qwen3TextEncoder* host_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cuda::DeviceArena weights_, workspace_, activations_;
+  cuda::DeviceArena weights_, workspace_, activations_, rope_;
+  Tensor rope_cos_, rope_sin_;  // F32 [rows, D] on the device, Qwen3TextEncoder::rope_tables' values
   std::unique_ptr<cuda::GemmRunner> gemm_;
   std::vector<Layer> layers_;
 };

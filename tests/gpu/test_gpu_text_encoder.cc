@@ -2,7 +2,9 @@
 // each against the CPU program:
 //   - cuda::causal_attention against cpu::causal_attention on fresh random q / k / v that are the
 //     column slices of one fused buffer, odd lengths, grouped and ungrouped heads, head dims 48,
-//     64 and 128, the output a strided view whose padding must survive. Bound as the bidirectional
+//     64 and 128, the output a strided view whose padding must survive; the tensor-core path (v0
+//     with the causal mask: D 64 / 128 on aligned views) and the fallback on every case, and a
+//     fused buffer whose rows are not 16-byte aligned through the dispatch. Bound as the bidirectional
 //     fallback's (test_gpu_attention.cu): rel-L2 <= 1e-2, max-abs <= 2e-2 · max|v|; query 0 sees
 //     one key, so its output is v[0] bit for bit.
 //   - cuda::rms_norm with kBeforeWeight against cpu::rms_norm on [N, C] and in place on [N, H, D]
@@ -29,6 +31,7 @@
 #include "cli_test_util.h"
 #include "cpu/attention.h"
 #include "cpu/norm.h"
+#include "cuda/attention.h"
 #include "cuda/attention_fallback.h"
 #include "cuda/elementwise.h"
 #include "gpu/gpu_test_util.h"
@@ -53,13 +56,22 @@ TEST_F(GpuTextEncoderOps, CausalAttentionMatchesCpuOnFusedQkvSlices) {
   struct Case {
     int64_t n, heads, kv_heads, d;
   };
+  using Op = Status (*)(const TensorView&, const TensorView&, const TensorView&, const TensorView&, float,
+                        cudaStream_t);
+  struct Path {
+    const char* name;
+    Op op;
+    int64_t pad;  // columns after q | k | v in the fused rows: 8 keeps them 16-byte aligned
+  };
   uint64_t seed = 7100;
   for (const Case c : {Case{1, 4, 2, 48}, Case{45, 4, 2, 48}, Case{130, 4, 1, 64}, Case{129, 3, 3, 128},
-                       Case{257, 64, 8, 128}}) {
+                       Case{64, 2, 1, 128}, Case{257, 64, 8, 128}, Case{700, 16, 2, 128}, Case{383, 6, 2, 64}})
+  for (const Path path : {Path{"dispatch", &cuda::causal_attention, 8}, Path{"fallback", &cuda::causal_attention_fallback, 8},
+                          Path{"dispatch, unaligned rows", &cuda::causal_attention, 4}}) {
     ArenaScope scope(arena_);
-    const std::string label = "N=" + std::to_string(c.n) + " H=" + std::to_string(c.heads) + " Hkv=" +
-                              std::to_string(c.kv_heads) + " D=" + std::to_string(c.d);
-    const int64_t q_width = c.heads * c.d, kv_width = c.kv_heads * c.d, pad = 8;
+    const std::string label = std::string(path.name) + " N=" + std::to_string(c.n) + " H=" + std::to_string(c.heads) +
+                              " Hkv=" + std::to_string(c.kv_heads) + " D=" + std::to_string(c.d);
+    const int64_t q_width = c.heads * c.d, kv_width = c.kv_heads * c.d, pad = path.pad;
     const Tensor fused = test::random_tensor({c.n, q_width + 2 * kv_width + pad}, DType::kBF16, ++seed);
     const TensorView q = test::head_view(fused, 0, c.heads, c.d), k = test::head_view(fused, q_width, c.kv_heads, c.d),
                      v = test::head_view(fused, q_width + kv_width, c.kv_heads, c.d);
@@ -72,9 +84,8 @@ TEST_F(GpuTextEncoderOps, CausalAttentionMatchesCpuOnFusedQkvSlices) {
     const Tensor out_full = must(arena_.alloc({c.n, c.heads, c.d + 16}, DType::kBF16));
     ASSERT_EQ(cudaMemsetAsync(out_full.data(), kSentinel, out_full.nbytes(), stream_), cudaSuccess);
     const Tensor out = must(out_full.slice(2, 8, 8 + c.d));
-    VORTEX_EXPECT_OK(cuda::causal_attention(test::head_view(fd, 0, c.heads, c.d), test::head_view(fd, q_width, c.kv_heads, c.d),
-                                            test::head_view(fd, q_width + kv_width, c.kv_heads, c.d), out.view(), scale,
-                                            stream_));
+    VORTEX_EXPECT_OK(path.op(test::head_view(fd, 0, c.heads, c.d), test::head_view(fd, q_width, c.kv_heads, c.d),
+                             test::head_view(fd, q_width + kv_width, c.kv_heads, c.d), out.view(), scale, stream_));
     const Tensor host_full = to_host(out_full);
     const auto* bytes = static_cast<const unsigned char*>(host_full.data());
     int64_t clobbered = 0;
@@ -97,7 +108,7 @@ TEST_F(GpuTextEncoderOps, CausalAttentionMatchesCpuOnFusedQkvSlices) {
         ASSERT_EQ(got.data_as<float>()[h * c.d + ch], want) << label << ": query 0, head " << h << ", channel " << ch;
       }
     }
-    std::printf("causal attention %-28s rel-L2 %.3e  max-abs %.3e\n", label.c_str(), cmp.rel_l2, cmp.max_abs);
+    std::printf("causal attention %-50s rel-L2 %.3e  max-abs %.3e\n", label.c_str(), cmp.rel_l2, cmp.max_abs);
   }
 }
 
@@ -180,6 +191,11 @@ TEST(GpuTextEncoder, EveryLayerMatchesTransformersAndTheCpu) {
     const Tensor shorter = must(device->encode({ids.begin(), ids.begin() + 9}));
     EXPECT_LE(test::rel_l2(shorter, must(host.encode({ids.begin(), ids.begin() + 9}))), kEncoderRelL2);
     EXPECT_EQ(must(device->encode({})).size(0), 0);
+    // An encoder whose RoPE tables were built for the 9 tokens grows them for the whole prompt: the
+    // bits of the encoder that built them for it at once.
+    auto grown = must(text::CudaQwen3TextEncoder::create(host));
+    must(grown->encode({ids.begin(), ids.begin() + 9}));
+    test::expect_bitwise(test::compare(must(grown->encode(ids)), got), "layer " + std::to_string(layer) + " after growth");
     const auto bad = device->encode({1, 2, 100000});
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find("token 2"), std::string::npos) << bad.status().message();
