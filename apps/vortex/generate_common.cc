@@ -14,6 +14,9 @@
 #if defined(VORTEX_HAVE_CUDA)
 #include "cuda/runtime.h"
 #include "models/h3/cuda_transformer.h"
+#if defined(VORTEX_HAVE_NCCL)
+#include "dist/sequence_parallel_h3.h"
+#endif
 #endif
 
 namespace vortex::cli {
@@ -64,6 +67,35 @@ Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const ModelOptions& 
 }
 
 #if defined(VORTEX_HAVE_CUDA)
+// ", sequence-parallel on GPUs 0,1" for a group of several.
+std::string gpus_phrase(const std::vector<int>& devices) {
+  if (devices.size() < 2) return "";
+  std::string list;
+  for (const int d : devices) list += (list.empty() ? "" : ",") + std::to_string(d);
+  return ", sequence-parallel on GPUs " + list;
+}
+
+Result<std::vector<int>> dist_device_list(const std::string& text) {
+#if defined(VORTEX_HAVE_NCCL)
+  return dist::parse_device_list(text);
+#else
+  (void)text;
+  return unimplemented("this build has no NCCL: it runs on one GPU (leave --devices out)");
+#endif
+}
+
+Result<std::unique_ptr<h3::StepModel>> sequence_parallel_model(
+    const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t rows,
+    const std::vector<int>& devices, const h3::CudaModelOptions& options) {
+#if defined(VORTEX_HAVE_NCCL)
+  VORTEX_ASSIGN_OR_RETURN(auto model, dist::SequenceParallelH3::create(config, filler_for, rows, devices, options));
+  return std::unique_ptr<h3::StepModel>(std::move(model));
+#else
+  (void)config, (void)filler_for, (void)rows, (void)devices, (void)options;
+  return unimplemented("--devices: this build has no NCCL");
+#endif
+}
+
 // The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
 Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, std::string& source) {
   h3::CudaModelOptions model_options;
@@ -71,6 +103,22 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
   model_options.recipe = m.recipe == "fp8" ? h3::LinearRecipe::kFp8 : h3::LinearRecipe::kBf16;
   model_options.adaln_tables = m.adaln_tables == "step" ? h3::AdaLnTables::kPerStep : h3::AdaLnTables::kPerRequest;
   if (m.dtype != "bf16") return invalid_argument("--device cuda runs the bf16 program; use --dtype bf16");
+  std::vector<int> devices;
+  if (!m.devices.empty()) {
+    auto parsed = dist_device_list(m.devices);
+    if (!parsed.ok()) return parsed.status().with_context("--devices");
+    devices = std::move(*parsed);
+    if (devices.size() == 1) VORTEX_CUDA_CHECK(cudaSetDevice(devices[0]));
+  }
+  // One GPU: the model on the current device. Several: one rank per GPU, each loading the whole
+  // model through its own stream.
+  const auto make = [&](const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for)
+      -> Result<std::unique_ptr<h3::StepModel>> {
+    if (devices.size() > 1) return sequence_parallel_model(config, filler_for, rows, devices, model_options);
+    VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, filler_for(nullptr), rows, nullptr,
+                                                                      model_options));
+    return std::unique_ptr<h3::StepModel>(std::move(model));
+  };
   if (!m.model_path.empty()) {
     VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(m.model_path));
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
@@ -80,18 +128,13 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }
     VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
-    source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda)";
-    VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr),
-                                                                      rows, nullptr, model_options));
-    return std::unique_ptr<h3::StepModel>(std::move(model));
+    source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) + ")";
+    return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
   source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
-           ", made on the device)";
-  VORTEX_ASSIGN_OR_RETURN(auto model, h3::CudaH3Transformer::create(
-                                          config, h3::synthetic_weight_filler(m.weights_seed, nullptr), rows,
-                                          nullptr, model_options));
-  return std::unique_ptr<h3::StepModel>(std::move(model));
+           ", made on the device" + gpus_phrase(devices) + ")";
+  return make(config, [&](cudaStream_t stream) { return h3::synthetic_weight_filler(m.weights_seed, stream); });
 }
 #endif
 
@@ -110,6 +153,10 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
   cmd->add_option("--dtype", m.dtype, "Activation and weight dtype")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  cmd->add_option("--devices", m.devices,
+                  "--device cuda: the GPUs, e.g. 0,1 or all (default: GPU 0); more than one runs the transformer "
+                  "sequence-parallel across them (bf16 recipe, exact attention; the GPU count must divide the "
+                  "attention heads)");
   cmd->add_option("--recipe", m.recipe,
                   "Block linears: bf16, or fp8 (--device cuda; e4m3 weights and activations, approximate: "
                   "~1.6e-3 rel-L2 vs bf16 per block)")
@@ -199,10 +246,24 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
   if (m.recipe != "bf16" && m.device != "cuda") {
     return invalid_argument("--recipe " + m.recipe + " runs on --device cuda only (the CPU runs the reference program)");
   }
+  if (!m.devices.empty() && m.device != "cuda") return invalid_argument("--devices is for --device cuda");
   if (m.device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
     VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("--device cuda"));
     VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(m, max_rows, loaded.source));
+#if defined(VORTEX_HAVE_NCCL)
+    if (const auto* group = dynamic_cast<const dist::SequenceParallelH3*>(loaded.device.get())) {
+      loaded.device_memory = [group]() -> nlohmann::json {
+        nlohmann::json ranks = nlohmann::json::array();
+        for (int r = 0; r < group->size(); ++r) {
+          ranks.push_back({{"weights_bytes", group->weight_bytes(r)},
+                           {"activations_peak_bytes", group->activation_peak_bytes(r)},
+                           {"exchange_bytes", group->exchange_bytes(r)}});
+        }
+        return {{"ranks", ranks}};
+      };
+    }
+#endif
     if (const auto* cuda_model = dynamic_cast<const h3::CudaH3Transformer*>(loaded.device.get())) {
       loaded.device_memory = [cuda_model]() -> nlohmann::json {
         size_t free_bytes = 0, total_bytes = 0;

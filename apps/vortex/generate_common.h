@@ -34,6 +34,9 @@ struct ModelOptions {
   std::string adaln_tables = "request";
   // --device cuda: reserve the int8fp8 attention workspace so that requests may ask for that mode.
   bool int8fp8_workspace = false;
+  // --device cuda: the GPUs, "0,1" or "all" (empty: the current device); more than one runs the
+  // transformer sequence-parallel across them (dist/sequence_parallel_h3.h).
+  std::string devices;
   // The text encoder that turns a request's prompt into text states (empty: prompts are refused).
   std::string text_encoder_path;
   std::string tokenizer_path;  // empty: tokenizer.json beside the text encoder

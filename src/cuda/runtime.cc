@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
 
 namespace vortex::cuda {
 
@@ -78,11 +81,26 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
   }
   constexpr size_t kHalf = 32u << 20;
   struct Staging {
+    std::mutex busy;
     void* pinned = nullptr;
-    cudaEvent_t done[2] = {nullptr, nullptr};
+    cudaEvent_t done[2] = {nullptr, nullptr};  // events of the device the area serves
   };
-  // One staging area per process, made on first use and kept: weight loading is the only caller.
-  static Staging staging;
+  // One staging area per device, made on first use and kept: weight loading is the only caller,
+  // and the ranks of a sequence-parallel group load theirs at once, each on its own thread and
+  // device.
+  static std::mutex registry_mutex;
+  static std::map<int, std::unique_ptr<Staging>> registry;
+  int device_id = 0;
+  VORTEX_CUDA_CHECK(cudaGetDevice(&device_id));
+  Staging* area = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    std::unique_ptr<Staging>& slot = registry[device_id];
+    if (!slot) slot = std::make_unique<Staging>();
+    area = slot.get();
+  }
+  std::lock_guard<std::mutex> busy(area->busy);
+  Staging& staging = *area;
   if (!staging.pinned) {
     VORTEX_CUDA_CHECK(cudaMallocHost(&staging.pinned, 2 * kHalf));
     for (auto& e : staging.done) VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

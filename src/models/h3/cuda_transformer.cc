@@ -92,7 +92,12 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   if (options.recipe == LinearRecipe::kFp8) VORTEX_RETURN_IF_ERROR(check_cuda_fp8_widths(config));
   if (max_rows < 1) return invalid_argument("max_rows must be >= 1, got " + std::to_string(max_rows));
   VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, options));
+  if (options.sequence_parallel && (options.recipe != LinearRecipe::kBf16 || options.int8fp8_attention)) {
+    return unimplemented("sequence parallelism runs the bf16 recipe with exact attention; the fp8 recipe and "
+                         "int8fp8 attention run on one GPU");
+  }
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
+  model->sequence_parallel_ = options.sequence_parallel;
   model->config_ = config;
   model->stream_ = stream;
   model->fused_norms_ = options.fused_norms;
@@ -341,9 +346,9 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
     return invalid_argument("int8fp8 attention was not enabled when this model was created");
   }
   Tensor cos, sin;
-  if (rope) {
-    VORTEX_ASSIGN_OR_RETURN(cos, rows_of(rope_cos_, n));
-    VORTEX_ASSIGN_OR_RETURN(sin, rows_of(rope_sin_, n));
+  if (rope) {  // transformer blocks: their rows start at block_row_begin_
+    VORTEX_ASSIGN_OR_RETURN(cos, rope_cos_.slice(0, block_row_begin_, block_row_begin_ + n));
+    VORTEX_ASSIGN_OR_RETURN(sin, rope_sin_.slice(0, block_row_begin_, block_row_begin_ + n));
   }
   const TensorView cos_view = cos.defined() ? cos.view() : TensorView(), sin_view = sin.defined() ? sin.view() : TensorView();
   const TensorView* cos_arg = rope ? &cos_view : nullptr;
@@ -396,6 +401,10 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       const Status status = cuda::attention_quantized_e4m3(q, k, v, e4m3->codes, e4m3->scales, scale, stream_);
       if (status.code() != StatusCode::kUnimplemented) return status;
     }
+  }
+  if (sequence_parallel_ && rope) {  // a transformer block on this rank's rows
+    cuda::SectionScope scope(profiler_, "attention", stream_);
+    return sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale);
   }
   {
     cuda::SectionScope scope(profiler_, "attention", stream_);
@@ -599,6 +608,8 @@ Status CudaH3Transformer::run_block(int index, AttentionMode mode) {
   if (!layout_ || index < 0 || index >= static_cast<int>(blocks_.size())) {
     return invalid_argument("run_block " + std::to_string(index) + ": no such block or no prepared request");
   }
+  if (sequence_parallel_) return unimplemented("run_block runs a block on one GPU; this model is a sequence-parallel rank");
+  block_row_begin_ = 0;
   VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, layout_->num_rows));
   return block_forward(blocks_[index], x, &adaln_rows_, mode);
 }
@@ -694,6 +705,16 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
     VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(*host, rows, stream_));
   }
   const bool fold = folds_ffn_residual();
+  block_row_begin_ = sequence_parallel_ ? sequence_parallel_->row_begin(N) : 0;
+  const int64_t block_row_end = sequence_parallel_ ? sequence_parallel_->row_end(N) : N;
+  if (sequence_parallel_) {
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      if (in.attention.for_block(static_cast<int>(i)) != AttentionMode::kExact) {
+        return unimplemented("block " + std::to_string(i) +
+                             ": sequence parallelism runs exact attention; int8fp8 runs on one GPU");
+      }
+    }
+  }
   const auto device_forward = [&]() -> Status {
     // 1. Project and scatter each stream into the packed sequence.
     VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, N));
@@ -712,20 +733,24 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
       VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(embed.view(), i64(*index), x.view(), stream_));
     }
 
-    // 2. The block stack. With the FFN residual folded, block i leaves its residual in
-    // pending[i % 2] for block i + 1.
+    // 2. The block stack, on this rank's rows under sequence parallelism (all rows otherwise).
+    // With the FFN residual folded, block i leaves its residual in pending[i % 2] for block i + 1.
+    VORTEX_ASSIGN_OR_RETURN(Tensor block_x, x.slice(0, block_row_begin_, block_row_end));
+    VORTEX_ASSIGN_OR_RETURN(Tensor block_adaln, adaln_rows_.slice(0, block_row_begin_, block_row_end));
     PendingResidual pending[2];
     const PendingResidual* previous = nullptr;
     for (size_t i = 0; i < blocks_.size(); ++i) {
       PendingResidual* mine = fold ? &pending[i % 2] : nullptr;
-      VORTEX_RETURN_IF_ERROR(
-          block_forward(blocks_[i], x, &adaln_rows_, in.attention.for_block(static_cast<int>(i)), previous, mine));
+      VORTEX_RETURN_IF_ERROR(block_forward(blocks_[i], block_x, &block_adaln,
+                                           in.attention.for_block(static_cast<int>(i)), previous, mine));
       previous = mine;
     }
     if (previous != nullptr) {
       cuda::SectionScope scope(profiler_, "residual", stream_);
-      VORTEX_RETURN_IF_ERROR(cuda::gated_residual(x.view(), previous->gate, i32(adaln_rows_), previous->branch, stream_));
+      VORTEX_RETURN_IF_ERROR(
+          cuda::gated_residual(block_x.view(), previous->gate, i32(block_adaln), previous->branch, stream_));
     }
+    if (sequence_parallel_) VORTEX_RETURN_IF_ERROR(sequence_parallel_->gather_rows(N, x.view()));
 
     // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.
     VORTEX_ASSIGN_OR_RETURN(Tensor out_mod, rows_of(out_mod_, num_timesteps_));
@@ -750,7 +775,7 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
     // Everything a replay bakes in: the rows, and those of each stream, the number of AdaLN rows
     // (the tables' contents are uploaded before each replay), the norm fusion switch, each block's
     // attention mode, and the text stream's buffer (reallocated when a request brings more text rows).
-    std::string key = std::to_string(N) + "/" + std::to_string(layout.num_text) + "/" +
+    std::string key = std::to_string(N) + "/" + std::to_string(block_row_begin_) + "/" + std::to_string(layout.num_text) + "/" +
                       std::to_string(layout.num_audio) + "/" + std::to_string(layout.num_video) + "/" +
                       std::to_string(num_timesteps_) + "/" +
                       (fused_norms_ ? "f" : "u") + (fold ? "r" : "") + "/" +

@@ -23,6 +23,7 @@
 #include "cuda/runtime.h"
 #include "models/h3/cuda_graph.h"
 #include "models/h3/device_memory_plan.h"
+#include "models/h3/sequence_parallel.h"
 #include "models/h3/step_model.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
@@ -77,6 +78,10 @@ struct CudaModelOptions {
   // (2-step trajectory, both recipes, with and without the graph: tests/gpu/test_gpu_h3_adaln_tables.cc,
   // passed on the H200).
   bool fold_ffn_residual = true;
+  // Sequence parallelism: this model is one rank of a group (sequence_parallel.h; it must outlive
+  // the model). The bf16 recipe with exact attention; create() refuses the fp8 recipe and the
+  // int8fp8 workspace, forward() an int8fp8 block.
+  SequenceParallelPeer* sequence_parallel = nullptr;
 };
 
 class CudaH3Transformer : public StepModel {
@@ -233,6 +238,10 @@ class CudaH3Transformer : public StepModel {
   bool cuda_graphs_ = true;
   bool keep_attention_inputs_ = false;
   bool fold_ffn_residual_ = true;
+  SequenceParallelPeer* sequence_parallel_ = nullptr;
+  // The transformer blocks' first packed row: the rank's under sequence parallelism, else 0 (where
+  // their RoPE rows start).
+  int64_t block_row_begin_ = 0;
   CapturedGraph forward_graph_;  // forward()'s device work, keyed by rows, timesteps and attention plan
 };
 

@@ -1,0 +1,63 @@
+#include "dist/sequence_parallel_h3.h"
+
+namespace vortex::dist {
+
+Result<std::unique_ptr<SequenceParallelH3>> SequenceParallelH3::create(
+    const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t max_rows,
+    const std::vector<int>& devices, h3::CudaModelOptions options) {
+  VORTEX_RETURN_IF_ERROR(config.validate());
+  if (config.num_attention_heads % static_cast<int64_t>(devices.size()) != 0) {
+    return invalid_argument("--devices: " + std::to_string(devices.size()) + " GPUs do not divide the model's " +
+                            std::to_string(config.num_attention_heads) + " attention heads");
+  }
+  std::unique_ptr<SequenceParallelH3> sp(new SequenceParallelH3());
+  sp->config_ = config;
+  VORTEX_ASSIGN_OR_RETURN(sp->group_, LocalGpuGroup::create(devices));
+  sp->ranks_.resize(devices.size());
+  VORTEX_RETURN_IF_ERROR(sp->group_->run_ranks([&](int rank) -> Status {
+    Rank& r = sp->ranks_[rank];
+    VORTEX_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
+    VORTEX_ASSIGN_OR_RETURN(r.attention,
+                            UlyssesAttention::create(*sp->group_, rank, max_rows, config.num_attention_heads,
+                                                     config.attention_head_dim, r.stream));
+    h3::CudaModelOptions mine = options;
+    mine.sequence_parallel = r.attention.get();
+    VORTEX_ASSIGN_OR_RETURN(r.model, h3::CudaH3Transformer::create(config, filler_for(r.stream), max_rows, r.stream, mine));
+    return ok_status();
+  }));
+  return sp;
+}
+
+SequenceParallelH3::~SequenceParallelH3() {
+  // Each rank's memory and stream are freed with its device current.
+  for (size_t rank = 0; rank < ranks_.size(); ++rank) {
+    if (cudaSetDevice(group_->device(static_cast<int>(rank))) != cudaSuccess) continue;
+    Rank& r = ranks_[rank];
+    r.model.reset();
+    r.attention.reset();
+    if (r.stream != nullptr) cudaStreamDestroy(r.stream);
+  }
+}
+
+Status SequenceParallelH3::prepare(const h3::PackedLayout& layout, const Tensor& text_states) {
+  return group_->run_ranks([&](int rank) { return ranks_[rank].model->prepare(layout, text_states); });
+}
+
+Status SequenceParallelH3::plan_steps(const std::vector<std::vector<float>>& step_timesteps) {
+  return group_->run_ranks([&](int rank) { return ranks_[rank].model->plan_steps(step_timesteps); });
+}
+
+Result<h3::StepOutputs> SequenceParallelH3::step(const h3::StepInputs& inputs) {
+  std::vector<h3::StepOutputs> outputs(ranks_.size());
+  VORTEX_RETURN_IF_ERROR(group_->run_ranks([&](int rank) -> Status {
+    VORTEX_ASSIGN_OR_RETURN(outputs[rank], ranks_[rank].model->forward(inputs));
+    return ok_status();
+  }));
+  return std::move(outputs[0]);
+}
+
+void SequenceParallelH3::set_cuda_graphs(bool on) {
+  for (Rank& r : ranks_) r.model->set_cuda_graphs(on);
+}
+
+}  // namespace vortex::dist

@@ -1,0 +1,31 @@
+// What a CudaH3Transformer needs from the other ranks when it is one rank of a sequence-parallel
+// group (dist/ulysses.h implements it over NCCL; dist/sequence_parallel_h3.h builds the group).
+// Each rank runs every transformer block on its contiguous range of the packed sequence's rows;
+// everything per row (norms, modulation, the linears, RoPE) stays local, and only attention, which
+// needs every row of a head, and the final residual stream, which the output heads read whole,
+// cross ranks. The input projections, the text refiner and the output heads run on every rank over
+// all rows (small next to the blocks), so each rank's outputs are the whole request's.
+#pragma once
+
+#include <cstdint>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::h3 {
+
+class SequenceParallelPeer {
+ public:
+  virtual ~SequenceParallelPeer() = default;
+  // This rank's rows [begin, end) of an n-row request.
+  virtual int64_t row_begin(int64_t n) const = 0;
+  virtual int64_t row_end(int64_t n) const = 0;
+  // Attention over all n rows: qkv holds this rank's rows of the fused projection (BF16
+  // [rows, 3·inner], q and k normed and rotated), attn receives this rank's rows of the output.
+  virtual Status attention(int64_t n, const TensorView& qkv, const TensorView& attn, float scale) = 0;
+  // x: BF16 [n, C] on the device, contiguous, holding this rank's rows; afterwards every rank's
+  // rows (each exactly as its rank computed it).
+  virtual Status gather_rows(int64_t n, const TensorView& x) = 0;
+};
+
+}  // namespace vortex::h3

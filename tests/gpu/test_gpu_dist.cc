@@ -1,0 +1,264 @@
+// Sequence-parallel attention over the GPUs of this machine (dist/ulysses.h):
+//   - on every device of the machine as one group (one on the single-GPU machine, two or more on
+//     the multi-GPU kinds) and on a group of one: each rank's rows of a fused q | k | v buffer in,
+//     its rows of the output out; the assembled output must be the bits of cuda::attention on one
+//     device over the whole sequence (the kernel sees the same keys and queries of each head),
+//     at odd lengths, uneven row splits and head dims 64 and 128; the output's padding columns
+//     survive.
+//   - the exchange alone: full_qkv after gather_heads holds every row of the rank's heads.
+//   - the H3 transformer sequence-parallel (dist/sequence_parallel_h3.h) against one GPU on a
+//     2048-wide model with the released head shape: a forward's velocities and a 2-step trajectory
+//     (AdaLN tables per request, so the folded FFN residual runs on each rank's rows), with and
+//     without the CUDA graph. A group of one is the single-GPU program bit for bit; on several GPUs
+//     the linears run on fewer rows each (cuBLASLt may pick another algorithm), so the velocities
+//     must be within 1e-2 rel-L2 of one GPU's, the bits reported.
+//   - refusals: a head count the group does not divide, a rank's rows of the wrong count, a device
+//     that does not exist or is named twice, a device list that does not parse; a failing rank is
+//     named and the group refuses later work.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "cuda/attention.h"
+#include "dist/local_gpu_group.h"
+#include "dist/sequence_parallel_h3.h"
+#include "dist/ulysses.h"
+#include "gpu/gpu_test_util.h"
+#include "h3_golden_util.h"
+#include "h3_test_models.h"
+#include "models/h3/generate.h"
+
+namespace vortex {
+namespace {
+
+using test::must;
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) return 0;
+  return count;
+}
+
+std::vector<int> all_devices() {
+  std::vector<int> d(device_count());
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int>(i);
+  return d;
+}
+
+// Rows [begin, end) of a host [N, C] tensor, contiguous.
+Tensor host_rows(const Tensor& t, int64_t begin, int64_t end) { return must(t.slice(0, begin, end)).contiguous(); }
+
+// The whole-sequence output of one device (device 0): the reference every split must match.
+Tensor single_device_attention(const Tensor& fused, int64_t heads, int64_t d, float scale) {
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
+  const int64_t n = fused.size(0), hd = heads * d;
+  cuda::DeviceArena arena = must(cuda::DeviceArena::create(static_cast<size_t>(n * 4 * hd * 2) + (1 << 20)));
+  const Tensor fd = must(cuda::upload(fused, arena, nullptr));
+  const Tensor out = must(arena.alloc({n, hd}, DType::kBF16));
+  VORTEX_EXPECT_OK(cuda::attention(test::head_view(fd, 0, heads, d), test::head_view(fd, hd, heads, d),
+                                   test::head_view(fd, 2 * hd, heads, d), test::head_view(out, 0, heads, d), scale,
+                                   nullptr));
+  return must(cuda::download(out, nullptr));
+}
+
+// Runs sequence-parallel attention on `group` and returns the assembled [N, H·D] output. Each
+// rank's output rows sit inside rows 8 columns wider (4 on each side) prefilled with a sentinel;
+// `clobbered` counts sentinel bytes that changed.
+Tensor sequence_parallel_attention(dist::LocalGpuGroup& group, const Tensor& fused, int64_t heads, int64_t d,
+                                   float scale, int64_t& clobbered) {
+  const int64_t n = fused.size(0), hd = heads * d;
+  const std::vector<dist::RowRange> split = dist::partition_rows(n, group.size());
+  Tensor assembled = Tensor::empty({n, hd}, DType::kBF16);
+  std::vector<int64_t> clobbered_per_rank(group.size(), 0);
+  VORTEX_EXPECT_OK(group.run_ranks([&](int rank) -> Status {
+    const dist::RowRange rows = split[rank];
+    cudaStream_t stream = nullptr;
+    VORTEX_CUDA_CHECK(cudaStreamCreate(&stream));
+    Status status = [&]() -> Status {
+      VORTEX_ASSIGN_OR_RETURN(auto ulysses, dist::UlyssesAttention::create(group, rank, n + 5, heads, d, stream));
+      VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena,
+                              cuda::DeviceArena::create(static_cast<size_t>(rows.size() * (4 * hd + 8)) * 2 + (1 << 20)));
+      VORTEX_ASSIGN_OR_RETURN(Tensor qkv, cuda::upload(host_rows(fused, rows.begin, rows.end), arena, stream));
+      VORTEX_ASSIGN_OR_RETURN(Tensor padded, arena.alloc({rows.size(), hd + 8}, DType::kBF16));
+      VORTEX_CUDA_CHECK(cudaMemsetAsync(padded.data(), 0x5A, padded.nbytes(), stream));
+      VORTEX_ASSIGN_OR_RETURN(Tensor out, padded.slice(1, 4, 4 + hd));
+      VORTEX_RETURN_IF_ERROR(ulysses->attention(n, qkv.view(), out.view(), scale));
+      VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(padded, stream));
+      const auto* bytes = static_cast<const unsigned char*>(host.data());
+      for (int64_t r = 0; r < rows.size(); ++r) {
+        for (int64_t c = 0; c < hd + 8; ++c) {
+          if (c >= 4 && c < 4 + hd) continue;
+          for (int b = 0; b < 2; ++b) clobbered_per_rank[rank] += bytes[(r * (hd + 8) + c) * 2 + b] != 0x5A;
+        }
+        std::memcpy(static_cast<uint16_t*>(assembled.data()) + (rows.begin + r) * hd,
+                    reinterpret_cast<const uint16_t*>(bytes) + r * (hd + 8) + 4, static_cast<size_t>(hd) * 2);
+      }
+      return ok_status();
+    }();
+    cudaStreamDestroy(stream);
+    return status;
+  }));
+  clobbered = 0;
+  for (const int64_t c : clobbered_per_rank) clobbered += c;
+  return assembled;
+}
+
+TEST(GpuSequenceParallel, AttentionIsTheBitsOfOneDevice) {
+  VORTEX_REQUIRE_GPU();
+  struct Case {
+    int64_t n, heads, d;
+  };
+  std::vector<std::vector<int>> groups = {{0}};
+  if (device_count() > 1) groups.push_back(all_devices());
+  uint64_t seed = 9100;
+  for (const std::vector<int>& devices : groups) {
+    auto group = must(dist::LocalGpuGroup::create(devices));
+    for (const Case c : {Case{1, 8, 128}, Case{37, 8, 128}, Case{1001, 8, 64}, Case{4097, 16, 128}}) {
+      const std::string label = std::to_string(group->size()) + " GPU(s), N=" + std::to_string(c.n) +
+                                " H=" + std::to_string(c.heads) + " D=" + std::to_string(c.d);
+      const Tensor fused = test::random_tensor({c.n, 3 * c.heads * c.d}, DType::kBF16, ++seed);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
+      const Tensor want = single_device_attention(fused, c.heads, c.d, scale);
+      int64_t clobbered = -1;
+      const Tensor got = sequence_parallel_attention(*group, fused, c.heads, c.d, scale, clobbered);
+      EXPECT_EQ(clobbered, 0) << label << ": bytes written outside a rank's output";
+      test::expect_bitwise(test::compare(got, want), label);
+      std::printf("sequence-parallel attention, %s: the bits of one device\n", label.c_str());
+    }
+  }
+}
+
+TEST(GpuSequenceParallel, GatherHeadsHoldsEveryRowOfTheRanksHeads) {
+  VORTEX_REQUIRE_GPU();
+  auto group = must(dist::LocalGpuGroup::create(device_count() > 1 ? all_devices() : std::vector<int>{0}));
+  const int64_t n = 301, heads = 2 * group->size(), d = 64, hd = heads * d, w = hd / group->size();
+  const Tensor fused = test::random_tensor({n, 3 * hd}, DType::kBF16, 9200);
+  const std::vector<dist::RowRange> split = dist::partition_rows(n, group->size());
+  VORTEX_EXPECT_OK(group->run_ranks([&](int rank) -> Status {
+    VORTEX_ASSIGN_OR_RETURN(auto ulysses, dist::UlyssesAttention::create(*group, rank, n, heads, d, nullptr));
+    VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(fused.nbytes() + (1 << 20)));
+    VORTEX_ASSIGN_OR_RETURN(Tensor qkv, cuda::upload(host_rows(fused, split[rank].begin, split[rank].end), arena, nullptr));
+    VORTEX_RETURN_IF_ERROR(ulysses->gather_heads(n, qkv.view()));
+    VORTEX_ASSIGN_OR_RETURN(Tensor full, ulysses->full_qkv().slice(0, 0, n));
+    VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(full, nullptr));
+    for (int64_t row = 0; row < n; ++row) {
+      for (int part = 0; part < 3; ++part) {
+        const void* expected = static_cast<const uint16_t*>(fused.data()) + row * 3 * hd + part * hd + rank * w;
+        const void* actual = static_cast<const uint16_t*>(host.data()) + row * 3 * w + part * w;
+        if (std::memcmp(expected, actual, static_cast<size_t>(w) * 2) != 0) {
+          return internal_error("row " + std::to_string(row) + " part " + std::to_string(part) + " differs");
+        }
+      }
+    }
+    return ok_status();
+  }));
+}
+
+TEST(GpuSequenceParallel, H3MatchesOneGpu) {
+  VORTEX_REQUIRE_GPU();
+  const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
+  const test::H3TestRequest r = test::make_h3_request(c, 12, 31, 0.4f, 0.7f);
+  const int64_t rows = r.layout.num_rows;
+  const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  auto one = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows));
+  VORTEX_EXPECT_OK(one->prepare(r.layout, r.text));
+  const h3::StepOutputs want = must(one->forward(r.in));
+  h3::GenerateOptions options;
+  options.video = {128, 192, 22};
+  options.steps = 3;  // two forwards
+  options.seed = 5;
+  h3::CudaModelOptions per_request;
+  per_request.adaln_tables = h3::AdaLnTables::kPerRequest;
+  auto one_planned = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows, nullptr, per_request));
+  const test::TrajectoryChecksums want_trajectory = test::trajectory_checksums(*one_planned, r.text, options);
+  one.reset();
+  one_planned.reset();
+
+  std::vector<std::vector<int>> groups = {{0}};
+  if (device_count() > 1) groups.push_back(device_count() % 2 == 0 && c.num_attention_heads % device_count() == 0
+                                               ? all_devices()
+                                               : std::vector<int>{0, 1});
+  for (const std::vector<int>& devices : groups) {
+    const std::string label = std::to_string(devices.size()) + " GPU(s)";
+    auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows, devices, {}));
+    VORTEX_EXPECT_OK(sp->prepare(r.layout, r.text));
+    for (const bool graphs : {true, false}) {
+      sp->set_cuda_graphs(graphs);
+      const h3::StepOutputs got = must(sp->step(r.in));
+      const std::string what = label + (graphs ? ", graph" : ", direct launches");
+      const double video = test::rel_l2(got.video_velocity, want.video_velocity);
+      const double audio = test::rel_l2(got.audio_velocity, want.audio_velocity);
+      const bool same_bits = test::compare(got.video_velocity, want.video_velocity).differing == 0 &&
+                             test::compare(got.audio_velocity, want.audio_velocity).differing == 0;
+      if (devices.size() == 1) {
+        EXPECT_TRUE(same_bits) << what << ": rel-L2 video " << video << ", audio " << audio;
+      } else {
+        EXPECT_LE(video, 1e-2) << what;
+        EXPECT_LE(audio, 1e-2) << what;
+      }
+      std::printf("sequence-parallel H3 forward, %s: rel-L2 vs one GPU video %.3e audio %.3e (%s)\n", what.c_str(),
+                  video, audio, same_bits ? "the same bits" : "not the same bits");
+    }
+    h3::CudaModelOptions planned;
+    planned.adaln_tables = h3::AdaLnTables::kPerRequest;
+    auto sp_planned = must(dist::SequenceParallelH3::create(c, filler_for, rows, devices, planned));
+    const test::TrajectoryChecksums got = test::trajectory_checksums(*sp_planned, r.text, options);
+    if (devices.size() == 1) test::expect_same_trajectory(got, want_trajectory, label + " 2-step trajectory");
+    std::printf("sequence-parallel H3 2-step trajectory, %s: video %s (one GPU %s)\n", label.c_str(),
+                got.video.sha256.substr(0, 16).c_str(), want_trajectory.video.sha256.substr(0, 16).c_str());
+  }
+}
+
+TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
+  VORTEX_REQUIRE_GPU();
+  const auto refused = [](const Status& s, const std::string& needle) {
+    ASSERT_FALSE(s.ok()) << needle;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  refused(dist::LocalGpuGroup::create({device_count()}).status(), "does not exist");
+  refused(dist::LocalGpuGroup::create({0, 0}).status(), "named twice");
+  refused(dist::LocalGpuGroup::create({}).status(), "no devices");
+  refused(dist::parse_device_list("0,x").status(), "entry 2");
+  refused(dist::parse_device_list("").status(), "entry 1");
+  EXPECT_EQ(must(dist::parse_device_list("0,1,3")), (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(must(dist::parse_device_list("all")).size(), static_cast<size_t>(device_count()));
+
+  auto group = must(dist::LocalGpuGroup::create({0}));
+  if (device_count() > 1) {
+    auto pair = must(dist::LocalGpuGroup::create({0, 1}));
+    refused(dist::UlyssesAttention::create(*pair, 0, 100, 7, 64, nullptr).status(), "the GPU count must divide");
+  }
+  auto ulysses = must(dist::UlyssesAttention::create(*group, 0, 100, 4, 64, nullptr));
+  cuda::DeviceArena arena = must(cuda::DeviceArena::create(1 << 22));
+  const Tensor qkv = must(arena.alloc({50, 3 * 4 * 64}, DType::kBF16));
+  refused(ulysses->gather_heads(51, qkv.view()), "needs BF16 [51, 768]");
+  refused(ulysses->gather_heads(101, qkv.view()), "sized for 1..100");
+
+  const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
+  const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
+  h3::CudaModelOptions fp8;
+  fp8.recipe = h3::LinearRecipe::kFp8;
+  refused(dist::SequenceParallelH3::create(c, filler_for, 100, {0}, fp8).status(), "bf16 recipe with exact attention");
+  h3::CudaModelOptions int8fp8;
+  int8fp8.int8fp8_attention = true;
+  refused(dist::SequenceParallelH3::create(c, filler_for, 100, {0}, int8fp8).status(), "bf16 recipe with exact");
+
+  // A failing rank is named; the group of one has no communicator to abort and stays usable.
+  const Status failed = group->run_ranks([](int) { return invalid_argument("bad request"); });
+  refused(failed, "rank 0 (device 0)");
+  VORTEX_EXPECT_OK(group->run_ranks([](int) { return ok_status(); }));
+  if (device_count() > 1) {
+    auto pair = must(dist::LocalGpuGroup::create({0, 1}));
+    refused(pair->run_ranks([](int rank) { return rank == 1 ? invalid_argument("bad request") : ok_status(); }),
+            "rank 1 (device 1)");
+    refused(pair->run_ranks([](int) { return ok_status(); }), "aborted");
+  }
+}
+
+}  // namespace
+}  // namespace vortex
