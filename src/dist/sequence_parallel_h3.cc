@@ -19,7 +19,7 @@ Result<std::unique_ptr<SequenceParallelH3>> SequenceParallelH3::create(
     VORTEX_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
     VORTEX_ASSIGN_OR_RETURN(r.attention,
                             UlyssesAttention::create(*sp->group_, rank, max_rows, config.num_attention_heads,
-                                                     config.attention_head_dim, r.stream));
+                                                     config.attention_head_dim));
     h3::CudaModelOptions mine = options;
     mine.sequence_parallel = r.attention.get();
     VORTEX_ASSIGN_OR_RETURN(r.model, h3::CudaH3Transformer::create(config, filler_for(r.stream), max_rows, r.stream, mine));

@@ -18,8 +18,7 @@ std::vector<RowRange> partition_rows(int64_t rows, int ranks) {
 }
 
 Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(const LocalGpuGroup& group, int rank,
-                                                                   int64_t max_rows, int64_t heads, int64_t head_dim,
-                                                                   cudaStream_t stream) {
+                                                                   int64_t max_rows, int64_t heads, int64_t head_dim) {
   const int P = group.size();
   if (rank < 0 || rank >= P) return invalid_argument("sequence-parallel attention: no rank " + std::to_string(rank));
   if (heads < 1 || heads % P != 0) {
@@ -34,7 +33,6 @@ Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(const LocalGp
   u->heads_ = heads;
   u->head_dim_ = head_dim;
   u->local_heads_ = heads / P;
-  u->stream_ = stream;
   const int64_t w = u->local_heads_ * head_dim, my_rows_max = partition_rows(max_rows, P)[0].size();
   const size_t align = cuda::DeviceArena::kAlignment;
   const auto bytes = [&](int64_t elements) { return (static_cast<size_t>(elements) * 2 + align - 1) / align * align; };
@@ -68,7 +66,7 @@ Status UlyssesAttention::check(const char* op, int64_t rows, const TensorView& t
   return ok_status();
 }
 
-Status UlyssesAttention::gather_heads(int64_t rows, const TensorView& qkv) {
+Status UlyssesAttention::gather_heads(int64_t rows, const TensorView& qkv, cudaStream_t stream) {
   const int64_t HD = heads_ * head_dim_, w = local_heads_ * head_dim_;
   VORTEX_RETURN_IF_ERROR(check("gather_heads", rows, qkv, 3 * HD));
   const int P = group_->size();
@@ -84,7 +82,7 @@ Status UlyssesAttention::gather_heads(int64_t rows, const TensorView& qkv) {
     for (int part = 0; part < 3; ++part) {
       VORTEX_CUDA_CHECK(cudaMemcpy2DAsync(dst + part * w, static_cast<size_t>(3 * w) * 2, src + part * HD + s * w,
                                           src_pitch, static_cast<size_t>(w) * 2, static_cast<size_t>(mine.size()),
-                                          cudaMemcpyDeviceToDevice, stream_));
+                                          cudaMemcpyDeviceToDevice, stream));
     }
   }
   if (P == 1) return ok_status();
@@ -93,15 +91,15 @@ Status UlyssesAttention::gather_heads(int64_t rows, const TensorView& qkv) {
   for (int s = 0; s < P; ++s) {
     if (s == rank_) continue;
     VORTEX_NCCL_CHECK(ncclSend(send_qkv_[s].data(), static_cast<size_t>(mine.size() * 3 * w), ncclBfloat16, s, comm,
-                               stream_));
+                               stream));
     VORTEX_NCCL_CHECK(ncclRecv(full + split[s].begin * 3 * w, static_cast<size_t>(split[s].size() * 3 * w),
-                               ncclBfloat16, s, comm, stream_));
+                               ncclBfloat16, s, comm, stream));
   }
   VORTEX_NCCL_CHECK(ncclGroupEnd());
   return ok_status();
 }
 
-Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn) {
+Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn, cudaStream_t stream) {
   const int64_t HD = heads_ * head_dim_, w = local_heads_ * head_dim_;
   VORTEX_RETURN_IF_ERROR(check("scatter_heads", rows, attn, HD));
   const int P = group_->size();
@@ -116,9 +114,9 @@ Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn) {
     for (int s = 0; s < P; ++s) {
       if (s == rank_) continue;
       VORTEX_NCCL_CHECK(ncclSend(full + split[s].begin * w, static_cast<size_t>(split[s].size() * w), ncclBfloat16, s,
-                                 comm, stream_));
+                                 comm, stream));
       VORTEX_NCCL_CHECK(
-          ncclRecv(recv_attn_[s].data(), static_cast<size_t>(mine.size() * w), ncclBfloat16, s, comm, stream_));
+          ncclRecv(recv_attn_[s].data(), static_cast<size_t>(mine.size() * w), ncclBfloat16, s, comm, stream));
     }
     VORTEX_NCCL_CHECK(ncclGroupEnd());
   }
@@ -128,7 +126,7 @@ Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn) {
     const uint16_t* src = s == rank_ ? full + mine.begin * w : static_cast<const uint16_t*>(recv_attn_[s].data());
     VORTEX_CUDA_CHECK(cudaMemcpy2DAsync(dst + s * w, dst_pitch, src, static_cast<size_t>(w) * 2,
                                         static_cast<size_t>(w) * 2, static_cast<size_t>(mine.size()),
-                                        cudaMemcpyDeviceToDevice, stream_));
+                                        cudaMemcpyDeviceToDevice, stream));
   }
   return ok_status();
 }
@@ -136,7 +134,7 @@ Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn) {
 int64_t UlyssesAttention::row_begin(int64_t rows) const { return partition_rows(rows, group_->size())[rank_].begin; }
 int64_t UlyssesAttention::row_end(int64_t rows) const { return partition_rows(rows, group_->size())[rank_].end; }
 
-Status UlyssesAttention::gather_rows(int64_t rows, const TensorView& x) {
+Status UlyssesAttention::gather_rows(int64_t rows, const TensorView& x, cudaStream_t stream) {
   if (rows < 1 || rows > max_rows_ || x.device != Device::kCuda || x.dtype != DType::kBF16 || x.rank() != 2 ||
       x.shape[0] != rows || !x.is_contiguous()) {
     return invalid_argument("sequence-parallel gather_rows: needs BF16 [" + std::to_string(rows) +
@@ -152,24 +150,25 @@ Status UlyssesAttention::gather_rows(int64_t rows, const TensorView& x) {
   for (int s = 0; s < P; ++s) {
     if (s == rank_) continue;
     VORTEX_NCCL_CHECK(ncclSend(base + split[rank_].begin * C, static_cast<size_t>(split[rank_].size() * C),
-                               ncclBfloat16, s, comm, stream_));
+                               ncclBfloat16, s, comm, stream));
     VORTEX_NCCL_CHECK(
-        ncclRecv(base + split[s].begin * C, static_cast<size_t>(split[s].size() * C), ncclBfloat16, s, comm, stream_));
+        ncclRecv(base + split[s].begin * C, static_cast<size_t>(split[s].size() * C), ncclBfloat16, s, comm, stream));
   }
   VORTEX_NCCL_CHECK(ncclGroupEnd());
   return ok_status();
 }
 
-Status UlyssesAttention::attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale) {
+Status UlyssesAttention::attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale,
+                                   cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check("attention", rows, attn, heads_ * head_dim_));
-  VORTEX_RETURN_IF_ERROR(gather_heads(rows, qkv));
+  VORTEX_RETURN_IF_ERROR(gather_heads(rows, qkv, stream));
   VORTEX_ASSIGN_OR_RETURN(Tensor full_qkv, full_qkv_.slice(0, 0, rows));
   VORTEX_ASSIGN_OR_RETURN(Tensor full_attn, full_attn_.slice(0, 0, rows));
   const int64_t H = local_heads_, D = head_dim_, w = H * D;
   VORTEX_RETURN_IF_ERROR(cuda::attention(h3::heads_view(full_qkv, 0, H, D), h3::heads_view(full_qkv, w, H, D),
                                          h3::heads_view(full_qkv, 2 * w, H, D), h3::heads_view(full_attn, 0, H, D),
-                                         scale, stream_));
-  return scatter_heads(rows, attn);
+                                         scale, stream));
+  return scatter_heads(rows, attn, stream);
 }
 
 }  // namespace vortex::dist

@@ -40,9 +40,10 @@ std::vector<RowRange> partition_rows(int64_t rows, int ranks);
 class UlyssesAttention : public h3::SequenceParallelPeer {
  public:
   // Buffers for up to `max_rows` rows on `rank`'s device (call with it current). heads must be a
-  // multiple of the group's size.
+  // multiple of the group's size. Each call queues its copies, collectives and kernel on the
+  // stream it is given.
   static Result<std::unique_ptr<UlyssesAttention>> create(const LocalGpuGroup& group, int rank, int64_t max_rows,
-                                                          int64_t heads, int64_t head_dim, cudaStream_t stream);
+                                                          int64_t heads, int64_t head_dim);
 
   // The request's N rows are split as partition_rows(N, P).
   int64_t row_begin(int64_t rows) const override;
@@ -50,13 +51,14 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   // qkv is this rank's rows of the fused projection (BF16 [n_r, 3·H·D] on the device, unit column
   // stride, q and k already normed and rotated), attn receives this rank's rows of the output
   // (BF16 [n_r, H·D]). The exact kernel of cuda::attention (VORTEX_VARIANT_ATTENTION as there).
-  Status attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale) override;
+  Status attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale,
+                   cudaStream_t stream) override;
   // x: BF16 [N, C] contiguous on the device holding this rank's rows; every rank's afterwards.
-  Status gather_rows(int64_t rows, const TensorView& x) override;
+  Status gather_rows(int64_t rows, const TensorView& x, cudaStream_t stream) override;
 
   // The two exchanges on their own (attention runs both around the kernel), for tests.
-  Status gather_heads(int64_t rows, const TensorView& qkv);
-  Status scatter_heads(int64_t rows, const TensorView& attn);
+  Status gather_heads(int64_t rows, const TensorView& qkv, cudaStream_t stream);
+  Status scatter_heads(int64_t rows, const TensorView& attn, cudaStream_t stream);
   // [max_rows, 3·(H/P)·D] and [max_rows, (H/P)·D]: the first N rows are the request's.
   const Tensor& full_qkv() const { return full_qkv_; }
   const Tensor& full_attn() const { return full_attn_; }
@@ -71,7 +73,6 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   const LocalGpuGroup* group_ = nullptr;
   int rank_ = 0;
   int64_t max_rows_ = 0, heads_ = 0, head_dim_ = 0, local_heads_ = 0;
-  cudaStream_t stream_ = nullptr;
   cuda::DeviceArena arena_;
   Tensor full_qkv_, full_attn_;
   // Per peer (indexed by rank; this rank's own entry unused): the packed q | k | v columns of its

@@ -79,14 +79,14 @@ Tensor sequence_parallel_attention(dist::LocalGpuGroup& group, const Tensor& fus
     cudaStream_t stream = nullptr;
     VORTEX_CUDA_CHECK(cudaStreamCreate(&stream));
     Status status = [&]() -> Status {
-      VORTEX_ASSIGN_OR_RETURN(auto ulysses, dist::UlyssesAttention::create(group, rank, n + 5, heads, d, stream));
+      VORTEX_ASSIGN_OR_RETURN(auto ulysses, dist::UlyssesAttention::create(group, rank, n + 5, heads, d));
       VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena,
                               cuda::DeviceArena::create(static_cast<size_t>(rows.size() * (4 * hd + 8)) * 2 + (1 << 20)));
       VORTEX_ASSIGN_OR_RETURN(Tensor qkv, cuda::upload(host_rows(fused, rows.begin, rows.end), arena, stream));
       VORTEX_ASSIGN_OR_RETURN(Tensor padded, arena.alloc({rows.size(), hd + 8}, DType::kBF16));
       VORTEX_CUDA_CHECK(cudaMemsetAsync(padded.data(), 0x5A, padded.nbytes(), stream));
       VORTEX_ASSIGN_OR_RETURN(Tensor out, padded.slice(1, 4, 4 + hd));
-      VORTEX_RETURN_IF_ERROR(ulysses->attention(n, qkv.view(), out.view(), scale));
+      VORTEX_RETURN_IF_ERROR(ulysses->attention(n, qkv.view(), out.view(), scale, stream));
       VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(padded, stream));
       const auto* bytes = static_cast<const unsigned char*>(host.data());
       for (int64_t r = 0; r < rows.size(); ++r) {
@@ -139,10 +139,10 @@ TEST(GpuSequenceParallel, GatherHeadsHoldsEveryRowOfTheRanksHeads) {
   const Tensor fused = test::random_tensor({n, 3 * hd}, DType::kBF16, 9200);
   const std::vector<dist::RowRange> split = dist::partition_rows(n, group->size());
   VORTEX_EXPECT_OK(group->run_ranks([&](int rank) -> Status {
-    VORTEX_ASSIGN_OR_RETURN(auto ulysses, dist::UlyssesAttention::create(*group, rank, n, heads, d, nullptr));
+    VORTEX_ASSIGN_OR_RETURN(auto ulysses, dist::UlyssesAttention::create(*group, rank, n, heads, d));
     VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(fused.nbytes() + (1 << 20)));
     VORTEX_ASSIGN_OR_RETURN(Tensor qkv, cuda::upload(host_rows(fused, split[rank].begin, split[rank].end), arena, nullptr));
-    VORTEX_RETURN_IF_ERROR(ulysses->gather_heads(n, qkv.view()));
+    VORTEX_RETURN_IF_ERROR(ulysses->gather_heads(n, qkv.view(), nullptr));
     VORTEX_ASSIGN_OR_RETURN(Tensor full, ulysses->full_qkv().slice(0, 0, n));
     VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(full, nullptr));
     for (int64_t row = 0; row < n; ++row) {
@@ -231,13 +231,13 @@ TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
   auto group = must(dist::LocalGpuGroup::create({0}));
   if (device_count() > 1) {
     auto pair = must(dist::LocalGpuGroup::create({0, 1}));
-    refused(dist::UlyssesAttention::create(*pair, 0, 100, 7, 64, nullptr).status(), "the GPU count must divide");
+    refused(dist::UlyssesAttention::create(*pair, 0, 100, 7, 64).status(), "the GPU count must divide");
   }
-  auto ulysses = must(dist::UlyssesAttention::create(*group, 0, 100, 4, 64, nullptr));
+  auto ulysses = must(dist::UlyssesAttention::create(*group, 0, 100, 4, 64));
   cuda::DeviceArena arena = must(cuda::DeviceArena::create(1 << 22));
   const Tensor qkv = must(arena.alloc({50, 3 * 4 * 64}, DType::kBF16));
-  refused(ulysses->gather_heads(51, qkv.view()), "needs BF16 [51, 768]");
-  refused(ulysses->gather_heads(101, qkv.view()), "sized for 1..100");
+  refused(ulysses->gather_heads(51, qkv.view(), nullptr), "needs BF16 [51, 768]");
+  refused(ulysses->gather_heads(101, qkv.view(), nullptr), "sized for 1..100");
 
   const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
   const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };

@@ -404,7 +404,7 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
   }
   if (sequence_parallel_ && rope) {  // a transformer block on this rank's rows
     cuda::SectionScope scope(profiler_, "attention", stream_);
-    return sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale);
+    return sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale, stream_);
   }
   {
     cuda::SectionScope scope(profiler_, "attention", stream_);
@@ -750,7 +750,7 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
       VORTEX_RETURN_IF_ERROR(
           cuda::gated_residual(block_x.view(), previous->gate, i32(block_adaln), previous->branch, stream_));
     }
-    if (sequence_parallel_) VORTEX_RETURN_IF_ERROR(sequence_parallel_->gather_rows(N, x.view()));
+    if (sequence_parallel_) VORTEX_RETURN_IF_ERROR(sequence_parallel_->gather_rows(N, x.view(), stream_));
 
     // 3. Output norm with per-timestep shift/scale, then the fp32 heads on their own rows.
     VORTEX_ASSIGN_OR_RETURN(Tensor out_mod, rows_of(out_mod_, num_timesteps_));

@@ -7,6 +7,8 @@
 // all rows (small next to the blocks), so each rank's outputs are the whole request's.
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 
 #include "vortex/status.h"
@@ -22,10 +24,12 @@ class SequenceParallelPeer {
   virtual int64_t row_end(int64_t n) const = 0;
   // Attention over all n rows: qkv holds this rank's rows of the fused projection (BF16
   // [rows, 3·inner], q and k normed and rotated), attn receives this rank's rows of the output.
-  virtual Status attention(int64_t n, const TensorView& qkv, const TensorView& attn, float scale) = 0;
+  // Everything is queued on `stream` (the model's, which a CUDA graph capture swaps).
+  virtual Status attention(int64_t n, const TensorView& qkv, const TensorView& attn, float scale,
+                           cudaStream_t stream) = 0;
   // x: BF16 [n, C] on the device, contiguous, holding this rank's rows; afterwards every rank's
   // rows (each exactly as its rank computed it).
-  virtual Status gather_rows(int64_t n, const TensorView& x) = 0;
+  virtual Status gather_rows(int64_t n, const TensorView& x, cudaStream_t stream) = 0;
 };
 
 }  // namespace vortex::h3
