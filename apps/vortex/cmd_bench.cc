@@ -108,9 +108,10 @@ int run_bench(const BenchArgs& args) {
 void add_bench_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a workload on the GPU and write run manifests");
-  cmd->add_option("workload", args->workload, "h3-block | h3-forward | h3-denoise | gemm | attention | vae-decode | text-encode")
+  cmd->add_option("workload", args->workload, "h3-block | h3-forward | h3-denoise | h3-denoise-sp | gemm | attention | vae-decode | text-encode")
       ->required()
-      ->check(CLI::IsMember({"h3-block", "h3-forward", "h3-denoise", "gemm", "attention", "vae-decode", "text-encode"}));
+      ->check(CLI::IsMember({"h3-block", "h3-forward", "h3-denoise", "h3-denoise-sp", "gemm", "attention", "vae-decode",
+                              "text-encode"}));
   cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
   cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();

@@ -267,7 +267,8 @@ Result<std::vector<Manifest>> bench_block(const BenchOptions& o) {
 }  // namespace
 
 const std::vector<std::string>& cuda_workload_names() {
-  static const std::vector<std::string> kNames = {"h3-block", "h3-forward", "h3-denoise", "gemm", "attention"};
+  static const std::vector<std::string> kNames = {"h3-block", "h3-forward", "h3-denoise", "h3-denoise-sp", "gemm",
+                                                  "attention"};
   return kNames;
 }
 
@@ -275,6 +276,7 @@ Result<std::vector<Manifest>> bench_gemm(const BenchOptions& o);
 Result<std::vector<Manifest>> bench_attention(const BenchOptions& o);
 Result<std::vector<Manifest>> bench_forward(const BenchOptions& o);  // cuda_model_workloads.cc
 Result<std::vector<Manifest>> bench_denoise(const BenchOptions& o);
+Result<std::vector<Manifest>> bench_denoise_sequence_parallel(const BenchOptions& o);
 
 Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& o) {
   if (o.warmup < 3 || o.repetitions < 10) {
@@ -283,9 +285,10 @@ Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& o) {
   if (o.workload == "h3-block") return bench_block(o);
   if (o.workload == "h3-forward") return bench_forward(o);
   if (o.workload == "h3-denoise") return bench_denoise(o);
+  if (o.workload == "h3-denoise-sp") return bench_denoise_sequence_parallel(o);
   if (o.workload == "gemm") return bench_gemm(o);
   if (o.workload == "attention") return bench_attention(o);
-  return invalid_argument("unknown workload '" + o.workload + "' (h3-block, h3-forward, h3-denoise, gemm, attention)");
+  return invalid_argument("unknown workload '" + o.workload + "' (h3-block, h3-forward, h3-denoise, h3-denoise-sp, gemm, attention)");
 }
 
 }  // namespace vortex::bench
