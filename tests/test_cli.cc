@@ -105,6 +105,13 @@ TEST(Cli, UnexpectedExtraTensor) {
   EXPECT_TRUE(run.out.empty()) << run.out;
 }
 
+TEST(Cli, DevicesNeedTheGpuAndAList) {
+  TempDir tmp;
+  expect_one_line_error(run_cli("generate --synthetic test --devices 0,1 --out " + q(tmp.file("x"))),
+                        "--devices is for --device cuda");
+  EXPECT_FALSE(fs::exists(tmp.file("x.safetensors")));
+}
+
 TEST(Cli, Fp8RecipeNeedsTheGpu) {
   TempDir tmp;
   expect_one_line_error(run_cli("generate --synthetic test --recipe fp8 --out " + q(tmp.file("x"))),

@@ -12,10 +12,15 @@
 //     without the CUDA graph. A group of one is the single-GPU program bit for bit; on several GPUs
 //     the linears run on fewer rows each (cuBLASLt may pick another algorithm), so the velocities
 //     must be within 1e-2 rel-L2 of one GPU's, the bits reported.
+//   - the CLI: `generate --device cuda --devices 0` is the bits of no --devices; on a machine with
+//     two GPUs `--devices 0,1` runs sequence-parallel (its summary says so) within 1e-2 of one GPU;
+//     a device that does not exist is one line naming it.
 //   - refusals: a head count the group does not divide, a rank's rows of the wrong count, a device
 //     that does not exist or is named twice, a device list that does not parse; a failing rank is
 //     named and the group refuses later work.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -24,12 +29,14 @@
 #include <vector>
 
 #include "cuda/attention.h"
+#include "cli_test_util.h"
 #include "dist/local_gpu_group.h"
 #include "dist/sequence_parallel_h3.h"
 #include "dist/ulysses.h"
 #include "gpu/gpu_test_util.h"
 #include "h3_golden_util.h"
 #include "h3_test_models.h"
+#include "formats/safetensors.h"
 #include "models/h3/generate.h"
 
 namespace vortex {
@@ -211,6 +218,36 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
     if (devices.size() == 1) test::expect_same_trajectory(got, want_trajectory, label + " 2-step trajectory");
     std::printf("sequence-parallel H3 2-step trajectory, %s: video %s (one GPU %s)\n", label.c_str(),
                 got.video.sha256.substr(0, 16).c_str(), want_trajectory.video.sha256.substr(0, 16).c_str());
+  }
+}
+
+TEST(GpuSequenceParallelCli, GenerateAcrossGpus) {
+  VORTEX_REQUIRE_GPU();
+  using test_util::q;
+  using test_util::run_cli;
+  test_util::TempDir tmp;
+  const std::string generate = "generate --synthetic mid --device cuda --height 64 --width 64 --frames 22 --steps 3 ";
+  const auto summary = [&](const std::string& name) {
+    return nlohmann::json::parse(test_util::read_bytes(tmp.file(name + ".json")));
+  };
+  ASSERT_EQ(run_cli(generate + "--out " + q(tmp.file("one"))).code, 0);
+  const auto pinned = run_cli(generate + "--devices 0 --out " + q(tmp.file("pinned")));
+  ASSERT_EQ(pinned.code, 0) << pinned.err;
+  EXPECT_EQ(summary("pinned")["checksums"], summary("one")["checksums"]);
+  const auto missing = run_cli(generate + "--devices 0," + std::to_string(device_count()) + " --out " + q(tmp.file("x")));
+  EXPECT_NE(missing.code, 0);
+  EXPECT_NE(missing.err.find("device " + std::to_string(device_count()) + " does not exist"), std::string::npos)
+      << missing.err;
+  if (device_count() < 2) return;
+  const auto split = run_cli(generate + "--devices 0,1 --out " + q(tmp.file("split")));
+  ASSERT_EQ(split.code, 0) << split.err;
+  EXPECT_NE(summary("split")["model"].get<std::string>().find("sequence-parallel on GPUs 0,1"), std::string::npos);
+  const SafetensorsFile a = must(SafetensorsFile::open(tmp.file("split.safetensors")));
+  const SafetensorsFile b = must(SafetensorsFile::open(tmp.file("one.safetensors")));
+  for (const char* name : {"video_latents", "audio_latents"}) {
+    const double err = test::rel_l2(must(a.get(name)), must(b.get(name)));
+    EXPECT_LE(err, 1e-2) << name;
+    std::printf("generate --devices 0,1 vs one GPU, %s: rel-L2 %.3e\n", name, err);
   }
 }
 
