@@ -37,10 +37,90 @@ Result<std::unique_ptr<LocalGpuGroup>> LocalGpuGroup::create(const std::vector<i
   return group;
 }
 
+Result<std::unique_ptr<LocalGpuGroup>> LocalGpuGroup::create_on_one_device(int device, int ranks) {
+  if (ranks < 1) return invalid_argument("GPU group: " + std::to_string(ranks) + " ranks");
+  VORTEX_ASSIGN_OR_RETURN(auto group, create({device}));
+  group->devices_.assign(static_cast<size_t>(ranks), device);
+  group->one_device_ = true;
+  group->posted_.resize(static_cast<size_t>(ranks));
+  group->ready_.assign(static_cast<size_t>(ranks), nullptr);
+  group->copied_.assign(static_cast<size_t>(ranks), nullptr);
+  VORTEX_CUDA_CHECK(cudaSetDevice(device));
+  for (int r = 0; r < ranks; ++r) {
+    VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&group->ready_[r], cudaEventDisableTiming));
+    VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&group->copied_[r], cudaEventDisableTiming));
+  }
+  return group;
+}
+
 LocalGpuGroup::~LocalGpuGroup() {
   for (ncclComm_t comm : comms_) {
     if (comm != nullptr) ncclCommDestroy(comm);
   }
+  for (cudaEvent_t e : ready_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  for (cudaEvent_t e : copied_) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+}
+
+Status LocalGpuGroup::exchange(int rank, const std::vector<Transfer>& transfers, cudaStream_t stream) {
+  if (one_device_) return exchange_on_one_device(rank, transfers, stream);
+  if (size() == 1) return ok_status();
+  ncclComm_t comm = comms_.at(rank);
+  if (comm == nullptr) return device_error("GPU group: the communicators were aborted");
+  VORTEX_NCCL_CHECK(ncclGroupStart());
+  for (const Transfer& t : transfers) {
+    if (t.send_bytes > 0) VORTEX_NCCL_CHECK(ncclSend(t.send, t.send_bytes, ncclUint8, t.peer, comm, stream));
+    if (t.recv_bytes > 0) VORTEX_NCCL_CHECK(ncclRecv(t.recv, t.recv_bytes, ncclUint8, t.peer, comm, stream));
+  }
+  VORTEX_NCCL_CHECK(ncclGroupEnd());
+  return ok_status();
+}
+
+Status LocalGpuGroup::barrier() {
+  std::unique_lock<std::mutex> lock(barrier_mutex_);
+  if (failed_) return cancelled("GPU group: another rank failed");
+  const uint64_t generation = generation_;
+  if (++arrived_ == size()) {
+    arrived_ = 0;
+    ++generation_;
+    barrier_cv_.notify_all();
+    return ok_status();
+  }
+  barrier_cv_.wait(lock, [&] { return generation_ != generation || failed_; });
+  if (generation_ == generation) return cancelled("GPU group: another rank failed");
+  return ok_status();
+}
+
+Status LocalGpuGroup::exchange_on_one_device(int rank, const std::vector<Transfer>& transfers, cudaStream_t stream) {
+  // 1. This rank's sends are ready once its stream reaches here; post them.
+  VORTEX_CUDA_CHECK(cudaEventRecord(ready_[rank], stream));
+  posted_[rank] = transfers;
+  VORTEX_RETURN_IF_ERROR(barrier());
+  // 2. Receive: copy from each peer's posted send buffer once the peer's stream got there.
+  for (const Transfer& t : transfers) {
+    if (t.recv_bytes == 0) continue;
+    const Transfer* match = nullptr;
+    for (const Transfer& p : posted_.at(t.peer)) {
+      if (p.peer == rank) match = &p;
+    }
+    if (match == nullptr || match->send_bytes != t.recv_bytes) {
+      return internal_error("GPU group exchange: rank " + std::to_string(rank) + " expects " +
+                            std::to_string(t.recv_bytes) + " bytes from rank " + std::to_string(t.peer) +
+                            ", which sends " + std::to_string(match ? match->send_bytes : 0));
+    }
+    VORTEX_CUDA_CHECK(cudaStreamWaitEvent(stream, ready_[t.peer], 0));
+    VORTEX_CUDA_CHECK(cudaMemcpyAsync(t.recv, match->send, t.recv_bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+  VORTEX_CUDA_CHECK(cudaEventRecord(copied_[rank], stream));
+  VORTEX_RETURN_IF_ERROR(barrier());
+  // 3. This rank's send buffers are free again once every peer copied from them.
+  for (const Transfer& t : transfers) {
+    if (t.send_bytes > 0) VORTEX_CUDA_CHECK(cudaStreamWaitEvent(stream, copied_[t.peer], 0));
+  }
+  return ok_status();
 }
 
 Status LocalGpuGroup::run_ranks(const std::function<Status(int rank)>& fn) {
@@ -57,6 +137,12 @@ Status LocalGpuGroup::run_ranks(const std::function<Status(int rank)>& fn) {
       std::lock_guard<std::mutex> lock(failure_mutex);
       if (origin < 0) {
         origin = rank;
+        {
+          // A group on one device: release the ranks waiting at its barrier.
+          std::lock_guard<std::mutex> barrier_lock(barrier_mutex_);
+          failed_ = one_device_;
+        }
+        barrier_cv_.notify_all();
         // The other ranks may be waiting for this one inside a collective: abort every
         // communicator so that their calls return instead of hanging.
         for (ncclComm_t& comm : comms_) {
@@ -77,6 +163,11 @@ Status LocalGpuGroup::run_ranks(const std::function<Status(int rank)>& fn) {
     for (std::thread& t : threads) t.join();
   }
   if (origin < 0) return ok_status();
+  if (one_device_) {
+    std::lock_guard<std::mutex> barrier_lock(barrier_mutex_);
+    failed_ = false;  // every thread has left; the next run starts from an empty barrier
+    arrived_ = 0;
+  }
   return results[origin].with_context("rank " + std::to_string(origin) + " (device " + std::to_string(devices_[origin]) +
                                       ")");
 }

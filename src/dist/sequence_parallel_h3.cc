@@ -6,14 +6,27 @@ Result<std::unique_ptr<SequenceParallelH3>> SequenceParallelH3::create(
     const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t max_rows,
     const std::vector<int>& devices, h3::CudaModelOptions options) {
   VORTEX_RETURN_IF_ERROR(config.validate());
-  if (config.num_attention_heads % static_cast<int64_t>(devices.size()) != 0) {
+  if (devices.empty() || config.num_attention_heads % static_cast<int64_t>(devices.size()) != 0) {
     return invalid_argument("--devices: " + std::to_string(devices.size()) + " GPUs do not divide the model's " +
                             std::to_string(config.num_attention_heads) + " attention heads");
   }
+  VORTEX_ASSIGN_OR_RETURN(auto group, LocalGpuGroup::create(devices));
+  return create(config, filler_for, max_rows, std::move(group), options);
+}
+
+Result<std::unique_ptr<SequenceParallelH3>> SequenceParallelH3::create(
+    const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t max_rows,
+    std::unique_ptr<LocalGpuGroup> group, h3::CudaModelOptions options) {
+  VORTEX_RETURN_IF_ERROR(config.validate());
+  if (config.num_attention_heads % group->size() != 0) {
+    return invalid_argument(std::to_string(group->size()) + " ranks do not divide the model's " +
+                            std::to_string(config.num_attention_heads) + " attention heads");
+  }
+  if (group->on_one_device()) options.cuda_graphs = false;
   std::unique_ptr<SequenceParallelH3> sp(new SequenceParallelH3());
   sp->config_ = config;
-  VORTEX_ASSIGN_OR_RETURN(sp->group_, LocalGpuGroup::create(devices));
-  sp->ranks_.resize(devices.size());
+  sp->group_ = std::move(group);
+  sp->ranks_.resize(static_cast<size_t>(sp->group_->size()));
   VORTEX_RETURN_IF_ERROR(sp->group_->run_ranks([&](int rank) -> Status {
     Rank& r = sp->ranks_[rank];
     VORTEX_CUDA_CHECK(cudaStreamCreateWithFlags(&r.stream, cudaStreamNonBlocking));
@@ -57,7 +70,7 @@ Result<h3::StepOutputs> SequenceParallelH3::step(const h3::StepInputs& inputs) {
 }
 
 void SequenceParallelH3::set_cuda_graphs(bool on) {
-  for (Rank& r : ranks_) r.model->set_cuda_graphs(on);
+  for (Rank& r : ranks_) r.model->set_cuda_graphs(on && !group_->on_one_device());
 }
 
 }  // namespace vortex::dist

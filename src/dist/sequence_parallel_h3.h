@@ -31,6 +31,11 @@ class SequenceParallelH3 : public h3::StepModel {
   static Result<std::unique_ptr<SequenceParallelH3>> create(
       const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t max_rows,
       const std::vector<int>& devices, h3::CudaModelOptions options);
+  // The same on a group made by the caller (LocalGpuGroup::create_on_one_device: the whole program
+  // on one GPU; CUDA graphs stay off there, since its exchanges synchronise on the host).
+  static Result<std::unique_ptr<SequenceParallelH3>> create(
+      const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t max_rows,
+      std::unique_ptr<LocalGpuGroup> group, h3::CudaModelOptions options);
   ~SequenceParallelH3() override;
 
   const h3::H3Config& config() const override { return config_; }
@@ -43,7 +48,7 @@ class SequenceParallelH3 : public h3::StepModel {
   size_t weight_bytes(int rank) const { return ranks_.at(rank).model->weight_bytes(); }
   size_t activation_peak_bytes(int rank) const { return ranks_.at(rank).model->activation_peak_bytes(); }
   size_t exchange_bytes(int rank) const { return ranks_.at(rank).attention->device_bytes(); }
-  // Switches CudaModelOptions::cuda_graphs on every rank.
+  // Switches CudaModelOptions::cuda_graphs on every rank (a group on one device keeps them off).
   void set_cuda_graphs(bool on);
 
  private:

@@ -17,7 +17,7 @@ std::vector<RowRange> partition_rows(int64_t rows, int ranks) {
   return split;
 }
 
-Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(const LocalGpuGroup& group, int rank,
+Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(LocalGpuGroup& group, int rank,
                                                                    int64_t max_rows, int64_t heads, int64_t head_dim) {
   const int P = group.size();
   if (rank < 0 || rank >= P) return invalid_argument("sequence-parallel attention: no rank " + std::to_string(rank));
@@ -85,18 +85,13 @@ Status UlyssesAttention::gather_heads(int64_t rows, const TensorView& qkv, cudaS
                                           cudaMemcpyDeviceToDevice, stream));
     }
   }
-  if (P == 1) return ok_status();
-  ncclComm_t comm = group_->comm(rank_);
-  VORTEX_NCCL_CHECK(ncclGroupStart());
+  std::vector<Transfer> transfers;
   for (int s = 0; s < P; ++s) {
     if (s == rank_) continue;
-    VORTEX_NCCL_CHECK(ncclSend(send_qkv_[s].data(), static_cast<size_t>(mine.size() * 3 * w), ncclBfloat16, s, comm,
-                               stream));
-    VORTEX_NCCL_CHECK(ncclRecv(full + split[s].begin * 3 * w, static_cast<size_t>(split[s].size() * 3 * w),
-                               ncclBfloat16, s, comm, stream));
+    transfers.push_back({s, send_qkv_[s].data(), static_cast<size_t>(mine.size() * 3 * w) * 2,
+                         full + split[s].begin * 3 * w, static_cast<size_t>(split[s].size() * 3 * w) * 2});
   }
-  VORTEX_NCCL_CHECK(ncclGroupEnd());
-  return ok_status();
+  return group_->exchange(rank_, transfers, stream);
 }
 
 Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn, cudaStream_t stream) {
@@ -108,18 +103,13 @@ Status UlyssesAttention::scatter_heads(int64_t rows, const TensorView& attn, cud
   auto* dst = static_cast<uint16_t*>(attn.data);
   const size_t dst_pitch = static_cast<size_t>(attn.shape[0] > 1 ? attn.strides[0] : HD) * 2;
   const auto* full = static_cast<const uint16_t*>(full_attn_.data());
-  if (P > 1) {
-    ncclComm_t comm = group_->comm(rank_);
-    VORTEX_NCCL_CHECK(ncclGroupStart());
-    for (int s = 0; s < P; ++s) {
-      if (s == rank_) continue;
-      VORTEX_NCCL_CHECK(ncclSend(full + split[s].begin * w, static_cast<size_t>(split[s].size() * w), ncclBfloat16, s,
-                                 comm, stream));
-      VORTEX_NCCL_CHECK(
-          ncclRecv(recv_attn_[s].data(), static_cast<size_t>(mine.size() * w), ncclBfloat16, s, comm, stream));
-    }
-    VORTEX_NCCL_CHECK(ncclGroupEnd());
+  std::vector<Transfer> transfers;
+  for (int s = 0; s < P; ++s) {
+    if (s == rank_) continue;
+    transfers.push_back({s, full + split[s].begin * w, static_cast<size_t>(split[s].size() * w) * 2,
+                         recv_attn_[s].data(), static_cast<size_t>(mine.size() * w) * 2});
   }
+  VORTEX_RETURN_IF_ERROR(group_->exchange(rank_, transfers, stream));
   // Head group s's columns of this rank's rows: from this rank's own rows of the full output, or
   // from what rank s returned.
   for (int s = 0; s < P; ++s) {
@@ -145,17 +135,13 @@ Status UlyssesAttention::gather_rows(int64_t rows, const TensorView& x, cudaStre
   const std::vector<RowRange> split = partition_rows(rows, P);
   const int64_t C = x.shape[1];
   auto* base = static_cast<uint16_t*>(x.data);
-  ncclComm_t comm = group_->comm(rank_);
-  VORTEX_NCCL_CHECK(ncclGroupStart());
+  std::vector<Transfer> transfers;
   for (int s = 0; s < P; ++s) {
     if (s == rank_) continue;
-    VORTEX_NCCL_CHECK(ncclSend(base + split[rank_].begin * C, static_cast<size_t>(split[rank_].size() * C),
-                               ncclBfloat16, s, comm, stream));
-    VORTEX_NCCL_CHECK(
-        ncclRecv(base + split[s].begin * C, static_cast<size_t>(split[s].size() * C), ncclBfloat16, s, comm, stream));
+    transfers.push_back({s, base + split[rank_].begin * C, static_cast<size_t>(split[rank_].size() * C) * 2,
+                         base + split[s].begin * C, static_cast<size_t>(split[s].size() * C) * 2});
   }
-  VORTEX_NCCL_CHECK(ncclGroupEnd());
-  return ok_status();
+  return group_->exchange(rank_, transfers, stream);
 }
 
 Status UlyssesAttention::attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale,

@@ -42,7 +42,7 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   // Buffers for up to `max_rows` rows on `rank`'s device (call with it current). heads must be a
   // multiple of the group's size. Each call queues its copies, collectives and kernel on the
   // stream it is given.
-  static Result<std::unique_ptr<UlyssesAttention>> create(const LocalGpuGroup& group, int rank, int64_t max_rows,
+  static Result<std::unique_ptr<UlyssesAttention>> create(LocalGpuGroup& group, int rank, int64_t max_rows,
                                                           int64_t heads, int64_t head_dim);
 
   // The request's N rows are split as partition_rows(N, P).
@@ -70,7 +70,7 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   UlyssesAttention() = default;
   Status check(const char* op, int64_t rows, const TensorView& t, int64_t cols) const;
 
-  const LocalGpuGroup* group_ = nullptr;
+  LocalGpuGroup* group_ = nullptr;
   int rank_ = 0;
   int64_t max_rows_ = 0, heads_ = 0, head_dim_ = 0, local_heads_ = 0;
   cuda::DeviceArena arena_;

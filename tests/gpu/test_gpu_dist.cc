@@ -1,6 +1,7 @@
 // Sequence-parallel attention over the GPUs of this machine (dist/ulysses.h):
-//   - on every device of the machine as one group (one on the single-GPU machine, two or more on
-//     the multi-GPU kinds) and on a group of one: each rank's rows of a fused q | k | v buffer in,
+//   - on a group of one, on two and four ranks sharing GPU 0 (exchanges by device copies: the
+//     multi-GPU bookkeeping on a one-GPU machine) and, where the machine has them, on two GPUs
+//     through NCCL: each rank's rows of a fused q | k | v buffer in,
 //     its rows of the output out; the assembled output must be the bits of cuda::attention on one
 //     device over the whole sequence (the kernel sees the same keys and queries of each head),
 //     at odd lengths, uneven row splits and head dims 64 and 128; the output's padding columns
@@ -9,8 +10,8 @@
 //   - the H3 transformer sequence-parallel (dist/sequence_parallel_h3.h) against one GPU on a
 //     2048-wide model with the released head shape: a forward's velocities and a 2-step trajectory
 //     (AdaLN tables per request, so the folded FFN residual runs on each rank's rows), with and
-//     without the CUDA graph. A group of one is the single-GPU program bit for bit; on several GPUs
-//     the linears run on fewer rows each (cuBLASLt may pick another algorithm), so the velocities
+//     without the CUDA graph (ranks sharing a GPU run without it). A group of one is the single-GPU
+//     program bit for bit; on several ranks the linears run on fewer rows each (cuBLASLt may pick another algorithm), so the velocities
 //     must be within 1e-2 rel-L2 of one GPU's, the bits reported.
 //   - the CLI: `generate --device cuda --devices 0` is the bits of no --devices; on a machine with
 //     two GPUs `--devices 0,1` runs sequence-parallel (its summary says so) within 1e-2 of one GPU;
@@ -25,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,24 @@ std::vector<int> all_devices() {
   std::vector<int> d(device_count());
   for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<int>(i);
   return d;
+}
+
+// The groups every test runs on: one GPU (a group of one); two and four ranks on GPU 0, exchanging
+// by device copies (the multi-GPU program's bookkeeping on any machine); and, on a machine with two
+// or more GPUs, two GPUs through NCCL.
+struct GroupCase {
+  std::string name;
+  std::function<Result<std::unique_ptr<dist::LocalGpuGroup>>()> make;
+};
+
+std::vector<GroupCase> group_cases() {
+  std::vector<GroupCase> cases = {
+      {"1 GPU", [] { return dist::LocalGpuGroup::create({0}); }},
+      {"2 ranks on GPU 0", [] { return dist::LocalGpuGroup::create_on_one_device(0, 2); }},
+      {"4 ranks on GPU 0", [] { return dist::LocalGpuGroup::create_on_one_device(0, 4); }},
+  };
+  if (device_count() > 1) cases.push_back({"2 GPUs", [] { return dist::LocalGpuGroup::create({0, 1}); }});
+  return cases;
 }
 
 // Rows [begin, end) of a host [N, C] tensor, contiguous.
@@ -119,13 +139,11 @@ TEST(GpuSequenceParallel, AttentionIsTheBitsOfOneDevice) {
   struct Case {
     int64_t n, heads, d;
   };
-  std::vector<std::vector<int>> groups = {{0}};
-  if (device_count() > 1) groups.push_back(all_devices());
   uint64_t seed = 9100;
-  for (const std::vector<int>& devices : groups) {
-    auto group = must(dist::LocalGpuGroup::create(devices));
+  for (const GroupCase& g : group_cases()) {
+    auto group = must(g.make());
     for (const Case c : {Case{1, 8, 128}, Case{37, 8, 128}, Case{1001, 8, 64}, Case{4097, 16, 128}}) {
-      const std::string label = std::to_string(group->size()) + " GPU(s), N=" + std::to_string(c.n) +
+      const std::string label = g.name + ", N=" + std::to_string(c.n) +
                                 " H=" + std::to_string(c.heads) + " D=" + std::to_string(c.d);
       const Tensor fused = test::random_tensor({c.n, 3 * c.heads * c.d}, DType::kBF16, ++seed);
       const float scale = 1.0f / std::sqrt(static_cast<float>(c.d));
@@ -141,7 +159,8 @@ TEST(GpuSequenceParallel, AttentionIsTheBitsOfOneDevice) {
 
 TEST(GpuSequenceParallel, GatherHeadsHoldsEveryRowOfTheRanksHeads) {
   VORTEX_REQUIRE_GPU();
-  auto group = must(dist::LocalGpuGroup::create(device_count() > 1 ? all_devices() : std::vector<int>{0}));
+  auto group = must(device_count() > 1 ? dist::LocalGpuGroup::create(all_devices())
+                                       : dist::LocalGpuGroup::create_on_one_device(0, 3));
   const int64_t n = 301, heads = 2 * group->size(), d = 64, hd = heads * d, w = hd / group->size();
   const Tensor fused = test::random_tensor({n, 3 * hd}, DType::kBF16, 9200);
   const std::vector<dist::RowRange> split = dist::partition_rows(n, group->size());
@@ -186,13 +205,10 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
   one.reset();
   one_planned.reset();
 
-  std::vector<std::vector<int>> groups = {{0}};
-  if (device_count() > 1) groups.push_back(device_count() % 2 == 0 && c.num_attention_heads % device_count() == 0
-                                               ? all_devices()
-                                               : std::vector<int>{0, 1});
-  for (const std::vector<int>& devices : groups) {
-    const std::string label = std::to_string(devices.size()) + " GPU(s)";
-    auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows, devices, {}));
+  for (const GroupCase& g : group_cases()) {
+    const std::string label = g.name;
+    const bool one_rank = g.name == "1 GPU";
+    auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows, must(g.make()), {}));
     VORTEX_EXPECT_OK(sp->prepare(r.layout, r.text));
     for (const bool graphs : {true, false}) {
       sp->set_cuda_graphs(graphs);
@@ -202,7 +218,7 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
       const double audio = test::rel_l2(got.audio_velocity, want.audio_velocity);
       const bool same_bits = test::compare(got.video_velocity, want.video_velocity).differing == 0 &&
                              test::compare(got.audio_velocity, want.audio_velocity).differing == 0;
-      if (devices.size() == 1) {
+      if (one_rank) {
         EXPECT_TRUE(same_bits) << what << ": rel-L2 video " << video << ", audio " << audio;
       } else {
         EXPECT_LE(video, 1e-2) << what;
@@ -213,9 +229,9 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
     }
     h3::CudaModelOptions planned;
     planned.adaln_tables = h3::AdaLnTables::kPerRequest;
-    auto sp_planned = must(dist::SequenceParallelH3::create(c, filler_for, rows, devices, planned));
+    auto sp_planned = must(dist::SequenceParallelH3::create(c, filler_for, rows, must(g.make()), planned));
     const test::TrajectoryChecksums got = test::trajectory_checksums(*sp_planned, r.text, options);
-    if (devices.size() == 1) test::expect_same_trajectory(got, want_trajectory, label + " 2-step trajectory");
+    if (one_rank) test::expect_same_trajectory(got, want_trajectory, label + " 2-step trajectory");
     std::printf("sequence-parallel H3 2-step trajectory, %s: video %s (one GPU %s)\n", label.c_str(),
                 got.video.sha256.substr(0, 16).c_str(), want_trajectory.video.sha256.substr(0, 16).c_str());
   }
@@ -280,10 +296,10 @@ TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
   const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
   h3::CudaModelOptions fp8;
   fp8.recipe = h3::LinearRecipe::kFp8;
-  refused(dist::SequenceParallelH3::create(c, filler_for, 100, {0}, fp8).status(), "bf16 recipe with exact attention");
+  refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, fp8).status(), "bf16 recipe with exact attention");
   h3::CudaModelOptions int8fp8;
   int8fp8.int8fp8_attention = true;
-  refused(dist::SequenceParallelH3::create(c, filler_for, 100, {0}, int8fp8).status(), "bf16 recipe with exact");
+  refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, int8fp8).status(), "bf16 recipe with exact");
 
   // A failing rank is named; the group of one has no communicator to abort and stays usable.
   const Status failed = group->run_ranks([](int) { return invalid_argument("bad request"); });
@@ -295,6 +311,15 @@ TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
             "rank 1 (device 1)");
     refused(pair->run_ranks([](int) { return ok_status(); }), "aborted");
   }
+  // Ranks on one device: rank 0 waits in an exchange for rank 1, which fails first; rank 0 is
+  // released, the failure named is rank 1's, and the group takes the next run.
+  auto shared = must(dist::LocalGpuGroup::create_on_one_device(0, 2));
+  refused(shared->run_ranks([&](int rank) -> Status {
+            if (rank == 1) return invalid_argument("bad request");
+            return shared->exchange(0, {}, nullptr);
+          }),
+          "rank 1 (device 0): bad request");
+  VORTEX_EXPECT_OK(shared->run_ranks([&](int rank) { return shared->exchange(rank, {}, nullptr); }));
 }
 
 }  // namespace
