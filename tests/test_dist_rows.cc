@@ -1,5 +1,6 @@
 // How sequence parallelism splits the packed sequence's rows (dist/ulysses.h): contiguous ranges
-// in rank order covering every row once, sizes differing by at most one, longer ranges first.
+// in rank order covering every row once, longer ranges first; starting at multiples of kRowGranule
+// (the fp8 recipe's attention-output tiles) when every rank gets a granule, else single rows.
 #include <gtest/gtest.h>
 
 #include "dist/ulysses.h"
@@ -9,21 +10,28 @@ namespace {
 
 TEST(DistRows, ContiguousRangesInRankOrder) {
   for (const int ranks : {1, 2, 3, 7, 8}) {
-    for (const int64_t rows : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{37810}, int64_t{37811}}) {
+    for (const int64_t rows : {int64_t{0}, int64_t{1}, int64_t{5}, int64_t{128}, int64_t{129}, int64_t{254},
+                               int64_t{1082}, int64_t{37810}}) {
       const std::vector<dist::RowRange> split = dist::partition_rows(rows, ranks);
+      const int64_t g = rows >= dist::kRowGranule * ranks ? dist::kRowGranule : 1;
       ASSERT_EQ(split.size(), static_cast<size_t>(ranks));
+      const int64_t blocks = (rows + g - 1) / g;
       int64_t next = 0;
       for (int r = 0; r < ranks; ++r) {
         EXPECT_EQ(split[r].begin, next) << rows << " rows, rank " << r;
-        EXPECT_GE(split[r].size(), rows / ranks);
-        EXPECT_LE(split[r].size(), rows / ranks + 1);
+        EXPECT_EQ(split[r].begin % g, 0) << rows << " rows, rank " << r;
+        const int64_t granules = (split[r].size() + g - 1) / g;
+        EXPECT_GE(granules, blocks / ranks) << rows << " rows, rank " << r;
+        EXPECT_LE(granules, blocks / ranks + 1) << rows << " rows, rank " << r;
         if (r > 0) EXPECT_LE(split[r].size(), split[r - 1].size());
+        if (rows >= ranks) EXPECT_GE(split[r].size(), 1);
         next = split[r].end;
       }
       EXPECT_EQ(next, rows);
     }
   }
-  EXPECT_EQ(dist::partition_rows(37810, 2)[1].begin, 18905);
+  // The canonical 37,810 rows (296 granules) on two GPUs: 148 granules each.
+  EXPECT_EQ(dist::partition_rows(37810, 2)[1].begin, 148 * dist::kRowGranule);
 }
 
 }  // namespace

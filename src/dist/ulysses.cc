@@ -1,5 +1,7 @@
 #include "dist/ulysses.h"
 
+#include <algorithm>
+
 #include "cuda/attention.h"
 #include "models/h3/tensor_views.h"
 
@@ -7,12 +9,13 @@ namespace vortex::dist {
 
 std::vector<RowRange> partition_rows(int64_t rows, int ranks) {
   std::vector<RowRange> split(static_cast<size_t>(ranks));
-  const int64_t base = rows / ranks, longer = rows % ranks;
+  const int64_t granule = rows >= kRowGranule * ranks ? kRowGranule : 1;
+  const int64_t blocks = (rows + granule - 1) / granule, base = blocks / ranks, longer = blocks % ranks;
   int64_t begin = 0;
   for (int r = 0; r < ranks; ++r) {
-    const int64_t n = base + (r < longer ? 1 : 0);
-    split[r] = {begin, begin + n};
-    begin += n;
+    const int64_t end = std::min(rows, begin + (base + (r < longer ? 1 : 0)) * granule);
+    split[r] = {begin, end};
+    begin = end;
   }
   return split;
 }
@@ -52,9 +55,10 @@ Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(LocalGpuGroup
 }
 
 Status UlyssesAttention::check(const char* op, int64_t rows, const TensorView& t, int64_t cols) const {
-  const std::string name = std::string("sequence-parallel attention ") + op;
-  if (rows < 1 || rows > max_rows_) {
-    return invalid_argument(name + ": " + std::to_string(rows) + " rows; sized for 1.." + std::to_string(max_rows_));
+  const std::string name = std::string("sequence-parallel ") + op;
+  if (rows < group_->size() || rows > max_rows_) {
+    return invalid_argument(name + ": " + std::to_string(rows) + " rows; sized for " + std::to_string(group_->size()) +
+                            ".." + std::to_string(max_rows_) + " (a row per GPU at least)");
   }
   const int64_t mine = partition_rows(rows, group_->size())[rank_].size();
   if (t.device != Device::kCuda || t.dtype != DType::kBF16 || t.rank() != 2 || t.shape[0] != mine ||

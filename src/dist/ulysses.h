@@ -33,8 +33,14 @@ struct RowRange {
   int64_t size() const { return end - begin; }
 };
 
-// `rows` rows over `ranks` ranks in contiguous ranges, in rank order; the first rows % ranks ranges
-// one row longer than the rest.
+// Ranges start at multiples of this many rows where every rank gets at least one such block: the
+// fp8 recipe quantizes the attention output in tiles of 128 tokens, which then are the one-GPU
+// tiles on every rank.
+constexpr int64_t kRowGranule = 128;
+
+// `rows` rows over `ranks` ranks in contiguous ranges, in rank order: whole kRowGranule blocks (the
+// last one short) when rows >= kRowGranule · ranks, else single rows; the first ranks one block
+// longer where they do not divide evenly. A rank gets no rows only when rows < ranks.
 std::vector<RowRange> partition_rows(int64_t rows, int ranks);
 
 class UlyssesAttention : public h3::SequenceParallelPeer {

@@ -16,6 +16,7 @@
 //   - the CLI: `generate --device cuda --devices 0` is the bits of no --devices; on a machine with
 //     two GPUs `--devices 0,1` runs sequence-parallel (its summary says so) within 1e-2 of one GPU;
 //     a device that does not exist is one line naming it.
+//   - the fp8 recipe the same way against one GPU's fp8 forward.
 //   - refusals: a head count the group does not divide, a rank's rows of the wrong count, a device
 //     that does not exist or is named twice, a device list that does not parse; a failing rank is
 //     named and the group refuses later work.
@@ -142,7 +143,8 @@ TEST(GpuSequenceParallel, AttentionIsTheBitsOfOneDevice) {
   uint64_t seed = 9100;
   for (const GroupCase& g : group_cases()) {
     auto group = must(g.make());
-    for (const Case c : {Case{1, 8, 128}, Case{37, 8, 128}, Case{1001, 8, 64}, Case{4097, 16, 128}}) {
+    for (const Case c : {Case{1, 8, 128}, Case{3, 8, 128}, Case{37, 8, 128}, Case{1001, 8, 64}, Case{4097, 16, 128}}) {
+      if (c.n < group->size()) continue;  // refused: a row per rank at least (RefusesWhatItCannotSplit)
       const std::string label = g.name + ", N=" + std::to_string(c.n) +
                                 " H=" + std::to_string(c.heads) + " D=" + std::to_string(c.d);
       const Tensor fused = test::random_tensor({c.n, 3 * c.heads * c.d}, DType::kBF16, ++seed);
@@ -237,6 +239,41 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
   }
 }
 
+// The fp8 recipe across ranks: the bf16 attention output of each rank's rows is quantized in the
+// one-GPU tiles' layout (ranks start at multiples of 128 rows when every rank gets 128).
+TEST(GpuSequenceParallel, H3Fp8MatchesOneGpuFp8) {
+  VORTEX_REQUIRE_GPU();
+  const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
+  const test::H3TestRequest r = test::make_h3_request(c, 12, 33, 0.4f, 0.7f);
+  const int64_t rows = r.layout.num_rows;
+  const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
+  h3::CudaModelOptions fp8;
+  fp8.recipe = h3::LinearRecipe::kFp8;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  h3::StepOutputs want;
+  {
+    auto one = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows, nullptr, fp8));
+    VORTEX_EXPECT_OK(one->prepare(r.layout, r.text));
+    want = must(one->forward(r.in));
+  }
+  for (const GroupCase& g : group_cases()) {
+    auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows, must(g.make()), fp8));
+    VORTEX_EXPECT_OK(sp->prepare(r.layout, r.text));
+    const h3::StepOutputs got = must(sp->step(r.in));
+    const double video = test::rel_l2(got.video_velocity, want.video_velocity);
+    const bool same_bits = test::compare(got.video_velocity, want.video_velocity).differing == 0 &&
+                           test::compare(got.audio_velocity, want.audio_velocity).differing == 0;
+    if (g.name == "1 GPU") {
+      EXPECT_TRUE(same_bits) << g.name << ": rel-L2 video " << video;
+    } else {
+      EXPECT_LE(video, 1e-2) << g.name;
+      EXPECT_LE(test::rel_l2(got.audio_velocity, want.audio_velocity), 1e-2) << g.name;
+    }
+    std::printf("sequence-parallel H3 fp8 forward, %s (%lld rows): rel-L2 vs one GPU's fp8 %.3e (%s)\n",
+                g.name.c_str(), static_cast<long long>(rows), video, same_bits ? "the same bits" : "not the same bits");
+  }
+}
+
 TEST(GpuSequenceParallelCli, GenerateAcrossGpus) {
   VORTEX_REQUIRE_GPU();
   using test_util::q;
@@ -291,15 +328,18 @@ TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
   const Tensor qkv = must(arena.alloc({50, 3 * 4 * 64}, DType::kBF16));
   refused(ulysses->gather_heads(51, qkv.view(), nullptr), "needs BF16 [51, 768]");
   refused(ulysses->gather_heads(101, qkv.view(), nullptr), "sized for 1..100");
+  {
+    auto four = must(dist::LocalGpuGroup::create_on_one_device(0, 4));
+    auto rank0 = must(dist::UlyssesAttention::create(*four, 0, 100, 4, 64));
+    refused(rank0->gather_heads(3, qkv.view(), nullptr), "3 rows; sized for 4..100 (a row per GPU at least)");
+  }
 
   const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
   const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
-  h3::CudaModelOptions fp8;
-  fp8.recipe = h3::LinearRecipe::kFp8;
-  refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, fp8).status(), "bf16 recipe with exact attention");
   h3::CudaModelOptions int8fp8;
   int8fp8.int8fp8_attention = true;
-  refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, int8fp8).status(), "bf16 recipe with exact");
+  refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, int8fp8).status(),
+          "sequence parallelism runs exact attention");
 
   // A failing rank is named; the group of one has no communicator to abort and stays usable.
   const Status failed = group->run_ranks([](int) { return invalid_argument("bad request"); });

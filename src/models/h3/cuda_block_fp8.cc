@@ -20,13 +20,14 @@
 
 namespace vortex::h3 {
 
-Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode,
-                                            const PendingResidual* pending_in, PendingResidual* pending_out) {
+Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, const Tensor& adaln_rows,
+                                            AttentionMode mode, const PendingResidual* pending_in,
+                                            PendingResidual* pending_out) {
   const H3Config& c = config_;
   const int64_t n = x.size(0), C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
   const float eps = static_cast<float>(c.norm_eps);
   VORTEX_ASSIGN_OR_RETURN(Tensor mod, block_modulation(b));
-  const int32_t* rows = adaln_rows_.data_as<int32_t>();
+  const int32_t* rows = adaln_rows.data_as<int32_t>();  // the block's rows' (this rank's)
   const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
   VORTEX_ASSIGN_OR_RETURN(Tensor codes, codes_.slice(0, 0, n));
   VORTEX_ASSIGN_OR_RETURN(Tensor scales, code_scales_.slice(0, 0, n));

@@ -92,9 +92,8 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   if (options.recipe == LinearRecipe::kFp8) VORTEX_RETURN_IF_ERROR(check_cuda_fp8_widths(config));
   if (max_rows < 1) return invalid_argument("max_rows must be >= 1, got " + std::to_string(max_rows));
   VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, options));
-  if (options.sequence_parallel && (options.recipe != LinearRecipe::kBf16 || options.int8fp8_attention)) {
-    return unimplemented("sequence parallelism runs the bf16 recipe with exact attention; the fp8 recipe and "
-                         "int8fp8 attention run on one GPU");
+  if (options.sequence_parallel && options.int8fp8_attention) {
+    return unimplemented("sequence parallelism runs exact attention; int8fp8 attention runs on one GPU");
   }
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->sequence_parallel_ = options.sequence_parallel;
@@ -389,7 +388,13 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
     }
   }
-  if (e4m3 && mode == AttentionMode::kExact) {
+  // A transformer block on a sequence-parallel rank: attention over every row of this rank's heads
+  // (a bf16 output; the fp8 recipe's tiles are quantized below, as where no kernel quantizes its own).
+  const bool across_ranks = sequence_parallel_ != nullptr && rope;
+  if (across_ranks) {
+    cuda::SectionScope scope(profiler_, "attention", stream_);
+    VORTEX_RETURN_IF_ERROR(sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale, stream_));
+  } else if (e4m3 && mode == AttentionMode::kExact) {
     // The v1 kernel (the default exact variant) quantizes its own output tiles (into attn's memory,
     // as the int8fp8 one); unimplemented (nothing launched) where it does not apply. Another
     // variant chosen by VORTEX_VARIANT_ATTENTION runs as chosen, followed by quantize_blocks_fp8.
@@ -402,11 +407,7 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       if (status.code() != StatusCode::kUnimplemented) return status;
     }
   }
-  if (sequence_parallel_ && rope) {  // a transformer block on this rank's rows
-    cuda::SectionScope scope(profiler_, "attention", stream_);
-    return sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale, stream_);
-  }
-  {
+  if (!across_ranks) {
     cuda::SectionScope scope(profiler_, "attention", stream_);
     VORTEX_RETURN_IF_ERROR(mode == AttentionMode::kInt8Fp8
                                ? cuda::attention_int8fp8(q, k, v, out, scale, int8fp8_scratch_, stream_)
@@ -456,7 +457,9 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
   if ((pending_in || pending_out) && (!adaln_rows || !fused_norms_)) {
     return invalid_argument("block_forward: a folded FFN residual needs a transformer block with fused norms");
   }
-  if (recipe_ == LinearRecipe::kFp8 && adaln_rows) return block_forward_fp8(b, x, mode, pending_in, pending_out);
+  if (recipe_ == LinearRecipe::kFp8 && adaln_rows) {
+    return block_forward_fp8(b, x, *adaln_rows, mode, pending_in, pending_out);
+  }
   const int64_t n = x.size(0), C = config_.hidden_size;
   const float eps = static_cast<float>(config_.norm_eps);
   VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(h_, n));
@@ -531,6 +534,11 @@ Status CudaH3Transformer::prepare(const PackedLayout& layout, const Tensor& text
       return invalid_argument("text states: non-finite value at element " + std::to_string(i) + " (row " +
                               std::to_string(i / c.text_dim) + ")");
     }
+  }
+  const int64_t rows = layout.num_rows;
+  if (sequence_parallel_ && sequence_parallel_->row_end(rows) == sequence_parallel_->row_begin(rows)) {
+    return invalid_argument("request has " + std::to_string(layout.num_rows) +
+                            " rows: too few to split over these GPUs (a row per GPU at least)");
   }
   layout_ = &layout;
   Tensor cos, sin;

@@ -79,8 +79,8 @@ struct CudaModelOptions {
   // passed on the H200).
   bool fold_ffn_residual = true;
   // Sequence parallelism: this model is one rank of a group (sequence_parallel.h; it must outlive
-  // the model). The bf16 recipe with exact attention; create() refuses the fp8 recipe and the
-  // int8fp8 workspace, forward() an int8fp8 block.
+  // the model). Exact attention (either recipe): create() refuses the int8fp8 workspace, forward()
+  // an int8fp8 block.
   SequenceParallelPeer* sequence_parallel = nullptr;
 };
 
@@ -177,7 +177,8 @@ class CudaH3Transformer : public StepModel {
   Status select_planned_step(const std::vector<float>& timesteps, const Tensor& silu);
   // A transformer block under the fp8 recipe (cuda_block_fp8.cc); pending_in / pending_out as in
   // block_forward.
-  Status block_forward_fp8(const Block& b, const Tensor& x, AttentionMode mode, const PendingResidual* pending_in,
+  Status block_forward_fp8(const Block& b, const Tensor& x, const Tensor& adaln_rows, AttentionMode mode,
+                           const PendingResidual* pending_in,
                            PendingResidual* pending_out);
   // block_scales: one scale per output channel and 128 inputs (the out projection's weight),
   // else one per output channel.
