@@ -186,12 +186,16 @@ TEST(GpuSequenceParallel, GatherHeadsHoldsEveryRowOfTheRanksHeads) {
   }));
 }
 
+// The model the H3 tests run: 2048 wide with the released head shape (16 heads of 128), 2 blocks,
+// its seeded weights made on each rank's device.
+h3::H3Config h3_test_config() { return test::released_heads_config(16, 2048, 4096, 2); }
+h3::WeightFiller filler_for(cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); }
+
 TEST(GpuSequenceParallel, H3MatchesOneGpu) {
   VORTEX_REQUIRE_GPU();
-  const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
+  const h3::H3Config c = h3_test_config();
   const test::H3TestRequest r = test::make_h3_request(c, 12, 31, 0.4f, 0.7f);
   const int64_t rows = r.layout.num_rows;
-  const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   auto one = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows));
   VORTEX_EXPECT_OK(one->prepare(r.layout, r.text));
@@ -243,10 +247,9 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
 // one-GPU tiles' layout (ranks start at multiples of 128 rows when every rank gets 128).
 TEST(GpuSequenceParallel, H3Fp8MatchesOneGpuFp8) {
   VORTEX_REQUIRE_GPU();
-  const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
+  const h3::H3Config c = h3_test_config();
   const test::H3TestRequest r = test::make_h3_request(c, 12, 33, 0.4f, 0.7f);
   const int64_t rows = r.layout.num_rows;
-  const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
   h3::CudaModelOptions fp8;
   fp8.recipe = h3::LinearRecipe::kFp8;
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -334,8 +337,7 @@ TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
     refused(rank0->gather_heads(3, qkv.view(), nullptr), "3 rows; sized for 4..100 (a row per GPU at least)");
   }
 
-  const h3::H3Config c = test::released_heads_config(16, 2048, 4096, 2);
-  const auto filler_for = [](cudaStream_t stream) { return h3::synthetic_weight_filler(12, stream); };
+  const h3::H3Config c = h3_test_config();
   h3::CudaModelOptions int8fp8;
   int8fp8.int8fp8_attention = true;
   refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, int8fp8).status(),
