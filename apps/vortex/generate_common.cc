@@ -155,7 +155,7 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
       ->capture_default_str();
   cmd->add_option("--devices", m.devices,
                   "--device cuda: the GPUs, e.g. 0,1 or all (default: GPU 0); more than one runs the transformer "
-                  "sequence-parallel across them (exact attention, either recipe; the GPU count must divide the "
+                  "sequence-parallel across them (any recipe and attention mode; the GPU count must divide the "
                   "attention heads)");
   cmd->add_option("--recipe", m.recipe,
                   "Block linears: bf16, or fp8 (--device cuda; e4m3 weights and activations, approximate: "

@@ -8,9 +8,10 @@
 // The attention kernel sees every key and query of a head whatever the rank count, so attention is
 // bit for bit the single-GPU one; the block linears run on fewer rows per GPU, where cuBLASLt may
 // take another algorithm, so the result is compared to one GPU within a tolerance
-// (tests/gpu/test_gpu_dist.cc states it). Exact attention, either recipe: under fp8 each rank
-// quantizes its rows' bf16 attention output in the one-GPU tiles' layout (ranks start at multiples
-// of 128 rows where every rank gets 128).
+// (tests/gpu/test_gpu_dist.cc states it). Either recipe and either attention mode: under fp8 each
+// rank quantizes its rows' bf16 attention output in the one-GPU tiles' layout (ranks start at
+// multiples of 128 rows where every rank gets 128); int8fp8 quantizes each head over all its rows
+// after the gather, as on one GPU.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "cuda/attention.h"
+#include "cuda/attention_int8fp8.h"
 #include "models/h3/tensor_views.h"
 
 namespace vortex::dist {
@@ -149,15 +150,16 @@ Status UlyssesAttention::gather_rows(int64_t rows, const TensorView& x, cudaStre
 }
 
 Status UlyssesAttention::attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale,
-                                   cudaStream_t stream) {
+                                   cuda::DeviceArena* int8fp8_scratch, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check("attention", rows, attn, heads_ * head_dim_));
   VORTEX_RETURN_IF_ERROR(gather_heads(rows, qkv, stream));
   VORTEX_ASSIGN_OR_RETURN(Tensor full_qkv, full_qkv_.slice(0, 0, rows));
   VORTEX_ASSIGN_OR_RETURN(Tensor full_attn, full_attn_.slice(0, 0, rows));
   const int64_t H = local_heads_, D = head_dim_, w = H * D;
-  VORTEX_RETURN_IF_ERROR(cuda::attention(h3::heads_view(full_qkv, 0, H, D), h3::heads_view(full_qkv, w, H, D),
-                                         h3::heads_view(full_qkv, 2 * w, H, D), h3::heads_view(full_attn, 0, H, D),
-                                         scale, stream));
+  const TensorView q = h3::heads_view(full_qkv, 0, H, D), k = h3::heads_view(full_qkv, w, H, D);
+  const TensorView v = h3::heads_view(full_qkv, 2 * w, H, D), out = h3::heads_view(full_attn, 0, H, D);
+  VORTEX_RETURN_IF_ERROR(int8fp8_scratch ? cuda::attention_int8fp8(q, k, v, out, scale, *int8fp8_scratch, stream)
+                                         : cuda::attention(q, k, v, out, scale, stream));
   return scatter_heads(rows, attn, stream);
 }
 

@@ -56,9 +56,11 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   int64_t row_end(int64_t rows) const override;
   // qkv is this rank's rows of the fused projection (BF16 [n_r, 3·H·D] on the device, unit column
   // stride, q and k already normed and rotated), attn receives this rank's rows of the output
-  // (BF16 [n_r, H·D]). The exact kernel of cuda::attention (VORTEX_VARIANT_ATTENTION as there).
+  // (BF16 [n_r, H·D]). The exact kernel of cuda::attention (VORTEX_VARIANT_ATTENTION as there), or
+  // with int8fp8_scratch cuda::attention_int8fp8 (its per-head quantization sees every row of the
+  // head, as on one GPU).
   Status attention(int64_t rows, const TensorView& qkv, const TensorView& attn, float scale,
-                   cudaStream_t stream) override;
+                   cuda::DeviceArena* int8fp8_scratch, cudaStream_t stream) override;
   // x: BF16 [N, C] contiguous on the device holding this rank's rows; every rank's afterwards.
   Status gather_rows(int64_t rows, const TensorView& x, cudaStream_t stream) override;
 

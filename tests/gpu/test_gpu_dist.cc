@@ -16,7 +16,8 @@
 //   - the CLI: `generate --device cuda --devices 0` is the bits of no --devices; on a machine with
 //     two GPUs `--devices 0,1` runs sequence-parallel (its summary says so) within 1e-2 of one GPU;
 //     a device that does not exist is one line naming it.
-//   - the fp8 recipe the same way against one GPU's fp8 forward.
+//   - the fp8 recipe, int8fp8 attention and both, each against the one-GPU forward of the same
+//     configuration, within 1e-2 (the bits reported).
 //   - refusals: a head count the group does not divide, a rank's rows of the wrong count, a device
 //     that does not exist or is named twice, a device list that does not parse; a failing rank is
 //     named and the group refuses later work.
@@ -114,7 +115,7 @@ Tensor sequence_parallel_attention(dist::LocalGpuGroup& group, const Tensor& fus
       VORTEX_ASSIGN_OR_RETURN(Tensor padded, arena.alloc({rows.size(), hd + 8}, DType::kBF16));
       VORTEX_CUDA_CHECK(cudaMemsetAsync(padded.data(), 0x5A, padded.nbytes(), stream));
       VORTEX_ASSIGN_OR_RETURN(Tensor out, padded.slice(1, 4, 4 + hd));
-      VORTEX_RETURN_IF_ERROR(ulysses->attention(n, qkv.view(), out.view(), scale, stream));
+      VORTEX_RETURN_IF_ERROR(ulysses->attention(n, qkv.view(), out.view(), scale, nullptr, stream));
       VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(padded, stream));
       const auto* bytes = static_cast<const unsigned char*>(host.data());
       for (int64_t r = 0; r < rows.size(); ++r) {
@@ -243,37 +244,51 @@ TEST(GpuSequenceParallel, H3MatchesOneGpu) {
   }
 }
 
-// The fp8 recipe across ranks: the bf16 attention output of each rank's rows is quantized in the
-// one-GPU tiles' layout (ranks start at multiples of 128 rows when every rank gets 128).
-TEST(GpuSequenceParallel, H3Fp8MatchesOneGpuFp8) {
+// The fp8 recipe and int8fp8 attention across ranks, each against the one-GPU forward of the same
+// configuration. fp8: each rank quantizes its rows' bf16 attention output in the one-GPU tiles'
+// layout (ranks start at multiples of 128 rows when every rank gets 128). int8fp8: the
+// quantization is per head over every row of the head, as on one GPU; q and k are normed and
+// rotated in bf16 before the exchange (on one GPU Q's norm runs inside its quantization, bit for
+// bit the separate passes).
+TEST(GpuSequenceParallel, H3Fp8AndInt8Fp8MatchOneGpu) {
   VORTEX_REQUIRE_GPU();
   const h3::H3Config c = h3_test_config();
-  const test::H3TestRequest r = test::make_h3_request(c, 12, 33, 0.4f, 0.7f);
+  test::H3TestRequest r = test::make_h3_request(c, 12, 33, 0.4f, 0.7f);
   const int64_t rows = r.layout.num_rows;
-  h3::CudaModelOptions fp8;
-  fp8.recipe = h3::LinearRecipe::kFp8;
-  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  h3::StepOutputs want;
-  {
-    auto one = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows, nullptr, fp8));
-    VORTEX_EXPECT_OK(one->prepare(r.layout, r.text));
-    want = must(one->forward(r.in));
-  }
-  for (const GroupCase& g : group_cases()) {
-    auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows, must(g.make()), fp8));
-    VORTEX_EXPECT_OK(sp->prepare(r.layout, r.text));
-    const h3::StepOutputs got = must(sp->step(r.in));
-    const double video = test::rel_l2(got.video_velocity, want.video_velocity);
-    const bool same_bits = test::compare(got.video_velocity, want.video_velocity).differing == 0 &&
-                           test::compare(got.audio_velocity, want.audio_velocity).differing == 0;
-    if (g.name == "1 GPU") {
-      EXPECT_TRUE(same_bits) << g.name << ": rel-L2 video " << video;
-    } else {
-      EXPECT_LE(video, 1e-2) << g.name;
-      EXPECT_LE(test::rel_l2(got.audio_velocity, want.audio_velocity), 1e-2) << g.name;
+  struct Configuration {
+    const char* name;
+    h3::LinearRecipe recipe;
+    h3::AttentionMode attention;
+  };
+  for (const Configuration conf : {Configuration{"fp8", h3::LinearRecipe::kFp8, h3::AttentionMode::kExact},
+                                   Configuration{"int8fp8", h3::LinearRecipe::kBf16, h3::AttentionMode::kInt8Fp8},
+                                   Configuration{"fp8 + int8fp8", h3::LinearRecipe::kFp8, h3::AttentionMode::kInt8Fp8}}) {
+    h3::CudaModelOptions options;
+    options.recipe = conf.recipe;
+    options.int8fp8_attention = conf.attention == h3::AttentionMode::kInt8Fp8;
+    r.in.attention.mode = conf.attention;
+    ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+    h3::StepOutputs want;
+    {
+      auto one = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows, nullptr, options));
+      VORTEX_EXPECT_OK(one->prepare(r.layout, r.text));
+      want = must(one->forward(r.in));
     }
-    std::printf("sequence-parallel H3 fp8 forward, %s (%lld rows): rel-L2 vs one GPU's fp8 %.3e (%s)\n",
-                g.name.c_str(), static_cast<long long>(rows), video, same_bits ? "the same bits" : "not the same bits");
+    for (const GroupCase& g : group_cases()) {
+      const std::string what = std::string(conf.name) + ", " + g.name;
+      auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows, must(g.make()), options));
+      VORTEX_EXPECT_OK(sp->prepare(r.layout, r.text));
+      const h3::StepOutputs got = must(sp->step(r.in));
+      const double video = test::rel_l2(got.video_velocity, want.video_velocity);
+      const double audio = test::rel_l2(got.audio_velocity, want.audio_velocity);
+      const bool same_bits = test::compare(got.video_velocity, want.video_velocity).differing == 0 &&
+                             test::compare(got.audio_velocity, want.audio_velocity).differing == 0;
+      EXPECT_LE(video, 1e-2) << what;
+      EXPECT_LE(audio, 1e-2) << what;
+      std::printf("sequence-parallel H3 forward, %s (%lld rows): rel-L2 vs one GPU video %.3e audio %.3e (%s)\n",
+                  what.c_str(), static_cast<long long>(rows), video, audio,
+                  same_bits ? "the same bits" : "not the same bits");
+    }
   }
 }
 
@@ -338,10 +353,6 @@ TEST(GpuSequenceParallel, RefusesWhatItCannotSplit) {
   }
 
   const h3::H3Config c = h3_test_config();
-  h3::CudaModelOptions int8fp8;
-  int8fp8.int8fp8_attention = true;
-  refused(dist::SequenceParallelH3::create(c, filler_for, 100, std::vector<int>{0}, int8fp8).status(),
-          "sequence parallelism runs exact attention");
 
   // A failing rank is named; the group of one has no communicator to abort and stays usable.
   const Status failed = group->run_ranks([](int) { return invalid_argument("bad request"); });

@@ -92,9 +92,6 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   if (options.recipe == LinearRecipe::kFp8) VORTEX_RETURN_IF_ERROR(check_cuda_fp8_widths(config));
   if (max_rows < 1) return invalid_argument("max_rows must be >= 1, got " + std::to_string(max_rows));
   VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, options));
-  if (options.sequence_parallel && options.int8fp8_attention) {
-    return unimplemented("sequence parallelism runs exact attention; int8fp8 attention runs on one GPU");
-  }
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->sequence_parallel_ = options.sequence_parallel;
   model->config_ = config;
@@ -352,7 +349,11 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
   const TensorView cos_view = cos.defined() ? cos.view() : TensorView(), sin_view = sin.defined() ? sin.view() : TensorView();
   const TensorView* cos_arg = rope ? &cos_view : nullptr;
   const TensorView* sin_arg = rope ? &sin_view : nullptr;
-  if (mode == AttentionMode::kInt8Fp8 && fused_norms_) {
+  // A transformer block on a sequence-parallel rank: q and k are normed and rotated on this rank's
+  // rows in bf16, then attention runs over every row of this rank's heads (in either mode, a bf16
+  // output; the fp8 recipe's tiles are quantized below, as where no kernel quantizes its own).
+  const bool across_ranks = sequence_parallel_ != nullptr && rope;
+  if (mode == AttentionMode::kInt8Fp8 && fused_norms_ && !across_ranks) {
     // Q's norm and RoPE run inside its quantization (bit for bit the separate passes): its bf16
     // rows are neither written nor read back.
     const size_t mark = int8fp8_scratch_.mark();
@@ -388,12 +389,11 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
       }
     }
   }
-  // A transformer block on a sequence-parallel rank: attention over every row of this rank's heads
-  // (a bf16 output; the fp8 recipe's tiles are quantized below, as where no kernel quantizes its own).
-  const bool across_ranks = sequence_parallel_ != nullptr && rope;
   if (across_ranks) {
     cuda::SectionScope scope(profiler_, "attention", stream_);
-    VORTEX_RETURN_IF_ERROR(sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale, stream_));
+    cuda::DeviceArena* scratch = mode == AttentionMode::kInt8Fp8 ? &int8fp8_scratch_ : nullptr;
+    VORTEX_RETURN_IF_ERROR(
+        sequence_parallel_->attention(layout_->num_rows, qkv.view(), attn.view(), scale, scratch, stream_));
   } else if (e4m3 && mode == AttentionMode::kExact) {
     // The v1 kernel (the default exact variant) quantizes its own output tiles (into attn's memory,
     // as the int8fp8 one); unimplemented (nothing launched) where it does not apply. Another
@@ -715,14 +715,6 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
   const bool fold = folds_ffn_residual();
   block_row_begin_ = sequence_parallel_ ? sequence_parallel_->row_begin(N) : 0;
   const int64_t block_row_end = sequence_parallel_ ? sequence_parallel_->row_end(N) : N;
-  if (sequence_parallel_) {
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      if (in.attention.for_block(static_cast<int>(i)) != AttentionMode::kExact) {
-        return unimplemented("block " + std::to_string(i) +
-                             ": sequence parallelism runs exact attention; int8fp8 runs on one GPU");
-      }
-    }
-  }
   const auto device_forward = [&]() -> Status {
     // 1. Project and scatter each stream into the packed sequence.
     VORTEX_ASSIGN_OR_RETURN(Tensor x, rows_of(x_, N));

@@ -79,8 +79,7 @@ struct CudaModelOptions {
   // passed on the H200).
   bool fold_ffn_residual = true;
   // Sequence parallelism: this model is one rank of a group (sequence_parallel.h; it must outlive
-  // the model). Exact attention (either recipe): create() refuses the int8fp8 workspace, forward()
-  // an int8fp8 block.
+  // the model). Either recipe, either attention mode.
   SequenceParallelPeer* sequence_parallel = nullptr;
 };
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "cuda/runtime.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -24,9 +25,11 @@ class SequenceParallelPeer {
   virtual int64_t row_end(int64_t n) const = 0;
   // Attention over all n rows: qkv holds this rank's rows of the fused projection (BF16
   // [rows, 3·inner], q and k normed and rotated), attn receives this rank's rows of the output.
-  // Everything is queued on `stream` (the model's, which a CUDA graph capture swaps).
+  // int8fp8_scratch: null for exact attention; else the int8fp8 mode with its workspace taken from
+  // there (cuda::attention_int8fp8). Everything is queued on `stream` (the model's, which a CUDA
+  // graph capture swaps).
   virtual Status attention(int64_t n, const TensorView& qkv, const TensorView& attn, float scale,
-                           cudaStream_t stream) = 0;
+                           cuda::DeviceArena* int8fp8_scratch, cudaStream_t stream) = 0;
   // x: BF16 [n, C] on the device, contiguous, holding this rank's rows; afterwards every rank's
   // rows (each exactly as its rank computed it).
   virtual Status gather_rows(int64_t n, const TensorView& x, cudaStream_t stream) = 0;
