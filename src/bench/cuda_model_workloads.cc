@@ -7,9 +7,10 @@
 //   h3-denoise  the canonical 12-evaluation denoise per configuration (bf16; fp8; fp8 with int8fp8
 //               attention), timed per step, plus the error of fp8 against bf16 after a 2-step
 //               trajectory and after the whole denoise, both from the same noise.
-//   h3-denoise-sp  the bf16 denoise sequence-parallel over every GPU of the machine
-//               (dist/sequence_parallel_h3.h), with the one-GPU denoise in the same call as its
-//               peer; its error against one GPU after 2 and 12 steps, stated.
+//   h3-denoise-sp  the denoise sequence-parallel over every GPU of the machine
+//               (dist/sequence_parallel_h3.h), bf16 and fp8 + int8fp8, each with the one-GPU
+//               denoise of its configuration in the same call as its peer; the error against it
+//               after 2 and 12 steps, stated.
 //
 // Each manifest records the device memory: the weight arena, the activation arena, and what
 // cudaMemGetInfo reports in use with the model loaded (context, cuBLASLt workspace and the
@@ -311,71 +312,86 @@ Result<std::vector<Manifest>> bench_denoise_sequence_parallel(const BenchOptions
     return invalid_argument("h3-denoise-sp needs two or more GPUs; this machine has " + std::to_string(devices.size()));
   }
   VORTEX_ASSIGN_OR_RETURN(const BlockFusions fused, block_fusions_from_env());
-  // The one-GPU reference first, freed before the group loads (rank 0 shares its device).
-  VORTEX_ASSIGN_OR_RETURN(DenoiseRun one, run_denoise(o, c, h3::LinearRecipe::kBf16, false));
-  h3::CudaModelOptions options;
-  options.adaln_tables = h3::AdaLnTables::kPerRequest;
-  options.fused_norms = fused.fused_norms;
-  options.fold_ffn_residual = fused.fold_ffn_residual;
-  VORTEX_ASSIGN_OR_RETURN(auto group, dist::SequenceParallelH3::create(
-                                          c.config, [&](cudaStream_t s) { return h3::synthetic_weight_filler(o.seed, s); },
-                                          c.layout.num_rows, devices, options));
-  const dist::SequenceParallelH3& loaded = *group;
-  VORTEX_ASSIGN_OR_RETURN(
-      DenoiseRun run, denoise_on(*group, c, "bf16, " + std::to_string(devices.size()) + " GPUs", false,
-                                 [&]() -> Result<nlohmann::json> {
-                                   nlohmann::json ranks = nlohmann::json::array();
-                                   for (int r = 0; r < loaded.size(); ++r) {
-                                     ranks.push_back({{"weights", loaded.weight_bytes(r)},
-                                                      {"activations_arena", loaded.activation_peak_bytes(r)},
-                                                      {"exchange_buffers", loaded.exchange_bytes(r)}});
-                                   }
-                                   return nlohmann::json{{"ranks", ranks}};
-                                 }));
-  Manifest m;
-  m.workload = "h3-denoise-sp";
-  m.samples.ms = run.step_ms;
-  m.samples.gpu = run.gpu;
-  double total_ms = 0, one_ms = 0;
-  for (double ms : run.step_ms) total_ms += ms;
-  for (double ms : one.step_ms) one_ms += ms;
-  m.derived = {{"denoise_seconds (12 forwards + Euler steps, host wall clock)", total_ms * 1e-3},
-               {"one_gpu_denoise_seconds (same call)", one_ms * 1e-3},
-               {"gpus", devices.size()},
-               {"device_bytes", run.memory},
-               {"checksums", checksums(run.full)},
-               {"one_gpu_checksums", checksums(one.full)},
-               {"error_vs_one_gpu_after_2_steps", latent_error(run.trajectory, one.trajectory)},
-               {"error_vs_one_gpu_after_12_steps", latent_error(run.full, one.full)}};
-  const h3::VideoGeometry video;
-  m.workload_section = {{"name", m.workload}, {"rows", c.layout.num_rows}, {"blocks", c.config.num_layers},
-                        {"video", {video.height, video.width, video.num_frames}},
-                        {"text_tokens", h3::kCanonicalTextTokens}, {"steps", 13}, {"forwards", run.full.run.forwards},
-                        {"noise_seed", kDenoiseNoiseSeed}, {"gpus", devices.size()},
-                        {"weights", "synthetic (models/h3/synthetic_rule.h)"}, {"weights_seed", o.seed}};
-  m.protocol = {{"samples", "the wall-clock time of each of the 12 denoising steps of one request (forward on every "
-                            "GPU, host Euler update); the median step is primary"},
-                {"timer", "std::chrono::steady_clock around each step"},
-                {"primary", "median"},
-                {"gpu_samples", "SM clock and power of GPU 0"}};
-  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
-  m.implementation = {{"backend", "cuda, sequence-parallel (DeepSpeed-Ulysses) through NCCL"},
-                      {"recipe", recipe_description(h3::LinearRecipe::kBf16)},
-                      {"attention", "exact; q/k/v heads gathered over every row, attention per head group, rows "
-                                    "scattered back"},
-                      {"fusions", fusions_description(fused)},
-                      {"adaln", "tables per request (planned before the first step; no AdaLN weight on the device)"},
-                      {"graphs", "each rank's forward replayed from one CUDA graph (collectives inside)"}};
-  m.correctness = compare(run.trajectory.video_latents, one.trajectory.video_latents,
-                          "the one-GPU bf16 2-step trajectory's video latents (same noise, same call)", 1e-2);
-  std::vector<double> one_sorted = one.step_ms;
-  std::sort(one_sorted.begin(), one_sorted.end());
-  std::vector<double> sorted = run.step_ms;
-  std::sort(sorted.begin(), sorted.end());
-  const double one_median = one_sorted[one_sorted.size() / 2], median = sorted[sorted.size() / 2];
-  m.peers = nlohmann::json::array(
-      {{{"name", "vortex-1-gpu"}, {"median_ms", one_median}, {"ratio_peer_over_vortex", one_median / median}}});
-  return std::vector<Manifest>{std::move(m)};
+  struct Configuration {
+    const char* workload;
+    h3::LinearRecipe recipe;
+    bool int8fp8;
+  };
+  std::vector<Manifest> manifests;
+  for (const Configuration conf : {Configuration{"h3-denoise-sp", h3::LinearRecipe::kBf16, false},
+                                   Configuration{"h3-denoise-sp-fp8-int8fp8", h3::LinearRecipe::kFp8, true}}) {
+    // The one-GPU reference first, freed before the group loads (rank 0 shares its device).
+    VORTEX_ASSIGN_OR_RETURN(DenoiseRun one, run_denoise(o, c, conf.recipe, conf.int8fp8));
+    h3::CudaModelOptions options;
+    options.recipe = conf.recipe;
+    options.int8fp8_attention = conf.int8fp8;
+    options.adaln_tables = h3::AdaLnTables::kPerRequest;
+    options.fused_norms = fused.fused_norms;
+    options.fold_ffn_residual = fused.fold_ffn_residual;
+    VORTEX_ASSIGN_OR_RETURN(auto group, dist::SequenceParallelH3::create(
+                                            c.config, [&](cudaStream_t s) { return h3::synthetic_weight_filler(o.seed, s); },
+                                            c.layout.num_rows, devices, options));
+    const dist::SequenceParallelH3& loaded = *group;
+    const std::string label = recipe_name(conf.recipe) + (conf.int8fp8 ? " + int8fp8, " : ", ") +
+                              std::to_string(devices.size()) + " GPUs";
+    VORTEX_ASSIGN_OR_RETURN(DenoiseRun run, denoise_on(*group, c, label, conf.int8fp8, [&]() -> Result<nlohmann::json> {
+                              nlohmann::json ranks = nlohmann::json::array();
+                              for (int r = 0; r < loaded.size(); ++r) {
+                                ranks.push_back({{"weights", loaded.weight_bytes(r)},
+                                                 {"activations_arena", loaded.activation_peak_bytes(r)},
+                                                 {"exchange_buffers", loaded.exchange_bytes(r)}});
+                              }
+                              return nlohmann::json{{"ranks", ranks}};
+                            }));
+    group.reset();
+    Manifest m;
+    m.workload = conf.workload;
+    m.samples.ms = run.step_ms;
+    m.samples.gpu = run.gpu;
+    double total_ms = 0, one_ms = 0;
+    for (double ms : run.step_ms) total_ms += ms;
+    for (double ms : one.step_ms) one_ms += ms;
+    m.derived = {{"denoise_seconds (12 forwards + Euler steps, host wall clock)", total_ms * 1e-3},
+                 {"one_gpu_denoise_seconds (same call)", one_ms * 1e-3},
+                 {"gpus", devices.size()},
+                 {"device_bytes", run.memory},
+                 {"checksums", checksums(run.full)},
+                 {"one_gpu_checksums", checksums(one.full)},
+                 {"error_vs_one_gpu_after_2_steps", latent_error(run.trajectory, one.trajectory)},
+                 {"error_vs_one_gpu_after_12_steps", latent_error(run.full, one.full)}};
+    const h3::VideoGeometry video;
+    m.workload_section = {{"name", m.workload}, {"rows", c.layout.num_rows}, {"blocks", c.config.num_layers},
+                          {"video", {video.height, video.width, video.num_frames}},
+                          {"text_tokens", h3::kCanonicalTextTokens}, {"steps", 13},
+                          {"forwards", run.full.run.forwards}, {"noise_seed", kDenoiseNoiseSeed},
+                          {"gpus", devices.size()}, {"weights", "synthetic (models/h3/synthetic_rule.h)"},
+                          {"weights_seed", o.seed}};
+    m.protocol = {{"samples", "the wall-clock time of each of the 12 denoising steps of one request (forward on "
+                              "every GPU, host Euler update); the median step is primary"},
+                  {"timer", "std::chrono::steady_clock around each step"},
+                  {"primary", "median"},
+                  {"gpu_samples", "SM clock and power of GPU 0"}};
+    VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+    m.implementation = {{"backend", "cuda, sequence-parallel (DeepSpeed-Ulysses) through NCCL"},
+                        {"recipe", recipe_description(conf.recipe)},
+                        {"attention", std::string(conf.int8fp8 ? "int8fp8 in every block" : "exact") +
+                                          "; q/k/v heads gathered over every row, attention per head group, rows "
+                                          "scattered back"},
+                        {"fusions", fusions_description(fused)},
+                        {"adaln", "tables per request (planned before the first step; no AdaLN weight on the device)"},
+                        {"graphs", "each rank's forward replayed from one CUDA graph (collectives inside)"}};
+    m.correctness = compare(run.trajectory.video_latents, one.trajectory.video_latents,
+                            "the one-GPU 2-step trajectory's video latents (same configuration and noise, same call)",
+                            1e-2);
+    std::vector<double> one_sorted = one.step_ms, sorted = run.step_ms;
+    std::sort(one_sorted.begin(), one_sorted.end());
+    std::sort(sorted.begin(), sorted.end());
+    const double one_median = one_sorted[one_sorted.size() / 2], median = sorted[sorted.size() / 2];
+    m.peers = nlohmann::json::array(
+        {{{"name", "vortex-1-gpu"}, {"median_ms", one_median}, {"ratio_peer_over_vortex", one_median / median}}});
+    manifests.push_back(std::move(m));
+  }
+  return manifests;
 #else
   (void)o;
   return unimplemented("h3-denoise-sp: this build has no NCCL");
