@@ -105,7 +105,7 @@ TEST(Cli, UnexpectedExtraTensor) {
   EXPECT_TRUE(run.out.empty()) << run.out;
 }
 
-TEST(Cli, DevicesNeedTheGpuAndAList) {
+TEST(Cli, DevicesAreForTheGpu) {
   TempDir tmp;
   expect_one_line_error(run_cli("generate --synthetic test --devices 0,1 --out " + q(tmp.file("x"))),
                         "--devices is for --device cuda");
