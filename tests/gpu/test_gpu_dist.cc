@@ -13,6 +13,7 @@
 //     without the CUDA graph (ranks sharing a GPU run without it). A group of one is the single-GPU
 //     program bit for bit; on several ranks the linears run on fewer rows each (cuBLASLt may pick another algorithm), so the velocities
 //     must be within 1e-2 rel-L2 of one GPU's, the bits reported.
+//   - the canonical request (37,810 rows, 50 blocks) on two ranks sharing GPU 0 against one GPU.
 //   - the CLI: `generate --device cuda --devices 0` is the bits of no --devices; on a machine with
 //     two GPUs `--devices 0,1` runs sequence-parallel (its summary says so) within 1e-2 of one GPU;
 //     a device that does not exist is one line naming it.
@@ -42,6 +43,8 @@
 #include "h3_test_models.h"
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
+#include "models/h3/layout.h"
+#include "models/h3/synthetic.h"
 
 namespace vortex {
 namespace {
@@ -290,6 +293,49 @@ TEST(GpuSequenceParallel, H3Fp8AndInt8Fp8MatchOneGpu) {
                   same_bits ? "the same bits" : "not the same bits");
     }
   }
+}
+
+// The canonical request (37,810 rows, the released widths, 50 blocks of synthetic weights, AdaLN
+// tables per request) on two ranks sharing GPU 0 against one GPU, one forward each: the row split
+// at 128-row boundaries, the per-rank RoPE / AdaLN offsets and the exchanges at full size. Needs
+// ~90 GB free (two ranks of ~36 GB weights and ~7 GB activations and exchange buffers each).
+TEST(GpuSequenceParallel, CanonicalForwardOnTwoRanksMatchesOneGpu) {
+  VORTEX_REQUIRE_GPU();
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total_bytes), cudaSuccess);
+  if (free_bytes < (size_t{95} << 30)) GTEST_SKIP() << "needs ~95 GB free on GPU 0, has " << (free_bytes >> 30) << " GB";
+  const h3::H3Config c = must(h3::config_preset("h3"));
+  const h3::PackedLayout layout = must(h3::canonical_t2va_layout(c));
+  const Tensor text = h3::seeded_normal({h3::kCanonicalTextTokens, c.text_dim}, 3, h3::kSyntheticTextStream);
+  h3::StepInputs in;
+  in.video_rows = h3::seeded_normal({layout.num_video, c.video_patch_dim()}, 3, h3::kVideoNoiseStream);
+  in.audio_rows = h3::seeded_normal({layout.num_audio, c.audio_in_channels}, 3, h3::kAudioNoiseStream);
+  in.timesteps = h3::assign_row_timesteps(layout, 0.55f, 0.7f);
+  h3::CudaModelOptions options;
+  options.adaln_tables = h3::AdaLnTables::kPerRequest;
+  const auto fill = [](cudaStream_t stream) { return h3::synthetic_weight_filler(0, stream); };
+  h3::StepOutputs want;
+  {
+    auto one = must(h3::CudaH3Transformer::create(c, fill(nullptr), layout.num_rows, nullptr, options));
+    VORTEX_EXPECT_OK(one->prepare(layout, text));
+    VORTEX_EXPECT_OK(one->plan_steps({in.timesteps.timesteps}));
+    want = must(one->forward(in));
+  }
+  auto sp = must(dist::SequenceParallelH3::create(c, fill, layout.num_rows,
+                                                  must(dist::LocalGpuGroup::create_on_one_device(0, 2)), options));
+  VORTEX_EXPECT_OK(sp->prepare(layout, text));
+  VORTEX_EXPECT_OK(sp->plan_steps({in.timesteps.timesteps}));
+  const h3::StepOutputs got = must(sp->step(in));
+  const double video = test::rel_l2(got.video_velocity, want.video_velocity);
+  const double audio = test::rel_l2(got.audio_velocity, want.audio_velocity);
+  const bool same_bits = test::compare(got.video_velocity, want.video_velocity).differing == 0 &&
+                         test::compare(got.audio_velocity, want.audio_velocity).differing == 0;
+  EXPECT_LE(video, 1e-2);
+  EXPECT_LE(audio, 1e-2);
+  std::printf("canonical forward, 2 ranks on GPU 0 (rows split at %lld): rel-L2 vs one GPU video %.3e audio %.3e (%s)\n",
+              static_cast<long long>(dist::partition_rows(layout.num_rows, 2)[1].begin), video, audio,
+              same_bits ? "the same bits" : "not the same bits");
 }
 
 TEST(GpuSequenceParallelCli, GenerateAcrossGpus) {
