@@ -75,8 +75,8 @@ class LocalGpuGroup {
   Status exchange(int rank, const std::vector<Transfer>& transfers, cudaStream_t stream);
 
   // Runs fn(rank) for every rank at once, each on its own thread with its device current. Returns
-  // the first failing rank's status (its rank and device named); then every communicator has been
-  // aborted and later calls are refused.
+  // the first failing rank's status (its rank and device named); an NCCL group has then aborted its
+  // communicators and refuses later calls (a group on one device released its barrier and goes on).
   Status run_ranks(const std::function<Status(int rank)>& fn);
 
  private:

@@ -5,7 +5,7 @@ namespace vortex::dist {
 Result<std::unique_ptr<SequenceParallelH3>> SequenceParallelH3::create(
     const h3::H3Config& config, const std::function<h3::WeightFiller(cudaStream_t)>& filler_for, int64_t max_rows,
     const std::vector<int>& devices, h3::CudaModelOptions options) {
-  VORTEX_RETURN_IF_ERROR(config.validate());
+  // Before the communicators are made (they take seconds): the count the group overload checks too.
   if (devices.empty() || config.num_attention_heads % static_cast<int64_t>(devices.size()) != 0) {
     return invalid_argument("--devices: " + std::to_string(devices.size()) + " GPUs do not divide the model's " +
                             std::to_string(config.num_attention_heads) + " attention heads");
