@@ -114,7 +114,7 @@ class DecodeReplay {
       const int64_t KC = K * C;
       const int64_t rows = std::min(T_out, std::clamp(kTileScratchFloats / KC, kMinTileRows, kMaxTileRows));
       const int64_t row_tiles = kB * ((T_out + rows - 1) / rows);
-      int64_t cols = O;  // conv1d.cc's column_block: enough tiles for every thread
+      int64_t cols = O;  // conv1d.cc: conv_column_block, enough tiles for every thread
       if (row_tiles < threads_) {
         const int64_t per_row_tile = (threads_ + row_tiles - 1) / row_tiles;
         cols = ((O + per_row_tile - 1) / per_row_tile + kColumnQuantum - 1) / kColumnQuantum * kColumnQuantum;

@@ -19,15 +19,6 @@ constexpr int64_t kMinTileRows = 16;
 // Column blocks are whole multiples of the GEMM kernel's 16-wide panels.
 constexpr int64_t kColumnQuantum = 16;
 
-Result<Tensor> to_f32(const std::string& what, const Tensor& t) {
-  if (!t.defined()) return invalid_argument("tensor '" + what + "' is undefined");
-  if (t.device() != Device::kCpu || !dtype_is_float(t.dtype())) {
-    return invalid_argument("tensor '" + what + "': " + t.describe() + " must be a float CPU tensor");
-  }
-  if (t.dtype() == DType::kF32) return t.contiguous();
-  return t.to(DType::kF32);
-}
-
 Status check_activation(const char* op, const Tensor& x, int64_t channels) {
   if (!x.defined() || x.dtype() != DType::kF32 || x.rank() != 3 || !x.is_contiguous() || x.device() != Device::kCpu) {
     return invalid_argument(std::string(op) + ": x " + (x.defined() ? x.describe() : std::string("(undefined)")) +
@@ -40,16 +31,23 @@ Status check_activation(const char* op, const Tensor& x, int64_t channels) {
   return ok_status();
 }
 
-// Splits `out` columns into blocks when there are few row tiles (cpu::few_rows_tile_columns);
-// whole 16-column panels except the last.
-int64_t column_block(int64_t row_tiles, int64_t out) {
+}  // namespace
+
+Result<Tensor> conv_tensor_f32(const std::string& what, const Tensor& t) {
+  if (!t.defined()) return invalid_argument("tensor '" + what + "' is undefined");
+  if (t.device() != Device::kCpu || !dtype_is_float(t.dtype())) {
+    return invalid_argument("tensor '" + what + "': " + t.describe() + " must be a float CPU tensor");
+  }
+  if (t.dtype() == DType::kF32) return t.contiguous();
+  return t.to(DType::kF32);
+}
+
+int64_t conv_column_block(int64_t row_tiles, int64_t out) {
   int64_t cols = cpu::few_rows_tile_columns(row_tiles, out);
   if (cols >= out) return out;
   cols = (cols + kColumnQuantum - 1) / kColumnQuantum * kColumnQuantum;
   return std::clamp<int64_t>(cols, 1, out);
 }
-
-}  // namespace
 
 int64_t conv1d_output_length(const Conv1dShape& s, int64_t length) {
   const int64_t span = length + 2 * s.padding - s.dilation * (s.kernel - 1) - 1;
@@ -65,7 +63,7 @@ Result<Conv1d> make_conv1d(const std::string& what, const Tensor& weight, const 
   if (stride < 1 || dilation < 1 || padding < 0) {
     return invalid_argument("conv1d '" + what + "': stride and dilation must be >= 1, padding >= 0");
   }
-  VORTEX_ASSIGN_OR_RETURN(Tensor w, to_f32(what, weight));
+  VORTEX_ASSIGN_OR_RETURN(Tensor w, conv_tensor_f32(what, weight));
   Conv1d conv;
   conv.shape = {w.size(1), w.size(0), w.size(2), stride, dilation, padding};
   const int64_t O = w.size(0), C = w.size(1), K = w.size(2);
@@ -80,7 +78,7 @@ Result<Conv1d> make_conv1d(const std::string& what, const Tensor& weight, const 
       return invalid_argument("conv1d '" + what + "': bias " + bias.describe() + " must be [" + std::to_string(O) +
                               "]");
     }
-    VORTEX_ASSIGN_OR_RETURN(conv.bias, to_f32(what + " bias", bias));
+    VORTEX_ASSIGN_OR_RETURN(conv.bias, conv_tensor_f32(what + " bias", bias));
   }
   return conv;
 }
@@ -103,7 +101,7 @@ Result<Tensor> conv1d(const Conv1d& conv, const Tensor& x, cpu::GemmVariant vari
       std::min(T_out, direct ? kMaxTileRows
                              : std::clamp(kTileScratchFloats / std::max<int64_t>(KC, 1), kMinTileRows, kMaxTileRows));
   const int64_t row_blocks = (T_out + tile_rows - 1) / tile_rows;
-  const int64_t cols_per_block = column_block(B * row_blocks, O);
+  const int64_t cols_per_block = conv_column_block(B * row_blocks, O);
   const int64_t col_blocks = (O + cols_per_block - 1) / cols_per_block;
 
   const float* xd = x.data_as<const float>();
@@ -165,7 +163,7 @@ Result<ConvTranspose1d> make_conv_transpose1d(const std::string& what, const Ten
   if (stride < 1 || padding < 0) {
     return invalid_argument("conv_transpose1d '" + what + "': stride must be >= 1, padding >= 0");
   }
-  VORTEX_ASSIGN_OR_RETURN(Tensor w, to_f32(what, weight));
+  VORTEX_ASSIGN_OR_RETURN(Tensor w, conv_tensor_f32(what, weight));
   ConvTranspose1d conv;
   const int64_t C = w.size(0), O = w.size(1), K = w.size(2);
   conv.shape = {C, O, K, stride, padding};
@@ -180,7 +178,7 @@ Result<ConvTranspose1d> make_conv_transpose1d(const std::string& what, const Ten
       return invalid_argument("conv_transpose1d '" + what + "': bias " + bias.describe() + " must be [" +
                               std::to_string(O) + "]");
     }
-    VORTEX_ASSIGN_OR_RETURN(conv.bias, to_f32(what + " bias", bias));
+    VORTEX_ASSIGN_OR_RETURN(conv.bias, conv_tensor_f32(what + " bias", bias));
   }
   return conv;
 }
@@ -236,8 +234,8 @@ Result<Tensor> fuse_weight_norm(const std::string& what, const Tensor& g, const 
     return invalid_argument("weight norm '" + what + "': weight_g " + g.describe() +
                             " must hold one value per row of " + "weight_v " + v.describe());
   }
-  VORTEX_ASSIGN_OR_RETURN(Tensor gf, to_f32(what + ".weight_g", g));
-  VORTEX_ASSIGN_OR_RETURN(Tensor vf, to_f32(what + ".weight_v", v));
+  VORTEX_ASSIGN_OR_RETURN(Tensor gf, conv_tensor_f32(what + ".weight_g", g));
+  VORTEX_ASSIGN_OR_RETURN(Tensor vf, conv_tensor_f32(what + ".weight_v", v));
   Tensor w = Tensor::empty(v.shape(), DType::kF32);
   const int64_t row = n == 0 ? 0 : v.numel() / n;
   const float* gd = gf.data_as<const float>();

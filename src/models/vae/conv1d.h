@@ -41,6 +41,15 @@ struct Conv1dShape {
 // The output length for an input of `length` samples; < 1 when the input is too short.
 int64_t conv1d_output_length(const Conv1dShape& shape, int64_t length);
 
+// Output columns per GEMM tile for a convolution cut into `row_tiles` tiles of output rows over
+// `out` channels: cpu::few_rows_tile_columns rounded up to whole 16-wide panels (the last block
+// takes the rest). A fixed function of the shape, never of the thread count, so that results do
+// not depend on the machine's cores. conv1d and causal_conv3d cut their tiles with it.
+int64_t conv_column_block(int64_t row_tiles, int64_t out);
+
+// A float CPU tensor as contiguous F32 (converted when it is BF16 or F16); errors name `what`.
+Result<Tensor> conv_tensor_f32(const std::string& what, const Tensor& t);
+
 struct Conv1d {
   Conv1dShape shape;
   Tensor weight;  // F32 [O, K·C]: weight[o, k·C + c] = w[o, c, k]

@@ -137,6 +137,13 @@ Result<Tensor> video_layer_norm(const Tensor& x, const Tensor& weight, const Ten
 // The decoder's RoPE tables for a T x H x W latent grid: cos, sin [T·H·W + R + 1, rope_dim]. The GPU
 // decoder reads them too: pow, cos and sin are core/portable_math.h's, not libm's.
 std::pair<Tensor, Tensor> video_rope_tables(const VideoVaeConfig& config, int64_t T, int64_t H, int64_t W);
+// The reference's _stitch_tiles: tiles[i][j] F32 [C, F, h, w] cut at (ys.starts[i], xs.starts[j]) of
+// an axis split by split_tiles, in units `divisor` times finer than the tiles' cells (1 for decoded
+// pixels, the spatial ratio for encoded latents). Each tile is blended (blend_linear) with the
+// unblended tile above over ys.overlaps[i - 1] / divisor rows and with the unblended tile to its left,
+// then cropped by the overlap it shares with the next tile down / right. Returns [C, F, height, width].
+Result<Tensor> stitch_tiles(const std::vector<std::vector<Tensor>>& tiles, const TileSplit& ys, const TileSplit& xs,
+                            int64_t divisor, int64_t height, int64_t width);
 // b with its first e = min(|a|, |b|, extent) entries along `dim` replaced by
 // a[-e + k] · (1 - k/e) + b[k] · (k/e); a and b contiguous F32 of equal shape but along `dim`.
 Result<Tensor> blend_linear(const Tensor& a, const Tensor& b, int64_t extent, int dim);

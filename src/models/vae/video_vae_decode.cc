@@ -74,26 +74,7 @@ Result<Tensor> decode_clip(const VideoVae& vae, const Tensor& z, const VideoTili
       tiles[i].push_back(std::move(decoded));
     }
   }
-  if (tiles.size() == 1 && tiles[0].size() == 1) return tiles[0][0];
-  const Tensor& first = tiles[0][0];
-  Tensor out = Tensor::empty({first.size(0), first.size(1), height, width}, DType::kF32);
-  // Each tile is blended with the unblended tile above and the unblended tile to its left, then
-  // loses the overlap it shares with the next tile down / right.
-  for (size_t i = 0; i < tiles.size(); ++i) {
-    for (size_t j = 0; j < tiles[i].size(); ++j) {
-      Tensor tile = tiles[i][j];
-      if (i > 0) {
-        VORTEX_ASSIGN_OR_RETURN(tile, blend_linear(tiles[i - 1][j], tile, ys.overlaps[i - 1], 2));
-      }
-      if (j > 0) {
-        VORTEX_ASSIGN_OR_RETURN(tile, blend_linear(tiles[i][j - 1], tile, xs.overlaps[j - 1], 3));
-      }
-      const int64_t rows = tile.size(2) - (i + 1 < tiles.size() ? ys.overlaps[i] : 0);
-      const int64_t cols = tile.size(3) - (j + 1 < tiles[i].size() ? xs.overlaps[j] : 0);
-      paste(tile, rows, cols, out, ys.starts[i], xs.starts[j]);
-    }
-  }
-  return out;
+  return stitch_tiles(tiles, ys, xs, 1, height, width);
 }
 
 }  // namespace
@@ -115,6 +96,30 @@ TileSplit split_tiles(int64_t length, int64_t tile_size, int64_t min_overlap, in
   s.starts = {0};
   for (int64_t i = 0; i + 1 < n; ++i) s.starts.push_back(s.starts.back() + tile_size - s.overlaps[i]);
   return s;
+}
+
+Result<Tensor> stitch_tiles(const std::vector<std::vector<Tensor>>& tiles, const TileSplit& ys, const TileSplit& xs,
+                            int64_t divisor, int64_t height, int64_t width) {
+  if (tiles.size() == 1 && tiles[0].size() == 1) return tiles[0][0];
+  const Tensor& first = tiles[0][0];
+  Tensor out = Tensor::empty({first.size(0), first.size(1), height, width}, DType::kF32);
+  // Each tile is blended with the unblended tile above and the unblended tile to its left, then
+  // loses the overlap it shares with the next tile down / right.
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    for (size_t j = 0; j < tiles[i].size(); ++j) {
+      Tensor tile = tiles[i][j];
+      if (i > 0) {
+        VORTEX_ASSIGN_OR_RETURN(tile, blend_linear(tiles[i - 1][j], tile, ys.overlaps[i - 1] / divisor, 2));
+      }
+      if (j > 0) {
+        VORTEX_ASSIGN_OR_RETURN(tile, blend_linear(tiles[i][j - 1], tile, xs.overlaps[j - 1] / divisor, 3));
+      }
+      const int64_t rows = tile.size(2) - (i + 1 < tiles.size() ? ys.overlaps[i] / divisor : 0);
+      const int64_t cols = tile.size(3) - (j + 1 < tiles[i].size() ? xs.overlaps[j] / divisor : 0);
+      paste(tile, rows, cols, out, ys.starts[i] / divisor, xs.starts[j] / divisor);
+    }
+  }
+  return out;
 }
 
 Result<Tensor> blend_linear(const Tensor& a, const Tensor& b, int64_t extent, int dim) {

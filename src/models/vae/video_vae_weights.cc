@@ -1,5 +1,5 @@
-// The video VAE decoder's state-dict schema, its validation, assembly, loading (with the
-// original checkpoint's key layout converted on the fly) and synthetic weights.
+// The video VAE decoder's state-dict schema, its validation and assembly; reading a checkpoint (with
+// the original key layout converted on the fly) for the decoder and the encoder; synthetic weights.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +11,7 @@
 
 #include "formats/safetensors.h"
 #include "models/vae/video_vae.h"
+#include "models/vae/video_vae_checkpoint.h"
 
 namespace vortex::vae {
 
@@ -50,19 +51,20 @@ std::vector<VideoVaeTensorSpec> video_vae_decoder_schema(const VideoVaeConfig& c
   return s;
 }
 
-Status validate_video_vae_tensors(const NamedTensors& tensors, const VideoVaeConfig& config) {
-  VORTEX_RETURN_IF_ERROR(config.validate());
+Status validate_video_vae_schema(const NamedTensors& tensors, const std::vector<VideoVaeTensorSpec>& schema,
+                                 const std::vector<std::string>& other_side) {
   std::unordered_map<std::string, const Tensor*> present;
   for (const auto& [name, tensor] : tensors) {
     if (!present.emplace(name, &tensor).second) return invalid_argument("tensor '" + name + "' appears twice");
   }
-  const std::vector<VideoVaeTensorSpec> schema = video_vae_decoder_schema(config);
   std::unordered_map<std::string, const VideoVaeTensorSpec*> by_name;
   for (const auto& spec : schema) by_name[spec.name] = &spec;
   for (const auto& [name, t] : tensors) {
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      if (starts_with(name, "encoder.") || starts_with(name, "quant_conv.")) continue;
+      const bool skipped = std::any_of(other_side.begin(), other_side.end(),
+                                       [&](const std::string& prefix) { return starts_with(name, prefix.c_str()); });
+      if (skipped) continue;
       return invalid_argument("unexpected tensor '" + name + "' for this video VAE config");
     }
     if (t.shape() != it->second->shape) {
@@ -79,36 +81,12 @@ Status validate_video_vae_tensors(const NamedTensors& tensors, const VideoVaeCon
   return ok_status();
 }
 
+Status validate_video_vae_tensors(const NamedTensors& tensors, const VideoVaeConfig& config) {
+  VORTEX_RETURN_IF_ERROR(config.validate());
+  return validate_video_vae_schema(tensors, video_vae_decoder_schema(config), {"encoder.", "quant_conv."});
+}
+
 namespace {
-
-class TensorTable {
- public:
-  explicit TensorTable(const NamedTensors& tensors) {
-    for (const auto& [name, tensor] : tensors) by_name_[name] = tensor;
-  }
-
-  // fp32, contiguous, reshaped to `shape` (same element count).
-  Result<Tensor> f32(const std::string& name, const Shape& shape) const {
-    auto it = by_name_.find(name);
-    if (it == by_name_.end()) return invalid_argument("missing tensor '" + name + "'");
-    Tensor t = it->second.contiguous();
-    if (t.dtype() != DType::kF32) {
-      VORTEX_ASSIGN_OR_RETURN(t, t.to(DType::kF32));
-    }
-    return t.reshape(shape);
-  }
-
-  Result<VideoLinear> linear(const std::string& prefix, int64_t out, int64_t in) const {
-    VideoLinear l;
-    VORTEX_ASSIGN_OR_RETURN(Tensor w, f32(prefix + ".weight", {out, in}));
-    VORTEX_ASSIGN_OR_RETURN(l.weight, cpu::PackedWeight::pack(w));
-    VORTEX_ASSIGN_OR_RETURN(l.bias, f32(prefix + ".bias", {out}));
-    return l;
-  }
-
- private:
-  std::unordered_map<std::string, Tensor> by_name_;
-};
 
 uint64_t fnv1a64(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
@@ -130,18 +108,26 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+Result<VideoLinear> table_linear(const VideoVaeTensorTable& t, const std::string& prefix, int64_t out, int64_t in) {
+  VideoLinear l;
+  VORTEX_ASSIGN_OR_RETURN(Tensor w, t.f32(prefix + ".weight", {out, in}));
+  VORTEX_ASSIGN_OR_RETURN(l.weight, cpu::PackedWeight::pack(w));
+  VORTEX_ASSIGN_OR_RETURN(l.bias, t.f32(prefix + ".bias", {out}));
+  return l;
+}
+
 }  // namespace
 
 Result<VideoVae> assemble_video_vae(const NamedTensors& tensors, const VideoVaeConfig& config) {
   VORTEX_RETURN_IF_ERROR(validate_video_vae_tensors(tensors, config));
-  const TensorTable t(tensors);
+  const VideoVaeTensorTable t(tensors);
   const int64_t C = config.latent_channels, dim = config.decoder_dim(), ffn = config.decoder_ffn_dim();
   VideoVae vae;
   vae.config = config;
   VORTEX_ASSIGN_OR_RETURN(Tensor pq, t.f32("post_quant_conv.weight", {C, C}));
   VORTEX_ASSIGN_OR_RETURN(vae.post_quant_conv.weight, cpu::PackedWeight::pack(pq));
   VORTEX_ASSIGN_OR_RETURN(vae.post_quant_conv.bias, t.f32("post_quant_conv.bias", {C}));
-  VORTEX_ASSIGN_OR_RETURN(vae.proj_in, t.linear("decoder.proj_in", dim, C));
+  VORTEX_ASSIGN_OR_RETURN(vae.proj_in, table_linear(t, "decoder.proj_in", dim, C));
   VORTEX_ASSIGN_OR_RETURN(vae.register_tokens,
                           t.f32("decoder.register_tokens", {config.decoder_num_register_tokens, dim}));
   for (int i = 0; i < config.decoder_num_layers; ++i) {
@@ -151,39 +137,56 @@ Result<VideoVae> assemble_video_vae(const NamedTensors& tensors, const VideoVaeC
     VORTEX_ASSIGN_OR_RETURN(b.norm2, t.f32(p + ".norm2.weight", {dim}));
     VORTEX_ASSIGN_OR_RETURN(b.scale1, t.f32(p + ".scale1", {dim}));
     VORTEX_ASSIGN_OR_RETURN(b.scale2, t.f32(p + ".scale2", {dim}));
-    VORTEX_ASSIGN_OR_RETURN(b.to_q, t.linear(p + ".attn.to_q", dim, dim));
-    VORTEX_ASSIGN_OR_RETURN(b.to_k, t.linear(p + ".attn.to_k", dim, dim));
-    VORTEX_ASSIGN_OR_RETURN(b.to_v, t.linear(p + ".attn.to_v", dim, dim));
-    VORTEX_ASSIGN_OR_RETURN(b.to_out, t.linear(p + ".attn.to_out.0", dim, dim));
-    VORTEX_ASSIGN_OR_RETURN(b.ff_in, t.linear(p + ".ff.net.0.proj", 2 * ffn, dim));
-    VORTEX_ASSIGN_OR_RETURN(b.ff_out, t.linear(p + ".ff.net.2", dim, ffn));
+    VORTEX_ASSIGN_OR_RETURN(b.to_q, table_linear(t, p + ".attn.to_q", dim, dim));
+    VORTEX_ASSIGN_OR_RETURN(b.to_k, table_linear(t, p + ".attn.to_k", dim, dim));
+    VORTEX_ASSIGN_OR_RETURN(b.to_v, table_linear(t, p + ".attn.to_v", dim, dim));
+    VORTEX_ASSIGN_OR_RETURN(b.to_out, table_linear(t, p + ".attn.to_out.0", dim, dim));
+    VORTEX_ASSIGN_OR_RETURN(b.ff_in, table_linear(t, p + ".ff.net.0.proj", 2 * ffn, dim));
+    VORTEX_ASSIGN_OR_RETURN(b.ff_out, table_linear(t, p + ".ff.net.2", dim, ffn));
     vae.blocks.push_back(std::move(b));
   }
   VORTEX_ASSIGN_OR_RETURN(vae.norm_out_weight, t.f32("decoder.norm_out.weight", {dim}));
   VORTEX_ASSIGN_OR_RETURN(vae.norm_out_bias, t.f32("decoder.norm_out.bias", {dim}));
-  VORTEX_ASSIGN_OR_RETURN(vae.proj_out, t.linear("decoder.proj_out", config.patch_values(), dim));
+  VORTEX_ASSIGN_OR_RETURN(vae.proj_out, table_linear(t, "decoder.proj_out", config.patch_values(), dim));
   return vae;
+}
+
+VideoVaeTensorTable::VideoVaeTensorTable(const NamedTensors& tensors) {
+  for (const auto& [name, tensor] : tensors) by_name_[name] = tensor;
+}
+
+Result<Tensor> VideoVaeTensorTable::f32(const std::string& name, const Shape& shape) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return invalid_argument("missing tensor '" + name + "'");
+  Tensor t = it->second.contiguous();
+  if (t.dtype() != DType::kF32) {
+    VORTEX_ASSIGN_OR_RETURN(t, t.to(DType::kF32));
+  }
+  return t.reshape(shape);
+}
+
+Tensor synthetic_video_vae_tensor(const VideoVaeTensorSpec& spec, uint64_t seed) {
+  Tensor t = Tensor::empty(spec.shape, DType::kF32);
+  float* d = t.data_as<float>();
+  const uint64_t key = fnv1a64(spec.name) + seed * 0x9E3779B97F4A7C15ull;
+  const bool norm_weight = ends_with(spec.name, "norm1.weight") || ends_with(spec.name, "norm2.weight") ||
+                           ends_with(spec.name, "norm_out.weight");
+  float scale = 0.5f;
+  if (!norm_weight && ends_with(spec.name, ".weight")) {
+    const int64_t fan_in = t.numel() / spec.shape[0];
+    scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(fan_in)));
+  }
+  for (int64_t e = 0; e < t.numel(); ++e) {
+    const uint64_t h = splitmix64(key + static_cast<uint64_t>(e));
+    const float v = static_cast<float>(static_cast<double>(h >> 40) / 8388608.0 - 1.0);
+    d[e] = norm_weight ? 1.0f + 0.25f * v : v * scale;
+  }
+  return t;
 }
 
 NamedTensors synthetic_video_vae_tensors(const VideoVaeConfig& config, uint64_t seed) {
   NamedTensors out;
-  for (const auto& spec : video_vae_decoder_schema(config)) {
-    Tensor t = Tensor::empty(spec.shape, DType::kF32);
-    float* d = t.data_as<float>();
-    const uint64_t key = fnv1a64(spec.name) + seed * 0x9E3779B97F4A7C15ull;
-    const bool norm_weight = ends_with(spec.name, "norm1.weight") || ends_with(spec.name, "norm2.weight") ||
-                             spec.name == "decoder.norm_out.weight";
-    float scale = 0.5f;
-    if (!norm_weight && ends_with(spec.name, ".weight")) {
-      scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(spec.shape[1])));
-    }
-    for (int64_t e = 0; e < t.numel(); ++e) {
-      const uint64_t h = splitmix64(key + static_cast<uint64_t>(e));
-      const float v = static_cast<float>(static_cast<double>(h >> 40) / 8388608.0 - 1.0);
-      d[e] = norm_weight ? 1.0f + 0.25f * v : v * scale;
-    }
-    out.emplace_back(spec.name, std::move(t));
-  }
+  for (const auto& spec : video_vae_decoder_schema(config)) out.emplace_back(spec.name, synthetic_video_vae_tensor(spec, seed));
   return out;
 }
 
@@ -207,19 +210,31 @@ bool contains(const std::string& s, const char* part) { return s.find(part) != s
 bool is_original_layout(const NamedTensors& tensors) {
   for (const auto& [name, t] : tensors) {
     if (starts_with(name, "decoder.x_embedder.") || contains(name, ".attn.to_qkv.") || contains(name, ".ff.w1.") ||
-        name == "decoder.mask_token") {
+        name == "decoder.mask_token" || starts_with(name, "encoder.down.")) {
       return true;
     }
   }
   return false;
 }
 
-// The conversion script's _rename_video_vae_key for the decoder side (encoder keys are ignored
-// downstream, so their CompVis spelling is left alone).
+// The conversion script's _rename_video_vae_key: the encoder's CompVis spelling
+// (encoder.down.<i>.block.<j>, nin_shortcut, down.<i>.downsample) onto diffusers' module paths, and
+// the decoder's renames.
 std::string rename_original_key(std::string key) {
   const auto replace = [&](const std::string& from, const std::string& to) {
     if (auto at = key.find(from); at != std::string::npos) key.replace(at, from.size(), to);
   };
+  if (starts_with(key, "encoder.down.")) {
+    const std::string rest = key.substr(std::string("encoder.down.").size());
+    const size_t dot = rest.find('.');
+    if (dot != std::string::npos) {
+      key = rest.substr(dot + 1);
+      replace("block.", "resnets.");
+      replace("nin_shortcut.", "conv_shortcut.");
+      replace("downsample.", "downsamplers.0.");
+      key = "encoder.down_blocks." + rest.substr(0, dot) + "." + key;
+    }
+  }
   replace("decoder.x_embedder.", "decoder.proj_in.");
   replace(".attn.to_out.", ".attn.to_out.0.");
   replace(".ff.w1.", ".ff.net.0.proj.");
@@ -315,8 +330,8 @@ Result<std::vector<std::string>> weight_files(const std::string& path) {
 // source model's source_safetensors_path.
 // `from_source_dir`, when the caller was pointed at the source model's folder, must be the folder
 // the wrapper names.
-Result<VideoVae> load_original(const std::string& path, const fs::path& wrapper_dir,
-                               const fs::path& from_source_dir = {}) {
+Result<VideoVaeCheckpoint> read_original(const std::string& path, const fs::path& wrapper_dir,
+                                         const fs::path& from_source_dir = {}) {
   const fs::path wrapper_file = wrapper_dir / "config.json";
   VORTEX_ASSIGN_OR_RETURN(nlohmann::json wrapper, read_json(wrapper_file));
   if (!is_original_video_vae_wrapper(wrapper)) {
@@ -352,20 +367,17 @@ Result<VideoVae> load_original(const std::string& path, const fs::path& wrapper_
     if (!converted.ok()) return converted.status().with_context(weights);
     tensors = std::move(*converted);
   }
-  auto vae = assemble_video_vae(tensors, original.config);
-  if (!vae.ok()) return vae.status().with_context(weights);
-  vae->tiling = original.tiling;
-  return vae;
+  return VideoVaeCheckpoint{original.config, original.tiling, std::move(tensors), weights};
 }
 
 }  // namespace
 
-Result<VideoVae> load_video_vae(const std::string& path) {
+Result<VideoVaeCheckpoint> read_video_vae_checkpoint(const std::string& path) {
   const fs::path folder = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
   std::optional<VideoVaeConfig> config;
   if (fs::exists(folder / "config.json")) {
     VORTEX_ASSIGN_OR_RETURN(nlohmann::json json, read_json(folder / "config.json"));
-    if (is_original_video_vae_wrapper(json)) return load_original(path, folder);
+    if (is_original_video_vae_wrapper(json)) return read_original(path, folder);
     if (is_original_video_vae_source(json)) {
       // Pointed at the source model: its statistics and tiling live in the wrapper one folder up.
       const fs::path parent = fs::absolute(folder).lexically_normal().parent_path();
@@ -373,7 +385,7 @@ Result<VideoVae> load_video_vae(const std::string& path) {
         return not_found((folder / "config.json").string() + " is the original source model's config; the wrapper " +
                          "config.json with latents_mean / latents_std should be in " + parent.string());
       }
-      return load_original(path, parent, folder);
+      return read_original(path, parent, folder);
     }
     auto c = video_vae_config_from_json(json);
     if (!c.ok()) return c.status().with_context((folder / "config.json").string());
@@ -409,8 +421,14 @@ Result<VideoVae> load_video_vae(const std::string& path) {
     if (!converted.ok()) return converted.status().with_context(where);
     tensors = std::move(*converted);
   }
-  auto vae = assemble_video_vae(tensors, *config);
-  if (!vae.ok()) return vae.status().with_context(where);
+  return VideoVaeCheckpoint{*config, std::nullopt, std::move(tensors), where};
+}
+
+Result<VideoVae> load_video_vae(const std::string& path) {
+  VORTEX_ASSIGN_OR_RETURN(VideoVaeCheckpoint checkpoint, read_video_vae_checkpoint(path));
+  auto vae = assemble_video_vae(checkpoint.tensors, checkpoint.config);
+  if (!vae.ok()) return vae.status().with_context(checkpoint.where);
+  if (checkpoint.tiling) vae->tiling = *checkpoint.tiling;
   return vae;
 }
 

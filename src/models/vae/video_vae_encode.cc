@@ -1,0 +1,240 @@
+// The video VAE encoder's forward: the causal CNN on one clip or tile, spatial tiles with linear
+// blends, temporal clips with the trailing latent frames dropped, and the keyframe conditioning's
+// posterior sample.
+#include <algorithm>
+#include <cstring>
+
+#include "core/dtype.h"
+#include "core/parallel.h"
+#include "core/portable_math.h"
+#include "models/vae/video_vae_encoder.h"
+
+namespace vortex::vae {
+
+namespace {
+
+constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
+constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
+
+// [C, T, H, W] ↔ [T, H, W, C].
+Tensor to_channels_last(const Tensor& x) {
+  const int64_t C = x.size(0), P = x.size(1) * x.size(2) * x.size(3);
+  Tensor out = Tensor::empty({x.size(1), x.size(2), x.size(3), C}, DType::kF32);
+  const float* s = x.data_as<const float>();
+  float* d = out.data_as<float>();
+  parallel_for(0, P, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t c = 0; c < C; ++c) d[p * C + c] = s[c * P + p];
+  });
+  return out;
+}
+
+Tensor to_channels_first(const Tensor& x) {
+  const int64_t C = x.size(3), P = x.size(0) * x.size(1) * x.size(2);
+  Tensor out = Tensor::empty({C, x.size(0), x.size(1), x.size(2)}, DType::kF32);
+  const float* s = x.data_as<const float>();
+  float* d = out.data_as<float>();
+  parallel_for(0, C, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t p = 0; p < P; ++p) d[c * P + p] = s[p * C + c];
+  });
+  return out;
+}
+
+struct Emitter {
+  const VideoEncoderObserver* observer = nullptr;
+  bool active() const { return observer != nullptr && *observer; }
+  // x channels-last; the observer sees [C, T, H, W].
+  void operator()(const std::string& name, const Tensor& x) const {
+    if (active()) (*observer)(name, to_channels_first(x));
+  }
+};
+
+Result<Tensor> resnet_forward(const VideoEncoderResnet& r, const VideoVaeConfig& c, const Tensor& x) {
+  Tensor h = x.clone();
+  VORTEX_RETURN_IF_ERROR(frame_group_norm(h, r.norm1_weight, r.norm1_bias, c.norm_num_groups, c.norm_eps, true));
+  VORTEX_ASSIGN_OR_RETURN(h, causal_conv3d(r.conv1, h));
+  VORTEX_RETURN_IF_ERROR(frame_group_norm(h, r.norm2_weight, r.norm2_bias, c.norm_num_groups, c.norm_eps, true));
+  VORTEX_ASSIGN_OR_RETURN(h, causal_conv3d(r.conv2, h));
+  Tensor residual = x;
+  if (r.has_shortcut) {
+    VORTEX_ASSIGN_OR_RETURN(residual, causal_conv3d(r.conv_shortcut, x));
+  }
+  float* hd = h.data_as<float>();
+  const float* rd = residual.data_as<const float>();
+  parallel_for(0, h.numel(), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) hd[i] = rd[i] + hd[i];
+  }, 1 << 14);
+  return h;
+}
+
+Status check_pixels(const VideoVaeConfig& c, const Tensor& pixels) {
+  if (!pixels.defined() || pixels.dtype() != DType::kF32 || pixels.rank() != 4 || !pixels.is_contiguous() ||
+      pixels.device() != Device::kCpu) {
+    return invalid_argument("video VAE encode: pixels " + (pixels.defined() ? pixels.describe() : "(undefined)") +
+                            " must be a contiguous F32 CPU tensor [" + std::to_string(c.in_channels) + ", T, H, W]");
+  }
+  if (pixels.size(0) != c.in_channels) {
+    return invalid_argument("video VAE encode: pixels " + pixels.describe() + " have " +
+                            std::to_string(pixels.size(0)) + " channels, the encoder reads " +
+                            std::to_string(c.in_channels));
+  }
+  if (pixels.size(1) < 1) return invalid_argument("video VAE encode: pixels " + pixels.describe() + " hold no frame");
+  const int64_t r = c.spatial_ratio();
+  for (int d : {2, 3}) {
+    const int64_t n = pixels.size(d);
+    if (n % r != 0 || n < 2 * r) {
+      return invalid_argument("video VAE encode: pixels " + pixels.describe() + ": " +
+                              (d == 2 ? "height " : "width ") + std::to_string(n) + " must be a multiple of " +
+                              std::to_string(r) + " and at least " + std::to_string(2 * r));
+    }
+  }
+  return ok_status();
+}
+
+// One temporal clip: whole, or tiled and stitched.
+Result<Tensor> encode_clip(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
+                           const VideoEncoderObserver* observer) {
+  const int64_t r = vae.config.spatial_ratio();
+  const int64_t height = pixels.size(2), width = pixels.size(3);
+  if (!tiling.enabled) return encode_video_chunk(vae, pixels, observer);
+  const TileSplit ys = split_tiles(height, tiling.tile_height, tiling.min_overlap_height, r);
+  const TileSplit xs = split_tiles(width, tiling.tile_width, tiling.min_overlap_width, r);
+  std::vector<std::vector<Tensor>> tiles(ys.starts.size());
+  for (size_t i = 0; i < ys.starts.size(); ++i) {
+    for (size_t j = 0; j < xs.starts.size(); ++j) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor rows, pixels.slice(2, ys.starts[i], ys.starts[i] + ys.tile));
+      VORTEX_ASSIGN_OR_RETURN(Tensor tile, rows.slice(3, xs.starts[j], xs.starts[j] + xs.tile));
+      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_video_chunk(vae, tile.contiguous(), observer));
+      tiles[i].push_back(std::move(moments));
+    }
+  }
+  return stitch_tiles(tiles, ys, xs, r, height / r, width / r);
+}
+
+}  // namespace
+
+Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixels,
+                                  const VideoEncoderObserver* observer) {
+  const VideoVaeConfig& c = vae.config;
+  VORTEX_RETURN_IF_ERROR(check_pixels(c, pixels));
+  const Emitter emit{observer};
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, causal_conv3d(vae.conv_in, to_channels_last(pixels)));
+  emit("encoder.conv_in", x);
+  for (size_t i = 0; i < vae.levels.size(); ++i) {
+    const VideoEncoderLevel& level = vae.levels[i];
+    for (const VideoEncoderResnet& r : level.resnets) {
+      VORTEX_ASSIGN_OR_RETURN(x, resnet_forward(r, c, x));
+    }
+    if (level.has_downsampler) {
+      VORTEX_ASSIGN_OR_RETURN(x, causal_conv3d(level.downsampler, x));
+    }
+    emit("encoder.down_blocks." + std::to_string(i), x);
+  }
+  VORTEX_RETURN_IF_ERROR(frame_group_norm(x, vae.norm_out_weight, vae.norm_out_bias, c.norm_num_groups, c.norm_eps, true));
+  VORTEX_ASSIGN_OR_RETURN(x, causal_conv3d(vae.conv_out, x));
+  emit("encoder.conv_out", x);
+  VORTEX_ASSIGN_OR_RETURN(x, causal_conv3d(vae.quant_conv, x));
+  emit("quant_conv", x);
+  return to_channels_first(x);
+}
+
+Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
+                                    const VideoEncoderObserver* observer) {
+  const VideoVaeConfig& c = vae.config;
+  VORTEX_RETURN_IF_ERROR(check_pixels(c, pixels));
+  if (tiling.enabled) VORTEX_RETURN_IF_ERROR(validate_tiling(tiling, c.spatial_ratio()));
+  const Emitter emit{observer};
+  const int64_t T = pixels.size(1), L = c.clip_length;
+  if (T == 1) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(vae, pixels, tiling, observer));
+    if (emit.active()) (*observer)("moments", moments);
+    return moments;
+  }
+  // Copies of the last frame up to whole clips; each clip encoded on its own.
+  const int64_t clips = (T + L - 1) / L, C = pixels.size(0), plane = pixels.size(2) * pixels.size(3);
+  std::vector<Tensor> parts;
+  for (int64_t k = 0; k < clips; ++k) {
+    Tensor clip = Tensor::empty({C, L, pixels.size(2), pixels.size(3)}, DType::kF32);
+    const float* s = pixels.data_as<const float>();
+    float* d = clip.data_as<float>();
+    for (int64_t ch = 0; ch < C; ++ch) {
+      for (int64_t f = 0; f < L; ++f) {
+        const int64_t src = std::min(k * L + f, T - 1);
+        std::memcpy(d + (ch * L + f) * plane, s + (ch * T + src) * plane, static_cast<size_t>(plane) * sizeof(float));
+      }
+    }
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(vae, clip, tiling, observer));
+    parts.push_back(std::move(moments));
+  }
+  const int64_t per_clip = parts[0].size(1), total = per_clip * clips, kept = total - c.token_drop;
+  if (kept < 1) {
+    return invalid_argument("video VAE encode: " + std::to_string(T) + " frames give " + std::to_string(total) +
+                            " latent frames, no more than token_drop (" + std::to_string(c.token_drop) + ")");
+  }
+  const int64_t M = parts[0].size(0), cells = parts[0].size(2) * parts[0].size(3);
+  Tensor out = Tensor::empty({M, kept, parts[0].size(2), parts[0].size(3)}, DType::kF32);
+  float* d = out.data_as<float>();
+  for (int64_t ch = 0; ch < M; ++ch) {
+    for (int64_t f = 0; f < kept; ++f) {
+      const float* s = parts[f / per_clip].data_as<const float>() + (ch * per_clip + f % per_clip) * cells;
+      std::memcpy(d + (ch * kept + f) * cells, s, static_cast<size_t>(cells) * sizeof(float));
+    }
+  }
+  if (emit.active()) (*observer)("moments", out);
+  return out;
+}
+
+Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels) {
+  return encode_video_moments(vae, pixels, vae.tiling);
+}
+
+Result<Tensor> sample_video_condition(const VideoVaeConfig& c, const Tensor& moments, const Tensor& eps) {
+  VORTEX_RETURN_IF_ERROR(c.validate());
+  const int64_t C = c.latent_channels;
+  if (!moments.defined() || moments.dtype() != DType::kF32 || moments.rank() != 4 || !moments.is_contiguous() ||
+      moments.size(0) != 2 * C) {
+    return invalid_argument("video condition: moments " + (moments.defined() ? moments.describe() : "(undefined)") +
+                            " must be contiguous F32 [" + std::to_string(2 * C) + ", T, h, w]");
+  }
+  const Shape latent_shape{C, moments.size(1), moments.size(2), moments.size(3)};
+  if (!eps.defined() || eps.dtype() != DType::kF32 || !eps.is_contiguous() || eps.shape() != latent_shape) {
+    return invalid_argument("video condition: eps " + (eps.defined() ? eps.describe() : "(undefined)") +
+                            " must be contiguous F32 " + latent_shape.to_string());
+  }
+  const int64_t cells = latent_shape[1] * latent_shape[2] * latent_shape[3];
+  Tensor out = Tensor::empty(latent_shape, DType::kF32);
+  const float* m = moments.data_as<const float>();
+  const float* e = eps.data_as<const float>();
+  float* o = out.data_as<float>();
+  for (int64_t ch = 0; ch < C; ++ch) {
+    const float mean = c.latents_mean[ch], std = c.latents_std[ch];
+    for (int64_t i = 0; i < cells; ++i) {
+      const float logvar = std::clamp(m[(C + ch) * cells + i], -30.0f, 20.0f);
+      const float sigma = portable_expf(0.5f * logvar);
+      const float z = f16_bits_to_f32(f32_to_f16_bits(m[ch * cells + i] + sigma * e[ch * cells + i]));
+      o[ch * cells + i] = (z - mean) / std;
+    }
+  }
+  return out;
+}
+
+Result<Tensor> keyframe_pixels(const Tensor& rgb8) {
+  if (!rgb8.defined() || rgb8.dtype() != DType::kU8 || rgb8.rank() != 3 || rgb8.size(2) != 3 ||
+      !rgb8.is_contiguous()) {
+    return invalid_argument("keyframe: pixels " + (rgb8.defined() ? rgb8.describe() : "(undefined)") +
+                            " must be contiguous U8 [H, W, 3] (RGB)");
+  }
+  const int64_t H = rgb8.size(0), W = rgb8.size(1), P = H * W;
+  Tensor out = Tensor::empty({3, 1, H, W}, DType::kF32);
+  const uint8_t* s = rgb8.data_as<const uint8_t>();
+  float* d = out.data_as<float>();
+  for (int64_t ch = 0; ch < 3; ++ch) {
+    for (int64_t p = 0; p < P; ++p) {
+      d[ch * P + p] = (static_cast<float>(s[p * 3 + ch]) / 255.0f - kImagenetMean[ch]) / kImagenetStd[ch];
+    }
+  }
+  return out;
+}
+
+}  // namespace vortex::vae
