@@ -77,13 +77,50 @@ Result<PackedLayout> canonical_t2va_layout(const H3Config& config) {
   return build_t2va_layout(kCanonicalTextTokens, geometry, config);
 }
 
+double numpy_pairwise_sum(const double* a, int64_t n) {
+  // numpy's pairwise_sum: below 8 values a plain loop; up to 128 eight running sums combined as a
+  // tree, then the tail; above that the halves (the first a multiple of 8) recursively.
+  if (n < 8) {
+    double res = 0.0;
+    for (int64_t i = 0; i < n; ++i) res += a[i];
+    return res;
+  }
+  if (n <= 128) {
+    double r[8];
+    for (int j = 0; j < 8; ++j) r[j] = a[j];
+    int64_t i = 8;
+    for (; i < n - (n % 8); i += 8) {
+      for (int j = 0; j < 8; ++j) r[j] += a[i + j];
+    }
+    double res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+    for (; i < n; ++i) res += a[i];
+    return res;
+  }
+  int64_t n2 = n / 2;
+  n2 -= n2 % 8;
+  return numpy_pairwise_sum(a, n2) + numpy_pairwise_sum(a + n2, n - n2);
+}
+
 Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& g, const H3Config& config) {
-  const int ph = config.patch_size[1], pw = config.patch_size[2], pt = config.patch_size[0];
   if (num_text < 0) return invalid_argument("number of text rows must be >= 0");
+  return build_keyframe_layout(std::vector<int32_t>(static_cast<size_t>(num_text), kTextTag), g, config, {});
+}
+
+Result<PackedLayout> build_keyframe_layout(const std::vector<int32_t>& text_tags, const LatentGeometry& g,
+                                           const H3Config& config, const std::vector<KeyframeAnchor>& anchors) {
+  const int ph = config.patch_size[1], pw = config.patch_size[2], pt = config.patch_size[0];
+  const int64_t num_text = static_cast<int64_t>(text_tags.size());
   if (g.latent_height % ph != 0 || g.latent_width % pw != 0 || g.latent_frames % pt != 0) {
     return invalid_argument("latent geometry " + std::to_string(g.latent_frames) + "x" +
                             std::to_string(g.latent_height) + "x" + std::to_string(g.latent_width) +
                             " is not divisible by the patch size");
+  }
+  for (int64_t i = 0; i < num_text; ++i) {
+    if (text_tags[i] != kTextTag && text_tags[i] != kVideoTag) {
+      return invalid_argument("text row " + std::to_string(i) + ": tag " + std::to_string(text_tags[i]) +
+                              " is neither text (" + std::to_string(kTextTag) + ") nor a picture token (" +
+                              std::to_string(kVideoTag) + ")");
+    }
   }
   const int rows_h = g.latent_height / ph, rows_w = g.latent_width / pw;
   const int64_t rows_per_frame = static_cast<int64_t>(rows_h) * rows_w;
@@ -91,29 +128,52 @@ Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& g
 
   PackedLayout layout;
   layout.num_text = num_text;
+  layout.num_condition = static_cast<int64_t>(anchors.size()) * rows_per_frame;
   layout.num_audio = static_cast<int64_t>(g.audio_latents) * kAudioChannels;
-  layout.num_video = frames * rows_per_frame;
+  layout.num_video = layout.num_condition + frames * rows_per_frame;
   layout.num_rows = layout.num_text + layout.num_audio + layout.num_video;
   layout.positions.assign(static_cast<size_t>(layout.num_rows) * 3, 0.0);
   layout.tags.assign(static_cast<size_t>(layout.num_rows), kTextTag);
 
-  const int64_t audio_start = num_text;
+  const int64_t condition_start = num_text;
+  const int64_t audio_start = condition_start + layout.num_condition;
   const int64_t video_start = audio_start + layout.num_audio;
   auto pos = [&](int64_t row, int axis) -> double& { return layout.positions[row * 3 + axis]; };
 
   // Text rows sit on the time axis at their row index; media continue the clock from there.
   for (int64_t i = 0; i < num_text; ++i) {
     pos(i, 0) = static_cast<double>(i);
+    layout.tags[i] = text_tags[i];
     layout.text_indices.push_back(i);
   }
 
   const double sqrt_area = std::sqrt(static_cast<double>(g.latent_height) * g.latent_width);
   const std::vector<double> h_grid = spatial_grid(g.latent_height, ph, sqrt_area);
   const std::vector<double> w_grid = spatial_grid(g.latent_width, pw, sqrt_area);
+  const double origin = static_cast<double>(num_text);
+  const auto place_frame = [&](int64_t first_row, double time) {
+    for (int y = 0; y < rows_h; ++y) {
+      for (int x = 0; x < rows_w; ++x) {
+        const int64_t row = first_row + static_cast<int64_t>(y) * rows_w + x;
+        pos(row, 0) = time;
+        pos(row, 1) = h_grid[y];
+        pos(row, 2) = w_grid[x];
+        layout.tags[row] = kVideoTag;
+        layout.video_indices.push_back(row);
+      }
+    }
+  };
+
+  std::vector<double> spans(static_cast<size_t>(frames));
+  for (int f = 0; f < frames; ++f) spans[f] = kFrameRescale * kFramesPerLatent[f % 5];
+  const double last_time = origin + numpy_pairwise_sum(spans.data(), frames) - kFrameRescale;
+  for (size_t k = 0; k < anchors.size(); ++k) {
+    place_frame(condition_start + static_cast<int64_t>(k) * rows_per_frame,
+                anchors[k] == KeyframeAnchor::kFirst ? origin : last_time);
+  }
 
   // Audio: channel-major blocks, one rotary unit per latent (40/s = 24 fps x 5/3), no height,
   // width pinned to the two extremes of the video's width grid (left channel, right channel).
-  const double origin = static_cast<double>(num_text);
   for (int64_t r = 0; r < layout.num_audio; ++r) {
     const int64_t row = audio_start + r;
     const int64_t channel = r / g.audio_latents;
@@ -124,30 +184,27 @@ Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& g
   }
 
   const std::vector<double> times = temporal_grid(frames, origin);
-  for (int f = 0; f < frames; ++f) {
-    for (int y = 0; y < rows_h; ++y) {
-      for (int x = 0; x < rows_w; ++x) {
-        const int64_t row = video_start + f * rows_per_frame + static_cast<int64_t>(y) * rows_w + x;
-        pos(row, 0) = times[f];
-        pos(row, 1) = h_grid[y];
-        pos(row, 2) = w_grid[x];
-        layout.tags[row] = kVideoTag;
-        layout.video_indices.push_back(row);
-      }
-    }
-  }
+  for (int f = 0; f < frames; ++f) place_frame(video_start + f * rows_per_frame, times[f]);
   return layout;
 }
 
 RowTimesteps assign_row_timesteps(const PackedLayout& layout, float video_timestep, float audio_timestep) {
+  // The reference compares the float timestep, widened, with the double 0.999 and stores the larger
+  // in a float32 row.
+  const float condition_timestep =
+      static_cast<float>(std::max(static_cast<double>(video_timestep), kKeyframeNoiseAug));
+  std::vector<float> row(static_cast<size_t>(layout.num_rows), video_timestep);
+  for (int64_t k = 0; k < layout.num_condition; ++k) row[layout.video_indices[k]] = condition_timestep;
+  for (int64_t r : layout.audio_indices) row[r] = audio_timestep;
   RowTimesteps out;
-  out.timesteps = {video_timestep};
-  if (layout.num_audio > 0 && audio_timestep != video_timestep) out.timesteps.push_back(audio_timestep);
+  out.timesteps = row;
   std::sort(out.timesteps.begin(), out.timesteps.end());
-  const int32_t video_slot = video_timestep == out.timesteps[0] ? 0 : 1;
-  const int32_t audio_slot = audio_timestep == out.timesteps[0] ? 0 : 1;
-  out.row_index.assign(static_cast<size_t>(layout.num_rows), video_slot);
-  for (int64_t row : layout.audio_indices) out.row_index[row] = audio_slot;
+  out.timesteps.erase(std::unique(out.timesteps.begin(), out.timesteps.end()), out.timesteps.end());
+  out.row_index.resize(row.size());
+  for (size_t i = 0; i < row.size(); ++i) {
+    out.row_index[i] = static_cast<int32_t>(std::lower_bound(out.timesteps.begin(), out.timesteps.end(), row[i]) -
+                                            out.timesteps.begin());
+  }
   return out;
 }
 

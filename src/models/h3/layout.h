@@ -1,9 +1,13 @@
 // The packed sequence of one H3 request: which row holds what, and where it sits in (t, h, w).
 //
-// t2va packs `[text | audio | video]` (conditioning rows, absent in t2va, would sit between text
-// and audio). Positions are built in float64 exactly as the reference pipeline builds them
-// (numpy-style linspace for the spatial axes, the 5/3·(1,4,4,4,4) frame clock for time) and are
-// rounded to float32 only where the model consumes them (the RoPE tables).
+// t2va packs `[text | audio | video]`, fl2va `[text | keyframes | audio | video]`: each keyframe
+// is one latent frame of rows tagged video, placed before the audio and counted first among the
+// video rows; the target video keeps all its frames. Positions are built in float64 exactly as the
+// reference pipeline builds them (numpy-style linspace for the spatial axes, the 5/3·(1,4,4,4,4)
+// frame clock for time) and are rounded to float32 only where the model consumes them (the RoPE
+// tables). A keyframe anchored "first" sits at the first target frame's time; one anchored "last"
+// at the time of the last pixel frame (the target frames' spans summed in numpy's pairwise order,
+// minus one pixel frame's 5/3), with the first frame's (h, w) grid.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +39,8 @@ constexpr int kVaeLatentsPerChunk = 5;
 constexpr int kFps = 24;
 constexpr int kAudioLatentsPerSecond = 40;
 constexpr int kAudioChannels = 2;
+// The keyframes' noise level: 0.999 · latents + 0.001 · noise, timestep 0.999 (t = 1 is clean).
+constexpr double kKeyframeNoiseAug = 0.999;
 
 // Checks the pixel geometry (multiples, 17n+5 frames) and derives the latent geometry. Errors
 // name the field and the nearest valid values.
@@ -44,7 +50,8 @@ struct PackedLayout {
   int64_t num_rows = 0;
   int64_t num_text = 0;
   int64_t num_audio = 0;  // rows: audio latents x 2 channels, channel-major
-  int64_t num_video = 0;  // rows: latent frames x (h / patch_h) x (w / patch_w)
+  int64_t num_video = 0;  // rows: (keyframes + latent frames) x (h / patch_h) x (w / patch_w)
+  int64_t num_condition = 0;  // the keyframes' rows: the first of video_indices, never stepped
   std::vector<double> positions;  // [num_rows, 3] (t, h, w), float64 as the reference builds them
   std::vector<int32_t> tags;      // [num_rows] modality tag
   std::vector<int64_t> text_indices, audio_indices, video_indices;  // packed row of each stream row
@@ -53,14 +60,26 @@ struct PackedLayout {
 // The t2va layout `[text | audio | video]` for `num_text` text rows.
 Result<PackedLayout> build_t2va_layout(int64_t num_text, const LatentGeometry& latents, const H3Config& config);
 
+enum class KeyframeAnchor { kFirst, kLast };
+
+// The fl2va layout `[text | keyframes | audio | video]`: one tag per text row (a keyframe's picture
+// tokens in the prompt are tagged video), one anchor per keyframe in packed order. No anchors is the
+// t2va layout.
+Result<PackedLayout> build_keyframe_layout(const std::vector<int32_t>& text_tags, const LatentGeometry& latents,
+                                           const H3Config& config, const std::vector<KeyframeAnchor>& anchors);
+
+// numpy's sum of a float64 array (np.add.reduce: pairwise, in blocks of eight), bit for bit.
+double numpy_pairwise_sum(const double* values, int64_t n);
+
 // The canonical request that benchmarks and memory plans are stated for: VideoGeometry's defaults
 // (768 x 1344, 124 frames) with 100 text tokens, 37,810 packed rows at the released config.
 constexpr int64_t kCanonicalTextTokens = 100;
 Result<PackedLayout> canonical_t2va_layout(const H3Config& config);
 
 // The distinct timesteps of one forward and the index of every row into them. Rows of the video
-// and text streams take `video_timestep`, audio rows `audio_timestep`; timesteps are sorted
-// ascending as the reference's torch.unique does.
+// and text streams take `video_timestep`, audio rows `audio_timestep`, keyframe rows
+// max(video_timestep, kKeyframeNoiseAug) (they are noised once, to that level, and stay there);
+// timesteps are sorted ascending as the reference's torch.unique does.
 struct RowTimesteps {
   std::vector<float> timesteps;      // [T] distinct, ascending
   std::vector<int32_t> row_index;    // [num_rows] index into `timesteps`
