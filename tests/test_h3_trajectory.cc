@@ -1,6 +1,10 @@
-// The t2va loop against the reference's 4-point trajectory (tests/golden/h3_small/trajectory),
-// and the reproducibility contract of a seeded generation.
+// The t2va and fl2va loops against the reference's 4-point trajectories (tests/golden/h3_small/
+// trajectory*.safetensors), and the reproducibility contract of a seeded generation.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 
 #include "h3_golden_util.h"
 #include "models/h3/generate.h"
@@ -29,13 +33,99 @@ TEST(H3Trajectory, FourPointDenoiseMatchesTheReference) {
   auto audio = traj->get("in.audio_noise");
   auto text = traj->get("in.encoder_hidden_states");
   ASSERT_TRUE(video.ok() && audio.ok() && text.ok());
-  auto result = h3::denoise_t2va(*model, golden->layout, *text, video->clone(), audio->clone(), options);
+  auto result = h3::denoise(*model, golden->layout, *text, video->clone(), audio->clone(), options);
   ASSERT_TRUE(result.ok()) << result.status().to_string();
   EXPECT_EQ(result->forwards, options.steps - 1);
   const double video_err = test::rel_l2(result->video_rows, *traj->get("out.video_latents"));
   const double audio_err = test::rel_l2(result->audio_rows, *traj->get("out.audio_latents"));
   EXPECT_LE(video_err, 1e-5);
   EXPECT_LE(audio_err, 1e-5);
+}
+
+// fl2va: two keyframes (first, last) noised once to t = 0.999, their rows in every forward and never
+// stepped; picture tokens in the text tagged video (tools/golden/make_h3_fl2va_trajectory_golden.py).
+TEST(H3Trajectory, FourPointKeyframeDenoiseMatchesTheReference) {
+  auto model = small_model(DType::kF32);
+  auto traj = SafetensorsFile::open(test::golden_path("h3_small/trajectory_fl2va.safetensors"));
+  ASSERT_TRUE(traj.ok()) << traj.status().to_string();
+  const auto get = [&](const std::string& name) {
+    auto t = traj->get(name);
+    EXPECT_TRUE(t.ok()) << name;
+    return t.ok() ? t->contiguous() : Tensor();
+  };
+  std::vector<int32_t> tags;
+  for (int64_t v : test::to_i64_vector(get("in.text_tags"))) tags.push_back(static_cast<int32_t>(v));
+  auto geometry = h3::resolve_geometry({128, 192, 22}, model->config());
+  ASSERT_TRUE(geometry.ok());
+  const std::vector<h3::KeyframeAnchor> anchors = {h3::KeyframeAnchor::kFirst, h3::KeyframeAnchor::kLast};
+  auto layout = h3::build_keyframe_layout(tags, *geometry, model->config(), anchors);
+  ASSERT_TRUE(layout.ok()) << layout.status().to_string();
+  std::vector<h3::Keyframe> keyframes;
+  std::vector<Tensor> noise;
+  for (int k = 0; k < 2; ++k) {
+    keyframes.push_back({get("in.keyframe." + std::to_string(k)), anchors[k]});
+    noise.push_back(get("in.keyframe_noise." + std::to_string(k)));
+  }
+  auto condition = h3::keyframe_condition_rows(keyframes, noise, model->config());
+  ASSERT_TRUE(condition.ok()) << condition.status().to_string();
+  EXPECT_EQ(test::rel_l2(*condition, get("out.condition_rows")), 0.0);  // the same fp32 ops, elementwise
+  const Tensor generated = get("in.video_noise");
+  Tensor video = Tensor::empty({layout->num_video, generated.size(1)}, DType::kF32);
+  std::memcpy(video.data(), condition->data(), condition->nbytes());
+  std::memcpy(static_cast<char*>(video.data()) + condition->nbytes(), generated.data(), generated.nbytes());
+  h3::GenerateOptions options;
+  options.steps = std::stoi(traj->metadata().at("steps"));
+  auto result = h3::denoise(*model, *layout, get("in.encoder_hidden_states"), video, get("in.audio_noise").clone(),
+                            options);
+  ASSERT_TRUE(result.ok()) << result.status().to_string();
+  const Tensor ref_video = get("out.video_latents");
+  const double video_err = test::rel_l2(result->video_rows, ref_video);
+  const double audio_err = test::rel_l2(result->audio_rows, get("out.audio_latents"));
+  EXPECT_LE(video_err, 1e-5);
+  EXPECT_LE(audio_err, 1e-5);
+  std::printf("fl2va 3-evaluation trajectory vs the reference: video rel-L2 %.3e, audio %.3e\n", video_err,
+              audio_err);
+  // The keyframe rows come out as they went in.
+  auto kept = result->video_rows.slice(0, 0, layout->num_condition);
+  EXPECT_EQ(test::rel_l2(kept->contiguous(), *condition), 0.0);
+}
+
+TEST(H3Trajectory, SeededKeyframeGenerationIsReproducibleAndChecked) {
+  auto model = small_model(DType::kBF16);
+  const Tensor text = h3::seeded_normal({12, model->config().text_dim}, 5, h3::kSyntheticTextStream);
+  std::vector<int32_t> tags(12, h3::kTextTag);
+  for (int i = 2; i < 6; ++i) tags[i] = h3::kVideoTag;
+  h3::GenerateOptions options;
+  options.video = {128, 192, 22};
+  options.steps = 3;
+  options.seed = 11;
+  const std::vector<h3::Keyframe> keyframes = {
+      {h3::seeded_normal({24, 1, 8, 12}, 3, 9), h3::KeyframeAnchor::kLast}};
+  h3::CpuStepModel cpu(*model);
+  auto a = h3::generate_fl2va(cpu, text, tags, keyframes, options);
+  auto b = h3::generate_fl2va(cpu, text, tags, keyframes, options);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status().to_string();
+  EXPECT_EQ(a->layout.num_condition, 24);
+  EXPECT_EQ(a->video_latents.shape(), Shape({24, 7, 8, 12}));  // the generated frames only
+  EXPECT_EQ(h3::latent_checksum(a->video_latents).sha256, h3::latent_checksum(b->video_latents).sha256);
+  auto t2va = h3::generate_t2va(cpu, text, options);
+  ASSERT_TRUE(t2va.ok());
+  EXPECT_NE(h3::latent_checksum(a->video_latents).sha256, h3::latent_checksum(t2va->video_latents).sha256);
+
+  const std::vector<h3::Keyframe> wrong_size = {{h3::seeded_normal({24, 1, 8, 10}, 3, 9), h3::KeyframeAnchor::kFirst}};
+  auto size = h3::generate_fl2va(cpu, text, tags, wrong_size, options);
+  ASSERT_FALSE(size.ok());
+  EXPECT_NE(size.status().message().find("keyframe 1"), std::string::npos) << size.status().message();
+  auto none = h3::generate_fl2va(cpu, text, tags, {}, options);
+  EXPECT_FALSE(none.ok());
+  auto short_tags = h3::generate_fl2va(cpu, text, std::vector<int32_t>(5, h3::kTextTag), keyframes, options);
+  ASSERT_FALSE(short_tags.ok());
+  EXPECT_NE(short_tags.status().message().find("text tags"), std::string::npos);
+  Tensor nan = keyframes[0].latents.clone();
+  nan.data_as<float>()[17] = std::nanf("");
+  auto bad = h3::generate_fl2va(cpu, text, tags, {{nan, h3::KeyframeAnchor::kLast}}, options);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("element 17"), std::string::npos) << bad.status().message();
 }
 
 TEST(H3Trajectory, SeededGenerationIsReproducible) {

@@ -79,7 +79,7 @@ TEST_P(GpuH3AdaLnTables, BlockOutputAndTwoStepTrajectoryAreBitwiseThoseOfThePerS
   EXPECT_TRUE(bitwise_equal(outputs[0], outputs[1]))
       << "block stack, planned vs per-step tables: rel-L2 " << test::rel_l2(outputs[1], outputs[0]);
 
-  // Trajectory level: generate plans the schedule itself (denoise_t2va calls plan_steps).
+  // Trajectory level: generate plans the schedule itself (denoise calls plan_steps).
   const test::TrajectoryChecksums per_step_run = test::trajectory_checksums(*per_step, text, options);
   test::expect_same_trajectory(test::trajectory_checksums(*per_request, text, options), per_step_run,
                                "planned vs per-step tables");

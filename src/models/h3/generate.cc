@@ -1,6 +1,7 @@
 #include "models/h3/generate.h"
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include "core/rng.h"
@@ -31,14 +32,14 @@ LatentChecksum latent_checksum(const Tensor& t) {
   return out;
 }
 
-Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayout& layout, const Tensor& text_states,
+Result<DenoiseResult> denoise(const H3Transformer& model, const PackedLayout& layout, const Tensor& text_states,
                                    Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
                                    const ProgressCallback& progress) {
   CpuStepModel cpu(model);
-  return denoise_t2va(cpu, layout, text_states, std::move(video_rows), std::move(audio_rows), options, progress);
+  return denoise(cpu, layout, text_states, std::move(video_rows), std::move(audio_rows), options, progress);
 }
 
-Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout, const Tensor& text_states,
+Result<DenoiseResult> denoise(StepModel& model, const PackedLayout& layout, const Tensor& text_states,
                                    Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
                                    const ProgressCallback& progress) {
   auto video_sigmas = sampling::sigma_grid(options.steps, options.video_shift);
@@ -75,7 +76,11 @@ Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout,
     in.timesteps = assign_row_timesteps(layout, video_t[i], audio_t[i]);
     in.attention = options.attention;
     VORTEX_ASSIGN_OR_RETURN(StepOutputs out, model.step(in));
-    VORTEX_RETURN_IF_ERROR(sampling::euler_step(result.video_rows, out.video_velocity, video_t[i], (*video_sigmas)[i],
+    // Keyframe rows stay as they are: only the generated rows after them are stepped.
+    VORTEX_ASSIGN_OR_RETURN(Tensor generated, result.video_rows.slice(0, layout.num_condition, layout.num_video));
+    VORTEX_ASSIGN_OR_RETURN(Tensor generated_velocity,
+                            out.video_velocity.slice(0, layout.num_condition, layout.num_video));
+    VORTEX_RETURN_IF_ERROR(sampling::euler_step(generated, generated_velocity, video_t[i], (*video_sigmas)[i],
                                                 (*video_sigmas)[i + 1]));
     VORTEX_RETURN_IF_ERROR(sampling::euler_step(result.audio_rows, out.audio_velocity, audio_t[i], (*audio_sigmas)[i],
                                                 (*audio_sigmas)[i + 1]));
@@ -95,16 +100,14 @@ Result<GenerateResult> generate_t2va(const H3Transformer& model, const Tensor& t
   return generate_t2va(cpu, text_states, options, progress);
 }
 
-Result<GenerateResult> generate_t2va(StepModel& model, const Tensor& text_states, const GenerateOptions& options,
-                                     const ProgressCallback& progress) {
+namespace {
+
+// The shared body of generate_t2va and generate_fl2va: seeded noise for the generated rows after
+// `condition_rows` (empty for t2va), the loop, and the latents of the generated rows.
+Result<GenerateResult> generate_on_layout(StepModel& model, GenerateResult out, const Tensor& text_states,
+                                          const Tensor& condition_rows, const GenerateOptions& options,
+                                          const ProgressCallback& progress) {
   const H3Config& config = model.config();
-  GenerateResult out;
-  VORTEX_ASSIGN_OR_RETURN(out.geometry, resolve_geometry(options.video, config));
-  if (text_states.rank() != 2) {
-    return invalid_argument("text states must be [tokens, " + std::to_string(config.text_dim) + "], got " +
-                            text_states.describe());
-  }
-  VORTEX_ASSIGN_OR_RETURN(out.layout, build_t2va_layout(text_states.size(0), out.geometry, config));
   const LatentGeometry& g = out.geometry;
   // The video noise is drawn in latent layout and then packed, the audio noise directly in rows,
   // so that a latent element's noise does not depend on the patch size.
@@ -112,14 +115,117 @@ Result<GenerateResult> generate_t2va(StepModel& model, const Tensor& text_states
       seeded_normal({config.in_channels, g.latent_frames, g.latent_height, g.latent_width}, options.seed,
                     kVideoNoiseStream);
   VORTEX_ASSIGN_OR_RETURN(Tensor video_rows, patchify_video(video_noise, config));
+  const int64_t condition = out.layout.num_condition;
+  if (condition > 0) {
+    Tensor all = Tensor::empty({out.layout.num_video, video_rows.size(1)}, DType::kF32);
+    std::memcpy(all.data(), condition_rows.data(), condition_rows.nbytes());
+    std::memcpy(static_cast<char*>(all.data()) + condition_rows.nbytes(), video_rows.data(), video_rows.nbytes());
+    video_rows = std::move(all);
+  }
   Tensor audio_rows =
       seeded_normal({out.layout.num_audio, config.audio_in_channels}, options.seed, kAudioNoiseStream);
-  VORTEX_ASSIGN_OR_RETURN(out.run, denoise_t2va(model, out.layout, text_states, std::move(video_rows),
-                                                std::move(audio_rows), options, progress));
+  VORTEX_ASSIGN_OR_RETURN(out.run, denoise(model, out.layout, text_states, std::move(video_rows),
+                                           std::move(audio_rows), options, progress));
+  if (condition > 0) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor generated, out.run.video_rows.slice(0, condition, out.layout.num_video));
+    out.run.video_rows = generated.contiguous();
+  }
   VORTEX_ASSIGN_OR_RETURN(out.video_latents, unpatchify_video(out.run.video_rows, g, config));
   VORTEX_ASSIGN_OR_RETURN(out.audio_latents,
                           out.run.audio_rows.reshape({kAudioChannels, g.audio_latents, config.audio_in_channels}));
   return out;
+}
+
+Status check_text_states(const Tensor& text_states, const H3Config& config) {
+  if (text_states.rank() != 2) {
+    return invalid_argument("text states must be [tokens, " + std::to_string(config.text_dim) + "], got " +
+                            text_states.describe());
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<GenerateResult> generate_t2va(StepModel& model, const Tensor& text_states, const GenerateOptions& options,
+                                     const ProgressCallback& progress) {
+  const H3Config& config = model.config();
+  GenerateResult out;
+  VORTEX_ASSIGN_OR_RETURN(out.geometry, resolve_geometry(options.video, config));
+  VORTEX_RETURN_IF_ERROR(check_text_states(text_states, config));
+  VORTEX_ASSIGN_OR_RETURN(out.layout, build_t2va_layout(text_states.size(0), out.geometry, config));
+  return generate_on_layout(model, std::move(out), text_states, Tensor(), options, progress);
+}
+
+Result<Tensor> keyframe_condition_rows(const std::vector<Keyframe>& keyframes, const std::vector<Tensor>& noise,
+                                       const H3Config& config) {
+  if (noise.size() != keyframes.size()) return invalid_argument("one noise tensor per keyframe is needed");
+  const float t = static_cast<float>(kKeyframeNoiseAug), keep = 1.0f - t;
+  std::vector<Tensor> rows;
+  int64_t total = 0;
+  for (size_t k = 0; k < keyframes.size(); ++k) {
+    const Tensor& x = keyframes[k].latents;
+    const std::string name = "keyframe " + std::to_string(k + 1);
+    if (!x.defined() || x.dtype() != DType::kF32 || x.rank() != 4 || x.size(0) != config.in_channels ||
+        x.size(1) != 1) {
+      return invalid_argument(name + ": latents " + (x.defined() ? x.describe() : "(undefined)") + " must be F32 [" +
+                              std::to_string(config.in_channels) + ", 1, h, w]");
+    }
+    if (!noise[k].defined() || noise[k].shape() != x.shape() || noise[k].dtype() != DType::kF32) {
+      return invalid_argument(name + ": noise must be F32 " + x.shape().to_string());
+    }
+    const Tensor xc = x.contiguous(), ec = noise[k].contiguous();
+    Tensor noised = Tensor::empty(x.shape(), DType::kF32);
+    const float* xd = xc.data_as<const float>();
+    const float* ed = ec.data_as<const float>();
+    float* nd = noised.data_as<float>();
+    for (int64_t i = 0; i < noised.numel(); ++i) {
+      const float v = xd[i];
+      if (!std::isfinite(v)) return invalid_argument(name + ": latent element " + std::to_string(i) + " is not finite");
+      nd[i] = t * v + keep * ed[i];
+    }
+    VORTEX_ASSIGN_OR_RETURN(Tensor packed, patchify_video(noised, config));
+    total += packed.size(0);
+    rows.push_back(std::move(packed));
+  }
+  if (rows.empty()) return Tensor::empty({0, config.video_patch_dim()}, DType::kF32);
+  Tensor out = Tensor::empty({total, rows[0].size(1)}, DType::kF32);
+  char* dst = static_cast<char*>(out.data());
+  for (const Tensor& r : rows) {
+    std::memcpy(dst, r.data(), r.nbytes());
+    dst += r.nbytes();
+  }
+  return out;
+}
+
+Result<GenerateResult> generate_fl2va(StepModel& model, const Tensor& text_states, const std::vector<int32_t>& text_tags,
+                                      const std::vector<Keyframe>& keyframes, const GenerateOptions& options,
+                                      const ProgressCallback& progress) {
+  const H3Config& config = model.config();
+  GenerateResult out;
+  VORTEX_ASSIGN_OR_RETURN(out.geometry, resolve_geometry(options.video, config));
+  VORTEX_RETURN_IF_ERROR(check_text_states(text_states, config));
+  if (static_cast<int64_t>(text_tags.size()) != text_states.size(0)) {
+    return invalid_argument("text tags: " + std::to_string(text_tags.size()) + " for " +
+                            std::to_string(text_states.size(0)) + " text rows");
+  }
+  if (keyframes.empty()) return invalid_argument("fl2va needs at least one keyframe");
+  const LatentGeometry& g = out.geometry;
+  std::vector<KeyframeAnchor> anchors;
+  std::vector<Tensor> noise;
+  for (size_t k = 0; k < keyframes.size(); ++k) {
+    const Tensor& x = keyframes[k].latents;
+    const Shape want{config.in_channels, 1, g.latent_height, g.latent_width};
+    if (!x.defined() || x.shape() != want) {
+      return invalid_argument("keyframe " + std::to_string(k + 1) + ": latents " +
+                              (x.defined() ? x.describe() : "(undefined)") + " do not fit the request's " +
+                              want.to_string() + " (the keyframe must be encoded at the request's size)");
+    }
+    anchors.push_back(keyframes[k].anchor);
+    noise.push_back(seeded_normal(want, options.seed, kKeyframeNoiseStream + k));
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor condition_rows, keyframe_condition_rows(keyframes, noise, config));
+  VORTEX_ASSIGN_OR_RETURN(out.layout, build_keyframe_layout(text_tags, g, config, anchors));
+  return generate_on_layout(model, std::move(out), text_states, condition_rows, options, progress);
 }
 
 }  // namespace vortex::h3

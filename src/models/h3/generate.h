@@ -1,5 +1,6 @@
-// Text-to-video-and-audio denoising (t2va) with the H3 transformer: layout, seeded noise, the two
-// schedules in one loop, and the checksums that make a run reproducible.
+// Video-and-audio denoising with the H3 transformer, from a prompt (t2va) or a prompt and keyframes
+// (fl2va): layout, seeded noise, the two schedules in one loop, and the checksums that make a run
+// reproducible.
 #pragma once
 
 #include <functional>
@@ -19,6 +20,8 @@ namespace vortex::h3 {
 constexpr uint64_t kVideoNoiseStream = 1;
 constexpr uint64_t kAudioNoiseStream = 2;
 constexpr uint64_t kSyntheticTextStream = 3;
+// Keyframe k's one-time noise is stream kKeyframeNoiseStream + k.
+constexpr uint64_t kKeyframeNoiseStream = 4;
 
 struct GenerateOptions {
   VideoGeometry video;
@@ -47,11 +50,13 @@ struct DenoiseResult {
   double seconds = 0;
 };
 
-// The loop alone, from given initial rows (used by generate_t2va and by the trajectory test).
-Result<DenoiseResult> denoise_t2va(StepModel& model, const PackedLayout& layout, const Tensor& text_states,
+// The loop alone, from given initial rows (used by generate_t2va / generate_fl2va and by the
+// trajectory tests). video_rows holds the layout's num_condition keyframe rows first: they go into
+// every forward and are never stepped (their velocity is dropped, as the reference drops it).
+Result<DenoiseResult> denoise(StepModel& model, const PackedLayout& layout, const Tensor& text_states,
                                    Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
                                    const ProgressCallback& progress = nullptr);
-Result<DenoiseResult> denoise_t2va(const H3Transformer& model, const PackedLayout& layout, const Tensor& text_states,
+Result<DenoiseResult> denoise(const H3Transformer& model, const PackedLayout& layout, const Tensor& text_states,
                                    Tensor video_rows, Tensor audio_rows, const GenerateOptions& options,
                                    const ProgressCallback& progress = nullptr);
 
@@ -68,6 +73,25 @@ Result<GenerateResult> generate_t2va(StepModel& model, const Tensor& text_states
                                      const ProgressCallback& progress = nullptr);
 Result<GenerateResult> generate_t2va(const H3Transformer& model, const Tensor& text_states,
                                      const GenerateOptions& options, const ProgressCallback& progress = nullptr);
+
+// One keyframe: its latents as the video VAE encoder's conditioning gives them (normalised,
+// vae::sample_video_condition, F32 [C, 1, h, w] at the request's latent size) and where it sits.
+struct Keyframe {
+  Tensor latents;
+  KeyframeAnchor anchor = KeyframeAnchor::kFirst;
+};
+
+// The keyframes' rows, in order: each noised once, t · x + (1 - t) · eps with t = fp32(0.999) in fp32
+// (the reference's scale_noise), then patchified. noise[k] is keyframe k's eps, of its latents' shape.
+Result<Tensor> keyframe_condition_rows(const std::vector<Keyframe>& keyframes, const std::vector<Tensor>& noise,
+                                       const H3Config& config);
+
+// fl2va: text_states and one tag per text row (kTextTag, or kVideoTag for a keyframe's picture
+// tokens); at least one keyframe. Keyframe k's noise is seeded_normal(seed, kKeyframeNoiseStream + k).
+// The result's video rows and latents are the generated ones only.
+Result<GenerateResult> generate_fl2va(StepModel& model, const Tensor& text_states, const std::vector<int32_t>& text_tags,
+                                      const std::vector<Keyframe>& keyframes, const GenerateOptions& options,
+                                      const ProgressCallback& progress = nullptr);
 
 // Standard-normal F32 tensor of `shape` from (seed, stream), element i = Philox normal i.
 Tensor seeded_normal(const Shape& shape, uint64_t seed, uint64_t stream);
