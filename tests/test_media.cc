@@ -5,7 +5,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -186,6 +189,56 @@ TEST(MediaPng, U8InterleavedStridedViewIsWrittenAsIs) {
       for (int c = 0; c < 3; ++c) ASSERT_EQ(rgb[(y * 4 + x) * 3 + c], static_cast<uint8_t>(((y * 6 + x + 1) * 3 + c) * 7));
     }
   }
+}
+
+// Writes `pixels` (rows of `channels` bytes) with libpng's simplified API in `format`.
+bool encode_png_file(const std::string& path, const std::vector<uint8_t>& pixels, int width, int height,
+                     uint32_t format) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = static_cast<png_uint_32>(height);
+  image.format = format;
+  return png_image_write_to_file(&image, path.c_str(), 0, pixels.data(), 0, nullptr) != 0;
+}
+
+TEST(MediaPngRead, RgbRoundTripsAndGrayExpands) {
+  TempDir dir;
+  Tensor rgb = Tensor::empty({5, 7, 3}, DType::kU8);
+  for (int64_t i = 0; i < rgb.numel(); ++i) rgb.data_as<uint8_t>()[i] = static_cast<uint8_t>(i * 11 + 3);
+  ASSERT_TRUE(media::write_png(dir.file("rgb.png"), rgb).ok());
+  auto back = media::read_png_rgb8(dir.file("rgb.png"));
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  ASSERT_EQ(back->shape(), (Shape{5, 7, 3}));
+  EXPECT_EQ(std::memcmp(back->data(), rgb.data(), rgb.nbytes()), 0);
+
+  std::vector<uint8_t> gray(4 * 3);
+  for (size_t i = 0; i < gray.size(); ++i) gray[i] = static_cast<uint8_t>(i * 20);
+  ASSERT_TRUE(encode_png_file(dir.file("gray.png"), gray, 4, 3, PNG_FORMAT_GRAY));
+  auto g = media::read_png_rgb8(dir.file("gray.png"));
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  ASSERT_EQ(g->shape(), (Shape{3, 4, 3}));
+  for (int64_t i = 0; i < 12; ++i) {
+    for (int c = 0; c < 3; ++c) ASSERT_EQ(g->data_as<uint8_t>()[i * 3 + c], gray[i]) << i;
+  }
+}
+
+TEST(MediaPngRead, AlphaTruncationAndNonPngAreOneLineErrors) {
+  TempDir dir;
+  std::vector<uint8_t> rgba(2 * 2 * 4, 200);
+  ASSERT_TRUE(encode_png_file(dir.file("rgba.png"), rgba, 2, 2, PNG_FORMAT_RGBA));
+  expect_error(media::read_png_rgb8(dir.file("rgba.png")).status(), StatusCode::kInvalidArgument, std::vector<std::string>{"rgba.png", "alpha"});
+  // A valid file cut short: the error names the file and where the data ended.
+  Tensor rgb = Tensor::zeros({64, 64, 3}, DType::kU8);
+  for (int64_t i = 0; i < rgb.numel(); ++i) rgb.data_as<uint8_t>()[i] = static_cast<uint8_t>(i * 37);
+  ASSERT_TRUE(media::write_png(dir.file("whole.png"), rgb).ok());
+  std::ifstream in(dir.file("whole.png"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  write_bytes(dir.file("cut.png"), bytes.substr(0, bytes.size() / 2));
+  expect_error(media::read_png_rgb8(dir.file("cut.png")).status(), StatusCode::kInvalidArgument, std::vector<std::string>{"cut.png", "near byte"});
+  write_bytes(dir.file("text.png"), "hello, not an image");
+  expect_error(media::read_png_rgb8(dir.file("text.png")).status(), StatusCode::kInvalidArgument, std::vector<std::string>{"PNG signature"});
+  EXPECT_EQ(media::read_png_rgb8(dir.file("missing.png")).status().code(), StatusCode::kNotFound);
 }
 
 TEST(MediaPng, FramesAreNumberedAndMatchTheirSlice) {

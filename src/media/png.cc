@@ -1,12 +1,16 @@
-// PNG writers on libpng (see png.h). Frames are encoded into memory and written with the shared
-// atomic file write, so libpng never touches the file system.
+// PNG writers and the RGB reader on libpng (see png.h). Frames are encoded into memory and written
+// with the shared atomic file write, and files are read whole before decoding, so libpng never
+// touches the file system.
 #include "media/png.h"
 
 #include <png.h>
 
 #include <csetjmp>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "core/parallel.h"
@@ -104,7 +108,97 @@ Status write_png_u8(const std::string& path, const Tensor& frame) {
   return write_file_atomically(path, bytes);
 }
 
+// What the reader's callbacks read from, what it decodes into, and the text of a failure.
+struct PngSource {
+  const std::string* bytes = nullptr;
+  size_t offset = 0;
+  uint32_t width = 0, height = 0;
+  std::vector<uint8_t> rgb;
+  std::vector<png_bytep> rows;
+  char error[256] = {0};
+};
+
+constexpr uint32_t kMaxReadSide = 16384;
+
+void on_read(png_structp png, png_bytep data, size_t size) {
+  auto* src = static_cast<PngSource*>(png_get_io_ptr(png));
+  if (src->bytes->size() - src->offset < size) png_error(png, "the file ends inside the image data (truncated)");
+  std::memcpy(data, src->bytes->data() + src->offset, size);
+  src->offset += size;
+}
+
+void on_read_error(png_structp png, png_const_charp message) {
+  auto* src = static_cast<PngSource*>(png_get_error_ptr(png));
+  std::snprintf(src->error, sizeof(src->error), "%s", message);
+  png_longjmp(png, 1);
+}
+
+// Decodes src->bytes into src->rgb as 8-bit interleaved RGB (palette and gray expanded, 16-bit
+// samples cut to their high byte); refuses alpha. As in encode_rgb, errors arrive by longjmp.
+bool decode_rgb(PngSource* src) {
+  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, src, on_read_error, on_warning);
+  if (png == nullptr) {
+    std::snprintf(src->error, sizeof(src->error), "png_create_read_struct failed");
+    return false;
+  }
+  png_infop info = png_create_info_struct(png);
+  if (info == nullptr) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    std::snprintf(src->error, sizeof(src->error), "png_create_info_struct failed");
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return false;
+  }
+  png_set_read_fn(png, src, on_read);
+  png_read_info(png, info);
+  src->width = png_get_image_width(png, info);
+  src->height = png_get_image_height(png, info);
+  const int color = png_get_color_type(png, info), depth = png_get_bit_depth(png, info);
+  if ((color & PNG_COLOR_MASK_ALPHA) != 0 || png_get_valid(png, info, PNG_INFO_tRNS) != 0) {
+    png_error(png, "the image has an alpha channel or a transparent color; flatten it onto a background first");
+  }
+  if (src->width > kMaxReadSide || src->height > kMaxReadSide) {
+    png_error(png, "the image is larger than 16384 pixels on a side");
+  }
+  if (depth == 16) png_set_strip_16(png);
+  if (color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
+  if (color == PNG_COLOR_TYPE_GRAY) {
+    if (depth < 8) png_set_expand_gray_1_2_4_to_8(png);
+    png_set_gray_to_rgb(png);
+  }
+  png_read_update_info(png, info);
+  if (png_get_rowbytes(png, info) != static_cast<size_t>(src->width) * 3) png_error(png, "unexpected row layout");
+  src->rgb.resize(static_cast<size_t>(src->width) * src->height * 3);
+  src->rows.resize(src->height);
+  for (uint32_t y = 0; y < src->height; ++y) src->rows[y] = src->rgb.data() + static_cast<size_t>(y) * src->width * 3;
+  png_read_image(png, src->rows.data());
+  png_read_end(png, nullptr);
+  png_destroy_read_struct(&png, &info, nullptr);
+  return true;
+}
+
 }  // namespace
+
+Result<Tensor> read_png_rgb8(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return not_found(path + ": cannot open");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string bytes = buffer.str();
+  if (bytes.size() < 8 || png_sig_cmp(reinterpret_cast<png_const_bytep>(bytes.data()), 0, 8) != 0) {
+    return invalid_argument(path + ": not a PNG file (no PNG signature in bytes 0-7)");
+  }
+  PngSource src;
+  src.bytes = &bytes;
+  if (!decode_rgb(&src)) {
+    return invalid_argument(path + ": " + src.error + " (near byte " + std::to_string(src.offset) + ")");
+  }
+  Tensor out = Tensor::empty({src.height, src.width, 3}, DType::kU8);
+  std::memcpy(out.data(), src.rgb.data(), src.rgb.size());
+  return out;
+}
 
 Status write_png(const std::string& path, const Tensor& frame) {
   if (frame.defined() && frame.dtype() == DType::kU8) return write_png_u8(path, frame);

@@ -1,4 +1,4 @@
-// PNG writers (libpng): one RGB frame, or every frame of a video as numbered files.
+// PNG writers (libpng): one RGB frame, or every frame of a video as numbered files; and an RGB reader.
 // Built only when libpng and libav* are found (VORTEX_HAVE_MEDIA).
 #pragma once
 
@@ -22,5 +22,12 @@ Status write_png(const std::string& path, const Tensor& frame);
 // when missing. The whole video is checked (shape, NaN/inf) before any file is written; frames
 // are encoded in parallel. On any failure the frames this call wrote are removed again.
 Status write_png_frames(const std::string& dir, const Tensor& video);
+
+// Reads a PNG as u8 [H, W, 3] interleaved RGB (a keyframe). Palette and gray images are expanded
+// to RGB and 16-bit samples cut to their high byte (what PIL's RGB conversion keeps); an alpha
+// channel or a transparent color is refused (the reference does not flatten it), as are sides over
+// 16384. Errors: not_found when the file cannot be opened; invalid_argument naming the file and
+// what is wrong (no PNG signature, truncated data near byte N, libpng's message).
+Result<Tensor> read_png_rgb8(const std::string& path);
 
 }  // namespace vortex::media
