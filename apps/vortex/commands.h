@@ -20,6 +20,7 @@ void add_convert_command(CLI::App& app, Action& action);
 void add_bench_command(CLI::App& app, Action& action);
 void add_decode_command(CLI::App& app, Action& action);
 void add_encode_text_command(CLI::App& app, Action& action);
+void add_encode_keyframe_command(CLI::App& app, Action& action);
 #if defined(VORTEX_HAVE_SERVICE)
 void add_serve_command(CLI::App& app, Action& action);
 #endif

@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   vortex::cli::add_convert_command(app, action);
   vortex::cli::add_decode_command(app, action);
   vortex::cli::add_encode_text_command(app, action);
+  vortex::cli::add_encode_keyframe_command(app, action);
   vortex::cli::add_bench_command(app, action);
 #if defined(VORTEX_HAVE_SERVICE)
   vortex::cli::add_serve_command(app, action);

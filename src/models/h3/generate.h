@@ -22,6 +22,9 @@ constexpr uint64_t kAudioNoiseStream = 2;
 constexpr uint64_t kSyntheticTextStream = 3;
 // Keyframe k's one-time noise is stream kKeyframeNoiseStream + k.
 constexpr uint64_t kKeyframeNoiseStream = 4;
+// The video VAE posterior sample of a keyframe's encode (vortex encode-keyframe, seed 42 by default
+// as in the reference): far from the keyframe streams above.
+constexpr uint64_t kKeyframePosteriorStream = 0x100;
 
 struct GenerateOptions {
   VideoGeometry video;

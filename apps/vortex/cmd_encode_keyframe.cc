@@ -1,0 +1,92 @@
+// vortex encode-keyframe: a keyframe's PNG through the video VAE encoder to the normalised
+// conditioning latents an fl2va request reads (the reference pipeline's encode_vae_condition):
+// ImageNet-normalised pixels, the tiled encode, a posterior sample rounded through fp16, the
+// checkpoint's latent statistics. The image must already be at the request's canvas size.
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "formats/safetensors.h"
+#include "models/h3/generate.h"
+#include "models/h3/layout.h"
+#include "models/vae/video_vae_encoder.h"
+#if defined(VORTEX_HAVE_MEDIA)
+#include "media/png.h"
+#endif
+
+namespace vortex::cli {
+
+namespace {
+
+struct EncodeKeyframeArgs {
+  std::string image;
+  std::string video_vae;
+  std::string synthetic_video_vae;
+  uint64_t weights_seed = 0;
+  uint64_t seed = 42;  // the reference samples every keyframe's posterior under seed 42
+  std::string out;
+};
+
+Result<vae::VideoVaeEncoder> load_encoder(const EncodeKeyframeArgs& a) {
+  if (a.video_vae.empty() == a.synthetic_video_vae.empty()) {
+    return invalid_argument("give exactly one of --video-vae or --synthetic-video-vae to encode the keyframe");
+  }
+  if (!a.video_vae.empty()) return vae::load_video_vae_encoder(a.video_vae);
+  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(a.synthetic_video_vae));
+  return vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, a.weights_seed), c);
+}
+
+Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
+#if !defined(VORTEX_HAVE_MEDIA)
+  return unimplemented("encode-keyframe: this build has no PNG reader (libpng was not found)");
+#else
+  if (!a.out.ends_with(".safetensors")) return invalid_argument("--out " + a.out + ": must end in .safetensors");
+  VORTEX_ASSIGN_OR_RETURN(Tensor rgb, media::read_png_rgb8(a.image));
+  const int64_t height = rgb.size(0), width = rgb.size(1);
+  const int64_t multiple = h3::kVaeSpatialRatio * 2;  // the request's canvas: latent cells in whole patches
+  if (height % multiple != 0 || width % multiple != 0) {
+    return invalid_argument(a.image + ": " + std::to_string(width) + "x" + std::to_string(height) +
+                            " is not a canvas of multiples of " + std::to_string(multiple) +
+                            "; resize it to the request's width x height first (vortex does not resize images yet)");
+  }
+  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder, load_encoder(a));
+  VORTEX_ASSIGN_OR_RETURN(Tensor pixels, vae::keyframe_pixels(rgb));
+  std::fprintf(stderr, "vortex: encoding %s (%lldx%lld) on the CPU\n", a.image.c_str(), static_cast<long long>(width),
+               static_cast<long long>(height));
+  VORTEX_ASSIGN_OR_RETURN(Tensor moments, vae::encode_video_moments(encoder, pixels));
+  const int64_t C = encoder.config.latent_channels;
+  const Tensor eps = h3::seeded_normal({C, moments.size(1), moments.size(2), moments.size(3)}, a.seed,
+                                       h3::kKeyframePosteriorStream);
+  VORTEX_ASSIGN_OR_RETURN(Tensor latents, vae::sample_video_condition(encoder.config, moments, eps));
+  return write_safetensors(a.out, {{"keyframe_latents", latents}},
+                           {{"image", a.image},
+                            {"height", std::to_string(height)},
+                            {"width", std::to_string(width)},
+                            {"seed", std::to_string(a.seed)},
+                            {"video_vae", a.video_vae.empty() ? "synthetic:" + a.synthetic_video_vae : a.video_vae}});
+#endif
+}
+
+}  // namespace
+
+void add_encode_keyframe_command(CLI::App& app, Action& action) {
+  auto args = std::make_shared<EncodeKeyframeArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "encode-keyframe", "Encode a keyframe PNG (at the request's canvas size) to fl2va conditioning latents");
+  cmd->add_option("--image", args->image, "RGB PNG, width and height multiples of 32")->required();
+  cmd->add_option("--video-vae", args->video_vae, "Video VAE checkpoint (file or folder)");
+  cmd->add_option("--synthetic-video-vae", args->synthetic_video_vae,
+                  "Deterministic synthetic video VAE of a preset (h3, test)");
+  cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic VAE")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the posterior sample")->capture_default_str();
+  cmd->add_option("--out", args->out, "Output PATH.safetensors (tensor keyframe_latents [C, 1, H/16, W/16])")
+      ->required();
+  cmd->callback([args, &action] {
+    action = [args] {
+      Status st = run_encode_keyframe(*args);
+      return st.ok() ? 0 : report_error(st);
+    };
+  });
+}
+
+}  // namespace vortex::cli
