@@ -4,6 +4,8 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
+
 #include "h3_golden_util.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/generate.h"
@@ -16,8 +18,11 @@ bool have_device() {
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-TEST(GpuH3Generate, MatchesTheCpuLoopAndRepeatsBitForBit) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+using Run = std::function<Result<h3::GenerateResult>(h3::StepModel&, const Tensor& text)>;
+
+// h3_small on the GPU (room for `rows` packed rows) twice, then on the CPU in bf16; `what` names
+// the request in the printed errors.
+void expect_gpu_repeats_and_matches_cpu(const char* what, int64_t rows, const Run& run) {
   auto config = h3::config_from_file(test::golden_path("h3_small/config.json"));
   ASSERT_TRUE(config.ok());
   auto checkpoint = ShardedCheckpoint::open(test::golden_path("h3_small/diffusers.safetensors"));
@@ -25,59 +30,12 @@ TEST(GpuH3Generate, MatchesTheCpuLoopAndRepeatsBitForBit) {
   auto tensors = h3::read_all(*checkpoint);
   ASSERT_TRUE(tensors.ok());
   const Tensor text = h3::seeded_normal({12, config->text_dim}, 3, h3::kSyntheticTextStream);
-  h3::GenerateOptions options;
-  options.video = {128, 192, 22};
-  options.steps = 5;
-  options.seed = 9;
 
-  auto gpu = h3::CudaH3Transformer::create(*config, h3::host_weight_filler(*tensors, nullptr), 254);
+  auto gpu = h3::CudaH3Transformer::create(*config, h3::host_weight_filler(*tensors, nullptr), rows);
   ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  auto a = h3::generate_t2va(**gpu, text, options);
+  auto a = run(**gpu, text);
   ASSERT_TRUE(a.ok()) << a.status().to_string();
-  auto b = h3::generate_t2va(**gpu, text, options);
-  ASSERT_TRUE(b.ok());
-  EXPECT_EQ(h3::latent_checksum(a->video_latents).sha256, h3::latent_checksum(b->video_latents).sha256);
-  EXPECT_EQ(h3::latent_checksum(a->audio_latents).sha256, h3::latent_checksum(b->audio_latents).sha256);
-
-  auto weights = h3::assemble_weights(*tensors, *config, DType::kBF16);
-  ASSERT_TRUE(weights.ok());
-  auto cpu = h3::H3Transformer::create(std::move(*weights));
-  ASSERT_TRUE(cpu.ok());
-  auto c = h3::generate_t2va(**cpu, text, options);
-  ASSERT_TRUE(c.ok());
-  const double video = test::rel_l2(a->video_latents, c->video_latents);
-  const double audio = test::rel_l2(a->audio_latents, c->audio_latents);
-  std::printf("4-forward t2va, GPU vs CPU (bf16): video latents rel-L2 %.3e, audio %.3e\n", video, audio);
-  EXPECT_LE(video, 2e-2);
-  EXPECT_LE(audio, 2e-2);
-}
-
-// fl2va on the GPU: the keyframe rows ride through every forward unstepped; the same request on the
-// CPU gives nearby latents, and the GPU run repeats bit for bit.
-TEST(GpuH3Generate, KeyframesMatchTheCpuLoopAndRepeatBitForBit) {
-  if (!have_device()) GTEST_SKIP() << "no CUDA device";
-  auto config = h3::config_from_file(test::golden_path("h3_small/config.json"));
-  ASSERT_TRUE(config.ok());
-  auto checkpoint = ShardedCheckpoint::open(test::golden_path("h3_small/diffusers.safetensors"));
-  ASSERT_TRUE(checkpoint.ok());
-  auto tensors = h3::read_all(*checkpoint);
-  ASSERT_TRUE(tensors.ok());
-  const Tensor text = h3::seeded_normal({12, config->text_dim}, 3, h3::kSyntheticTextStream);
-  std::vector<int32_t> tags(12, h3::kTextTag);
-  for (int i = 2; i < 7; ++i) tags[i] = h3::kVideoTag;
-  const std::vector<h3::Keyframe> keyframes = {
-      {h3::seeded_normal({24, 1, 8, 12}, 4, 9), h3::KeyframeAnchor::kFirst},
-      {h3::seeded_normal({24, 1, 8, 12}, 5, 9), h3::KeyframeAnchor::kLast}};
-  h3::GenerateOptions options;
-  options.video = {128, 192, 22};
-  options.steps = 5;
-  options.seed = 9;
-
-  auto gpu = h3::CudaH3Transformer::create(*config, h3::host_weight_filler(*tensors, nullptr), 254 + 48);
-  ASSERT_TRUE(gpu.ok()) << gpu.status().to_string();
-  auto a = h3::generate_fl2va(**gpu, text, tags, keyframes, options);
-  ASSERT_TRUE(a.ok()) << a.status().to_string();
-  auto b = h3::generate_fl2va(**gpu, text, tags, keyframes, options);
+  auto b = run(**gpu, text);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(h3::latent_checksum(a->video_latents).sha256, h3::latent_checksum(b->video_latents).sha256);
   EXPECT_EQ(h3::latent_checksum(a->audio_latents).sha256, h3::latent_checksum(b->audio_latents).sha256);
@@ -87,14 +45,42 @@ TEST(GpuH3Generate, KeyframesMatchTheCpuLoopAndRepeatBitForBit) {
   auto cpu = h3::H3Transformer::create(std::move(*weights));
   ASSERT_TRUE(cpu.ok());
   h3::CpuStepModel cpu_model(**cpu);
-  auto c = h3::generate_fl2va(cpu_model, text, tags, keyframes, options);
+  auto c = run(cpu_model, text);
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   const double video = test::rel_l2(a->video_latents, c->video_latents);
   const double audio = test::rel_l2(a->audio_latents, c->audio_latents);
-  std::printf("4-forward fl2va (2 keyframes), GPU vs CPU (bf16): video latents rel-L2 %.3e, audio %.3e\n", video,
-              audio);
+  std::printf("4-forward %s, GPU vs CPU (bf16): video latents rel-L2 %.3e, audio %.3e\n", what, video, audio);
   EXPECT_LE(video, 2e-2);
   EXPECT_LE(audio, 2e-2);
+}
+
+h3::GenerateOptions small_request() {
+  h3::GenerateOptions options;
+  options.video = {128, 192, 22};
+  options.steps = 5;
+  options.seed = 9;
+  return options;
+}
+
+TEST(GpuH3Generate, MatchesTheCpuLoopAndRepeatsBitForBit) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  expect_gpu_repeats_and_matches_cpu("t2va", 254, [](h3::StepModel& model, const Tensor& text) {
+    return h3::generate_t2va(model, text, small_request());
+  });
+}
+
+// fl2va: the keyframe rows ride through every forward unstepped.
+TEST(GpuH3Generate, KeyframesMatchTheCpuLoopAndRepeatBitForBit) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  std::vector<int32_t> tags(12, h3::kTextTag);
+  for (int i = 2; i < 7; ++i) tags[i] = h3::kVideoTag;
+  const std::vector<h3::Keyframe> keyframes = {
+      {h3::seeded_normal({24, 1, 8, 12}, 4, 9), h3::KeyframeAnchor::kFirst},
+      {h3::seeded_normal({24, 1, 8, 12}, 5, 9), h3::KeyframeAnchor::kLast}};
+  expect_gpu_repeats_and_matches_cpu("fl2va (2 keyframes)", 254 + 48,
+                                     [&](h3::StepModel& model, const Tensor& text) {
+                                       return h3::generate_fl2va(model, text, tags, keyframes, small_request());
+                                     });
 }
 
 }  // namespace
