@@ -26,9 +26,10 @@ std::string write_keyframe(const TempDir& dir, const std::string& name, int64_t 
 
 TEST(CliKeyframe, EncodesAPngToConditioningLatents) {
   TempDir dir;
-  const std::string image = write_keyframe(dir, "k.png", 64, 96);
+  const std::string image = write_keyframe(dir, "k.png", 50, 70);  // stretched onto the 64 x 96 canvas
   const std::string out = dir.file("k.safetensors");
-  const std::string args = "encode-keyframe --image " + q(image) + " --synthetic-video-vae test --out " + q(out);
+  const std::string args = "encode-keyframe --image " + q(image) +
+                           " --height 64 --width 96 --synthetic-video-vae test --out " + q(out);
   const auto run = run_cli(args);
   ASSERT_EQ(run.code, 0) << run.err;
   auto file = SafetensorsFile::open(out);
@@ -39,8 +40,12 @@ TEST(CliKeyframe, EncodesAPngToConditioningLatents) {
   EXPECT_EQ(file->metadata().at("seed"), "42");
   // The same command gives the same bytes; another posterior seed does not.
   const std::string again = dir.file("again.safetensors");
-  ASSERT_EQ(run_cli("encode-keyframe --image " + q(image) + " --synthetic-video-vae test --out " + q(again)).code, 0);
+  ASSERT_EQ(run_cli(args.substr(0, args.find(" --out")) + " --out " + q(again)).code, 0);
   EXPECT_EQ(test_util::read_bytes(out), test_util::read_bytes(again));
+  // A following keyframe is cover-cropped instead: other pixels, other latents.
+  const std::string follower = dir.file("follower.safetensors");
+  ASSERT_EQ(run_cli(args.substr(0, args.find(" --out")) + " --follows --out " + q(follower)).code, 0);
+  EXPECT_NE(test_util::read_bytes(out), test_util::read_bytes(follower));
   const std::string other = dir.file("other.safetensors");
   ASSERT_EQ(run_cli(args.substr(0, args.find(" --out")) + " --seed 7 --out " + q(other)).code, 0);
   EXPECT_NE(test_util::read_bytes(out), test_util::read_bytes(other));
@@ -48,12 +53,19 @@ TEST(CliKeyframe, EncodesAPngToConditioningLatents) {
 
 TEST(CliKeyframe, BadInputIsOneLineAndWritesNothing) {
   TempDir dir;
-  const std::string odd = write_keyframe(dir, "odd.png", 64, 80);
-  const std::string out = dir.file("k.safetensors");
-  expect_one_line_error(run_cli("encode-keyframe --image " + q(odd) + " --synthetic-video-vae test --out " + q(out)),
-                        "80x64 is not a canvas of multiples of 32");
   const std::string good = write_keyframe(dir, "good.png", 64, 64);
-  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --out " + q(out)), "--synthetic-video-vae");
+  const std::string out = dir.file("k.safetensors");
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) +
+                                " --height 64 --width 80 --synthetic-video-vae test --out " + q(out)),
+                        "multiples of 32");
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --follows --synthetic-video-vae test --out " +
+                                q(out)),
+                        "--follows");
+  const std::string strip = write_keyframe(dir, "strip.png", 10, 64);
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(strip) + " --synthetic-video-vae test --out " + q(out)),
+                        "aspect ratio");
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --height 64 --width 64 --out " + q(out)),
+                        "--synthetic-video-vae");
   expect_one_line_error(
       run_cli("encode-keyframe --image " + q(dir.file("none.png")) + " --synthetic-video-vae test --out " + q(out)),
       "none.png");
@@ -61,8 +73,8 @@ TEST(CliKeyframe, BadInputIsOneLineAndWritesNothing) {
   expect_one_line_error(
       run_cli("encode-keyframe --image " + q(dir.file("text.png")) + " --synthetic-video-vae test --out " + q(out)),
       "PNG signature");
-  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --synthetic-video-vae test --out " +
-                                q(dir.file("k.npy"))),
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --height 64 --width 64 " +
+                                "--synthetic-video-vae test --out " + q(dir.file("k.npy"))),
                         ".safetensors");
   EXPECT_FALSE(std::filesystem::exists(out));
 }

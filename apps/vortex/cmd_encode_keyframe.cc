@@ -1,13 +1,16 @@
 // vortex encode-keyframe: a keyframe's PNG through the video VAE encoder to the normalised
-// conditioning latents an fl2va request reads (the reference pipeline's encode_vae_condition):
-// ImageNet-normalised pixels, the tiled encode, a posterior sample rounded through fp16, the
-// checkpoint's latent statistics. The image must already be at the request's canvas size.
+// conditioning latents an fl2va request reads, as the reference pipeline makes them: the image put
+// on the canvas (MiniMaxH3ResizeStep: the canvas from the first keyframe's size unless given, the
+// first keyframe stretched, a following one cover-cropped, Pillow's LANCZOS), then
+// encode_vae_condition (ImageNet-normalised pixels, the tiled encode, a posterior sample rounded
+// through fp16, the checkpoint's latent statistics).
 #include <cstdio>
 #include <memory>
 
 #include "commands.h"
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
+#include "models/h3/keyframes.h"
 #include "models/h3/layout.h"
 #include "models/vae/video_vae_encoder.h"
 #if defined(VORTEX_HAVE_MEDIA)
@@ -24,6 +27,8 @@ struct EncodeKeyframeArgs {
   std::string synthetic_video_vae;
   uint64_t weights_seed = 0;
   uint64_t seed = 42;  // the reference samples every keyframe's posterior under seed 42
+  int64_t height = 0, width = 0;  // the canvas; 0: from this image
+  bool follows = false;           // a keyframe after the request's first: cover-cropped
   std::string out;
 };
 
@@ -41,18 +46,30 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
   return unimplemented("encode-keyframe: this build has no PNG reader (libpng was not found)");
 #else
   if (!a.out.ends_with(".safetensors")) return invalid_argument("--out " + a.out + ": must end in .safetensors");
-  VORTEX_ASSIGN_OR_RETURN(Tensor rgb, media::read_png_rgb8(a.image));
-  const int64_t height = rgb.size(0), width = rgb.size(1);
-  const int64_t multiple = h3::kVaeSpatialRatio * 2;  // the request's canvas: latent cells in whole patches
-  if (height % multiple != 0 || width % multiple != 0) {
-    return invalid_argument(a.image + ": " + std::to_string(width) + "x" + std::to_string(height) +
-                            " is not a canvas of multiples of " + std::to_string(multiple) +
-                            "; resize it to the request's width x height first (vortex does not resize images yet)");
+  if ((a.height == 0) != (a.width == 0)) return invalid_argument("--height and --width go together, or neither");
+  if (a.follows && a.height == 0) {
+    return invalid_argument("--follows: a following keyframe is cropped onto the request's canvas; give --height "
+                            "and --width (the first keyframe's canvas)");
   }
+  const int64_t multiple = h3::kVaeSpatialRatio * 2;  // latent cells in whole patches
+  if (a.height % multiple != 0 || a.width % multiple != 0 || a.height < 0 || a.width < 0) {
+    return invalid_argument("--height " + std::to_string(a.height) + " --width " + std::to_string(a.width) +
+                            ": the canvas sides must be positive multiples of " + std::to_string(multiple));
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor image, media::read_png_rgb8(a.image));
+  h3::Canvas canvas{a.height, a.width};
+  if (a.height == 0) {
+    auto resolved = h3::keyframe_canvas(image.size(1), image.size(0));
+    if (!resolved.ok()) return resolved.status().with_context(a.image);
+    canvas = *resolved;
+  }
+  VORTEX_ASSIGN_OR_RETURN(Tensor rgb, h3::fit_keyframe(image, canvas, a.follows ? 1 : 0));
+  const int64_t height = canvas.height, width = canvas.width;
   VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder, load_encoder(a));
   VORTEX_ASSIGN_OR_RETURN(Tensor pixels, vae::keyframe_pixels(rgb));
-  std::fprintf(stderr, "vortex: encoding %s (%lldx%lld) on the CPU\n", a.image.c_str(), static_cast<long long>(width),
-               static_cast<long long>(height));
+  std::fprintf(stderr, "vortex: encoding %s (%lldx%lld, on a %lldx%lld canvas) on the CPU\n", a.image.c_str(),
+               static_cast<long long>(image.size(1)), static_cast<long long>(image.size(0)),
+               static_cast<long long>(width), static_cast<long long>(height));
   VORTEX_ASSIGN_OR_RETURN(Tensor moments, vae::encode_video_moments(encoder, pixels));
   const int64_t C = encoder.config.latent_channels;
   const Tensor eps = h3::seeded_normal({C, moments.size(1), moments.size(2), moments.size(3)}, a.seed,
@@ -72,8 +89,12 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
 void add_encode_keyframe_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<EncodeKeyframeArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "encode-keyframe", "Encode a keyframe PNG (at the request's canvas size) to fl2va conditioning latents");
-  cmd->add_option("--image", args->image, "RGB PNG, width and height multiples of 32")->required();
+      "encode-keyframe", "Encode a keyframe PNG to fl2va conditioning latents on the request's canvas");
+  cmd->add_option("--image", args->image, "RGB PNG (any size within 1:4 to 4:1)")->required();
+  cmd->add_option("--height", args->height, "Canvas height (default: from the image, as the first keyframe sets it)");
+  cmd->add_option("--width", args->width, "Canvas width");
+  cmd->add_flag("--follows", args->follows,
+                "A keyframe after the request's first: cover-cropped onto --height x --width instead of stretched");
   cmd->add_option("--video-vae", args->video_vae, "Video VAE checkpoint (file or folder)");
   cmd->add_option("--synthetic-video-vae", args->synthetic_video_vae,
                   "Deterministic synthetic video VAE of a preset (h3, test)");
