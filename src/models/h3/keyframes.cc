@@ -34,7 +34,8 @@ Result<Canvas> keyframe_canvas(int64_t image_width, int64_t image_height) {
   double height = ratio >= 1.0 ? kCanvasShortEdge : kCanvasShortEdge / ratio;
   const double area = width * height;
   if (area > kCanvasMaxPixels) {
-    const double scale = std::pow(kCanvasMaxPixels / area, 0.5);
+    // Python's (cap / area) ** 0.5; the square root is correctly rounded, as pow(x, 0.5) is in glibc.
+    const double scale = std::sqrt(kCanvasMaxPixels / area);
     width *= scale;
     height *= scale;
   }
