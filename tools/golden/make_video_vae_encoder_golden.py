@@ -74,7 +74,7 @@ CLIP_SHAPE = (3, 12, 64, 96)
 
 
 def synthetic(name, shape, seed):
-    """The C++ rule: see vortex::vae::synthetic_video_vae_tensor."""
+    """The C++ rule: see vortex::vae::synthetic_video_vae_encoder_tensors."""
     numel = int(np.prod(shape))
     key = (fnv1a64(name) + seed * 0x9E3779B97F4A7C15) & MASK
     with np.errstate(over="ignore"):

@@ -16,6 +16,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// F32 [rows, width] blocks stacked in order (all of one width, at least one block).
+Tensor concat_rows(const std::vector<Tensor>& blocks) {
+  int64_t rows = 0;
+  for (const Tensor& b : blocks) rows += b.size(0);
+  Tensor out = Tensor::empty({rows, blocks[0].size(1)}, DType::kF32);
+  char* dst = static_cast<char*>(out.data());
+  for (const Tensor& b : blocks) {
+    std::memcpy(dst, b.data(), b.nbytes());
+    dst += b.nbytes();
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor seeded_normal(const Shape& shape, uint64_t seed, uint64_t stream) {
@@ -116,12 +129,7 @@ Result<GenerateResult> generate_on_layout(StepModel& model, GenerateResult out, 
                     kVideoNoiseStream);
   VORTEX_ASSIGN_OR_RETURN(Tensor video_rows, patchify_video(video_noise, config));
   const int64_t condition = out.layout.num_condition;
-  if (condition > 0) {
-    Tensor all = Tensor::empty({out.layout.num_video, video_rows.size(1)}, DType::kF32);
-    std::memcpy(all.data(), condition_rows.data(), condition_rows.nbytes());
-    std::memcpy(static_cast<char*>(all.data()) + condition_rows.nbytes(), video_rows.data(), video_rows.nbytes());
-    video_rows = std::move(all);
-  }
+  if (condition > 0) video_rows = concat_rows({condition_rows, video_rows});
   Tensor audio_rows =
       seeded_normal({out.layout.num_audio, config.audio_in_channels}, options.seed, kAudioNoiseStream);
   VORTEX_ASSIGN_OR_RETURN(out.run, denoise(model, out.layout, text_states, std::move(video_rows),
@@ -161,7 +169,6 @@ Result<Tensor> keyframe_condition_rows(const std::vector<Keyframe>& keyframes, c
   if (noise.size() != keyframes.size()) return invalid_argument("one noise tensor per keyframe is needed");
   const float t = static_cast<float>(kKeyframeNoiseAug), keep = 1.0f - t;
   std::vector<Tensor> rows;
-  int64_t total = 0;
   for (size_t k = 0; k < keyframes.size(); ++k) {
     const Tensor& x = keyframes[k].latents;
     const std::string name = "keyframe " + std::to_string(k + 1);
@@ -184,17 +191,10 @@ Result<Tensor> keyframe_condition_rows(const std::vector<Keyframe>& keyframes, c
       nd[i] = t * v + keep * ed[i];
     }
     VORTEX_ASSIGN_OR_RETURN(Tensor packed, patchify_video(noised, config));
-    total += packed.size(0);
     rows.push_back(std::move(packed));
   }
   if (rows.empty()) return Tensor::empty({0, config.video_patch_dim()}, DType::kF32);
-  Tensor out = Tensor::empty({total, rows[0].size(1)}, DType::kF32);
-  char* dst = static_cast<char*>(out.data());
-  for (const Tensor& r : rows) {
-    std::memcpy(dst, r.data(), r.nbytes());
-    dst += r.nbytes();
-  }
-  return out;
+  return concat_rows(rows);
 }
 
 Result<GenerateResult> generate_fl2va(StepModel& model, const Tensor& text_states, const std::vector<int32_t>& text_tags,

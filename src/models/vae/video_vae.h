@@ -44,6 +44,11 @@ namespace vortex::vae {
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
+// The video VAE's pixel convention (the pipeline's pixel_mean / pixel_std): the encoder reads
+// (rgb - mean) / std, the decoder's output is de-normalised with x · std + mean.
+inline constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
+inline constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
+
 // ---- schema ------------------------------------------------------------------------------------
 
 struct VideoVaeTensorSpec {

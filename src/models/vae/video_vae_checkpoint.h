@@ -26,10 +26,10 @@ class VideoVaeTensorTable {
   std::unordered_map<std::string, Tensor> by_name_;
 };
 
-// The rule of synthetic_video_vae_tensors (video_vae.h) for one tensor: weights of norms (names
+// The rule of synthetic_video_vae_tensors (video_vae.h), for every tensor of `schema`: weights of norms (names
 // ending norm1.weight, norm2.weight, norm_out.weight) 1 + 0.25 · v; other `.weight`s v / sqrt(fan_in)
 // with fan_in = numel / rows; everything else 0.5 · v.
-Tensor synthetic_video_vae_tensor(const VideoVaeTensorSpec& spec, uint64_t seed);
+NamedTensors synthetic_video_vae_schema_tensors(const std::vector<VideoVaeTensorSpec>& schema, uint64_t seed);
 
 // A checkpoint's config, its tiling (original wrapper configs carry one), and every tensor under
 // diffusers' names. `where` names the file (or folder) for errors.

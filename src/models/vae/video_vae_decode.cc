@@ -11,9 +11,6 @@ namespace vortex::vae {
 
 namespace {
 
-constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
-constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
-
 struct Emitter {
   const VideoVaeObserver* observer = nullptr;
   void operator()(const std::string& name, const Tensor& value) const {

@@ -13,33 +13,9 @@ namespace vortex::vae {
 
 namespace {
 
-constexpr float kImagenetMean[3] = {0.485f, 0.456f, 0.406f};
-constexpr float kImagenetStd[3] = {0.229f, 0.224f, 0.225f};
-
-// [C, T, H, W] ↔ [T, H, W, C].
-Tensor to_channels_last(const Tensor& x) {
-  const int64_t C = x.size(0), P = x.size(1) * x.size(2) * x.size(3);
-  Tensor out = Tensor::empty({x.size(1), x.size(2), x.size(3), C}, DType::kF32);
-  const float* s = x.data_as<const float>();
-  float* d = out.data_as<float>();
-  parallel_for(0, P, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p)
-      for (int64_t c = 0; c < C; ++c) d[p * C + c] = s[c * P + p];
-  });
-  return out;
-}
-
-Tensor to_channels_first(const Tensor& x) {
-  const int64_t C = x.size(3), P = x.size(0) * x.size(1) * x.size(2);
-  Tensor out = Tensor::empty({C, x.size(0), x.size(1), x.size(2)}, DType::kF32);
-  const float* s = x.data_as<const float>();
-  float* d = out.data_as<float>();
-  parallel_for(0, C, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t p = 0; p < P; ++p) d[c * P + p] = s[p * C + c];
-  });
-  return out;
-}
+// [C, T, H, W] ↔ [T, H, W, C] (the encoder's ops run channels-last, conv3d.h).
+Tensor to_channels_last(const Tensor& x) { return x.permute({1, 2, 3, 0})->contiguous(); }
+Tensor to_channels_first(const Tensor& x) { return x.permute({3, 0, 1, 2})->contiguous(); }
 
 struct Emitter {
   const VideoEncoderObserver* observer = nullptr;

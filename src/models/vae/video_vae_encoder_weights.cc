@@ -169,11 +169,7 @@ Result<VideoVaeEncoder> load_video_vae_encoder(const std::string& path) {
 }
 
 NamedTensors synthetic_video_vae_encoder_tensors(const VideoVaeConfig& config, uint64_t seed) {
-  NamedTensors out;
-  for (const auto& spec : video_vae_encoder_schema(config)) {
-    out.emplace_back(spec.name, synthetic_video_vae_tensor(spec, seed));
-  }
-  return out;
+  return synthetic_video_vae_schema_tensors(video_vae_encoder_schema(config), seed);
 }
 
 }  // namespace vortex::vae

@@ -165,7 +165,9 @@ Result<Tensor> VideoVaeTensorTable::f32(const std::string& name, const Shape& sh
   return t.reshape(shape);
 }
 
-Tensor synthetic_video_vae_tensor(const VideoVaeTensorSpec& spec, uint64_t seed) {
+namespace {
+
+Tensor synthetic_tensor(const VideoVaeTensorSpec& spec, uint64_t seed) {
   Tensor t = Tensor::empty(spec.shape, DType::kF32);
   float* d = t.data_as<float>();
   const uint64_t key = fnv1a64(spec.name) + seed * 0x9E3779B97F4A7C15ull;
@@ -184,10 +186,16 @@ Tensor synthetic_video_vae_tensor(const VideoVaeTensorSpec& spec, uint64_t seed)
   return t;
 }
 
-NamedTensors synthetic_video_vae_tensors(const VideoVaeConfig& config, uint64_t seed) {
+}  // namespace
+
+NamedTensors synthetic_video_vae_schema_tensors(const std::vector<VideoVaeTensorSpec>& schema, uint64_t seed) {
   NamedTensors out;
-  for (const auto& spec : video_vae_decoder_schema(config)) out.emplace_back(spec.name, synthetic_video_vae_tensor(spec, seed));
+  for (const auto& spec : schema) out.emplace_back(spec.name, synthetic_tensor(spec, seed));
   return out;
+}
+
+NamedTensors synthetic_video_vae_tensors(const VideoVaeConfig& config, uint64_t seed) {
+  return synthetic_video_vae_schema_tensors(video_vae_decoder_schema(config), seed);
 }
 
 namespace {
