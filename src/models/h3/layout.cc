@@ -193,18 +193,19 @@ RowTimesteps assign_row_timesteps(const PackedLayout& layout, float video_timest
   // in a float32 row.
   const float condition_timestep =
       static_cast<float>(std::max(static_cast<double>(video_timestep), kKeyframeNoiseAug));
-  std::vector<float> row(static_cast<size_t>(layout.num_rows), video_timestep);
-  for (int64_t k = 0; k < layout.num_condition; ++k) row[layout.video_indices[k]] = condition_timestep;
-  for (int64_t r : layout.audio_indices) row[r] = audio_timestep;
   RowTimesteps out;
-  out.timesteps = row;
+  out.timesteps = {video_timestep};
+  if (layout.num_audio > 0) out.timesteps.push_back(audio_timestep);
+  if (layout.num_condition > 0) out.timesteps.push_back(condition_timestep);
   std::sort(out.timesteps.begin(), out.timesteps.end());
   out.timesteps.erase(std::unique(out.timesteps.begin(), out.timesteps.end()), out.timesteps.end());
-  out.row_index.resize(row.size());
-  for (size_t i = 0; i < row.size(); ++i) {
-    out.row_index[i] = static_cast<int32_t>(std::lower_bound(out.timesteps.begin(), out.timesteps.end(), row[i]) -
-                                            out.timesteps.begin());
-  }
+  const auto slot = [&](float t) {
+    return static_cast<int32_t>(std::lower_bound(out.timesteps.begin(), out.timesteps.end(), t) -
+                                out.timesteps.begin());
+  };
+  out.row_index.assign(static_cast<size_t>(layout.num_rows), slot(video_timestep));
+  for (int64_t k = 0; k < layout.num_condition; ++k) out.row_index[layout.video_indices[k]] = slot(condition_timestep);
+  for (int64_t r : layout.audio_indices) out.row_index[r] = slot(audio_timestep);
   return out;
 }
 
