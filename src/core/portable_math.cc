@@ -1,5 +1,6 @@
 #include "core/portable_math.h"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cmath>
@@ -151,6 +152,31 @@ double portable_sin(double x) { return sin_in_quadrant(x, 0); }
 
 // cos x = sin(x + pi/2): the same reduction, one quadrant on.
 double portable_cos(double x) { return sin_in_quadrant(x, 1); }
+
+double portable_tanh(double x) {
+  if (x != x) return x;
+  const double a = std::fabs(x);
+  if (a > 20.0) return x > 0 ? 1.0 : -1.0;  // 1 - tanh(20) < 1e-17
+  const double t = 1.0 - 2.0 / (portable_exp(2.0 * a) + 1.0);
+  return x < 0 ? -t : t;
+}
+
+double portable_erf(double x) {
+  if (x != x) return x;
+  const double a = std::fabs(x);
+  if (a >= 6.0) return x > 0 ? 1.0 : -1.0;  // 1 - erf(6) < 3e-17
+  // Terms grow while 2x² > 2n + 1 and then fall geometrically; at |x| < 6 fewer than 160 are needed.
+  const double z = 2.0 * a * a;
+  double term = a, sum = a;
+  for (int n = 1; n < 400; ++n) {
+    term *= z / (2.0 * n + 1.0);
+    sum += term;
+    if (term < sum * 1e-17) break;
+  }
+  constexpr double kTwoOverSqrtPi = 1.1283791670955126;
+  const double e = std::min(1.0, kTwoOverSqrtPi * portable_exp(-a * a) * sum);
+  return x < 0 ? -e : e;
+}
 
 float portable_expf(float x) { return static_cast<float>(portable_exp(x)); }
 float portable_exp2f(float x) { return static_cast<float>(portable_exp2(x)); }

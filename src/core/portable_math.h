@@ -1,4 +1,4 @@
-// exp, exp2, log, sin, cos and pow whose bits do not depend on the C library.
+// exp, exp2, log, sin, cos, tanh, erf and pow whose bits do not depend on the C library.
 //
 // The host computes a few tables that the GPU program reads: the timestep sinusoid and the time
 // MLP's SiLU, the RoPE tables of the transformer and the video VAE, the audio VAE's snake
@@ -25,6 +25,11 @@ double portable_exp2(double x);
 double portable_log(double x);
 double portable_sin(double x);
 double portable_cos(double x);
+// tanh and erf for any x, within 1e-15 and 1e-13 *absolute* (what 1 + tanh and 1 + erf in the
+// GELUs need; a tiny result's relative error is larger): tanh from exp, erf from its all-positive
+// series e^{-x²} · Σ 2^n x^{2n+1} / (1·3···(2n+1)) up to |x| = 6 (±1 beyond, to double precision).
+double portable_tanh(double x);
+double portable_erf(double x);
 
 // The float functions: the double kernels on the float argument, rounded once.
 float portable_expf(float x);

@@ -32,6 +32,33 @@ Status swiglu(const TensorView& u, const TensorView& y) {
   return ok_status();
 }
 
+Status gelu(const TensorView& x, const TensorView& y, GeluApproximation approximation) {
+  VORTEX_RETURN_IF_ERROR(check_activation(x, "gelu input"));
+  VORTEX_RETURN_IF_ERROR(check_activation(y, "gelu output"));
+  if (x.rank() != 2 || y.shape != x.shape) {
+    return invalid_argument("gelu: input " + x.shape.to_string() + " and output " + y.shape.to_string() +
+                            " must match and be rank 2");
+  }
+  constexpr double kSqrtTwoOverPi = 0.79788456080286536, kInvSqrtTwo = 0.70710678118654752;
+  const int64_t n = x.shape[0], c = x.shape[1];
+  const DType out = y.dtype;
+  parallel_for(0, n, [&](int64_t begin, int64_t end) {
+    std::vector<float> v(c);
+    for (int64_t i = begin; i < end; ++i) {
+      load_row(row_ptr(x, i), x.dtype, c, v.data());
+      for (int64_t k = 0; k < c; ++k) {
+        const double a = v[k];
+        const double f = approximation == GeluApproximation::kTanh
+                             ? portable_tanh(kSqrtTwoOverPi * (a + 0.044715 * a * a * a))
+                             : portable_erf(a * kInvSqrtTwo);
+        v[k] = round_to(out, static_cast<float>(0.5 * a * (1.0 + f)));
+      }
+      store_row(v.data(), c, row_ptr(y, i), out);
+    }
+  }, 16);
+  return ok_status();
+}
+
 Status gated_residual(const TensorView& x, const TensorView& gate, const std::vector<int32_t>& row,
                       const TensorView& branch) {
   VORTEX_RETURN_IF_ERROR(check_activation(x, "gated_residual residual"));

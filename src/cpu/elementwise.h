@@ -5,6 +5,9 @@
 //   residual_add:    x = R(x + branch)
 //   apply_rope:      rotate-half RoPE on the first `rotary` channels of every head, in place:
 //                    x = R(R(x * R(cos)) + R(rotate_half(x) * R(sin)))
+//   gelu:            y = R(0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))))   kTanh ("gelu_pytorch_tanh")
+//                    y = R(0.5·x·(1 + erf(x / √2)))                        kErf (torch's default GELU)
+//                    evaluated in double from the stored x (tanh / erf: core/portable_math.h's)
 //   silu_f32:        y = x / (1 + exp(-x)) in fp32 (the time-embedding path stays fp32; the GPU
 //                    program reads it from the host). Both exps are core/portable_math.h's.
 #pragma once
@@ -25,6 +28,10 @@ Status gated_residual(const TensorView& x, const TensorView& gate, const std::ve
                       const TensorView& branch);
 
 Status residual_add(const TensorView& x, const TensorView& branch);
+
+enum class GeluApproximation { kTanh, kErf };
+// x, y: [N, C] (may alias).
+Status gelu(const TensorView& x, const TensorView& y, GeluApproximation approximation);
 
 // x: [N, H, D] view (in place); cos, sin: [N, rotary] F32, rotary <= D and even.
 Status apply_rope(const TensorView& x, const Tensor& cos, const Tensor& sin);

@@ -46,6 +46,45 @@ Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const 
   return ok_status();
 }
 
+Status layer_norm(const TensorView& x, const TensorView& weight, const TensorView& bias, float eps,
+                  const TensorView& y) {
+  VORTEX_RETURN_IF_ERROR(check_activation(x, "layer_norm input"));
+  VORTEX_RETURN_IF_ERROR(check_activation(y, "layer_norm output"));
+  if (x.rank() != 2 || y.shape != x.shape) {
+    return invalid_argument("layer_norm: input " + x.shape.to_string() + " and output " + y.shape.to_string() +
+                            " must match and be rank 2");
+  }
+  const int64_t n = x.shape[0], c = x.shape[1];
+  for (const TensorView* t : {&weight, &bias}) {
+    if (t->rank() != 1 || t->shape[0] != c) {
+      return invalid_argument("layer_norm: weight / bias " + t->shape.to_string() + " does not match last dim " +
+                              std::to_string(c));
+    }
+  }
+  std::vector<float> w(c), b(c);
+  for (int64_t i = 0; i < c; ++i) {
+    w[i] = load_scalar(weight, i);
+    b[i] = load_scalar(bias, i);
+  }
+  const DType out = y.dtype;
+  parallel_for(0, n, [&](int64_t begin, int64_t end) {
+    std::vector<float> v(c);
+    for (int64_t r = begin; r < end; ++r) {
+      load_row(row_ptr(x, r), x.dtype, c, v.data());
+      double sum = 0.0;
+      for (int64_t k = 0; k < c; ++k) sum += v[k];
+      const double mean = sum / static_cast<double>(c);
+      double sq = 0.0;
+      for (int64_t k = 0; k < c; ++k) sq += (v[k] - mean) * (v[k] - mean);
+      const float rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(c) + eps));
+      const float m = static_cast<float>(mean);
+      for (int64_t k = 0; k < c; ++k) v[k] = round_to(out, (v[k] - m) * rstd * w[k] + b[k]);
+      store_row(v.data(), c, row_ptr(y, r), out);
+    }
+  }, 16);
+  return ok_status();
+}
+
 Status adaln_modulate(const TensorView& x, const TensorView& shift, const TensorView& scale,
                       const std::vector<int32_t>& row, const TensorView& y) {
   VORTEX_RETURN_IF_ERROR(check_activation(x, "adaln_modulate input"));

@@ -1,6 +1,8 @@
 // RMSNorm family (CPU reference).
 //
 //   rms_norm:        y = R(x * rsqrt(mean(x^2) + eps) * weight)       over the last dim
+//   layer_norm:      y = R((x - mean) · rsqrt(var + eps) · weight + bias)   over the last dim
+//                    (biased variance; the statistics in double, the rest in fp32)
 //   adaln_modulate:  y = R(R(x * R(1 + scale[row])) + shift[row])    per-row table lookup
 //
 // R rounds to y's dtype (identity for F32). rms_norm rounds once: PyTorch 2.11's fused RMSNorm
@@ -26,6 +28,10 @@ enum class RmsNormRounding { kOnce, kBeforeWeight };
 // x, y: [N, C] or [N, H, D] (normalised over the last dim), may alias. weight: [C] or null.
 Status rms_norm(const TensorView& x, const TensorView* weight, float eps, const TensorView& y,
                 RmsNormRounding rounding = RmsNormRounding::kOnce);
+
+// x, y: [N, C], may alias; weight, bias: [C].
+Status layer_norm(const TensorView& x, const TensorView& weight, const TensorView& bias, float eps,
+                  const TensorView& y);
 
 // x, y: [N, C] (may alias); shift, scale: [R, C] views (rows of a modulation table);
 // row: [N] indices into the table rows.

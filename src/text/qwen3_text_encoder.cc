@@ -3,8 +3,6 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "core/portable_math.h"
 #include "cpu/attention.h"
@@ -12,20 +10,13 @@
 #include "cpu/gemm.h"
 #include "cpu/norm.h"
 #include "models/h3/tensor_views.h"
+#include "text/hf_files.h"
 
 namespace vortex::text {
 namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-Result<int64_t> positive_int(const json& j, const std::string& key, const std::string& where) {
-  if (!j.contains(key)) return corrupt_data(where + ": no field '" + key + "'");
-  if (!j[key].is_number_integer() || j[key].get<int64_t>() < 1) {
-    return corrupt_data(where + ": '" + key + "' is " + j[key].dump() + ", expected a positive integer");
-  }
-  return j[key].get<int64_t>();
-}
 
 // RoPE's theta: `rope_parameters.rope_theta` (transformers 5) or `rope_theta` (earlier files), with
 // the default rope type only (other types scale the frequencies or the outputs).
@@ -44,27 +35,6 @@ Result<double> read_rope_theta(const json& t, const std::string& where) {
     return corrupt_data(where + ": no usable rope_theta (rope_parameters.rope_theta or rope_theta)");
   }
   return theta->get<double>();
-}
-
-Result<json> read_json_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return not_found(path + ": cannot open");
-  std::stringstream s;
-  s << in.rdbuf();
-  json j = json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return corrupt_data(path + ": not valid JSON");
-  return j;
-}
-
-// A weight of the expected shape, BF16 or F32 (what linear and the norms read).
-Result<Tensor> weight(const ShardedCheckpoint& ckpt, const std::string& name, const Shape& shape) {
-  if (!ckpt.has(name)) return not_found(ckpt.path() + ": no tensor '" + name + "'");
-  VORTEX_ASSIGN_OR_RETURN(Tensor t, ckpt.get(name));
-  if (t.shape() != shape || (t.dtype() != DType::kBF16 && t.dtype() != DType::kF32)) {
-    return corrupt_data(ckpt.path() + ": tensor '" + name + "' is " + t.describe() + ", expected bf16 or f32" +
-                        shape.to_string());
-  }
-  return t;
 }
 
 }  // namespace
@@ -108,8 +78,7 @@ Result<Qwen3TextConfig> Qwen3TextConfig::from_json(const json& config, const std
 }
 
 Result<Qwen3TextEncoder> Qwen3TextEncoder::load(const std::string& path, int layer) {
-  const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
-  const std::string config_path = (dir / "config.json").string();
+  const std::string config_path = (fs::path(model_folder(path)) / "config.json").string();
   VORTEX_ASSIGN_OR_RETURN(json config_json, read_json_file(config_path));
   Qwen3TextEncoder enc;
   VORTEX_ASSIGN_OR_RETURN(enc.config_, Qwen3TextConfig::from_json(config_json, config_path));
@@ -120,18 +89,7 @@ Result<Qwen3TextEncoder> Qwen3TextEncoder::load(const std::string& path, int lay
                             " decoder layers)");
   }
   enc.layer_ = layer;
-  // A Hugging Face folder names its weights model.safetensors[.index.json]; other safetensors
-  // files beside them are not the model's.
-  std::string weights_path = path;
-  if (fs::is_directory(path)) {
-    for (const char* name : {"model.safetensors.index.json", "model.safetensors"}) {
-      if (fs::exists(dir / name)) {
-        weights_path = (dir / name).string();
-        break;
-      }
-    }
-  }
-  VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint ckpt, ShardedCheckpoint::open(weights_path));
+  VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint ckpt, open_model_weights(path));
   enc.source_ = ckpt.path();
 
   std::string prefix;
@@ -146,22 +104,22 @@ Result<Qwen3TextEncoder> Qwen3TextEncoder::load(const std::string& path, int lay
                      "'model.embed_tokens.weight' (Qwen3): not a Qwen3 text model in the Hugging Face layout");
   }
   const int64_t C = c.hidden, F = c.intermediate, D = c.head_dim;
-  VORTEX_ASSIGN_OR_RETURN(enc.embed_tokens_, weight(ckpt, prefix + "embed_tokens.weight", Shape({c.vocab_size, C})));
+  VORTEX_ASSIGN_OR_RETURN(enc.embed_tokens_, checked_weight(ckpt, prefix + "embed_tokens.weight", Shape({c.vocab_size, C})));
   enc.layers_.resize(static_cast<size_t>(layer));
   for (int i = 0; i < layer; ++i) {
     const std::string p = prefix + "layers." + std::to_string(i) + ".";
     Layer& l = enc.layers_[static_cast<size_t>(i)];
-    VORTEX_ASSIGN_OR_RETURN(l.input_norm, weight(ckpt, p + "input_layernorm.weight", Shape({C})));
-    VORTEX_ASSIGN_OR_RETURN(l.q, weight(ckpt, p + "self_attn.q_proj.weight", Shape({c.heads * D, C})));
-    VORTEX_ASSIGN_OR_RETURN(l.k, weight(ckpt, p + "self_attn.k_proj.weight", Shape({c.kv_heads * D, C})));
-    VORTEX_ASSIGN_OR_RETURN(l.v, weight(ckpt, p + "self_attn.v_proj.weight", Shape({c.kv_heads * D, C})));
-    VORTEX_ASSIGN_OR_RETURN(l.q_norm, weight(ckpt, p + "self_attn.q_norm.weight", Shape({D})));
-    VORTEX_ASSIGN_OR_RETURN(l.k_norm, weight(ckpt, p + "self_attn.k_norm.weight", Shape({D})));
-    VORTEX_ASSIGN_OR_RETURN(l.o, weight(ckpt, p + "self_attn.o_proj.weight", Shape({C, c.heads * D})));
-    VORTEX_ASSIGN_OR_RETURN(l.post_norm, weight(ckpt, p + "post_attention_layernorm.weight", Shape({C})));
-    VORTEX_ASSIGN_OR_RETURN(l.gate, weight(ckpt, p + "mlp.gate_proj.weight", Shape({F, C})));
-    VORTEX_ASSIGN_OR_RETURN(l.up, weight(ckpt, p + "mlp.up_proj.weight", Shape({F, C})));
-    VORTEX_ASSIGN_OR_RETURN(l.down, weight(ckpt, p + "mlp.down_proj.weight", Shape({C, F})));
+    VORTEX_ASSIGN_OR_RETURN(l.input_norm, checked_weight(ckpt, p + "input_layernorm.weight", Shape({C})));
+    VORTEX_ASSIGN_OR_RETURN(l.q, checked_weight(ckpt, p + "self_attn.q_proj.weight", Shape({c.heads * D, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.k, checked_weight(ckpt, p + "self_attn.k_proj.weight", Shape({c.kv_heads * D, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.v, checked_weight(ckpt, p + "self_attn.v_proj.weight", Shape({c.kv_heads * D, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.q_norm, checked_weight(ckpt, p + "self_attn.q_norm.weight", Shape({D})));
+    VORTEX_ASSIGN_OR_RETURN(l.k_norm, checked_weight(ckpt, p + "self_attn.k_norm.weight", Shape({D})));
+    VORTEX_ASSIGN_OR_RETURN(l.o, checked_weight(ckpt, p + "self_attn.o_proj.weight", Shape({C, c.heads * D})));
+    VORTEX_ASSIGN_OR_RETURN(l.post_norm, checked_weight(ckpt, p + "post_attention_layernorm.weight", Shape({C})));
+    VORTEX_ASSIGN_OR_RETURN(l.gate, checked_weight(ckpt, p + "mlp.gate_proj.weight", Shape({F, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.up, checked_weight(ckpt, p + "mlp.up_proj.weight", Shape({F, C})));
+    VORTEX_ASSIGN_OR_RETURN(l.down, checked_weight(ckpt, p + "mlp.down_proj.weight", Shape({C, F})));
   }
   return enc;
 }
