@@ -37,6 +37,39 @@ Result<double> read_rope_theta(const json& t, const std::string& where) {
   return theta->get<double>();
 }
 
+// The multimodal RoPE's sections (t, h, w channel pairs), rope_parameters.mrope_section.
+Result<std::array<int64_t, 3>> read_mrope_section(const json& t, std::array<int64_t, 3> fallback,
+                                                  const std::string& where) {
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    if (!t.contains(key) || !t[key].is_object() || !t[key].contains("mrope_section")) continue;
+    const json& m = t[key]["mrope_section"];
+    if (!m.is_array() || m.size() != 3) return corrupt_data(where + ": mrope_section " + m.dump() + " is not 3 numbers");
+    std::array<int64_t, 3> out{};
+    for (size_t i = 0; i < 3; ++i) {
+      if (!m[i].is_number_integer() || m[i].get<int64_t>() < 0) {
+        return corrupt_data(where + ": mrope_section " + m.dump() + " has a value that is not a count");
+      }
+      out[i] = m[i].get<int64_t>();
+    }
+    return out;
+  }
+  return fallback;
+}
+
+// The tensors stacked along rows (all [n_i, C], one dtype).
+Result<Tensor> stack_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const Tensor& p : parts) rows += p.size(0);
+  Tensor out = Tensor::empty({rows, parts.front().size(1)}, parts.front().dtype());
+  int64_t at = 0;
+  for (const Tensor& p : parts) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor dst, out.slice(0, at, at + p.size(0)));
+    VORTEX_RETURN_IF_ERROR(copy_into(p, dst));
+    at += p.size(0);
+  }
+  return out;
+}
+
 }  // namespace
 
 Result<Qwen3TextConfig> Qwen3TextConfig::from_json(const json& config, const std::string& where) {
@@ -70,6 +103,13 @@ Result<Qwen3TextConfig> Qwen3TextConfig::from_json(const json& config, const std
     c.rms_norm_eps = t["rms_norm_eps"].get<double>();
   }
   VORTEX_ASSIGN_OR_RETURN(c.rope_theta, read_rope_theta(t, at));
+  VORTEX_ASSIGN_OR_RETURN(c.mrope_section, read_mrope_section(t, c.mrope_section, at));
+  if (vl && config.contains("image_token_id")) {
+    if (!config["image_token_id"].is_number_integer() || config["image_token_id"].get<int64_t>() < 0) {
+      return corrupt_data(where + ": image_token_id is " + config["image_token_id"].dump());
+    }
+    c.image_token_id = config["image_token_id"].get<int64_t>();
+  }
   if (t.value("hidden_act", "silu") != "silu") {
     return unimplemented(at + ": hidden_act " + t["hidden_act"].dump() + " (only silu is supported)");
   }
@@ -171,13 +211,24 @@ Result<Tensor> Qwen3TextEncoder::embed(const std::vector<int32_t>& ids) const {
 // inv_freq and the angles in fp32 as the reference computes them (cat(freqs, freqs) along the
 // head), cos/sin through portable_math.
 Qwen3TextEncoder::RopeTables Qwen3TextEncoder::rope_tables(int64_t N) const {
-  const int64_t D = config_.head_dim;
+  std::vector<int64_t> index(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) index[static_cast<size_t>(n)] = n;
+  return rope_tables(Positions{index, index, index});
+}
+
+Qwen3TextEncoder::RopeTables Qwen3TextEncoder::rope_tables(const Positions& positions) const {
+  const int64_t D = config_.head_dim, N = static_cast<int64_t>(positions[0].size());
+  const auto& section = config_.mrope_section;
   Tensor cos = Tensor::empty({N, D}, DType::kF32), sin = Tensor::empty({N, D}, DType::kF32);
   for (int64_t k = 0; k < D / 2; ++k) {
     const float exponent = static_cast<float>(2 * k) / static_cast<float>(D);
     const float inv_freq = 1.0f / portable_powf(static_cast<float>(config_.rope_theta), exponent);
+    // The interleaved layout: pairs 1, 4, 7, ... follow h and 2, 5, 8, ... follow w within their
+    // sections; every other pair follows t.
+    const int axis = (k % 3 == 1 && k < 3 * section[1]) ? 1 : (k % 3 == 2 && k < 3 * section[2]) ? 2 : 0;
+    const std::vector<int64_t>& pos = positions[static_cast<size_t>(axis)];
     for (int64_t n = 0; n < N; ++n) {
-      const float angle = static_cast<float>(n) * inv_freq;
+      const float angle = static_cast<float>(pos[static_cast<size_t>(n)]) * inv_freq;
       cos.data_as<float>()[n * D + k] = cos.data_as<float>()[n * D + k + D / 2] = portable_cosf(angle);
       sin.data_as<float>()[n * D + k] = sin.data_as<float>()[n * D + k + D / 2] = portable_sinf(angle);
     }
@@ -185,13 +236,108 @@ Qwen3TextEncoder::RopeTables Qwen3TextEncoder::rope_tables(int64_t N) const {
   return {cos, sin};
 }
 
-Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
+Result<Qwen3TextEncoder::VisionRows> Qwen3TextEncoder::vision_rows(const std::vector<int32_t>& ids,
+                                                                   const std::vector<VisionFeatures>& images) const {
+  const int64_t N = static_cast<int64_t>(ids.size()), C = config_.hidden;
+  VisionRows out;
+  for (auto& axis : out.positions) axis.resize(static_cast<size_t>(N));
+  if (!images.empty() && (config_.image_token_id < 0 || config_.image_token_id >= config_.vocab_size)) {
+    return invalid_argument("the text encoder's config has no image_token_id inside its vocabulary of " +
+                            std::to_string(config_.vocab_size) + ": it takes no images");
+  }
+  int64_t next = 0;  // the next text position (one past the previous maximum)
+  for (int64_t i = 0; i < N;) {
+    // Without images an image-pad id is a plain token, as in the reference without pixel values.
+    if (images.empty() || ids[static_cast<size_t>(i)] != config_.image_token_id) {
+      for (auto& axis : out.positions) axis[static_cast<size_t>(i)] = next;
+      ++next, ++i;
+      continue;
+    }
+    int64_t end = i;
+    while (end < N && ids[static_cast<size_t>(end)] == config_.image_token_id) ++end;
+    const size_t k = out.runs.size();
+    if (k >= images.size()) {
+      return invalid_argument("token " + std::to_string(i) + " starts image-pad run " + std::to_string(k + 1) +
+                              ", but " + std::to_string(images.size()) + " image(s) were given");
+    }
+    const VisionGrid& grid = images[k].grid;
+    if (end - i != grid.tokens()) {
+      return invalid_argument("the image-pad run at token " + std::to_string(i) + " has " + std::to_string(end - i) +
+                              " tokens; image " + std::to_string(k + 1) + " gives " + std::to_string(grid.tokens()));
+    }
+    const int64_t rows = grid.height / grid.merge, cols = grid.width / grid.merge;
+    for (int64_t j = 0; j < end - i; ++j) {
+      const size_t n = static_cast<size_t>(i + j);
+      out.positions[0][n] = next;
+      out.positions[1][n] = next + j / cols;
+      out.positions[2][n] = next + j % cols;
+    }
+    out.runs.push_back({i, end - i});
+    next += std::max(rows, cols);
+    i = end;
+  }
+  if (out.runs.size() != images.size()) {
+    return invalid_argument(std::to_string(images.size()) + " image(s) given for " + std::to_string(out.runs.size()) +
+                            " image-pad run(s) in the presentation");
+  }
+  if (images.empty()) return out;
+  std::vector<Tensor> merged;
+  const size_t layers = images[0].deepstack.size();
+  std::vector<std::vector<Tensor>> deepstack(layers);
+  for (size_t k = 0; k < images.size(); ++k) {
+    const VisionFeatures& f = images[k];
+    const Shape expected({f.grid.tokens(), C});
+    if (f.merged.shape() != expected || f.merged.dtype() != DType::kBF16 || f.deepstack.size() != layers) {
+      return invalid_argument("image " + std::to_string(k + 1) + "'s vision features are " + f.merged.describe() +
+                              " with " + std::to_string(f.deepstack.size()) + " DeepStack layers, expected bf16" +
+                              expected.to_string() + " with " + std::to_string(layers));
+    }
+    merged.push_back(f.merged);
+    for (size_t l = 0; l < layers; ++l) {
+      if (f.deepstack[l].shape() != expected || f.deepstack[l].dtype() != DType::kBF16) {
+        return invalid_argument("image " + std::to_string(k + 1) + "'s DeepStack feature " + std::to_string(l) +
+                                " is " + f.deepstack[l].describe() + ", expected bf16" + expected.to_string());
+      }
+      deepstack[l].push_back(f.deepstack[l]);
+    }
+  }
+  VORTEX_ASSIGN_OR_RETURN(out.embeds, stack_rows(merged));
+  for (auto& d : deepstack) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor joined, stack_rows(d));
+    out.deepstack.push_back(std::move(joined));
+  }
+  return out;
+}
+
+// op(features, x's rows) for each image's run: its merged embeddings (deepstack_layer < 0) or one
+// DeepStack layer's features.
+template <typename Op>
+Status place_vision_rows(const Qwen3TextEncoder::VisionRows& vision, const Tensor& x, Op op,
+                         int64_t deepstack_layer = -1) {
+  const Tensor& features =
+      deepstack_layer < 0 ? vision.embeds : vision.deepstack[static_cast<size_t>(deepstack_layer)];
+  int64_t offset = 0;
+  for (const auto& run : vision.runs) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor from, features.slice(0, offset, offset + run.count));
+    VORTEX_ASSIGN_OR_RETURN(const Tensor to, x.slice(0, run.start, run.start + run.count));
+    VORTEX_RETURN_IF_ERROR(op(from, to));
+    offset += run.count;
+  }
+  return ok_status();
+}
+
+Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids,
+                                        const std::vector<VisionFeatures>& images) const {
   const Qwen3TextConfig& c = config_;
   const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
   const DType bf16 = DType::kBF16;
   VORTEX_ASSIGN_OR_RETURN(Tensor x, embed(ids));
+  VORTEX_ASSIGN_OR_RETURN(const VisionRows vision, vision_rows(ids, images));
   if (N == 0) return x;
-  const RopeTables rope = rope_tables(N);
+  VORTEX_RETURN_IF_ERROR(place_vision_rows(vision, x, [](const Tensor& from, const Tensor& to) {
+    return copy_into(from, to);
+  }));
+  const RopeTables rope = images.empty() ? rope_tables(N) : rope_tables(vision.positions);
   const Tensor& cos = rope.cos;
   const Tensor& sin = rope.sin;
 
@@ -207,7 +353,8 @@ Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
   const TensorView v = h3::heads_view(qkv, q_width + kv_width, c.kv_heads, D);
   const float eps = static_cast<float>(c.rms_norm_eps);
   const auto norm_rounding = cpu::RmsNormRounding::kBeforeWeight;
-  for (const Layer& l : layers_) {
+  for (size_t layer = 0; layer < layers_.size(); ++layer) {
+    const Layer& l = layers_[layer];
     const TensorView in_w = l.input_norm.view(), post_w = l.post_norm.view();
     const TensorView qn_w = l.q_norm.view(), kn_w = l.k_norm.view();
     VORTEX_RETURN_IF_ERROR(cpu::rms_norm(x.view(), &in_w, eps, normed.view(), norm_rounding));
@@ -230,6 +377,13 @@ Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids) const {
     VORTEX_RETURN_IF_ERROR(cpu::swiglu(up_gate.view(), act.view()));
     VORTEX_RETURN_IF_ERROR(cpu::linear(act.view(), l.down.view(), nullptr, branch.view()));
     VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
+    // The reference records hidden_states[i] as layer i − 1's output, before its DeepStack add:
+    // the add after the last layer run is not part of the state asked for.
+    if (layer < vision.deepstack.size() && layer + 1 < layers_.size()) {
+      VORTEX_RETURN_IF_ERROR(place_vision_rows(vision, x, [&](const Tensor& from, const Tensor& to) {
+        return cpu::residual_add(to.view(), from.view());
+      }, static_cast<int64_t>(layer)));
+    }
   }
   return x;
 }

@@ -7,14 +7,26 @@
 //   x = h + down_proj(R(silu(gate_proj(m))) * up_proj(m)),                                m = rmsnorm(h)
 // with causal grouped-query attention (scale 1/sqrt(head_dim)) and rotate-half RoPE over the whole
 // head at position = token index. Qwen3-VL's interleaved multimodal RoPE gives every axis that
-// same position when there are no vision tokens, so it is plain RoPE here. Later layers and the
+// same position when there are no vision tokens, so it is plain RoPE there. Later layers and the
 // final norm are never run (the H3 pipeline reads `hidden_states[layer]` of the reference).
+//
+// A presentation with images (fl2va's keyframes) changes three things, as Qwen3VLModel does:
+// each run of `<|image_pad|>` ids takes one image's merged vision features
+// (qwen3_vision_encoder.h) in place of its embedding rows; the positions become 3-D (t, h, w):
+// text continues one past the previous maximum on all three axes, an image's tokens sit at
+// (start, start + row, start + column) of its merged grid and advance the next start by
+// max(rows, columns); channel pair k of the head takes the h position when k % 3 == 1 and
+// k < 3 · mrope_section[1], the w position when k % 3 == 2 and k < 3 · mrope_section[2], the t
+// position otherwise. After decoder layer i < the number of DeepStack features, those rows get
+// R(x + deepstack[i]) — except after the last layer run: the reference's hidden_states[layer] is
+// that layer's output before its add.
 //
 // The CPU program rounds where the bf16 reference rounds: each linear's output, RMSNorm's
 // normalised value before and after its weight (the module casts, then multiplies), RoPE's
 // products and sum, SiLU, the gate product and each residual sum.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +34,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
+#include "text/qwen3_vision_encoder.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -40,6 +53,8 @@ struct Qwen3TextConfig {
   int64_t head_dim = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 0.0;
+  std::array<int64_t, 3> mrope_section{24, 20, 20};  // rope_parameters.mrope_section (t, h, w)
+  int64_t image_token_id = -1;  // Qwen3-VL's `<|image_pad|>` (-1: a text-only config)
 
   // From a Qwen3-VL config.json (its `text_config`) or a Qwen3 text config; errors name the field.
   static Result<Qwen3TextConfig> from_json(const nlohmann::json& config, const std::string& where);
@@ -54,8 +69,24 @@ class Qwen3TextEncoder {
   static Result<Qwen3TextEncoder> load(const std::string& path, int layer = kH3TextEncoderLayer);
 
   // [ids.size(), hidden] BF16: the hidden state after `layer` decoder layers. An id outside the
-  // vocabulary is an error naming its position; an empty list gives [0, hidden].
-  Result<Tensor> encode(const std::vector<int32_t>& ids) const;
+  // vocabulary is an error naming its position; an empty list gives [0, hidden]. `images`: the
+  // vision features of the presentation's image-pad runs, in order (their count and sizes must
+  // match the runs').
+  Result<Tensor> encode(const std::vector<int32_t>& ids, const std::vector<VisionFeatures>& images = {}) const;
+
+  // What the images add to the language model's input, checked against the ids.
+  using Positions = std::array<std::vector<int64_t>, 3>;  // t, h, w of every token
+  struct VisionRows {
+    struct Run {
+      int64_t start = 0, count = 0;  // one image's image-pad rows [start, start + count)
+    };
+    std::vector<Run> runs;          // ascending, one per image
+    Tensor embeds;                  // [pad rows, hidden] BF16: the merged features, image after image
+    std::vector<Tensor> deepstack;  // per DeepStack layer, [pad rows, hidden] BF16 (those past
+                                    // the last layer run are never added)
+    Positions positions;
+  };
+  Result<VisionRows> vision_rows(const std::vector<int32_t>& ids, const std::vector<VisionFeatures>& images) const;
 
   const Qwen3TextConfig& config() const { return config_; }
   int layer() const { return layer_; }
@@ -63,12 +94,14 @@ class Qwen3TextEncoder {
 
   // The two steps every backend shares (the CUDA encoder, cuda_qwen3_text_encoder.h, too):
   // the ids checked and their embedding rows gathered, [N, hidden] BF16; and the RoPE tables at
-  // positions 0..N-1 over the whole head, F32 [N, head_dim] each, as the reference computes them.
+  // positions 0..N-1 (or the given 3-D positions) over the whole head, F32 [N, head_dim] each, as
+  // the reference computes them.
   Result<Tensor> embed(const std::vector<int32_t>& ids) const;
   struct RopeTables {
     Tensor cos, sin;
   };
   RopeTables rope_tables(int64_t n) const;
+  RopeTables rope_tables(const Positions& positions) const;
 
   struct Layer {
     Tensor input_norm, q, k, v, q_norm, k_norm, o, post_norm, gate, up, down;
