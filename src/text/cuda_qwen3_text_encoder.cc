@@ -102,14 +102,24 @@ Status CudaQwen3TextEncoder::ensure_rope_rows(int64_t rows) {
   return cuda::copy_to_device(tables.sin, rope_sin_, stream_);
 }
 
-Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
+Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids,
+                                            const std::vector<VisionFeatures>& images) {
   const Qwen3TextConfig& c = host_->config();
   const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
-  VORTEX_ASSIGN_OR_RETURN(Tensor embedded, host_->embed(ids));
+  Qwen3TextEncoder::VisionRows vision;
+  VORTEX_ASSIGN_OR_RETURN(Tensor embedded, host_->embed_presentation(ids, images, &vision));
   if (N == 0) return embedded;
-  VORTEX_RETURN_IF_ERROR(ensure_rope_rows(N));
-  VORTEX_ASSIGN_OR_RETURN(const Tensor cos, rope_cos_.slice(0, 0, N));
-  VORTEX_ASSIGN_OR_RETURN(const Tensor sin, rope_sin_.slice(0, 0, N));
+  Tensor cos, sin;
+  Qwen3TextEncoder::RopeTables presentation_rope;
+  if (images.empty()) {
+    VORTEX_RETURN_IF_ERROR(ensure_rope_rows(N));
+    VORTEX_ASSIGN_OR_RETURN(cos, rope_cos_.slice(0, 0, N));
+    VORTEX_ASSIGN_OR_RETURN(sin, rope_sin_.slice(0, 0, N));
+  } else {
+    presentation_rope = host_->rope_tables(vision.positions);
+  }
+  const int64_t pad_rows = images.empty() ? 0 : vision.embeds.size(0);
+  std::vector<Tensor> deepstack(vision.deepstack.size());
 
   const int64_t q_width = c.heads * D, kv_width = c.kv_heads * D;
   const DType bf16 = DType::kBF16;
@@ -126,8 +136,15 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
                             {&branch, {N, C}, bf16},
                             {&up_gate, {N, 2 * F}, bf16},  // [value | gate]
                             {&act, {N, F}, bf16}};
+  std::vector<Buffer> presentation;  // this encode's RoPE tables and DeepStack features
+  if (!images.empty()) {
+    presentation.push_back({&cos, {N, D}, DType::kF32});
+    presentation.push_back({&sin, {N, D}, DType::kF32});
+    for (Tensor& d : deepstack) presentation.push_back({&d, {pad_rows, C}, bf16});
+  }
   size_t needed = kAlign;
   for (const Buffer& b : buffers) needed += aligned_bytes(b.shape, b.dtype);
+  for (const Buffer& b : presentation) needed += aligned_bytes(b.shape, b.dtype);
   if (activations_.capacity() < needed) {
     activations_ = cuda::DeviceArena();  // the old arena's memory goes before the new one is taken
     VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(needed));
@@ -136,7 +153,17 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
   for (const Buffer& b : buffers) {
     VORTEX_ASSIGN_OR_RETURN(*b.tensor, activations_.alloc(b.shape, b.dtype));
   }
+  for (const Buffer& b : presentation) {
+    VORTEX_ASSIGN_OR_RETURN(*b.tensor, activations_.alloc(b.shape, b.dtype));
+  }
   VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(embedded, x, stream_));
+  if (!images.empty()) {
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(presentation_rope.cos, cos, stream_));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(presentation_rope.sin, sin, stream_));
+    for (size_t i = 0; i < deepstack.size(); ++i) {
+      VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(vision.deepstack[i], deepstack[i], stream_));
+    }
+  }
 
   const TensorView q = h3::heads_view(qkv, 0, c.heads, D);
   const TensorView k = h3::heads_view(qkv, q_width, c.kv_heads, D);
@@ -145,7 +172,8 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const auto rounding = cpu::RmsNormRounding::kBeforeWeight;
   cuda::GemmRunner& gemm = *gemm_;
-  for (const Layer& l : layers_) {
+  for (size_t layer = 0; layer < layers_.size(); ++layer) {
+    const Layer& l = layers_[layer];
     const TensorView in_w = l.input_norm.view(), post_w = l.post_norm.view();
     const TensorView qn_w = l.q_norm.view(), kn_w = l.k_norm.view();
     VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &in_w, eps, normed.view(), stream_, rounding));
@@ -163,6 +191,11 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids) {
     VORTEX_RETURN_IF_ERROR(cuda::swiglu(up_gate.view(), act.view(), stream_));
     VORTEX_RETURN_IF_ERROR(gemm.linear(act.view(), l.down.view(), nullptr, branch.view(), stream_));
     VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+    if (host_->adds_deepstack_after(layer, vision)) {
+      VORTEX_RETURN_IF_ERROR(Qwen3TextEncoder::for_each_run(
+          vision, deepstack[layer], x,
+          [&](const Tensor& from, const Tensor& to) { return cuda::residual_add(to.view(), from.view(), stream_); }));
+    }
   }
   return cuda::download(x, stream_);
 }

@@ -38,8 +38,10 @@ class CudaQwen3TextEncoder {
   static Result<std::unique_ptr<CudaQwen3TextEncoder>> create(const Qwen3TextEncoder& host,
                                                               cudaStream_t stream = nullptr);
 
-  // Qwen3TextEncoder::encode's contract: [ids.size(), hidden] BF16 on the host.
-  Result<Tensor> encode(const std::vector<int32_t>& ids);
+  // Qwen3TextEncoder::encode's contract: [ids.size(), hidden] BF16 on the host. With images, the
+  // presentation's embedding rows are placed on the host, its multimodal RoPE tables are built
+  // there for this encode, and the DeepStack features go up with the embeddings.
+  Result<Tensor> encode(const std::vector<int32_t>& ids, const std::vector<VisionFeatures>& images = {});
 
   size_t weight_bytes() const { return weights_.used(); }
 

@@ -309,21 +309,16 @@ Result<Qwen3TextEncoder::VisionRows> Qwen3TextEncoder::vision_rows(const std::ve
   return out;
 }
 
-// op(features, x's rows) for each image's run: its merged embeddings (deepstack_layer < 0) or one
-// DeepStack layer's features.
-template <typename Op>
-Status place_vision_rows(const Qwen3TextEncoder::VisionRows& vision, const Tensor& x, Op op,
-                         int64_t deepstack_layer = -1) {
-  const Tensor& features =
-      deepstack_layer < 0 ? vision.embeds : vision.deepstack[static_cast<size_t>(deepstack_layer)];
-  int64_t offset = 0;
-  for (const auto& run : vision.runs) {
-    VORTEX_ASSIGN_OR_RETURN(const Tensor from, features.slice(0, offset, offset + run.count));
-    VORTEX_ASSIGN_OR_RETURN(const Tensor to, x.slice(0, run.start, run.start + run.count));
-    VORTEX_RETURN_IF_ERROR(op(from, to));
-    offset += run.count;
-  }
-  return ok_status();
+Result<Tensor> Qwen3TextEncoder::embed_presentation(const std::vector<int32_t>& ids,
+                                                    const std::vector<VisionFeatures>& images,
+                                                    VisionRows* rows) const {
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, embed(ids));
+  VORTEX_ASSIGN_OR_RETURN(*rows, vision_rows(ids, images));
+  if (images.empty()) return x;
+  VORTEX_RETURN_IF_ERROR(for_each_run(*rows, rows->embeds, x, [](const Tensor& from, const Tensor& to) {
+    return copy_into(from, to);
+  }));
+  return x;
 }
 
 Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids,
@@ -331,12 +326,9 @@ Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids,
   const Qwen3TextConfig& c = config_;
   const int64_t N = static_cast<int64_t>(ids.size()), C = c.hidden, F = c.intermediate, D = c.head_dim;
   const DType bf16 = DType::kBF16;
-  VORTEX_ASSIGN_OR_RETURN(Tensor x, embed(ids));
-  VORTEX_ASSIGN_OR_RETURN(const VisionRows vision, vision_rows(ids, images));
+  VisionRows vision;
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, embed_presentation(ids, images, &vision));
   if (N == 0) return x;
-  VORTEX_RETURN_IF_ERROR(place_vision_rows(vision, x, [](const Tensor& from, const Tensor& to) {
-    return copy_into(from, to);
-  }));
   const RopeTables rope = images.empty() ? rope_tables(N) : rope_tables(vision.positions);
   const Tensor& cos = rope.cos;
   const Tensor& sin = rope.sin;
@@ -379,10 +371,10 @@ Result<Tensor> Qwen3TextEncoder::encode(const std::vector<int32_t>& ids,
     VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
     // The reference records hidden_states[i] as layer i − 1's output, before its DeepStack add:
     // the add after the last layer run is not part of the state asked for.
-    if (layer < vision.deepstack.size() && layer + 1 < layers_.size()) {
-      VORTEX_RETURN_IF_ERROR(place_vision_rows(vision, x, [&](const Tensor& from, const Tensor& to) {
+    if (adds_deepstack_after(layer, vision)) {
+      VORTEX_RETURN_IF_ERROR(for_each_run(vision, vision.deepstack[layer], x, [](const Tensor& from, const Tensor& to) {
         return cpu::residual_add(to.view(), from.view());
-      }, static_cast<int64_t>(layer)));
+      }));
     }
   }
   return x;

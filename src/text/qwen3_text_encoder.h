@@ -87,6 +87,26 @@ class Qwen3TextEncoder {
     Positions positions;
   };
   Result<VisionRows> vision_rows(const std::vector<int32_t>& ids, const std::vector<VisionFeatures>& images) const;
+  // embed() with the images' merged features in their runs' rows; *rows gets vision_rows().
+  Result<Tensor> embed_presentation(const std::vector<int32_t>& ids, const std::vector<VisionFeatures>& images,
+                                    VisionRows* rows) const;
+  // Whether DeepStack feature `layer` is added after decoder layer `layer` of this encoder.
+  bool adds_deepstack_after(size_t layer, const VisionRows& rows) const {
+    return layer < rows.deepstack.size() && layer + 1 < layers_.size();
+  }
+  // op(features, x's rows) for each image's run: `features` holds the pad rows in run order (the
+  // merged embeddings or one DeepStack layer's, on the host or the device, as x is).
+  template <typename Op>
+  static Status for_each_run(const VisionRows& rows, const Tensor& features, const Tensor& x, Op op) {
+    int64_t offset = 0;
+    for (const auto& run : rows.runs) {
+      VORTEX_ASSIGN_OR_RETURN(const Tensor from, features.slice(0, offset, offset + run.count));
+      VORTEX_ASSIGN_OR_RETURN(const Tensor to, x.slice(0, run.start, run.start + run.count));
+      VORTEX_RETURN_IF_ERROR(op(from, to));
+      offset += run.count;
+    }
+    return ok_status();
+  }
 
   const Qwen3TextConfig& config() const { return config_; }
   int layer() const { return layer_; }

@@ -15,6 +15,7 @@
 //     test's goldens; bound 1e-2 rel-L2 per layer as there) and against the CPU program, and at
 //     the released encoder's widths (hidden 5120, 64 / 8 heads of 128, FFN 25600; two layers of
 //     seeded weights) against the CPU program on a 100-token prompt, with the time per layer.
+//   - a keyframe presentation (tests/golden/qwen3_vl_small) against transformers and the CPU.
 //   - the CLI: `encode-text --device cuda` against `--device cpu`, and `generate --device cuda
 //     --prompt` giving the bits of `generate --text` on the CUDA encoder's states (a build with the
 //     tokenizer only; the GPU machine's own image has no ICU, a build carried there has).
@@ -39,6 +40,7 @@
 #include "text/bpe_tokenizer.h"
 #include "text/cuda_qwen3_text_encoder.h"
 #include "text/qwen3_text_encoder.h"
+#include "text/qwen3_vision_encoder.h"
 #include "text/synthetic_qwen3.h"
 
 namespace vortex {
@@ -199,6 +201,34 @@ TEST(GpuTextEncoder, EveryLayerMatchesTransformersAndTheCpu) {
     const auto bad = device->encode({1, 2, 100000});
     ASSERT_FALSE(bad.ok());
     EXPECT_NE(bad.status().message().find("token 2"), std::string::npos) << bad.status().message();
+  }
+}
+
+// A keyframe presentation (tests/golden/qwen3_vl_small): the CPU vision tower's features in the
+// image-pad rows, the multimodal RoPE tables and the DeepStack adds on the device. Bound as the
+// CPU test's (test_qwen3_vl_presentation.cc): 1.5e-2 against transformers; against the CPU
+// program kEncoderRelL2. A text-only encode after it still gives the text path's bits.
+TEST(GpuTextEncoder, KeyframePresentationMatchesTransformersAndTheCpu) {
+  VORTEX_REQUIRE_GPU();
+  const std::string dir = test::golden_path("qwen3_vl_small");
+  const SafetensorsFile io = must(SafetensorsFile::open(dir + "/io.safetensors"));
+  const std::vector<int32_t> ids = test::golden_token_ids(io);
+  const text::Qwen3VisionEncoder vision = must(text::Qwen3VisionEncoder::load(dir, dir));
+  std::vector<text::VisionFeatures> images;
+  for (int i = 0; i < 2; ++i) images.push_back(must(vision.encode_image(must(io.get("image." + std::to_string(i))))));
+  for (int layer = 1; layer <= 4; ++layer) {
+    const text::Qwen3TextEncoder host = must(text::Qwen3TextEncoder::load(dir, layer));
+    auto device = must(text::CudaQwen3TextEncoder::create(host));
+    const Tensor plain = must(device->encode(ids));
+    const Tensor got = must(device->encode(ids, images));
+    const double vs_reference = test::rel_l2(got, must(io.get("hidden_states." + std::to_string(layer))));
+    const double vs_cpu = test::rel_l2(got, must(host.encode(ids, images)));
+    EXPECT_LE(vs_reference, 1.5e-2) << "layer " << layer;
+    EXPECT_LE(vs_cpu, kEncoderRelL2) << "layer " << layer;
+    std::printf("keyframes, layer %d: rel-L2 %.3e against transformers, %.3e against the CPU program\n", layer,
+                vs_reference, vs_cpu);
+    test::expect_bitwise(test::compare(must(device->encode(ids)), plain), "text-only after images");
+    EXPECT_FALSE(device->encode(ids, {images[1]}).ok());
   }
 }
 
