@@ -280,22 +280,26 @@ Result<Qwen3VisionEncoder> Qwen3VisionEncoder::load(const std::string& model_pat
   return enc;
 }
 
+Result<VisionGrid> Qwen3VisionEncoder::grid_for(int64_t height, int64_t width) const {
+  VORTEX_ASSIGN_OR_RETURN(const auto target, processor_.target_size(height, width));
+  if (target[0] != height || target[1] != width) {
+    return unimplemented("image is " + std::to_string(height) + " x " + std::to_string(width) +
+                         "; the vision tower's image processor would resize it to " + std::to_string(target[0]) +
+                         " x " + std::to_string(target[1]) + " (bicubic), which is not implemented: give it at " +
+                         "that size");
+  }
+  return VisionGrid{height / config_.patch, width / config_.patch, config_.merge};
+}
+
 Result<Tensor> Qwen3VisionEncoder::image_patches(const Tensor& rgb, VisionGrid* grid) const {
   if (rgb.dtype() != DType::kU8 || rgb.rank() != 3 || rgb.size(2) != 3) {
     return invalid_argument("image is " + rgb.describe() + ", expected u8 [height, width, 3] (RGB)");
   }
   const int64_t H = rgb.size(0), W = rgb.size(1);
-  VORTEX_ASSIGN_OR_RETURN(const auto target, processor_.target_size(H, W));
-  if (target[0] != H || target[1] != W) {
-    return unimplemented("image is " + std::to_string(H) + " x " + std::to_string(W) +
-                         "; the vision tower's image processor would resize it to " + std::to_string(target[0]) +
-                         " x " + std::to_string(target[1]) + " (bicubic), which is not implemented: give it at " +
-                         "that size");
-  }
+  VORTEX_ASSIGN_OR_RETURN(*grid, grid_for(H, W));
   const Tensor image = rgb.contiguous();
   const uint8_t* px = image.data_as<const uint8_t>();
-  const int64_t P = config_.patch, m = config_.merge, T = config_.temporal_patch;
-  *grid = VisionGrid{H / P, W / P, m};
+  const int64_t P = config_.patch, T = config_.temporal_patch;
   // The reference folds the rescale into mean and std in fp32: (x − mean/r) / (std/r).
   std::array<float, 3> mean{}, stdev{};
   for (int c = 0; c < 3; ++c) {

@@ -95,6 +95,9 @@ class Qwen3VisionEncoder {
   // `model.visual.`); `processor_path`: preprocessor_config.json, or a folder holding it.
   static Result<Qwen3VisionEncoder> load(const std::string& model_path, const std::string& processor_path);
 
+  // The patch grid of a height × width image; an image the processor would resize is an error
+  // naming both sizes.
+  Result<VisionGrid> grid_for(int64_t height, int64_t width) const;
   // rgb: U8 [H, W, 3]. F32 [patches, patch_values()]: the processor's pixel_values. An image the
   // processor would resize is an error naming both sizes.
   Result<Tensor> image_patches(const Tensor& rgb, VisionGrid* grid) const;

@@ -31,13 +31,31 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return invalid_argument(dir + ": cannot create the folder (" + ec.message() + ")");
-  const nlohmann::json config = {
+  nlohmann::json config = {
       {"model_type", "qwen3_vl"},
       {"text_config",
        {{"vocab_size", s.vocab}, {"hidden_size", s.hidden}, {"intermediate_size", s.intermediate},
         {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
         {"head_dim", s.head_dim}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"},
         {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000000.0}}}}}};
+  constexpr int64_t kVisionHidden = 16, kPatch = 16, kMerge = 2, kTemporal = 2;
+  if (s.vision_depth > 0) {
+    config["image_token_id"] = 151655;
+    config["vision_start_token_id"] = 151652;
+    config["vision_end_token_id"] = 151653;
+    config["vision_config"] = {{"depth", s.vision_depth}, {"hidden_size", kVisionHidden}, {"intermediate_size", 32},
+                               {"num_heads", 2}, {"in_channels", 3}, {"patch_size", kPatch},
+                               {"spatial_merge_size", kMerge}, {"temporal_patch_size", kTemporal},
+                               {"out_hidden_size", s.hidden}, {"num_position_embeddings", 16},
+                               {"deepstack_visual_indexes", {0}}, {"hidden_act", "gelu_pytorch_tanh"}};
+    const nlohmann::json processor = {
+        {"image_processor_type", "Qwen2VLImageProcessor"}, {"patch_size", kPatch}, {"merge_size", kMerge},
+        {"temporal_patch_size", kTemporal}, {"image_mean", {0.5, 0.5, 0.5}}, {"image_std", {0.5, 0.5, 0.5}},
+        {"rescale_factor", 1.0 / 255.0}, {"size", {{"shortest_edge", 32 * 32}, {"longest_edge", 16777216}}}};
+    std::ofstream out(dir + "/preprocessor_config.json");
+    out << processor.dump(2);
+    if (!out) return invalid_argument(dir + "/preprocessor_config.json: cannot write");
+  }
   {
     std::ofstream out(dir + "/config.json");
     out << config.dump(2);
@@ -75,6 +93,35 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
     add(p + "mlp.gate_proj.weight", {s.intermediate, s.hidden}, linear_scale(s.hidden), 0.0f);
     add(p + "mlp.up_proj.weight", {s.intermediate, s.hidden}, linear_scale(s.hidden), 0.0f);
     add(p + "mlp.down_proj.weight", {s.hidden, s.intermediate}, linear_scale(s.intermediate), 0.0f);
+  }
+  if (s.vision_depth > 0) {
+    const std::string v = "model.visual.";
+    const int64_t C = kVisionHidden, F = 32, M = C * kMerge * kMerge, K = 3 * kTemporal * kPatch * kPatch;
+    const auto layer_norm = [&](const std::string& p, int64_t n) {
+      add(p + "weight", {n}, 0.1f, 1.0f);
+      add(p + "bias", {n}, 0.1f, 0.0f);
+    };
+    const auto linear = [&](const std::string& p, int64_t out, int64_t in) {
+      add(p + "weight", {out, in}, linear_scale(in), 0.0f);
+      add(p + "bias", {out}, 0.1f, 0.0f);
+    };
+    add(v + "patch_embed.proj.weight", {C, 3, kTemporal, kPatch, kPatch}, linear_scale(K), 0.0f);
+    add(v + "patch_embed.proj.bias", {C}, 0.1f, 0.0f);
+    add(v + "pos_embed.weight", {16, C}, 1.0f, 0.0f);
+    for (int64_t b = 0; b < s.vision_depth; ++b) {
+      const std::string p = v + "blocks." + std::to_string(b) + ".";
+      layer_norm(p + "norm1.", C);
+      layer_norm(p + "norm2.", C);
+      linear(p + "attn.qkv.", 3 * C, C);
+      linear(p + "attn.proj.", C, C);
+      linear(p + "mlp.linear_fc1.", F, C);
+      linear(p + "mlp.linear_fc2.", C, F);
+    }
+    for (const std::string m : {v + "merger.", v + "deepstack_merger_list.0."}) {
+      layer_norm(m + "norm.", m == v + "merger." ? C : M);
+      linear(m + "linear_fc1.", M, M);
+      linear(m + "linear_fc2.", s.hidden, M);
+    }
   }
   VORTEX_RETURN_IF_ERROR(failed);
   return write_safetensors(dir + "/model.safetensors", tensors);

@@ -13,6 +13,11 @@ namespace vortex::text {
 
 struct SyntheticQwen3Shape {
   int64_t vocab = 1000, hidden = 8, heads = 2, kv_heads = 1, head_dim = 4, intermediate = 16, layers = 2;
+  // A vision tower (qwen3_vision_encoder.h) of this many blocks, 0 for none: width 16, 2 heads,
+  // FFN 32, patch 16, merge 2, a 4 × 4 learned position grid, DeepStack after block 0; with it
+  // the config names Qwen's vision token ids and preprocessor_config.json is written too (min_pixels
+  // 32 · 32, so small canvases need no resize).
+  int64_t vision_depth = 0;
 };
 
 // The released Qwen3-VL language model's widths (hidden 5120, 64 query / 8 key-value heads of

@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include "text/hf_files.h"
+
 #if defined(VORTEX_HAVE_CUDA)
 #include "cuda/runtime.h"
 #include "text/cuda_qwen3_text_encoder.h"
@@ -33,6 +35,7 @@ Result<std::unique_ptr<TextConditioner>> TextConditioner::load(const TextConditi
   t->encoder_ = std::make_unique<Qwen3TextEncoder>(std::move(encoder));
   t->tokenizer_path_ = std::move(tokenizer_path);
   t->device_ = options.device;
+  t->load_vision(options);
   if (options.device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
     VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("the text encoder on cuda"));
@@ -41,6 +44,79 @@ Result<std::unique_ptr<TextConditioner>> TextConditioner::load(const TextConditi
 #endif
   }
   return t;
+}
+
+void TextConditioner::load_vision(const TextConditionerOptions& options) {
+  namespace fs = std::filesystem;
+  std::string processor = options.processor_path;
+  if (processor.empty()) {
+    const fs::path dir = model_folder(options.encoder_path);
+    processor = dir.string();
+    const fs::path beside = dir.parent_path() / "processor";
+    if (!fs::exists(dir / "preprocessor_config.json") && !fs::exists(dir / "processor_config.json") &&
+        fs::is_directory(beside)) {
+      processor = beside.string();
+    }
+  }
+  auto vision = Qwen3VisionEncoder::load(options.encoder_path, processor);
+  if (!vision.ok()) {
+    vision_error_ = vision.status().with_context("keyframes need the text encoder's vision tower");
+    return;
+  }
+  vision_ = std::make_unique<Qwen3VisionEncoder>(std::move(*vision));
+}
+
+Result<Presentation> TextConditioner::keyframe_presentation(
+    std::string_view prompt, const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const {
+  if (!vision_) return vision_error_;
+  Presentation p;
+  int32_t start = 0, pad = 0, end = 0;
+  VORTEX_ASSIGN_OR_RETURN(start, tokenizer_.token_id("<|vision_start|>"));
+  VORTEX_ASSIGN_OR_RETURN(pad, tokenizer_.token_id("<|image_pad|>"));
+  VORTEX_ASSIGN_OR_RETURN(end, tokenizer_.token_id("<|vision_end|>"));
+  if (pad != encoder_->config().image_token_id) {
+    return invalid_argument(tokenizer_path_ + " spells <|image_pad|> as id " + std::to_string(pad) + ", " +
+                            encoder_->source() + "'s config as " + std::to_string(encoder_->config().image_token_id));
+  }
+  for (size_t k = 0; k < keyframe_sizes.size(); ++k) {
+    auto grid = vision_->grid_for(keyframe_sizes[k][0], keyframe_sizes[k][1]);
+    if (!grid.ok()) return grid.status().with_context("keyframe " + std::to_string(k + 1));
+    VORTEX_ASSIGN_OR_RETURN(const std::vector<int32_t> label,
+                            tokenizer_.encode("<Picture " + std::to_string(k + 1) + ">: "));
+    p.ids.insert(p.ids.end(), label.begin(), label.end());
+    p.vision.insert(p.vision.end(), label.size(), false);
+    p.ids.push_back(start);
+    p.ids.insert(p.ids.end(), static_cast<size_t>(grid->tokens()), pad);
+    p.ids.push_back(end);
+    p.vision.insert(p.vision.end(), static_cast<size_t>(grid->tokens() + 2), true);
+    p.grids.push_back(*grid);
+  }
+  VORTEX_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt_ids, tokenize(prompt));
+  p.ids.insert(p.ids.end(), prompt_ids.begin(), prompt_ids.end());
+  p.vision.insert(p.vision.end(), prompt_ids.size(), false);
+  return p;
+}
+
+Result<Tensor> TextConditioner::encode_presentation(const Presentation& p, const std::vector<Tensor>& keyframes) {
+  if (!vision_) return vision_error_;
+  if (keyframes.size() != p.grids.size()) {
+    return invalid_argument(std::to_string(keyframes.size()) + " keyframe image(s) for a presentation of " +
+                            std::to_string(p.grids.size()));
+  }
+  std::vector<VisionFeatures> features;
+  for (size_t k = 0; k < keyframes.size(); ++k) {
+    auto f = vision_->encode_image(keyframes[k]);
+    if (!f.ok()) return f.status().with_context("keyframe " + std::to_string(k + 1));
+    if (f->grid.height != p.grids[k].height || f->grid.width != p.grids[k].width) {
+      return invalid_argument("keyframe " + std::to_string(k + 1) + " is not the size its presentation was built for");
+    }
+    features.push_back(std::move(*f));
+  }
+  VORTEX_RETURN_IF_ERROR(prepare());
+#if defined(VORTEX_HAVE_CUDA)
+  if (cuda_encoder_) return cuda_encoder_->encode(p.ids, features);
+#endif
+  return encoder_->encode(p.ids, features);
 }
 
 Status TextConditioner::prepare() {

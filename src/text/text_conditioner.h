@@ -1,8 +1,12 @@
 // Prompt → H3 text states: the tokenizer and the Qwen3-VL text encoder, loaded once and used for
-// every request (generate, serve, encode-text). The presentation is the H3 pipeline's for t2va:
-// the prompt verbatim, no chat template, no special tokens added.
+// every request (generate, serve, encode-text). The presentation is the H3 pipeline's: for t2va
+// the prompt verbatim, no chat template, no special tokens added; for fl2va, before it, each
+// keyframe's `"<Picture i>: "` label and vision block (`<|vision_start|>`, one `<|image_pad|>` per
+// merged patch, `<|vision_end|>`), whose rows H3 tags as video. The keyframes' pixels go through
+// the Qwen3-VL vision tower (qwen3_vision_encoder.h; on the CPU whatever the device).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -11,6 +15,7 @@
 
 #include "text/bpe_tokenizer.h"
 #include "text/qwen3_text_encoder.h"
+#include "text/qwen3_vision_encoder.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -23,9 +28,20 @@ struct TextConditionerOptions {
   // "cpu", or "cuda": the layers' weights go to the device (cuda_qwen3_text_encoder.h) at
   // prepare() or the first encode; load() reads nothing but the config and the index.
   std::string device = "cpu";
+  // The vision tower's image processor settings: preprocessor_config.json or a folder holding it
+  // (or processor_config.json); empty: the encoder's folder, then a `processor` folder beside it
+  // (the H3 checkpoint's layout). Without one, keyframe requests are refused by name.
+  std::string processor_path;
 };
 
 class CudaQwen3TextEncoder;
+
+// A tokenized fl2va presentation (TextConditioner::keyframe_presentation).
+struct Presentation {
+  std::vector<int32_t> ids;
+  std::vector<bool> vision;        // per id: inside a keyframe's vision block (tagged video by H3)
+  std::vector<VisionGrid> grids;   // one per keyframe, in order
+};
 
 class TextConditioner {
  public:
@@ -34,6 +50,13 @@ class TextConditioner {
   // The prompt's token ids, each checked against the encoder's vocabulary. An empty prompt, or one
   // that gives no token, is an error: H3 needs at least one text row.
   Result<std::vector<int32_t>> tokenize(std::string_view prompt) const;
+
+  // The fl2va presentation for keyframes of these [height, width] sizes (the request's canvas).
+  Result<Presentation> keyframe_presentation(std::string_view prompt,
+                                             const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const;
+  // Its states: the vision tower on each keyframe (U8 [H, W, 3] at the size it was built for), then
+  // the text encoder with their features.
+  Result<Tensor> encode_presentation(const Presentation& presentation, const std::vector<Tensor>& keyframes);
 
   // On cuda: uploads the layers' weights now (a server does at start, so that no request waits
   // for it); nothing on the cpu, or when done already.
@@ -53,10 +76,13 @@ class TextConditioner {
 
  private:
   TextConditioner() = default;
+  void load_vision(const TextConditionerOptions& options);
   BpeTokenizer tokenizer_;
   // On the heap: the CUDA encoder keeps a pointer to it.
   std::unique_ptr<Qwen3TextEncoder> encoder_;
   std::unique_ptr<CudaQwen3TextEncoder> cuda_encoder_;
+  std::unique_ptr<Qwen3VisionEncoder> vision_;  // null when none could be loaded; then:
+  Status vision_error_ = ok_status();
   std::string tokenizer_path_;
   std::string device_;
 };

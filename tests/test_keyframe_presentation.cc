@@ -1,0 +1,109 @@
+// The fl2va presentation through TextConditioner: a synthetic Qwen3-VL checkpoint with a vision
+// tower (text/synthetic_qwen3.h) and the committed trimmed tokenizer. The token list is the
+// reference pipeline's (MiniMaxH3TextEncoderStep for keyframes: per keyframe the label
+// "<Picture i>: " tokenized without special tokens, <|vision_start|>, one <|image_pad|> per merged
+// patch, <|vision_end|>; then the prompt), the vision rows are flagged, the states are the text
+// encoder's on the vision tower's features, and wrong sizes or a missing tower are named.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "cli_test_util.h"
+#include "h3_golden_util.h"
+#include "must.h"
+#include "text/synthetic_qwen3.h"
+#include "text/text_conditioner.h"
+
+namespace vortex::text {
+namespace {
+
+namespace fs = std::filesystem;
+using test::must;
+
+constexpr int64_t kQwenVocab = 151936;
+
+Tensor test_image(int64_t h, int64_t w) {
+  Tensor t = Tensor::empty({h, w, 3}, DType::kU8);
+  uint8_t* p = t.data_as<uint8_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<uint8_t>((i * 37 + i / 7) % 251);
+  return t;
+}
+
+class KeyframePresentation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SyntheticQwen3Shape shape;
+    shape.vocab = kQwenVocab;
+    shape.vision_depth = 2;
+    must(write_synthetic_qwen3(dir().string(), shape));
+  }
+  fs::path dir() const { return tmp_.path() / "qwen3_vl"; }
+  std::unique_ptr<TextConditioner> load() const {
+    return must(TextConditioner::load({dir().string(), test::golden_path("qwen_tokenizer_trimmed.json"), 2}));
+  }
+  test_util::TempDir tmp_;
+};
+
+TEST_F(KeyframePresentation, TokensFlagsAndStates) {
+  auto conditioner = load();
+  const Presentation p = must(conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 96}}));
+  const std::vector<int32_t> prompt = must(conditioner->tokenize("A cat."));
+  const std::vector<int32_t> label1 = must(conditioner->tokenize("<Picture 1>: "));
+  const std::vector<int32_t> label2 = must(conditioner->tokenize("<Picture 2>: "));
+  std::vector<int32_t> want;
+  std::vector<bool> vision;
+  for (const auto* label : {&label1, &label2}) {
+    want.insert(want.end(), label->begin(), label->end());
+    vision.insert(vision.end(), label->size(), false);
+    want.push_back(151652);
+    want.insert(want.end(), 6, 151655);  // 4 x 6 patches of 16, merged 2 x 2
+    want.push_back(151653);
+    vision.insert(vision.end(), 8, true);
+  }
+  want.insert(want.end(), prompt.begin(), prompt.end());
+  vision.insert(vision.end(), prompt.size(), false);
+  EXPECT_EQ(p.ids, want);
+  EXPECT_EQ(p.vision, vision);
+  ASSERT_EQ(p.grids.size(), 2u);
+  EXPECT_EQ(p.grids[0].tokens(), 6);
+
+  const Tensor states = must(conditioner->encode_presentation(p, {test_image(64, 96), test_image(64, 96)}));
+  EXPECT_EQ(states.shape(), Shape({static_cast<int64_t>(want.size()), 8}));
+  // The label rows before the first vision block see no image: the text-only encode's bits there.
+  const Tensor plain = must(conditioner->encode(p.ids));
+  const size_t label_bytes = label1.size() * 8 * sizeof(uint16_t);
+  EXPECT_EQ(std::memcmp(states.data(), plain.data(), label_bytes), 0);
+  EXPECT_GT(test::rel_l2(states, plain), 1e-2);  // the image rows and everything after them differ
+  // Deterministic.
+  const Tensor again = must(conditioner->encode_presentation(p, {test_image(64, 96), test_image(64, 96)}));
+  EXPECT_EQ(std::memcmp(states.data(), again.data(), states.nbytes()), 0);
+}
+
+TEST_F(KeyframePresentation, WrongSizesAndMissingTowersAreNamed) {
+  auto conditioner = load();
+  const auto odd = conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 100}});
+  ASSERT_FALSE(odd.ok());
+  EXPECT_NE(odd.status().message().find("keyframe 2"), std::string::npos) << odd.status().message();
+  EXPECT_NE(odd.status().message().find("resize it to 64 x 96"), std::string::npos) << odd.status().message();
+  const Presentation p = must(conditioner->keyframe_presentation("A cat.", {{64, 96}}));
+  const auto other = conditioner->encode_presentation(p, {test_image(96, 64)});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("not the size"), std::string::npos) << other.status().message();
+  EXPECT_FALSE(conditioner->encode_presentation(p, {}).ok());
+
+  // A text encoder without a vision tower serves prompts, and refuses keyframes by name.
+  const fs::path text_only = tmp_.path() / "text_only";
+  SyntheticQwen3Shape shape;
+  shape.vocab = kQwenVocab;
+  must(write_synthetic_qwen3(text_only.string(), shape));
+  auto plain = must(TextConditioner::load({text_only.string(), test::golden_path("qwen_tokenizer_trimmed.json"), 2}));
+  EXPECT_TRUE(plain->encode(must(plain->tokenize("A cat."))).ok());
+  const auto refused = plain->keyframe_presentation("A cat.", {{64, 96}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("keyframes need the text encoder's vision tower"), std::string::npos)
+      << refused.status().message();
+}
+
+}  // namespace
+}  // namespace vortex::text
