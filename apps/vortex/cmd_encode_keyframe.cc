@@ -9,10 +9,8 @@
 
 #include "commands.h"
 #include "formats/safetensors.h"
-#include "models/h3/generate.h"
+#include "keyframe_request.h"
 #include "models/h3/keyframes.h"
-#include "models/h3/layout.h"
-#include "models/vae/video_vae_encoder.h"
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/png.h"
 #endif
@@ -26,20 +24,11 @@ struct EncodeKeyframeArgs {
   std::string video_vae;
   std::string synthetic_video_vae;
   uint64_t weights_seed = 0;
-  uint64_t seed = 42;  // the reference samples every keyframe's posterior under seed 42
+  uint64_t seed = kKeyframePosteriorSeed;
   int64_t height = 0, width = 0;  // the canvas; 0: from this image
   bool follows = false;           // a keyframe after the request's first: cover-cropped
   std::string out;
 };
-
-Result<vae::VideoVaeEncoder> load_encoder(const EncodeKeyframeArgs& a) {
-  if (a.video_vae.empty() == a.synthetic_video_vae.empty()) {
-    return invalid_argument("give exactly one of --video-vae or --synthetic-video-vae to encode the keyframe");
-  }
-  if (!a.video_vae.empty()) return vae::load_video_vae_encoder(a.video_vae);
-  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(a.synthetic_video_vae));
-  return vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, a.weights_seed), c);
-}
 
 Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
 #if !defined(VORTEX_HAVE_MEDIA)
@@ -65,16 +54,12 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor rgb, h3::fit_keyframe(image, canvas, a.follows ? 1 : 0));
   const int64_t height = canvas.height, width = canvas.width;
-  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder, load_encoder(a));
-  VORTEX_ASSIGN_OR_RETURN(Tensor pixels, vae::keyframe_pixels(rgb));
+  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder,
+                          load_keyframe_encoder(a.video_vae, a.synthetic_video_vae, a.weights_seed));
   std::fprintf(stderr, "vortex: encoding %s (%lldx%lld, on a %lldx%lld canvas) on the CPU\n", a.image.c_str(),
                static_cast<long long>(image.size(1)), static_cast<long long>(image.size(0)),
                static_cast<long long>(width), static_cast<long long>(height));
-  VORTEX_ASSIGN_OR_RETURN(Tensor moments, vae::encode_video_moments(encoder, pixels));
-  const int64_t C = encoder.config.latent_channels;
-  const Tensor eps = h3::seeded_normal({C, moments.size(1), moments.size(2), moments.size(3)}, a.seed,
-                                       h3::kKeyframePosteriorStream);
-  VORTEX_ASSIGN_OR_RETURN(Tensor latents, vae::sample_video_condition(encoder.config, moments, eps));
+  VORTEX_ASSIGN_OR_RETURN(Tensor latents, keyframe_latents(encoder, rgb, a.seed));
   return write_safetensors(a.out, {{"keyframe_latents", latents}},
                            {{"image", a.image},
                             {"height", std::to_string(height)},

@@ -1,0 +1,75 @@
+#include "keyframe_request.h"
+
+#include <cstdio>
+
+#include "models/h3/config.h"
+#if defined(VORTEX_HAVE_MEDIA)
+#include "media/png.h"
+#endif
+
+namespace vortex::cli {
+
+Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& inputs,
+                                            const std::optional<h3::Canvas>& canvas) {
+#if !defined(VORTEX_HAVE_MEDIA)
+  (void)inputs;
+  (void)canvas;
+  return unimplemented("keyframes: this build has no PNG reader (libpng was not found)");
+#else
+  PreparedKeyframes out;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    auto image = media::read_png_rgb8(inputs[k].path);
+    if (!image.ok()) return image.status();
+    if (k == 0) {
+      if (canvas) {
+        out.canvas = *canvas;
+      } else {
+        auto resolved = h3::keyframe_canvas(image->size(1), image->size(0));
+        if (!resolved.ok()) return resolved.status().with_context(inputs[k].path);
+        out.canvas = *resolved;
+      }
+    }
+    auto fitted = h3::fit_keyframe(*image, out.canvas, static_cast<int>(k));
+    if (!fitted.ok()) return fitted.status().with_context(inputs[k].path);
+    out.pixels.push_back(std::move(*fitted));
+    out.anchors.push_back(inputs[k].anchor);
+    out.paths.push_back(inputs[k].path);
+  }
+  return out;
+#endif
+}
+
+Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
+                                                   const std::string& synthetic_preset, uint64_t weights_seed) {
+  if (video_vae_path.empty() == synthetic_preset.empty()) {
+    return invalid_argument("give exactly one of --video-vae or --synthetic-video-vae to encode the keyframes");
+  }
+  if (!video_vae_path.empty()) return vae::load_video_vae_encoder(video_vae_path);
+  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(synthetic_preset));
+  return vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, weights_seed), c);
+}
+
+Result<Tensor> keyframe_latents(const vae::VideoVaeEncoder& encoder, const Tensor& pixels, uint64_t seed) {
+  VORTEX_ASSIGN_OR_RETURN(Tensor normalised, vae::keyframe_pixels(pixels));
+  VORTEX_ASSIGN_OR_RETURN(Tensor moments, vae::encode_video_moments(encoder, normalised));
+  const int64_t C = encoder.config.latent_channels;
+  const Tensor eps =
+      h3::seeded_normal({C, moments.size(1), moments.size(2), moments.size(3)}, seed, h3::kKeyframePosteriorStream);
+  return vae::sample_video_condition(encoder.config, moments, eps);
+}
+
+Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const MediaRequest& vae) {
+  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder,
+                          load_keyframe_encoder(vae.video_vae_path, vae.synthetic_video_vae, vae.weights_seed));
+  std::vector<h3::Keyframe> out;
+  for (size_t k = 0; k < keyframes.pixels.size(); ++k) {
+    std::fprintf(stderr, "encoding keyframe %zu (%s) through the video VAE on the CPU\n", k + 1,
+                 keyframes.paths[k].c_str());
+    auto latents = keyframe_latents(encoder, keyframes.pixels[k], kKeyframePosteriorSeed);
+    if (!latents.ok()) return latents.status().with_context(keyframes.paths[k]);
+    out.push_back({std::move(*latents), keyframes.anchors[k]});
+  }
+  return out;
+}
+
+}  // namespace vortex::cli

@@ -1,0 +1,51 @@
+// fl2va requests (generate --first-frame / --last-frame, and encode-keyframe): keyframe PNGs read
+// and put on the request's canvas as the reference pipeline does (MiniMaxH3ResizeStep), and their
+// conditioning latents from the video VAE encoder (encode_vae_condition: the posterior sampled under
+// seed 42, the same draw for every keyframe).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "decode_media.h"
+#include "models/h3/generate.h"
+#include "models/h3/keyframes.h"
+#include "models/h3/layout.h"
+#include "models/vae/video_vae_encoder.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cli {
+
+// The seed of every keyframe's posterior sample (the reference's encode_seed).
+constexpr uint64_t kKeyframePosteriorSeed = 42;
+
+struct KeyframeInput {
+  std::string path;  // an RGB PNG
+  h3::KeyframeAnchor anchor = h3::KeyframeAnchor::kFirst;
+};
+
+struct PreparedKeyframes {
+  h3::Canvas canvas;
+  std::vector<Tensor> pixels;  // U8 [H, W, 3] on the canvas, in request order (first, then last)
+  std::vector<h3::KeyframeAnchor> anchors;
+  std::vector<std::string> paths;
+};
+
+// Reads the PNGs and fits them onto `canvas`, or onto the first keyframe's own canvas
+// (h3::keyframe_canvas) when none is given. Errors name the file.
+Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& inputs,
+                                            const std::optional<h3::Canvas>& canvas);
+
+// The video VAE encoder --video-vae or --synthetic-video-vae names (exactly one), on the CPU.
+Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
+                                                   const std::string& synthetic_preset, uint64_t weights_seed);
+
+// One canvas image's normalised conditioning latents, F32 [C, 1, H/16, W/16].
+Result<Tensor> keyframe_latents(const vae::VideoVaeEncoder& encoder, const Tensor& pixels, uint64_t seed);
+
+// Every prepared keyframe's latents with its anchor, through the encoder `vae` names.
+Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const MediaRequest& vae);
+
+}  // namespace vortex::cli
