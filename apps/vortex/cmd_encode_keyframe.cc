@@ -82,7 +82,7 @@ void add_encode_keyframe_command(CLI::App& app, Action& action) {
                 "A keyframe after the request's first: cover-cropped onto --height x --width instead of stretched");
   cmd->add_option("--video-vae", args->video_vae, "Video VAE checkpoint (file or folder)");
   cmd->add_option("--synthetic-video-vae", args->synthetic_video_vae,
-                  "Deterministic synthetic video VAE of a preset (h3, test)");
+                  "Deterministic synthetic video VAE of a preset (h3, test, small)");
   cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic VAE")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the posterior sample")->capture_default_str();
   cmd->add_option("--out", args->out, "Output PATH.safetensors (tensor keyframe_latents [C, 1, H/16, W/16])")

@@ -1,5 +1,6 @@
-// vortex generate: t2va denoising to latents, with per-modality checksums; with --media, the
-// latents are then decoded to a WAV or an MP4 exactly as `vortex decode` does (decode_media).
+// vortex generate: t2va denoising to latents (fl2va with --first-frame / --last-frame), with
+// per-modality checksums; with --media, the latents are then decoded to a WAV or an MP4 exactly as
+// `vortex decode` does (decode_media).
 #include <unistd.h>
 
 #include <chrono>
@@ -7,6 +8,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -24,12 +26,25 @@ struct GenerateArgs {
   RequestOptions request;
   std::string out;
   MediaRequest media;  // media.out is --media; empty: latents only
+  std::string first_frame, last_frame;
 };
+
+// The decoders' half of the VAE options: with keyframes, the video VAE also encodes them, so it may
+// come without --media, or beside a WAV-only --media.
+MediaRequest decode_part(const GenerateArgs& args) {
+  MediaRequest m = args.media;
+  if (!args.request.keyframes.empty() && !m.out.ends_with(".mp4")) {
+    m.video_vae_path.clear();
+    m.synthetic_video_vae.clear();
+  }
+  return m;
+}
 
 // With --media, the decoders, loaded and checked against the latent shapes this request will
 // produce before any denoising time is spent.
-Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args, const h3::H3Config& config) {
-  const MediaRequest& m = args.media;
+Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args, const CheckedRequest& checked,
+                                                       const h3::H3Config& config) {
+  const MediaRequest m = decode_part(args);
   if (m.out.empty()) {
     if (any_vae_option(m)) {
       return invalid_argument("the VAE options decode the latents into --media PATH.wav|PATH.mp4, which is not given");
@@ -39,7 +54,7 @@ Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args,
   // The cheap checks before a checkpoint is read.
   VORTEX_RETURN_IF_ERROR(check_media_request(m));
   VORTEX_ASSIGN_OR_RETURN(MediaDecoder decoder, MediaDecoder::load(m));
-  VORTEX_RETURN_IF_ERROR(check_decoder_takes(decoder, args.request, config, "--media " + m.out));
+  VORTEX_RETURN_IF_ERROR(check_decoder_takes(decoder, checked, config, "--media " + m.out));
   return std::optional<MediaDecoder>(std::move(decoder));
 }
 
@@ -74,7 +89,15 @@ int run_generate(const GenerateArgs& args) {
   if (!text.ok()) return report_error(text.status());
   auto checked = check_request(args.request, *config, text->get());
   if (!checked.ok()) return report_error(checked.status());
-  auto media = load_media_decoder(args, *config);
+  if (!args.request.keyframes.empty()) {
+    // The keyframes' encoder named before anything is loaded.
+    const MediaRequest& m = args.media;
+    if (m.video_vae_path.empty() == m.synthetic_video_vae.empty()) {
+      return report_error(invalid_argument(
+          "--first-frame / --last-frame: give exactly one of --video-vae or --synthetic-video-vae to encode them"));
+    }
+  }
+  auto media = load_media_decoder(args, *checked, *config);
   if (!media.ok()) return report_error(media.status());
   // The prompt is encoded before the transformer loads, and the encoder let go after it: on
   // --device cuda the two never hold device memory at once.
@@ -85,6 +108,7 @@ int run_generate(const GenerateArgs& args) {
                  (*text)->describe().c_str());
     if (Status encoded = encode_prompt(*checked, text->get()); !encoded.ok()) return report_error(encoded);
     text->reset();
+    if (Status encoded = encode_request_keyframes(*checked, args.media); !encoded.ok()) return report_error(encoded);
     encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
   }
   auto model = load_step_model(args.model, checked->rows);
@@ -115,17 +139,32 @@ int run_generate(const GenerateArgs& args) {
 
 void add_generate_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<GenerateArgs>();
-  CLI::App* cmd = app.add_subcommand("generate", "Denoise video and audio latents from a prompt or text states (t2va)");
+  CLI::App* cmd = app.add_subcommand(
+      "generate", "Denoise video and audio latents from a prompt or text states (t2va), or a prompt and keyframes (fl2va)");
   const auto check_model_given = add_model_options(cmd, args->model);
   auto* prompt = cmd->add_option("--prompt", args->request.prompt, "The prompt, encoded by --text-encoder");
-  cmd->add_option("--text", args->request.text_path, "Text states (Qwen3-VL layer-50 hidden states) as safetensors")
-      ->excludes(prompt);
+  auto* text_states =
+      cmd->add_option("--text", args->request.text_path, "Text states (Qwen3-VL layer-50 hidden states) as safetensors")
+          ->excludes(prompt);
   cmd->add_option("--text-key", args->request.text_key, "Tensor name inside --text (default: the only tensor)");
-  cmd->add_option("--text-tokens", args->request.text_tokens, "Synthetic text states: number of tokens (without --text)")
-      ->excludes(prompt)
-      ->capture_default_str();
-  cmd->add_option("--height", args->request.height, "Video height in pixels")->capture_default_str();
-  cmd->add_option("--width", args->request.width, "Video width in pixels")->capture_default_str();
+  auto* text_tokens =
+      cmd->add_option("--text-tokens", args->request.text_tokens, "Synthetic text states: number of tokens (without --text)")
+          ->excludes(prompt)
+          ->capture_default_str();
+  for (auto [flag, path, what] : {std::tuple{"--first-frame", &args->first_frame, "starts"},
+                                  std::tuple{"--last-frame", &args->last_frame, "ends"}}) {
+    cmd->add_option(flag, *path,
+                    std::string("fl2va: a PNG the video ") + what +
+                        " on, shown to the text encoder with --prompt and encoded by the video VAE "
+                        "(--video-vae or --synthetic-video-vae; on the CPU)")
+        ->excludes(text_states)
+        ->excludes(text_tokens);
+  }
+  auto* height = cmd->add_option("--height", args->request.height,
+                                 "Video height in pixels (with keyframes and no --height / --width: the first "
+                                 "keyframe's canvas)")
+                     ->capture_default_str();
+  auto* width = cmd->add_option("--width", args->request.width, "Video width in pixels")->capture_default_str();
   cmd->add_option("--frames", args->request.frames, "Frames at 24 fps, of the form 17n + 5")->capture_default_str();
   cmd->add_option("--steps", args->request.steps, "Sigma grid points including the final 0 (steps - 1 forwards)")
       ->capture_default_str();
@@ -141,12 +180,20 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--media", args->media.out,
                   "Then decode the latents to PATH.wav (soundtrack) or PATH.mp4 (picture and sound), as vortex decode");
   add_vae_options(cmd, args->media);
-  cmd->callback([args, &action, check_model_given, prompt] {
+  cmd->callback([args, &action, check_model_given, prompt, height, width] {
     check_model_given();
     // An empty --prompt is a mistake to name, not a request for synthetic text states.
     const bool empty_prompt = prompt->count() > 0 && args->request.prompt.empty();
-    action = [args, empty_prompt] {
+    args->request.size_given = height->count() + width->count() > 0;
+    const bool half_size = height->count() + width->count() == 1;
+    if (!args->first_frame.empty()) args->request.keyframes.push_back({args->first_frame, h3::KeyframeAnchor::kFirst});
+    if (!args->last_frame.empty()) args->request.keyframes.push_back({args->last_frame, h3::KeyframeAnchor::kLast});
+    action = [args, empty_prompt, half_size] {
       if (empty_prompt) return report_error(invalid_argument("--prompt: empty (H3 needs at least one text token)"));
+      if (half_size && !args->request.keyframes.empty()) {
+        return report_error(invalid_argument(
+            "--height / --width: with keyframes give both (the canvas) or neither (the first keyframe's canvas)"));
+      }
       args->model.int8fp8_workspace = args->request.attention == "int8fp8";
       args->media.weights_seed = args->model.weights_seed;
       args->media.device = args->model.device;  // the decoders run where the transformer ran

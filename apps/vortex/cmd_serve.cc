@@ -264,7 +264,7 @@ int run_serve(const ServeArgs& args) {
     if (checked.attention.uses(h3::AttentionMode::kInt8Fp8) && !int8fp8_served) {
       return invalid_argument("attention: int8fp8 needs head dim 128 on --device cuda");
     }
-    if (*media) VORTEX_RETURN_IF_ERROR(check_decoder_takes(**media, r, *config, "media"));
+    if (*media) VORTEX_RETURN_IF_ERROR(check_decoder_takes(**media, checked, *config, "media"));
     return checked;
   };
 

@@ -68,7 +68,7 @@ void add_vae_options(CLI::App* cmd, MediaRequest& request) {
                   "Deterministic synthetic audio VAE of a preset (h3, test, small)");
   cmd->add_option("--video-vae", request.video_vae_path, "Video VAE checkpoint (file or folder; MP4 only)");
   cmd->add_option("--synthetic-video-vae", request.synthetic_video_vae,
-                  "Deterministic synthetic video VAE of a preset (h3, test; MP4 only)");
+                  "Deterministic synthetic video VAE of a preset (h3, test, small; MP4 only)");
 }
 
 bool wants_picture(const MediaRequest& r) { return ends_with(r.out, ".mp4"); }

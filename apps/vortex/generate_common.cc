@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
@@ -174,6 +175,9 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
   cmd->add_option("--text-encoder-layer", m.text_encoder_layer,
                   "The text encoder's layer whose output conditions H3 (the released model: 50)")
       ->capture_default_str();
+  cmd->add_option("--image-processor", m.processor_path,
+                  "Keyframes: the vision tower's preprocessor_config.json, or its folder (default: in --text-encoder, "
+                  "then a processor/ folder beside it)");
   const std::string name = cmd->get_name();
   return [model, synthetic, name] {
     if (model->count() == 0 && synthetic->count() == 0) {
@@ -196,7 +200,7 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
   }
   VORTEX_ASSIGN_OR_RETURN(auto conditioner, text::TextConditioner::load(
                                                 {m.text_encoder_path, m.tokenizer_path, m.text_encoder_layer,
-                                                 m.device}));
+                                                 m.device, m.processor_path}));
   if (conditioner->hidden() != config.text_dim) {
     return invalid_argument("--text-encoder " + m.text_encoder_path + ": its hidden size " +
                             std::to_string(conditioner->hidden()) + " is not the transformer's text_dim " +
@@ -205,13 +209,48 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
   return conditioner;
 }
 
+namespace {
+
+// fl2va's text: the keyframes on their canvas and the presentation that shows them to the text
+// encoder before the prompt; its picture rows are tagged video.
+Status check_keyframes(const RequestOptions& request, const text::TextConditioner* text, CheckedRequest& checked) {
+  const std::string keyframes = request.field_name("first-frame") + " / " + request.field_name("last-frame");
+  if (request.prompt.empty() || !request.text_path.empty()) {
+    return invalid_argument(keyframes + ": keyframes are shown to the text encoder with the prompt; give " +
+                            request.field_name("prompt") + " (not text states)");
+  }
+  if (!text) {
+    return invalid_argument(keyframes + ": this model has no text encoder (start it with --text-encoder)");
+  }
+  std::optional<h3::Canvas> canvas;
+  if (request.size_given) canvas = h3::Canvas{request.height, request.width};
+  VORTEX_ASSIGN_OR_RETURN(checked.keyframes, prepare_keyframes(request.keyframes, canvas));
+  const h3::Canvas& c = checked.keyframes.canvas;
+  checked.video.height = static_cast<int>(c.height);
+  checked.video.width = static_cast<int>(c.width);
+  const std::vector<std::array<int64_t, 2>> sizes(checked.keyframes.pixels.size(), {c.height, c.width});
+  auto presentation = text->keyframe_presentation(request.prompt, sizes);
+  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
+  checked.presentation = std::move(*presentation);
+  checked.prompt_ids = checked.presentation.ids;
+  for (const bool vision : checked.presentation.vision) checked.text_tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
+  return ok_status();
+}
+
+}  // namespace
+
 Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config,
                                      const text::TextConditioner* text) {
   CheckedRequest checked;
   auto plan = h3::AttentionPlan::parse(request.attention, request.exact_blocks, config.num_layers);
   if (!plan.ok()) return plan.status().with_context(request.field_name("exact-blocks"));
   checked.attention = *plan;
-  if (!request.prompt.empty()) {
+  checked.video = {request.height, request.width, request.frames};
+  if (!request.keyframes.empty()) {
+    // A given canvas is checked before any keyframe is read.
+    if (request.size_given) VORTEX_RETURN_IF_ERROR(h3::resolve_geometry(checked.video, config).status());
+    VORTEX_RETURN_IF_ERROR(check_keyframes(request, text, checked));
+  } else if (!request.prompt.empty()) {
     if (!request.text_path.empty()) {
       return invalid_argument(request.field_name("prompt") + " and text states both given; send one");
     }
@@ -225,17 +264,22 @@ Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3
   } else {
     VORTEX_ASSIGN_OR_RETURN(checked.text_states, read_text_states(request, config.text_dim));
   }
-  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g,
-                          h3::resolve_geometry({request.height, request.width, request.frames}, config));
-  VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(checked.text_tokens(), g, config));
-  checked.rows = layout.num_rows;
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry(checked.video, config));
+  if (checked.fl2va()) {
+    VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout,
+                            h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors));
+    checked.rows = layout.num_rows;
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(checked.text_tokens(), g, config));
+    checked.rows = layout.num_rows;
+  }
   VORTEX_RETURN_IF_ERROR(sampling::sigma_grid(request.steps, 1.0f).status());
   return checked;
 }
 
-Status check_decoder_takes(const MediaDecoder& decoder, const RequestOptions& r, const h3::H3Config& config,
+Status check_decoder_takes(const MediaDecoder& decoder, const CheckedRequest& checked, const h3::H3Config& config,
                            const std::string& what) {
-  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry({r.height, r.width, r.frames}, config));
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry(checked.video, config));
   const Shape video{config.in_channels, g.latent_frames, g.latent_height, g.latent_width};
   const Shape audio{h3::kAudioChannels, g.audio_latents, config.audio_in_channels};
   return decoder.check_shapes(video, audio, what);
@@ -289,9 +333,21 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   if (checked.text_states.defined()) return ok_status();
   if (!text) return invalid_argument("the request's prompt needs a text encoder");
   const auto start = std::chrono::steady_clock::now();
-  VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode(checked.prompt_ids));
+  if (checked.fl2va()) {
+    VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode_presentation(checked.presentation, checked.keyframes.pixels));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode(checked.prompt_ids));
+  }
   checked.encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   checked.text_encoder = text->describe();
+  return ok_status();
+}
+
+Status encode_request_keyframes(CheckedRequest& checked, const MediaRequest& vae) {
+  if (!checked.fl2va()) return ok_status();
+  const auto start = std::chrono::steady_clock::now();
+  VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, vae));
+  checked.keyframe_encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok_status();
 }
 
@@ -300,15 +356,23 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
                                const h3::ProgressCallback& progress, std::function<bool()> should_stop,
                                double load_seconds) {
   if (!checked.text_states.defined()) return internal_error("run_request: the prompt was not encoded");
+  if (checked.fl2va() && checked.keyframe_latents.size() != checked.keyframes.pixels.size()) {
+    return internal_error("run_request: the keyframes were not encoded");
+  }
   const Tensor& text_states = checked.text_states;
   h3::GenerateOptions options;
-  options.video = {r.height, r.width, r.frames};
+  options.video = checked.video;
   options.steps = r.steps;
   options.seed = r.seed;
   options.attention = checked.attention;
   options.should_stop = std::move(should_stop);
   RequestRun run;
-  VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_t2va(model.steps(), text_states, options, progress));
+  if (checked.fl2va()) {
+    VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_fl2va(model.steps(), text_states, checked.text_tags,
+                                                           checked.keyframe_latents, options, progress));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_t2va(model.steps(), text_states, options, progress));
+  }
   const h3::GenerateResult& result = run.result;
 
   const h3::LatentChecksum video = h3::latent_checksum(result.video_latents);
@@ -324,21 +388,31 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
       {"recipe", m.recipe},
       {"adaln_tables", m.device == "cuda" ? m.adaln_tables : "step"},
       {"request",
-       {{"height", r.height}, {"width", r.width}, {"frames", r.frames}, {"steps", r.steps}, {"seed", r.seed},
+       {{"task", checked.fl2va() ? "fl2va" : "t2va"},
+        {"height", checked.video.height}, {"width", checked.video.width}, {"frames", r.frames}, {"steps", r.steps}, {"seed", r.seed},
         {"text_tokens", text_states.size(0)},
         {"text", !r.prompt.empty() ? "prompt" : r.text_path.empty() ? "synthetic" : r.text_path}}},
       {"rows",
-       {{"text", result.layout.num_text}, {"audio", result.layout.num_audio}, {"video", result.layout.num_video},
+       {{"text", result.layout.num_text}, {"keyframes", result.layout.num_condition}, {"audio", result.layout.num_audio}, {"video", result.layout.num_video},
         {"total", result.layout.num_rows}}},
       {"forwards", result.run.forwards},
       {"checksums",
        {{"video", {{"sha256", video.sha256}, {"sum", video.sum}}}, {"audio", {{"sha256", audio.sha256}, {"sum", audio.sum}}}}},
-      {"seconds", {{"load", load_seconds}, {"encode_prompt", checked.encode_seconds}, {"denoise", result.run.seconds}}},
+      {"seconds", {{"load", load_seconds}, {"encode_prompt", checked.encode_seconds},
+                   {"encode_keyframes", checked.keyframe_encode_seconds}, {"denoise", result.run.seconds}}},
   };
   if (!r.prompt.empty()) {
     run.summary["request"]["prompt"] = r.prompt;
     run.summary["request"]["prompt_tokens"] = checked.prompt_ids;
     run.summary["text_encoder"] = checked.text_encoder;
+  }
+  if (checked.fl2va()) {
+    nlohmann::json keyframes = nlohmann::json::array();
+    for (size_t k = 0; k < checked.keyframes.paths.size(); ++k) {
+      keyframes.push_back({{"image", checked.keyframes.paths[k]},
+                           {"anchor", checked.keyframes.anchors[k] == h3::KeyframeAnchor::kFirst ? "first" : "last"}});
+    }
+    run.summary["request"]["keyframes"] = keyframes;
   }
   if (model.device_memory) run.summary["device_memory"] = model.device_memory();
   const std::map<std::string, std::string> metadata = {{"vortex", run.summary.dump()}};

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "decode_media.h"
+#include "keyframe_request.h"
 #include "models/h3/config.h"
 #include "models/h3/generate.h"
 #include "models/h3/step_model.h"
@@ -41,6 +42,8 @@ struct ModelOptions {
   std::string text_encoder_path;
   std::string tokenizer_path;  // empty: tokenizer.json beside the text encoder
   int text_encoder_layer = text::kH3TextEncoderLayer;
+  // The vision tower's image processor settings for keyframes (empty: beside the text encoder).
+  std::string processor_path;
 };
 
 // One request: the video's geometry, the schedule, the noise and the text: a prompt (encoded by the
@@ -57,6 +60,11 @@ struct RequestOptions {
   std::string text_path;  // safetensors with the Qwen3-VL layer-50 states, or empty for
   std::string text_key;   // (the tensor inside text_path; empty: the only one, or prompt_embeds)
   int text_tokens = 32;   // synthetic states of this many tokens
+  // fl2va: keyframes (PNGs) the video starts and / or ends on, with a prompt. They are put on the
+  // request's height x width canvas, or, when the size was left to its defaults (!size_given), the
+  // canvas follows the first keyframe (h3::keyframe_canvas).
+  std::vector<KeyframeInput> keyframes;
+  bool size_given = true;
   // The names the errors use for the fields (the CLI's flags, or the served request's JSON keys).
   std::function<std::string(const std::string& field)> field_name = [](const std::string& f) { return "--" + f; };
 };
@@ -78,11 +86,20 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
 // prompt's token ids to encode when it runs), attention plan and packed row count.
 struct CheckedRequest {
   Tensor text_states;                // [tokens, text_dim], or undefined when
-  std::vector<int32_t> prompt_ids;   // the prompt's tokens, before encode_prompt
+  std::vector<int32_t> prompt_ids;   // the prompt's tokens (with keyframes: the presentation's), before encode_prompt
   std::string text_encoder;          // what encoded them, for the summary
   double encode_seconds = 0.0;
   h3::AttentionPlan attention;
+  h3::VideoGeometry video;  // the request's size, or the keyframes' canvas
   int64_t rows = 0;
+  // fl2va: the keyframes on the canvas, the presentation the text encoder takes (its picture rows
+  // tagged video), and, after encode_request_keyframes, their conditioning latents.
+  PreparedKeyframes keyframes;
+  text::Presentation presentation;
+  std::vector<int32_t> text_tags;
+  std::vector<h3::Keyframe> keyframe_latents;
+  double keyframe_encode_seconds = 0.0;
+  bool fl2va() const { return !keyframes.pixels.empty(); }
   int64_t text_tokens() const { return text_states.defined() ? text_states.size(0) : static_cast<int64_t>(prompt_ids.size()); }
 };
 // `text` tokenizes a prompt; a request with a prompt and no text encoder is refused.
@@ -90,7 +107,7 @@ Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3
                                      const text::TextConditioner* text = nullptr);
 
 // The decoders take the latents this request will produce (errors prefixed by `what`).
-Status check_decoder_takes(const MediaDecoder& decoder, const RequestOptions& request, const h3::H3Config& config,
+Status check_decoder_takes(const MediaDecoder& decoder, const CheckedRequest& checked, const h3::H3Config& config,
                            const std::string& what);
 
 // Owns whichever model runs the steps.
@@ -113,9 +130,13 @@ struct RequestRun {
   h3::GenerateResult result;
 };
 
-// A prompt's text states: encodes checked.prompt_ids with `text` into checked.text_states (nothing
-// to do for a request that came with its states).
+// A prompt's text states: encodes checked.prompt_ids (with keyframes, the presentation and their
+// pixels) with `text` into checked.text_states (nothing to do for a request that came with its states).
 Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text);
+
+// fl2va: the keyframes' conditioning latents through the video VAE encoder `vae` names (on the
+// CPU), into checked.keyframe_latents; nothing to do for t2va.
+Status encode_request_keyframes(CheckedRequest& checked, const MediaRequest& vae);
 
 // Denoises one checked request (its text states encoded) on the loaded model and writes
 // PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).
