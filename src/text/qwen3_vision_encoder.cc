@@ -327,31 +327,18 @@ Result<Tensor> Qwen3VisionEncoder::image_patches(const Tensor& rgb, VisionGrid* 
   return out;
 }
 
-Result<Tensor> Qwen3VisionEncoder::embed(const Tensor& patches, const VisionGrid& grid) const {
-  const Qwen3VisionConfig& c = config_;
-  if (patches.rank() != 2 || patches.size(0) != grid.patches() || patches.size(1) != c.patch_values() ||
-      grid.merge != c.merge || grid.height % c.merge != 0 || grid.width % c.merge != 0) {
-    return invalid_argument("vision patches are " + patches.describe() + " for a " + std::to_string(grid.height) +
-                            " x " + std::to_string(grid.width) + " grid, expected [" +
-                            std::to_string(grid.patches()) + ", " + std::to_string(c.patch_values()) +
-                            "] with both sides multiples of " + std::to_string(c.merge));
-  }
-  VORTEX_ASSIGN_OR_RETURN(const Tensor pixels, patches.to(DType::kBF16));  // the pipeline feeds bf16 pixels
-  const int64_t N = grid.patches(), C = c.hidden, side = c.position_grid_side;
-  Tensor x = Tensor::empty({N, C}, DType::kBF16);
-  const TensorView bias = patch_b_.view();
-  VORTEX_RETURN_IF_ERROR(cpu::linear(pixels.view(), patch_w_.view(), &bias, x.view()));
+Result<Tensor> Qwen3VisionEncoder::position_rows(const VisionGrid& grid) const {
+  const int64_t N = grid.patches(), C = config_.hidden, side = config_.position_grid_side;
   // The learned grid resampled to this image: four taps per patch, the products and their sum in
-  // fp32 (tap order h0w0, h0w1, h1w0, h1w1), rounded to bf16 and added.
-  Tensor pos_row = Tensor::empty({C}, DType::kF32);
-  std::vector<float> xs(static_cast<size_t>(C));
+  // fp32 (tap order h0w0, h0w1, h1w0, h1w1), rounded to bf16.
+  Tensor out = Tensor::empty({N, C}, DType::kBF16);
+  std::vector<float> pos(static_cast<size_t>(C));
   for (int64_t i = 0; i < N; ++i) {
     const auto [row, col] = patch_position(i, grid);
     int64_t h_taps[2], w_taps[2];
     float h_weights[2], w_weights[2];
     axis_taps(row, grid.height, side, h_taps, h_weights);
     axis_taps(col, grid.width, side, w_taps, w_weights);
-    float* pos = pos_row.data_as<float>();
     for (int a = 0; a < 2; ++a) {
       for (int b = 0; b < 2; ++b) {
         const float weight = h_weights[a] * w_weights[b];
@@ -363,11 +350,55 @@ Result<Tensor> Qwen3VisionEncoder::embed(const Tensor& patches, const VisionGrid
         }
       }
     }
-    char* xr = cpu::row_ptr(x.view(), i);
-    cpu::load_row(xr, DType::kBF16, C, xs.data());
-    for (int64_t k = 0; k < C; ++k) xs[k] = round_bf16(xs[k] + round_bf16(pos[k]));
-    cpu::store_row(xs.data(), C, xr, DType::kBF16);
+    cpu::store_row(pos.data(), C, cpu::row_ptr(out.view(), i), DType::kBF16);
   }
+  return out;
+}
+
+Qwen3VisionEncoder::RopeTables Qwen3VisionEncoder::rope_tables(const VisionGrid& grid) const {
+  const int64_t N = grid.patches(), D = config_.head_dim();
+  // The 2-D RoPE: frequencies over a quarter head each for the patch row and column.
+  const int64_t quarter = D / 4;
+  RopeTables t{Tensor::empty({N, D}, DType::kF32), Tensor::empty({N, D}, DType::kF32)};
+  for (int64_t j = 0; j < quarter; ++j) {
+    const float exponent = static_cast<float>(2 * j) / static_cast<float>(D / 2);
+    const float inv_freq = 1.0f / portable_powf(static_cast<float>(config_.rope_theta), exponent);
+    for (int64_t i = 0; i < N; ++i) {
+      const auto position = patch_position(i, grid);
+      for (int axis = 0; axis < 2; ++axis) {
+        const float angle = static_cast<float>(position[axis]) * inv_freq;
+        for (int64_t half = 0; half < 2; ++half) {
+          const int64_t k = i * D + half * (D / 2) + axis * quarter + j;
+          t.cos.data_as<float>()[k] = portable_cosf(angle);
+          t.sin.data_as<float>()[k] = portable_sinf(angle);
+        }
+      }
+    }
+  }
+  return t;
+}
+
+Status Qwen3VisionEncoder::check_patches(const Tensor& patches, const VisionGrid& grid) const {
+  const Qwen3VisionConfig& c = config_;
+  if (patches.rank() != 2 || patches.size(0) != grid.patches() || patches.size(1) != c.patch_values() ||
+      grid.merge != c.merge || grid.height % c.merge != 0 || grid.width % c.merge != 0) {
+    return invalid_argument("vision patches are " + patches.describe() + " for a " + std::to_string(grid.height) +
+                            " x " + std::to_string(grid.width) + " grid, expected [" +
+                            std::to_string(grid.patches()) + ", " + std::to_string(c.patch_values()) +
+                            "] with both sides multiples of " + std::to_string(c.merge));
+  }
+  return ok_status();
+}
+
+Result<Tensor> Qwen3VisionEncoder::embed(const Tensor& patches, const VisionGrid& grid) const {
+  VORTEX_RETURN_IF_ERROR(check_patches(patches, grid));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor pixels, patches.to(DType::kBF16));  // the pipeline feeds bf16 pixels
+  const int64_t N = grid.patches(), C = config_.hidden;
+  Tensor x = Tensor::empty({N, C}, DType::kBF16);
+  const TensorView bias = patch_b_.view();
+  VORTEX_RETURN_IF_ERROR(cpu::linear(pixels.view(), patch_w_.view(), &bias, x.view()));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor pos, position_rows(grid));
+  VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), pos.view()));
   return x;
 }
 
@@ -380,24 +411,8 @@ Status Qwen3VisionEncoder::run_blocks(Tensor& x, const VisionGrid& grid, int64_t
     return invalid_argument("vision states are " + x.describe() + ", expected bf16 [" + std::to_string(N) + ", " +
                             std::to_string(C) + "]");
   }
-  // The 2-D RoPE: frequencies over a quarter head each for the patch row and column.
-  const int64_t quarter = D / 4;
-  Tensor cos = Tensor::empty({N, D}, DType::kF32), sin = Tensor::empty({N, D}, DType::kF32);
-  for (int64_t j = 0; j < quarter; ++j) {
-    const float exponent = static_cast<float>(2 * j) / static_cast<float>(D / 2);
-    const float inv_freq = 1.0f / portable_powf(static_cast<float>(c.rope_theta), exponent);
-    for (int64_t i = 0; i < N; ++i) {
-      const auto position = patch_position(i, grid);
-      for (int axis = 0; axis < 2; ++axis) {
-        const float angle = static_cast<float>(position[axis]) * inv_freq;
-        for (int64_t half = 0; half < 2; ++half) {
-          const int64_t k = i * D + half * (D / 2) + axis * quarter + j;
-          cos.data_as<float>()[k] = portable_cosf(angle);
-          sin.data_as<float>()[k] = portable_sinf(angle);
-        }
-      }
-    }
-  }
+  const RopeTables rope = rope_tables(grid);
+  const Tensor &cos = rope.cos, &sin = rope.sin;
   Tensor normed = Tensor::empty({N, C}, DType::kBF16), qkv = Tensor::empty({N, 3 * C}, DType::kBF16);
   Tensor rotated = Tensor::empty({N, 2 * C}, DType::kF32);  // q and k widened: the RoPE runs in fp32
   Tensor attn = Tensor::empty({N, C}, DType::kBF16), branch = Tensor::empty({N, C}, DType::kBF16);

@@ -113,6 +113,16 @@ class Qwen3VisionEncoder {
   Status run_blocks(Tensor& x, const VisionGrid& grid, int64_t first, int64_t last,
                     std::vector<Tensor>* deepstack) const;
 
+  // The pieces of embed and run_blocks the CUDA port (cuda_qwen3_vision_encoder.h) shares: the
+  // patches-against-grid check, the resampled position embeddings (BF16 [patches, hidden], added
+  // to the patch embeddings) and the 2-D RoPE tables (F32 [patches, head_dim]).
+  Status check_patches(const Tensor& patches, const VisionGrid& grid) const;
+  Result<Tensor> position_rows(const VisionGrid& grid) const;
+  struct RopeTables {
+    Tensor cos, sin;
+  };
+  RopeTables rope_tables(const VisionGrid& grid) const;
+
   const Qwen3VisionConfig& config() const { return config_; }
   const Qwen3ImageProcessorConfig& processor() const { return processor_; }
 
@@ -123,6 +133,11 @@ class Qwen3VisionEncoder {
     Tensor norm_w, norm_b, fc1_w, fc1_b, fc2_w, fc2_b;
     bool norm_after_shuffle = false;  // DeepStack mergers normalise the [P/4, 4C] view
   };
+  const Tensor& patch_weight() const { return patch_w_; }
+  const Tensor& patch_bias() const { return patch_b_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+  const Merger& merger() const { return merger_; }
+  const std::vector<Merger>& deepstack_mergers() const { return deepstack_mergers_; }
 
  private:
   Result<Tensor> merge(const Merger& merger, const Tensor& x) const;
