@@ -1,4 +1,5 @@
-// LayerNorm over the last dim (contract: vae_layer_norm.h), for the video VAE decoder's norm_out:
+// LayerNorm over the last dim (contract: vae_layer_norm.h), for the video VAE decoder's norm_out
+// and the Qwen3-VL vision tower's norms:
 //
 //   y = R(((x - mean) · rstd) · weight + bias),  rstd = 1 / sqrt(var + eps)
 //
@@ -28,8 +29,9 @@ constexpr int kWarps = kThreads / 32;
 constexpr int64_t kMaxBlocks = 65535;
 
 struct LayerNormParams {
-  const float* x;
+  const void* x;
   int64_t x_stride;
+  bool x_bf16;
   const float* weight;
   const float* bias;
   void* y;
@@ -51,22 +53,29 @@ __device__ double block_sum(double v, double* scratch) {
   return total;
 }
 
+template <bool kBf16In>
 __global__ void __launch_bounds__(kThreads) layer_norm_kernel(LayerNormParams p) {
   __shared__ double scratch[kWarps];
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const float* row = p.x + r * p.x_stride;
+    const auto in = [&](int c) -> float {
+      if constexpr (kBf16In) {
+        return bf16_bits_to_f32(static_cast<const uint16_t*>(p.x)[r * p.x_stride + c]);
+      } else {
+        return static_cast<const float*>(p.x)[r * p.x_stride + c];
+      }
+    };
     double sum = 0.0;
-    for (int c = threadIdx.x; c < p.c; c += kThreads) sum += row[c];
+    for (int c = threadIdx.x; c < p.c; c += kThreads) sum += in(c);
     const float mean = static_cast<float>(block_sum(sum, scratch) / static_cast<double>(p.c));
     double squares = 0.0;
     for (int c = threadIdx.x; c < p.c; c += kThreads) {
-      const double d = __fsub_rn(row[c], mean);
+      const double d = __fsub_rn(in(c), mean);
       squares += d * d;  // exact in double: a product of two floats has at most 48 significant bits
     }
     const float var = static_cast<float>(block_sum(squares, scratch) / static_cast<double>(p.c));
     const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, p.eps)));
     for (int c = threadIdx.x; c < p.c; c += kThreads) {
-      const float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(row[c], mean), rstd), p.weight[c]), p.bias[c]);
+      const float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(in(c), mean), rstd), p.weight[c]), p.bias[c]);
       if (p.y_bf16) {
         static_cast<uint16_t*>(p.y)[r * p.y_stride + c] = f32_to_bf16_bits(v);
       } else {
@@ -87,8 +96,9 @@ Status layer_norm(const TensorView& x, const TensorView& weight, const TensorVie
   for (const TensorView* t : {&x, &weight, &bias, &y}) {
     if (t->device != Device::kCuda) return bad("every operand must be on the device");
   }
-  if (x.dtype != DType::kF32 || weight.dtype != DType::kF32 || bias.dtype != DType::kF32) {
-    return bad("x, weight and bias must be F32");
+  if ((x.dtype != DType::kF32 && x.dtype != DType::kBF16) || weight.dtype != DType::kF32 ||
+      bias.dtype != DType::kF32) {
+    return bad("x must be F32 or BF16, weight and bias F32");
   }
   if (y.dtype != DType::kF32 && y.dtype != DType::kBF16) return bad("y must be F32 or BF16");
   if (x.rank() != 2 || y.shape != x.shape || x.strides[1] != 1 || y.strides[1] != 1) {
@@ -103,8 +113,9 @@ Status layer_norm(const TensorView& x, const TensorView& weight, const TensorVie
   if (!(eps >= 0.0f)) return bad("eps must be >= 0");
   if (rows == 0) return ok_status();
   LayerNormParams p{};
-  p.x = static_cast<const float*>(x.data);
+  p.x = x.data;
   p.x_stride = x.strides[0];
+  p.x_bf16 = x.dtype == DType::kBF16;
   p.weight = static_cast<const float*>(weight.data);
   p.bias = static_cast<const float*>(bias.data);
   p.y = y.data;
@@ -113,7 +124,12 @@ Status layer_norm(const TensorView& x, const TensorView& weight, const TensorVie
   p.rows = rows;
   p.c = static_cast<int>(c);
   p.eps = eps;
-  layer_norm_kernel<<<static_cast<unsigned>(std::min(rows, kMaxBlocks)), kThreads, 0, stream>>>(p);
+  const unsigned blocks = static_cast<unsigned>(std::min(rows, kMaxBlocks));
+  if (p.x_bf16) {
+    layer_norm_kernel<true><<<blocks, kThreads, 0, stream>>>(p);
+  } else {
+    layer_norm_kernel<false><<<blocks, kThreads, 0, stream>>>(p);
+  }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }

@@ -18,7 +18,6 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-constexpr float kNormEps = 1e-6f;  // every LayerNorm of the tower and its mergers
 
 Result<int64_t> optional_positive_int(const json& j, const std::string& key, int64_t fallback,
                                       const std::string& where) {
@@ -422,7 +421,7 @@ Status Qwen3VisionEncoder::run_blocks(Tensor& x, const VisionGrid& grid, int64_t
     const Block& l = blocks_[static_cast<size_t>(b)];
     const TensorView n1w = l.norm1_w.view(), n1b = l.norm1_b.view(), n2w = l.norm2_w.view(), n2b = l.norm2_b.view();
     const TensorView qkv_b = l.qkv_b.view(), proj_b = l.proj_b.view(), fc1_b = l.fc1_b.view(), fc2_b = l.fc2_b.view();
-    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(x.view(), n1w, n1b, kNormEps, normed.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(x.view(), n1w, n1b, kVisionNormEps, normed.view()));
     VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.qkv_w.view(), &qkv_b, qkv.view()));
     VORTEX_ASSIGN_OR_RETURN(const Tensor qk, qkv.slice(1, 0, 2 * C));
     VORTEX_RETURN_IF_ERROR(copy_into(qk, rotated));
@@ -433,7 +432,7 @@ Status Qwen3VisionEncoder::run_blocks(Tensor& x, const VisionGrid& grid, int64_t
                                           scale));
     VORTEX_RETURN_IF_ERROR(cpu::linear(attn.view(), l.proj_w.view(), &proj_b, branch.view()));
     VORTEX_RETURN_IF_ERROR(cpu::residual_add(x.view(), branch.view()));
-    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(x.view(), n2w, n2b, kNormEps, normed.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(x.view(), n2w, n2b, kVisionNormEps, normed.view()));
     VORTEX_RETURN_IF_ERROR(cpu::linear(normed.view(), l.fc1_w.view(), &fc1_b, hidden.view()));
     VORTEX_RETURN_IF_ERROR(cpu::gelu(hidden.view(), hidden.view(), cpu::GeluApproximation::kTanh));
     VORTEX_RETURN_IF_ERROR(cpu::linear(hidden.view(), l.fc2_w.view(), &fc2_b, branch.view()));
@@ -454,10 +453,10 @@ Result<Tensor> Qwen3VisionEncoder::merge(const Merger& merger, const Tensor& x) 
   if (merger.norm_after_shuffle) {
     VORTEX_ASSIGN_OR_RETURN(const Tensor shuffled, x.reshape(Shape({N / group, M})));
     normed = Tensor::empty({N / group, M}, DType::kBF16);
-    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(shuffled.view(), nw, nb, kNormEps, normed.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(shuffled.view(), nw, nb, kVisionNormEps, normed.view()));
   } else {
     Tensor per_patch = Tensor::empty({N, C}, DType::kBF16);
-    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(x.view(), nw, nb, kNormEps, per_patch.view()));
+    VORTEX_RETURN_IF_ERROR(cpu::layer_norm(x.view(), nw, nb, kVisionNormEps, per_patch.view()));
     VORTEX_ASSIGN_OR_RETURN(normed, per_patch.reshape(Shape({N / group, M})));
   }
   const TensorView b1 = merger.fc1_b.view(), b2 = merger.fc2_b.view();

@@ -37,6 +37,8 @@
 
 namespace vortex::text {
 
+constexpr float kVisionNormEps = 1e-6f;  // every LayerNorm of the tower and its mergers
+
 struct Qwen3VisionConfig {
   int64_t depth = 0;
   int64_t hidden = 0;

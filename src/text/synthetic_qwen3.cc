@@ -27,6 +27,15 @@ SyntheticQwen3Shape released_qwen3_shape(int64_t layers) {
   return s;
 }
 
+void use_released_vision_tower(SyntheticQwen3Shape& s) {
+  s.vision_depth = 27;
+  s.vision_hidden = 1152;
+  s.vision_heads = 16;
+  s.vision_intermediate = 4304;
+  s.vision_position_side = 48;
+  s.vision_deepstack_layers = {8, 16, 24};
+}
+
 Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& s, uint64_t seed) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -38,16 +47,19 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
         {"num_hidden_layers", s.layers}, {"num_attention_heads", s.heads}, {"num_key_value_heads", s.kv_heads},
         {"head_dim", s.head_dim}, {"rms_norm_eps", 1e-6}, {"hidden_act", "silu"},
         {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 5000000.0}}}}}};
-  constexpr int64_t kVisionHidden = 16, kPatch = 16, kMerge = 2, kTemporal = 2;
+  constexpr int64_t kPatch = 16, kMerge = 2, kTemporal = 2;
+  const int64_t positions = s.vision_position_side * s.vision_position_side;
   if (s.vision_depth > 0) {
     config["image_token_id"] = 151655;
     config["vision_start_token_id"] = 151652;
     config["vision_end_token_id"] = 151653;
-    config["vision_config"] = {{"depth", s.vision_depth}, {"hidden_size", kVisionHidden}, {"intermediate_size", 32},
-                               {"num_heads", 2}, {"in_channels", 3}, {"patch_size", kPatch},
-                               {"spatial_merge_size", kMerge}, {"temporal_patch_size", kTemporal},
-                               {"out_hidden_size", s.hidden}, {"num_position_embeddings", 16},
-                               {"deepstack_visual_indexes", {0}}, {"hidden_act", "gelu_pytorch_tanh"}};
+    config["vision_config"] = {{"depth", s.vision_depth}, {"hidden_size", s.vision_hidden},
+                               {"intermediate_size", s.vision_intermediate}, {"num_heads", s.vision_heads},
+                               {"in_channels", 3}, {"patch_size", kPatch}, {"spatial_merge_size", kMerge},
+                               {"temporal_patch_size", kTemporal}, {"out_hidden_size", s.hidden},
+                               {"num_position_embeddings", positions},
+                               {"deepstack_visual_indexes", s.vision_deepstack_layers},
+                               {"hidden_act", "gelu_pytorch_tanh"}};
     const nlohmann::json processor = {
         {"image_processor_type", "Qwen2VLImageProcessor"}, {"patch_size", kPatch}, {"merge_size", kMerge},
         {"temporal_patch_size", kTemporal}, {"image_mean", {0.5, 0.5, 0.5}}, {"image_std", {0.5, 0.5, 0.5}},
@@ -96,7 +108,8 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
   }
   if (s.vision_depth > 0) {
     const std::string v = "model.visual.";
-    const int64_t C = kVisionHidden, F = 32, M = C * kMerge * kMerge, K = 3 * kTemporal * kPatch * kPatch;
+    const int64_t C = s.vision_hidden, F = s.vision_intermediate, M = C * kMerge * kMerge;
+    const int64_t K = 3 * kTemporal * kPatch * kPatch;
     const auto layer_norm = [&](const std::string& p, int64_t n) {
       add(p + "weight", {n}, 0.1f, 1.0f);
       add(p + "bias", {n}, 0.1f, 0.0f);
@@ -107,7 +120,7 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
     };
     add(v + "patch_embed.proj.weight", {C, 3, kTemporal, kPatch, kPatch}, linear_scale(K), 0.0f);
     add(v + "patch_embed.proj.bias", {C}, 0.1f, 0.0f);
-    add(v + "pos_embed.weight", {16, C}, 1.0f, 0.0f);
+    add(v + "pos_embed.weight", {positions, C}, 1.0f, 0.0f);
     for (int64_t b = 0; b < s.vision_depth; ++b) {
       const std::string p = v + "blocks." + std::to_string(b) + ".";
       layer_norm(p + "norm1.", C);
@@ -117,8 +130,12 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
       linear(p + "mlp.linear_fc1.", F, C);
       linear(p + "mlp.linear_fc2.", C, F);
     }
-    for (const std::string m : {v + "merger.", v + "deepstack_merger_list.0."}) {
-      layer_norm(m + "norm.", m == v + "merger." ? C : M);
+    std::vector<std::string> mergers = {v + "merger."};
+    for (size_t j = 0; j < s.vision_deepstack_layers.size(); ++j) {
+      mergers.push_back(v + "deepstack_merger_list." + std::to_string(j) + ".");
+    }
+    for (const std::string& m : mergers) {
+      layer_norm(m + "norm.", m == mergers[0] ? C : M);  // the main merger normalises each patch
       linear(m + "linear_fc1.", M, M);
       linear(m + "linear_fc2.", s.hidden, M);
     }

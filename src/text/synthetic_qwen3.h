@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "vortex/status.h"
 
@@ -13,12 +14,18 @@ namespace vortex::text {
 
 struct SyntheticQwen3Shape {
   int64_t vocab = 1000, hidden = 8, heads = 2, kv_heads = 1, head_dim = 4, intermediate = 16, layers = 2;
-  // A vision tower (qwen3_vision_encoder.h) of this many blocks, 0 for none: width 16, 2 heads,
-  // FFN 32, patch 16, merge 2, a 4 × 4 learned position grid, DeepStack after block 0; with it
-  // the config names Qwen's vision token ids and preprocessor_config.json is written too (min_pixels
-  // 32 · 32, so small canvases need no resize).
+  // A vision tower (qwen3_vision_encoder.h) of this many blocks, 0 for none: patch 16, merge 2, and
+  // the widths below; with it the config names Qwen's vision token ids and preprocessor_config.json
+  // is written too (min_pixels 32 · 32, so small canvases need no resize).
   int64_t vision_depth = 0;
+  int64_t vision_hidden = 16, vision_heads = 2, vision_intermediate = 32;
+  int64_t vision_position_side = 4;                  // the learned position grid's side
+  std::vector<int64_t> vision_deepstack_layers = {0};  // the blocks DeepStack features follow
 };
+
+// The released Qwen3-VL vision tower's widths on `shape` (27 blocks of 1152, 16 heads of 72, FFN
+// 4304, a 48 × 48 position grid, DeepStack after blocks 8, 16 and 24).
+void use_released_vision_tower(SyntheticQwen3Shape& shape);
 
 // The released Qwen3-VL language model's widths (hidden 5120, 64 query / 8 key-value heads of
 // 128, FFN 25600, vocabulary 151936) with `layers` decoder layers.

@@ -7,13 +7,15 @@
 #if defined(VORTEX_HAVE_CUDA)
 #include "cuda/runtime.h"
 #include "text/cuda_qwen3_text_encoder.h"
+#include "text/cuda_qwen3_vision_encoder.h"
 #endif
 
 namespace vortex::text {
 
 #if !defined(VORTEX_HAVE_CUDA)
-// Without CUDA the pointer is always null; its deleter still needs a complete type.
+// Without CUDA the pointers are always null; their deleters still need complete types.
 class CudaQwen3TextEncoder {};
+class CudaQwen3VisionEncoder {};
 #endif
 
 TextConditioner::~TextConditioner() = default;
@@ -103,16 +105,20 @@ Result<Tensor> TextConditioner::encode_presentation(const Presentation& p, const
     return invalid_argument(std::to_string(keyframes.size()) + " keyframe image(s) for a presentation of " +
                             std::to_string(p.grids.size()));
   }
+  VORTEX_RETURN_IF_ERROR(prepare());
   std::vector<VisionFeatures> features;
   for (size_t k = 0; k < keyframes.size(); ++k) {
+#if defined(VORTEX_HAVE_CUDA)
+    auto f = cuda_vision_ ? cuda_vision_->encode_image(keyframes[k]) : vision_->encode_image(keyframes[k]);
+#else
     auto f = vision_->encode_image(keyframes[k]);
+#endif
     if (!f.ok()) return f.status().with_context("keyframe " + std::to_string(k + 1));
     if (f->grid.height != p.grids[k].height || f->grid.width != p.grids[k].width) {
       return invalid_argument("keyframe " + std::to_string(k + 1) + " is not the size its presentation was built for");
     }
     features.push_back(std::move(*f));
   }
-  VORTEX_RETURN_IF_ERROR(prepare());
 #if defined(VORTEX_HAVE_CUDA)
   if (cuda_encoder_) return cuda_encoder_->encode(p.ids, features);
 #endif
@@ -123,6 +129,9 @@ Status TextConditioner::prepare() {
 #if defined(VORTEX_HAVE_CUDA)
   if (device_ == "cuda" && !cuda_encoder_) {
     VORTEX_ASSIGN_OR_RETURN(cuda_encoder_, CudaQwen3TextEncoder::create(*encoder_));
+  }
+  if (device_ == "cuda" && vision_ && !cuda_vision_) {
+    VORTEX_ASSIGN_OR_RETURN(cuda_vision_, CudaQwen3VisionEncoder::create(*vision_));
   }
 #endif
   return ok_status();
@@ -153,7 +162,7 @@ Result<Tensor> TextConditioner::encode(const std::vector<int32_t>& ids) {
 
 size_t TextConditioner::device_weight_bytes() const {
 #if defined(VORTEX_HAVE_CUDA)
-  if (cuda_encoder_) return cuda_encoder_->weight_bytes();
+  if (cuda_encoder_) return cuda_encoder_->weight_bytes() + (cuda_vision_ ? cuda_vision_->weight_bytes() : 0);
 #endif
   return 0;
 }

@@ -3,7 +3,7 @@
 // the prompt verbatim, no chat template, no special tokens added; for fl2va, before it, each
 // keyframe's `"<Picture i>: "` label and vision block (`<|vision_start|>`, one `<|image_pad|>` per
 // merged patch, `<|vision_end|>`), whose rows H3 tags as video. The keyframes' pixels go through
-// the Qwen3-VL vision tower (qwen3_vision_encoder.h; on the CPU whatever the device).
+// the Qwen3-VL vision tower (qwen3_vision_encoder.h; on cuda, cuda_qwen3_vision_encoder.h).
 #pragma once
 
 #include <array>
@@ -35,6 +35,7 @@ struct TextConditionerOptions {
 };
 
 class CudaQwen3TextEncoder;
+class CudaQwen3VisionEncoder;
 
 // A tokenized fl2va presentation (TextConditioner::keyframe_presentation).
 struct Presentation {
@@ -58,8 +59,8 @@ class TextConditioner {
   // the text encoder with their features.
   Result<Tensor> encode_presentation(const Presentation& presentation, const std::vector<Tensor>& keyframes);
 
-  // On cuda: uploads the layers' weights now (a server does at start, so that no request waits
-  // for it); nothing on the cpu, or when done already.
+  // On cuda: uploads the layers' and the vision tower's weights now (a server does at start, so
+  // that no request waits for it); nothing on the cpu, or when done already.
   Status prepare();
 
   // [ids.size(), hidden] BF16 text states (host), computed on the device the options named.
@@ -67,7 +68,7 @@ class TextConditioner {
   Result<Tensor> encode(const std::vector<int32_t>& ids);
 
   int64_t hidden() const { return encoder_->config().hidden; }
-  // Device bytes of the resident encoder's weights (0 on the CPU).
+  // Device bytes of the resident encoder's and vision tower's weights (0 on the CPU).
   size_t device_weight_bytes() const;
   // "<checkpoint> layer <n> on <device>, tokenizer <path>" for summaries.
   std::string describe() const;
@@ -83,6 +84,7 @@ class TextConditioner {
   std::unique_ptr<CudaQwen3TextEncoder> cuda_encoder_;
   std::unique_ptr<Qwen3VisionEncoder> vision_;  // null when none could be loaded; then:
   Status vision_error_ = ok_status();
+  std::unique_ptr<CudaQwen3VisionEncoder> cuda_vision_;
   std::string tokenizer_path_;
   std::string device_;
 };

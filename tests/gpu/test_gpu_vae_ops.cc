@@ -72,10 +72,10 @@ TEST_F(GpuVaeOps, LayerNormMatchesTheCpu) {
       }
     }
   }
-  const Tensor x = to_device(random_tensor({4, 8}, DType::kBF16, 1));
-  const Tensor w = to_device(random_tensor({8}, DType::kF32, 2));
+  const Tensor x = to_device(random_tensor({4, 8}, DType::kF32, 1));
+  const Tensor w = to_device(random_tensor({8}, DType::kBF16, 2));
   EXPECT_EQ(cuda::layer_norm(x.view(), w.view(), w.view(), 1e-5f, x.view(), stream_).code(),
-            StatusCode::kInvalidArgument);  // BF16 x
+            StatusCode::kInvalidArgument);  // BF16 weights (BF16 x is the vision tower's case: test_gpu_vision_encoder.cc)
 }
 
 TEST_F(GpuVaeOps, AttentionF32MatchesTheCpu) {
