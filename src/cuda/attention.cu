@@ -12,7 +12,10 @@
 //         S = Q·Kᵀ (fp32) → mask tail keys → row max / rescale / row sum in fp32 →
 //         P = exp2(S·scale·log2e − m) rounded to bf16 → O += P·V (fp32).
 //       The output is divided by the row sum, rounded to bf16, staged through shared memory and
-//       written with 16-byte stores into the strided out view. Head dims 64 and 128 (template).
+//       written with 16-byte stores into the strided out view. Head dims 64 and 128 (template),
+//       and 72 (the Qwen3-VL vision tower's) in 128-wide shared rows: its tiles are loaded as 80
+//       columns, the last 8 zero-filled, so that Q·Kᵀ takes whole k16 steps (a zero column adds
+//       exact zeros) and P·V whole n8 pairs, whose 8 extra output columns are not stored.
 //       Rounding P to bf16 is the only rounding beyond the contract's; with the output's own
 //       rounding it leaves ~2e-3 rel-L2 against the fp32 reference. The same kernel with the
 //       causal mask and grouped key/value heads is causal_attention() (the text encoder's).
@@ -64,6 +67,18 @@ constexpr int kStages = 2;
 constexpr int kChunk = 8;
 
 constexpr float kLog2e = 1.4426950408889634f;
+
+// A head dim of kHeadDim values is computed over kPadded columns (whole k16 steps); the columns
+// past kHeadDim are zeros in shared memory.
+template <int kHeadDim>
+constexpr int padded_head_dim() {
+  return (kHeadDim + 15) / 16 * 16;
+}
+// Shared tile rows of 64 or 128 bf16 (8 or 16 swizzled chunks) hold a head of up to that many.
+template <int kHeadDim>
+constexpr int smem_row() {
+  return kHeadDim <= 64 ? 64 : 128;
+}
 
 template <int D>
 constexpr int smem_bytes() {
@@ -137,20 +152,23 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 
 // ---- producer: global → shared ----------------------------------------------------------------------
 
-// Copies rows [row0, row0 + kRows) of a [rows, D] strided matrix into a swizzled tile; rows at or
-// past `row_end` are zero-filled (their source address is row 0's, never dereferenced).
-template <int D, int kRows>
+// Copies rows [row0, row0 + kRows) of a [rows, kHeadDim] strided matrix into the first
+// padded_head_dim columns of a swizzled tile of row width D; rows at or past `row_end`, and the
+// padding columns, are zero-filled (their source address is row 0's, never dereferenced).
+template <int D, int kHeadDim, int kRows>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* base, int64_t row_stride,
                                           int row0, int row_end) {
-  constexpr int kChunksPerRow = D / kChunk;
-  constexpr int kCopies = kRows * kChunksPerRow / kThreads;
-  static_assert(kRows * kChunksPerRow % kThreads == 0, "whole copies per thread");
+  constexpr int kChunksPerRow = padded_head_dim<kHeadDim>() / kChunk;
+  constexpr int kValidChunks = kHeadDim / kChunk;
+  constexpr int kTotal = kRows * kChunksPerRow;
+  constexpr int kCopies = (kTotal + kThreads - 1) / kThreads;
 #pragma unroll
   for (int i = 0; i < kCopies; ++i) {
     const int c = static_cast<int>(threadIdx.x) + i * kThreads;
+    if (kTotal % kThreads != 0 && c >= kTotal) break;
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const bool valid = row0 + row < row_end;
-    const __nv_bfloat16* src = base + (valid ? static_cast<int64_t>(row0 + row) * row_stride : 0) + chunk * kChunk;
+    const bool valid = row0 + row < row_end && chunk < kValidChunks;
+    const __nv_bfloat16* src = base + (valid ? static_cast<int64_t>(row0 + row) * row_stride + chunk * kChunk : 0);
     cp_async_16(tile + swizzled<D>(row, chunk), src, valid ? 16 : 0);
   }
 }
@@ -161,11 +179,14 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
 // query's key, masks the keys past each row's own in the tiles that cross the diagonal, and the
 // grid runs the longest query blocks first so that the short ones fill the last wave. Every row
 // sees key 0 in tile 0, so its running maximum is finite from the first tile on, as without it.
-template <int D, bool kCausal>
+template <int kHeadDim, bool kCausal>
 __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const AttentionParams p) {
-  static_assert(D % 16 == 0 && D / kChunk >= 8, "the swizzle permutes 8 chunks per row");
-  constexpr int kDTiles = D / 8;    // n8 tiles of the output
-  constexpr int kDSteps = D / 16;   // k16 steps of Q·Kᵀ
+  constexpr int D = smem_row<kHeadDim>();  // shared row width
+  constexpr int kPadded = padded_head_dim<kHeadDim>();
+  static_assert(kHeadDim % kChunk == 0 && kPadded <= D, "whole 16-byte chunks inside the shared row");
+  static_assert(D / kChunk >= 8, "the swizzle permutes 8 chunks per row");
+  constexpr int kDTiles = kPadded / 8;    // n8 tiles of the output (those past kHeadDim not stored)
+  constexpr int kDSteps = kPadded / 16;   // k16 steps of Q·Kᵀ
   constexpr int kKeyTiles = kBlockK / 8;
   constexpr int kKeySteps = kBlockK / 16;
 
@@ -185,9 +206,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
   const int keys_seen = kCausal ? min(p.nk, q0 + kBlockQ) : p.nk;  // by the CTA's last query
   const int num_tiles = (keys_seen + kBlockK - 1) / kBlockK;
 
-  load_tile<D, kBlockQ>(s_q, q_base, p.q_row, 0, p.nq - q0);
-  load_tile<D, kBlockK>(s_k, k_base, p.k_row, 0, p.nk);
-  load_tile<D, kBlockK>(s_v, v_base, p.v_row, 0, p.nk);
+  load_tile<D, kHeadDim, kBlockQ>(s_q, q_base, p.q_row, 0, p.nq - q0);
+  load_tile<D, kHeadDim, kBlockK>(s_k, k_base, p.k_row, 0, p.nk);
+  load_tile<D, kHeadDim, kBlockK>(s_v, v_base, p.v_row, 0, p.nk);
   cp_async_commit();
 
   uint32_t q_frag[kDSteps][4];
@@ -203,8 +224,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
     const int stage = tile % kStages;
     if (tile + 1 < num_tiles) {
       const int next = (tile + 1) % kStages;
-      load_tile<D, kBlockK>(s_k + next * kBlockK * D, k_base, p.k_row, (tile + 1) * kBlockK, p.nk);
-      load_tile<D, kBlockK>(s_v + next * kBlockK * D, v_base, p.v_row, (tile + 1) * kBlockK, p.nk);
+      load_tile<D, kHeadDim, kBlockK>(s_k + next * kBlockK * D, k_base, p.k_row, (tile + 1) * kBlockK, p.nk);
+      load_tile<D, kHeadDim, kBlockK>(s_v + next * kBlockK * D, v_base, p.v_row, (tile + 1) * kBlockK, p.nk);
     }
     cp_async_commit();      // possibly empty: keeps "all but the newest group" meaning this tile
     cp_async_wait<1>();
@@ -318,10 +339,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
     }
   }
   __syncwarp();
-  constexpr int kChunksPerRow = D / kChunk;
+  constexpr int kChunksPerRow = kHeadDim / kChunk;  // the stored ones
+  constexpr int kTotal = kRowsPerWarp * kChunksPerRow;
 #pragma unroll
-  for (int i = 0; i < kRowsPerWarp * kChunksPerRow / 32; ++i) {
+  for (int i = 0; i < (kTotal + 31) / 32; ++i) {
     const int c = lane + i * 32;
+    if (kTotal % 32 != 0 && c >= kTotal) break;
     const int row = warp_row0 + c / kChunksPerRow, chunk = c % kChunksPerRow;
     const int query = q0 + row;
     if (query < p.nq) {
@@ -332,16 +355,25 @@ __global__ void __launch_bounds__(kThreads, 1) attention_v0_kernel(const Attenti
   }
 }
 
-template <int D, bool kCausal>
+template <int kHeadDim, bool kCausal>
 Status launch_v0(const AttentionParams& params, int heads, cudaStream_t stream) {
-  constexpr int kSmem = smem_bytes<D>();
-  VORTEX_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_v0_kernel<D, kCausal>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  constexpr int kSmem = smem_bytes<smem_row<kHeadDim>()>();
+  VORTEX_CUDA_CHECK(cudaFuncSetAttribute(attention_v0_kernel<kHeadDim, kCausal>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const dim3 grid((params.nq + kBlockQ - 1) / kBlockQ, heads);
   // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2.
-  attention_v0_kernel<D, kCausal><<<grid, kThreads, kSmem, stream>>>(params);
+  attention_v0_kernel<kHeadDim, kCausal><<<grid, kThreads, kSmem, stream>>>(params);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
+}
+
+bool v0_head_dim(int64_t d) { return d == 64 || d == 72 || d == 128; }
+
+// v0 at a head dim v0_head_dim accepts.
+Status launch_v0_for(const AttentionParams& params, int64_t d, bool causal, int heads, cudaStream_t stream) {
+  if (d == 64) return causal ? launch_v0<64, true>(params, heads, stream) : launch_v0<64, false>(params, heads, stream);
+  if (d == 72) return causal ? launch_v0<72, true>(params, heads, stream) : launch_v0<72, false>(params, heads, stream);
+  return causal ? launch_v0<128, true>(params, heads, stream) : launch_v0<128, false>(params, heads, stream);
 }
 
 AttentionParams v0_params(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -465,9 +497,9 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
   bool aligned = true;
   VORTEX_RETURN_IF_ERROR(check_attention_operands("cuda attention", q, k, v, &out, scale, aligned));
   const int64_t heads = q.shape[1], d = q.shape[2];
-  // The tensor-core kernels take head dims 64 and 128 on 16-byte aligned rows; anything else (the
-  // small test models, odd views) goes to the warp-per-row fallback with the same numerics.
-  if ((d != 64 && d != 128) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
+  // The tensor-core kernels take head dims 64, 72 and 128 on 16-byte aligned rows; anything else
+  // (the small test models, odd views) goes to the warp-per-row fallback with the same numerics.
+  if (!v0_head_dim(d) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
 
   if (variant != AttentionVariant::kV0 && d == 128) {
     const Status status =
@@ -482,9 +514,7 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
     }
   }
 
-  const AttentionParams params = v0_params(q, k, v, out, scale);
-  return d == 64 ? launch_v0<64, false>(params, static_cast<int>(heads), stream)
-                 : launch_v0<128, false>(params, static_cast<int>(heads), stream);
+  return launch_v0_for(v0_params(q, k, v, out, scale), d, false, static_cast<int>(heads), stream);
 }
 
 Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
@@ -494,10 +524,8 @@ Status causal_attention(const TensorView& q, const TensorView& k, const TensorVi
   bool aligned = true;
   for (const TensorView* t : {&q, &k, &v, &out}) aligned = aligned && chunk_aligned(*t);
   if (q.shape[0] == 0) return ok_status();
-  if ((d != 64 && d != 128) || !aligned) return causal_attention_fallback(q, k, v, out, scale, stream);
-  const AttentionParams params = v0_params(q, k, v, out, scale);
-  return d == 64 ? launch_v0<64, true>(params, static_cast<int>(heads), stream)
-                 : launch_v0<128, true>(params, static_cast<int>(heads), stream);
+  if (!v0_head_dim(d) || !aligned) return causal_attention_fallback(q, k, v, out, scale, stream);
+  return launch_v0_for(v0_params(q, k, v, out, scale), d, true, static_cast<int>(heads), stream);
 }
 
 Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const TensorView& v,

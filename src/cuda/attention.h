@@ -5,7 +5,7 @@
 //
 // Variants (VORTEX_VARIANT_ATTENTION=v0|v1|v2|v2-128 selects; v1 ships):
 //   v0  tiled flash-style kernel on tensor cores (mma.sync bf16), online softmax in fp32,
-//       P rounded to bf16 for the PV product as every flash kernel does. Head dim 64 and 128 on
+//       P rounded to bf16 for the PV product as every flash kernel does. Head dims 64, 72 and 128 on
 //       16-byte aligned rows; other head dims (<= 256) and unaligned views take the warp-per-row
 //       fallback (attention_fallback.h) with the same numerics.
 //   v1  (default) Hopper kernel for head dim 128 on 16-byte aligned views (attention_wgmma.h):
@@ -30,7 +30,7 @@ namespace vortex::cuda {
 // q, out: [Nq, H, D]; k, v: [Nk, H, D]; all BF16 device views with unit stride in D and any
 // strides on N and H (the q/k/v column slices of a fused QKV output [N, 3·H·D] are the normal case;
 // out is typically a [N, H·D] buffer viewed as [N, H, D]). D <= 256. Nq, Nk >= 1, any value. The
-// tensor-core kernels need D in {64, 128} (v1: 128) and every pointer and N / H stride a multiple
+// tensor-core kernels need D in {64, 72, 128} (v1: 128) and every pointer and N / H stride a multiple
 // of 16 bytes. The variant is read from VORTEX_VARIANT_ATTENTION on every call.
 // scale must be finite and > 0; otherwise invalid_argument. out must not overlap q, k, v.
 Status attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
@@ -65,7 +65,7 @@ Status attention_quantized_e4m3(const TensorView& q, const TensorView& k, const 
 // Causal attention with grouped keys and values (cpu::causal_attention's contract; the text
 // encoder's): q, out [N, H, D], k, v [N, Hkv, D] BF16 device views with unit stride on D and any N /
 // H strides, H a multiple of Hkv, D <= 256, N >= 0; query i sees keys 0 ..= i and query head h reads
-// k/v head h / (H / Hkv). Head dims 64 and 128 on 16-byte aligned views run v0's tensor-core kernel
+// k/v head h / (H / Hkv). Head dims 64, 72 and 128 on 16-byte aligned views run v0's tensor-core kernel
 // with the causal mask (bench/notes/text_encoder.md), every other case the warp-per-row fallback;
 // the same numerics as attention(). Bad operands: invalid_argument naming the operands.
 Status causal_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,

@@ -5,7 +5,7 @@
 // bf16 GEMM with its bias, the resampled position rows (built on the host, exactly the CPU's)
 // added and rounded, LayerNorm (cuda::layer_norm: statistics in double), the qkv / proj / fc1 / fc2
 // linears with their biases, the 2-D RoPE in fp32 rounded once (cuda::rope_widened), non-causal
-// attention (cuda::attention: the released head dim 72 takes its warp-per-row path), GELU in
+// attention (cuda::attention: the released head dim 72 on v0's tensor-core kernel), GELU in
 // double, and the mergers. The results differ from the CPU only by summation order (GEMM k order,
 // the online softmax): tests/gpu/test_gpu_vision_encoder.cc states the bound.
 //

@@ -151,7 +151,7 @@ TEST_F(GpuAttention, MatchesCpuOnFusedQkvSlices) {
   for (int64_t n : {1, 5, 127, 129, 1000, 4097}) {
     for (int64_t heads : {1, 3, 56}) {
       if (heads == 56 && n > 1000) continue;  // keeps the CPU reference to seconds
-      for (int64_t d : {64, 128}) {
+      for (int64_t d : {64, 72, 128}) {  // 72: the vision tower's, in v0 on 80 padded columns
         check_attention(arena_, stream_, n, n, heads, d, 1.0f / std::sqrt(static_cast<float>(d)), seed++);
       }
     }
@@ -163,7 +163,7 @@ TEST_F(GpuAttention, UnequalLengthsAndPeakedScores) {
   // and the rescaling of what came before carry the result. Nq != Nk puts the query tail and the
   // key tail in different places.
   uint64_t seed = 100;
-  for (int64_t d : {64, 128}) {
+  for (int64_t d : {64, 72, 128}) {
     check_attention(arena_, stream_, 77, 300, 2, d, 1.0f, seed++);
     check_attention(arena_, stream_, 300, 77, 2, d, 1.0f, seed++);
     check_attention(arena_, stream_, 130, 1, 3, d, 0.125f, seed++);
@@ -325,7 +325,7 @@ TEST_F(GpuAttention, V1ClusterPairIsBitwiseTheSingleCtaPath) {
 }
 
 TEST_F(GpuAttention, OtherHeadDimsTakeTheFallback) {
-  // The small models (head dims 16 and 24) and any D <= 256 other than 64 / 128 run the
+  // The small models (head dims 16 and 24) and any D <= 256 other than 64 / 72 / 128 run the
   // warp-per-row fallback, with the same bounds as the tensor-core kernel.
   uint64_t seed = 300;
   for (int64_t d : {16, 24, 96}) {

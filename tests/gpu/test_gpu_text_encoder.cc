@@ -67,7 +67,8 @@ TEST_F(GpuTextEncoderOps, CausalAttentionMatchesCpuOnFusedQkvSlices) {
   };
   uint64_t seed = 7100;
   for (const Case c : {Case{1, 4, 2, 48}, Case{45, 4, 2, 48}, Case{130, 4, 1, 64}, Case{129, 3, 3, 128},
-                       Case{64, 2, 1, 128}, Case{257, 64, 8, 128}, Case{700, 16, 2, 128}, Case{383, 6, 2, 64}})
+                       Case{64, 2, 1, 128}, Case{257, 64, 8, 128}, Case{700, 16, 2, 128}, Case{383, 6, 2, 64},
+                       Case{200, 4, 2, 72}})
   for (const Path path : {Path{"dispatch", &cuda::causal_attention, 8}, Path{"fallback", &cuda::causal_attention_fallback, 8},
                           Path{"dispatch, unaligned rows", &cuda::causal_attention, 4}}) {
     ArenaScope scope(arena_);
