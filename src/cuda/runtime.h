@@ -40,6 +40,12 @@ class DeviceArena {
  public:
   static constexpr size_t kAlignment = 256;  // cuBLASLt and TMA want >= 16; 256 keeps rows coalesced
 
+  // The bytes alloc() takes for a tensor of this shape and dtype (rounded up to kAlignment): what
+  // an arena is sized from.
+  static size_t bytes_for(const Shape& shape, DType dtype) {
+    return (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + kAlignment - 1) / kAlignment * kAlignment;
+  }
+
   static Result<DeviceArena> create(size_t bytes);
   // An arena over the bytes of an existing contiguous device tensor (it keeps that memory alive):
   // scratch that shares memory with a buffer whose lifetime does not overlap its own.

@@ -12,10 +12,6 @@ namespace {
 constexpr size_t kWorkspaceBytes = 64u << 20;  // cuBLASLt's
 constexpr size_t kAlign = cuda::DeviceArena::kAlignment;
 
-size_t aligned_bytes(const Shape& shape, DType dtype) {
-  return (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<CudaQwen3TextEncoder>> CudaQwen3TextEncoder::create(const Qwen3TextEncoder& host,
@@ -95,7 +91,7 @@ Status CudaQwen3TextEncoder::ensure_rope_rows(int64_t rows) {
   const Qwen3TextEncoder::RopeTables tables = host_->rope_tables(rows);
   rope_cos_ = rope_sin_ = Tensor();
   rope_ = cuda::DeviceArena();  // the old tables' memory goes before the new ones are taken
-  VORTEX_ASSIGN_OR_RETURN(rope_, cuda::DeviceArena::create(2 * aligned_bytes(tables.cos.shape(), DType::kF32) + kAlign));
+  VORTEX_ASSIGN_OR_RETURN(rope_, cuda::DeviceArena::create(2 * cuda::DeviceArena::bytes_for(tables.cos.shape(), DType::kF32) + kAlign));
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, rope_.alloc(tables.cos.shape(), DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(rope_sin_, rope_.alloc(tables.sin.shape(), DType::kF32));
   VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(tables.cos, rope_cos_, stream_));
@@ -143,8 +139,8 @@ Result<Tensor> CudaQwen3TextEncoder::encode(const std::vector<int32_t>& ids,
     for (Tensor& d : deepstack) presentation.push_back({&d, {pad_rows, C}, bf16});
   }
   size_t needed = kAlign;
-  for (const Buffer& b : buffers) needed += aligned_bytes(b.shape, b.dtype);
-  for (const Buffer& b : presentation) needed += aligned_bytes(b.shape, b.dtype);
+  for (const Buffer& b : buffers) needed += cuda::DeviceArena::bytes_for(b.shape, b.dtype);
+  for (const Buffer& b : presentation) needed += cuda::DeviceArena::bytes_for(b.shape, b.dtype);
   if (activations_.capacity() < needed) {
     activations_ = cuda::DeviceArena();  // the old arena's memory goes before the new one is taken
     VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(needed));

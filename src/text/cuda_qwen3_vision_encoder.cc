@@ -15,18 +15,14 @@ namespace {
 constexpr size_t kWorkspaceBytes = 64u << 20;  // cuBLASLt's
 constexpr size_t kAlign = cuda::DeviceArena::kAlignment;
 
-size_t aligned_bytes(const Shape& shape, DType dtype) {
-  return (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + kAlign - 1) / kAlign * kAlign;
-}
-
 // Device bytes of the host tower's weights as this class keeps them (linears bf16, norms fp32).
 size_t weight_bytes_of(const Qwen3VisionEncoder& host) {
   size_t bytes = 0;
   const auto linear = [&](const Tensor& w, const Tensor& b) {
-    bytes += aligned_bytes(w.shape(), DType::kBF16) + aligned_bytes(b.shape(), DType::kBF16);
+    bytes += cuda::DeviceArena::bytes_for(w.shape(), DType::kBF16) + cuda::DeviceArena::bytes_for(b.shape(), DType::kBF16);
   };
   const auto norm = [&](const Tensor& w, const Tensor& b) {
-    bytes += aligned_bytes(w.shape(), DType::kF32) + aligned_bytes(b.shape(), DType::kF32);
+    bytes += cuda::DeviceArena::bytes_for(w.shape(), DType::kF32) + cuda::DeviceArena::bytes_for(b.shape(), DType::kF32);
   };
   const auto merger = [&](const Qwen3VisionEncoder::Merger& m) {
     norm(m.norm_w, m.norm_b);
@@ -145,26 +141,46 @@ Status CudaQwen3VisionEncoder::merge(const Merger& m, const Tensor& x, const Ten
   return gemm_->linear(hidden.view(), m.fc2.w.view(), &b2, out.view(), stream_);
 }
 
+Status CudaQwen3VisionEncoder::ensure_grid_tables(const VisionGrid& grid) {
+  if (pos_.defined() && tables_grid_.height == grid.height && tables_grid_.width == grid.width &&
+      tables_grid_.merge == grid.merge) {
+    return ok_status();
+  }
+  VORTEX_ASSIGN_OR_RETURN(const Tensor pos, host_->position_rows(grid));
+  const Qwen3VisionEncoder::RopeTables rope = host_->rope_tables(grid);
+  pos_ = cos_ = sin_ = Tensor();
+  grid_tables_ = cuda::DeviceArena();  // the old grid's memory goes before the new one is taken
+  VORTEX_ASSIGN_OR_RETURN(grid_tables_, cuda::DeviceArena::create(cuda::DeviceArena::bytes_for(pos.shape(), DType::kBF16) +
+                                                                  2 * cuda::DeviceArena::bytes_for(rope.cos.shape(), DType::kF32) +
+                                                                  kAlign));
+  VORTEX_ASSIGN_OR_RETURN(pos_, grid_tables_.alloc(pos.shape(), DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(cos_, grid_tables_.alloc(rope.cos.shape(), DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(sin_, grid_tables_.alloc(rope.sin.shape(), DType::kF32));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(pos, pos_, stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.cos, cos_, stream_));
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope.sin, sin_, stream_));
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host tables go out of scope
+  tables_grid_ = grid;
+  return ok_status();
+}
+
 Result<VisionFeatures> CudaQwen3VisionEncoder::encode(const Tensor& patches, const VisionGrid& grid) {
   const Qwen3VisionConfig& c = host_->config();
   VORTEX_RETURN_IF_ERROR(host_->check_patches(patches, grid));
   const int64_t N = grid.patches(), C = c.hidden, F = c.intermediate, D = c.head_dim(), H = c.heads;
   const int64_t group = c.merge * c.merge, tokens = N / group;
   VORTEX_ASSIGN_OR_RETURN(const Tensor pixels_host, patches.to(DType::kBF16));  // the pipeline feeds bf16 pixels
-  VORTEX_ASSIGN_OR_RETURN(const Tensor pos_host, host_->position_rows(grid));
-  const Qwen3VisionEncoder::RopeTables rope_host = host_->rope_tables(grid);
+  VORTEX_RETURN_IF_ERROR(ensure_grid_tables(grid));
+  const Tensor &pos = pos_, &cos = cos_, &sin = sin_;
 
   const DType bf16 = DType::kBF16;
-  Tensor pixels, pos, cos, sin, x, normed, qkv, attn, branch, hidden, merge_hidden, out;
+  Tensor pixels, x, normed, qkv, attn, branch, hidden, merge_hidden, out;
   struct Buffer {
     Tensor* tensor;
     Shape shape;
     DType dtype;
   };
   const Buffer buffers[] = {{&pixels, {N, c.patch_values()}, bf16},
-                            {&pos, {N, C}, bf16},
-                            {&cos, {N, D}, DType::kF32},
-                            {&sin, {N, D}, DType::kF32},
                             {&x, {N, C}, bf16},  // the residual stream
                             {&normed, {N, C}, bf16},
                             {&qkv, {N, 3 * C}, bf16},
@@ -174,7 +190,7 @@ Result<VisionFeatures> CudaQwen3VisionEncoder::encode(const Tensor& patches, con
                             {&merge_hidden, {tokens, group * C}, bf16},
                             {&out, {tokens, c.out_hidden}, bf16}};
   size_t needed = kAlign;
-  for (const Buffer& b : buffers) needed += aligned_bytes(b.shape, b.dtype);
+  for (const Buffer& b : buffers) needed += cuda::DeviceArena::bytes_for(b.shape, b.dtype);
   if (activations_.capacity() < needed) {
     activations_ = cuda::DeviceArena();  // the old arena's memory goes before the new one is taken
     VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(needed));
@@ -184,9 +200,6 @@ Result<VisionFeatures> CudaQwen3VisionEncoder::encode(const Tensor& patches, con
     VORTEX_ASSIGN_OR_RETURN(*b.tensor, activations_.alloc(b.shape, b.dtype));
   }
   VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(pixels_host, pixels, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(pos_host, pos, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope_host.cos, cos, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(rope_host.sin, sin, stream_));
 
   cuda::GemmRunner& gemm = *gemm_;
   const TensorView patch_b = patch_.b.view();

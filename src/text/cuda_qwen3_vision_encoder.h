@@ -9,8 +9,10 @@
 // double, and the mergers. The results differ from the CPU only by summation order (GEMM k order,
 // the online softmax): tests/gpu/test_gpu_vision_encoder.cc states the bound.
 //
-// Memory: every block's and merger's linear in bf16 (the released tower: ~0.8 GB), the norms in
-// fp32, and per encode an arena sized for the image's patches.
+// Memory: every block's and merger's linear in bf16 (the released tower: ~1.2 GB), the norms in
+// fp32, per encode an arena sized for the image's patches, and the position rows and RoPE tables
+// of the last patch grid seen (every keyframe of a request, and every request at one canvas, has
+// the same grid; building them on the host took most of an encode).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -60,6 +62,8 @@ class CudaQwen3VisionEncoder {
 
   CudaQwen3VisionEncoder() = default;
   Status upload();
+  // Makes pos_ / cos_ / sin_ those of `grid`.
+  Status ensure_grid_tables(const VisionGrid& grid);
   Result<Linear> upload_linear(const Tensor& w, const Tensor& b, const std::string& name);
   Result<Norm> upload_norm(const Tensor& w, const Tensor& b);
   Result<Merger> upload_merger(const Qwen3VisionEncoder::Merger& m, const std::string& name);
@@ -68,7 +72,9 @@ class CudaQwen3VisionEncoder {
 
   const Qwen3VisionEncoder* host_ = nullptr;
   cudaStream_t stream_ = nullptr;
-  cuda::DeviceArena weights_, workspace_, activations_;
+  cuda::DeviceArena weights_, workspace_, activations_, grid_tables_;
+  VisionGrid tables_grid_{0, 0, 0};
+  Tensor pos_, cos_, sin_;  // BF16 [patches, hidden]; F32 [patches, head_dim] twice
   std::unique_ptr<cuda::GemmRunner> gemm_;
   Linear patch_;
   std::vector<Block> blocks_;

@@ -331,7 +331,8 @@ Result<Tensor> Qwen3VisionEncoder::position_rows(const VisionGrid& grid) const {
   // The learned grid resampled to this image: four taps per patch, the products and their sum in
   // fp32 (tap order h0w0, h0w1, h1w0, h1w1), rounded to bf16.
   Tensor out = Tensor::empty({N, C}, DType::kBF16);
-  std::vector<float> pos(static_cast<size_t>(C));
+  const TensorView table = pos_embed_.view();
+  std::vector<float> pos(static_cast<size_t>(C)), entry(static_cast<size_t>(C));
   for (int64_t i = 0; i < N; ++i) {
     const auto [row, col] = patch_position(i, grid);
     int64_t h_taps[2], w_taps[2];
@@ -341,10 +342,9 @@ Result<Tensor> Qwen3VisionEncoder::position_rows(const VisionGrid& grid) const {
     for (int a = 0; a < 2; ++a) {
       for (int b = 0; b < 2; ++b) {
         const float weight = h_weights[a] * w_weights[b];
-        VORTEX_ASSIGN_OR_RETURN(Tensor entry, pos_embed_.select(0, h_taps[a] * side + w_taps[b]));
-        const TensorView e = entry.view();
+        cpu::load_row(cpu::row_ptr(table, h_taps[a] * side + w_taps[b]), table.dtype, C, entry.data());
         for (int64_t k = 0; k < C; ++k) {
-          const float product = cpu::load_scalar(e, k) * weight;
+          const float product = entry[k] * weight;
           pos[k] = (a == 0 && b == 0) ? product : pos[k] + product;
         }
       }

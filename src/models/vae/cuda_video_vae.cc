@@ -32,10 +32,6 @@ namespace {
 constexpr size_t kWorkspaceBytes = 64u << 20;
 constexpr size_t kSlack = cuda::DeviceArena::kAlignment;
 
-size_t aligned_bytes(const Shape& shape, DType dtype) {
-  return (static_cast<size_t>(shape.numel()) * dtype_size(dtype) + kSlack - 1) / kSlack * kSlack;
-}
-
 // ---- the decode plan -----------------------------------------------------------------------------
 
 struct ChunkPlan {
@@ -168,7 +164,7 @@ ActivationLayout activation_layout(const VideoVaeConfig& c, DType act, const Dec
 
 size_t activation_bytes(const VideoVaeConfig& c, DType act, const DecodePlan& p) {
   size_t bytes = 0;
-  for (const auto& [shape, dtype] : activation_layout(c, act, p)) bytes += aligned_bytes(shape, dtype);
+  for (const auto& [shape, dtype] : activation_layout(c, act, p)) bytes += cuda::DeviceArena::bytes_for(shape, dtype);
   return bytes;
 }
 
@@ -266,7 +262,7 @@ Result<CudaVideoVaeMemory> cuda_video_vae_memory(const VideoVaeConfig& config, D
   VORTEX_ASSIGN_OR_RETURN(DecodePlan plan, plan_decode(config, latent_shape, tiling));
   CudaVideoVaeMemory m;
   for (const auto& spec : video_vae_decoder_schema(config)) {
-    m.weights += aligned_bytes(spec.shape, storage_dtype(spec.name, dtype));
+    m.weights += cuda::DeviceArena::bytes_for(spec.shape, storage_dtype(spec.name, dtype));
   }
   m.activations = activation_bytes(config, dtype, plan);
   m.workspace = kWorkspaceBytes + kSlack;
@@ -336,7 +332,7 @@ Status CudaVideoVae::load_weights(const Filler& fill) {
   const int64_t C = c.latent_channels, dim = c.decoder_dim(), F = c.decoder_ffn_dim();
   size_t bytes = 0;
   for (const auto& spec : video_vae_decoder_schema(c)) {
-    bytes += aligned_bytes(spec.shape, storage_dtype(spec.name, dtype_));
+    bytes += cuda::DeviceArena::bytes_for(spec.shape, storage_dtype(spec.name, dtype_));
   }
   VORTEX_ASSIGN_OR_RETURN(weights_, cuda::DeviceArena::create(bytes + 16 * kSlack));
 
