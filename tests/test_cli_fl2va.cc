@@ -166,6 +166,9 @@ TEST_F(CliFl2va, BadInputIsOneLineAndWritesNothing) {
   std::string no_vision = base;
   no_vision.replace(no_vision.find(q(encoder_dir())), q(encoder_dir()).size(), q(text_only));
   expect_one_line_error(run_cli(no_vision + keyframe), "vision tower");
+  expect_one_line_error(run_cli("generate --synthetic small --text-tokens 4 --image-processor " + q(encoder_dir()) +
+                                " --out " + q(out)),
+                        "--image-processor");
   EXPECT_FALSE(fs::exists(out + ".safetensors"));
   EXPECT_FALSE(fs::exists(out + ".json"));
 }

@@ -196,6 +196,9 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
                                                                      const h3::H3Config& config) {
   if (m.text_encoder_path.empty()) {
     if (!m.tokenizer_path.empty()) return invalid_argument("--tokenizer is for --text-encoder, which is not given");
+    if (!m.processor_path.empty()) {
+      return invalid_argument("--image-processor is for --text-encoder's vision tower; --text-encoder is not given");
+    }
     return std::unique_ptr<text::TextConditioner>();
   }
   VORTEX_ASSIGN_OR_RETURN(auto conditioner, text::TextConditioner::load(
