@@ -90,12 +90,8 @@ int run_generate(const GenerateArgs& args) {
   auto checked = check_request(args.request, *config, text->get());
   if (!checked.ok()) return report_error(checked.status());
   if (!args.request.keyframes.empty()) {
-    // The keyframes' encoder named before anything is loaded.
-    const MediaRequest& m = args.media;
-    if (m.video_vae_path.empty() == m.synthetic_video_vae.empty()) {
-      return report_error(invalid_argument(
-          "--first-frame / --last-frame: give exactly one of --video-vae or --synthetic-video-vae to encode them"));
-    }
+    const Status named = check_keyframe_encoder_named(args.media.video_vae_path, args.media.synthetic_video_vae);
+    if (!named.ok()) return report_error(named.with_context("--first-frame / --last-frame"));
   }
   auto media = load_media_decoder(args, *checked, *config);
   if (!media.ok()) return report_error(media.status());

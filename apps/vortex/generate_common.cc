@@ -268,14 +268,11 @@ Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3
     VORTEX_ASSIGN_OR_RETURN(checked.text_states, read_text_states(request, config.text_dim));
   }
   VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry(checked.video, config));
-  if (checked.fl2va()) {
-    VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout,
-                            h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors));
-    checked.rows = layout.num_rows;
-  } else {
-    VORTEX_ASSIGN_OR_RETURN(h3::PackedLayout layout, h3::build_t2va_layout(checked.text_tokens(), g, config));
-    checked.rows = layout.num_rows;
-  }
+  VORTEX_ASSIGN_OR_RETURN(const h3::PackedLayout layout,
+                          checked.fl2va()
+                              ? h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors)
+                              : h3::build_t2va_layout(checked.text_tokens(), g, config));
+  checked.rows = layout.num_rows;
   VORTEX_RETURN_IF_ERROR(sampling::sigma_grid(request.steps, 1.0f).status());
   return checked;
 }

@@ -39,11 +39,16 @@ Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& in
 #endif
 }
 
-Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
-                                                   const std::string& synthetic_preset, uint64_t weights_seed) {
+Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset) {
   if (video_vae_path.empty() == synthetic_preset.empty()) {
     return invalid_argument("give exactly one of --video-vae or --synthetic-video-vae to encode the keyframes");
   }
+  return ok_status();
+}
+
+Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
+                                                   const std::string& synthetic_preset, uint64_t weights_seed) {
+  VORTEX_RETURN_IF_ERROR(check_keyframe_encoder_named(video_vae_path, synthetic_preset));
   if (!video_vae_path.empty()) return vae::load_video_vae_encoder(video_vae_path);
   VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(synthetic_preset));
   return vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, weights_seed), c);

@@ -38,6 +38,10 @@ struct PreparedKeyframes {
 Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& inputs,
                                             const std::optional<h3::Canvas>& canvas);
 
+// Exactly one of --video-vae or --synthetic-video-vae names the keyframes' encoder (checked before
+// anything loads).
+Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset);
+
 // The video VAE encoder --video-vae or --synthetic-video-vae names (exactly one), on the CPU.
 Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
                                                    const std::string& synthetic_preset, uint64_t weights_seed);
