@@ -45,6 +45,13 @@ class KeyframePresentation : public ::testing::Test {
   test_util::TempDir tmp_;
 };
 
+TEST_F(KeyframePresentation, MissingEncoderFolderIsNamed) {
+  const std::string missing = (tmp_.path() / "absent").string();
+  const auto t = TextConditioner::load({missing, "", 2});
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find(missing + " does not exist"), std::string::npos) << t.status().message();
+}
+
 TEST_F(KeyframePresentation, TokensFlagsAndStates) {
   auto conditioner = load();
   const Presentation p = must(conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 96}}));

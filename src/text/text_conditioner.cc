@@ -25,6 +25,10 @@ Result<std::unique_ptr<TextConditioner>> TextConditioner::load(const TextConditi
   if (options.device != "cpu" && options.device != "cuda") {
     return invalid_argument("text encoder device: '" + options.device + "' (cpu or cuda)");
   }
+  // Named first: a missing folder would otherwise surface as its absent tokenizer.json.
+  if (!fs::exists(options.encoder_path)) {
+    return not_found("text encoder: " + options.encoder_path + " does not exist");
+  }
   std::string tokenizer_path = options.tokenizer_path;
   if (tokenizer_path.empty()) {
     const fs::path dir = fs::is_directory(options.encoder_path) ? fs::path(options.encoder_path)
