@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""PyTorch peer of `vortex bench text-encode`, run by it in the same device call.
+"""PyTorch peer of `vortex bench text-encode` and `vision-encode`, run by it in the same device call.
 
-    python3 bench/peers/pytorch_text.py --workload text-encode --io DUMP --out REPORT [--warmup 3 --reps 10]
+    python3 bench/peers/pytorch_text.py --workload text-encode|vision-encode --io DUMP --out REPORT [--warmup 3 --reps 10]
 
 transformers' Qwen3-VL text model (the language model of Qwen3VLForConditionalGeneration, what
 the H3 pipeline runs for a text-only prompt) built from the dump's checkpoint folder (vortex's
@@ -9,6 +9,12 @@ synthetic bf16 weights at the released widths, its config.json) in bf16 on the G
 attention, run on the dump's token ids with an all-ones mask. The states after the last decoder
 layer, before the final norm (the pipeline reads that layer's hidden state), are taken by a
 forward hook and compared with vortex's. Timed: the model's forward on the device-resident ids.
+
+vision-encode: transformers' Qwen3-VL vision model (the visual module of the same class) built
+from the checkpoint's vision_config in bf16 with SDPA attention, run on the dump's pixel values
+(the image processor's, as bf16, as the pipeline feeds them) and patch grid; its merged and
+DeepStack features are compared with vortex's. Timed: the vision model's forward from the
+device-resident pixels to the device-resident features.
 
 Protocol as vortex's (measure() of pytorch_h3.py): warm-ups, then timed repetitions with CUDA
 events, each after a 256 MB L2 flush.
@@ -74,15 +80,59 @@ def text_encode(args):
     return {"correctness": correctness, "peers": [{"name": "transformers-qwen3vl-text-eager-sdpa", **timing}]}
 
 
+def vision_encode(args):
+    import transformers
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    with safetensors.safe_open(args.io, "pt") as f:
+        meta = json.loads(f.metadata()["encoder"])
+    io = load_file(args.io, device="cuda")
+    folder = meta["checkpoint"]
+    with open(os.path.join(folder, "config.json")) as f:
+        config = Qwen3VLVisionConfig(**json.load(f)["vision_config"])
+    config._attn_implementation = "sdpa"
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = Qwen3VLVisionModel(config).eval()
+    torch.set_default_dtype(torch.float32)
+    prefix = "model.visual."
+    weights = {k[len(prefix):]: v for k, v in load_file(os.path.join(folder, "model.safetensors"), device="cuda").items()
+               if k.startswith(prefix)}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if missing or unexpected:
+        raise SystemExit(f"checkpoint does not fit the vision model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    pixels = io["in.pixel_values"].to(torch.bfloat16)
+    grid = io["in.grid_thw"].long()
+
+    def forward():
+        return model(pixels, grid_thw=grid, return_dict=True)
+
+    def features(out):
+        # transformers 5 returns an output object; 4.x a (merged, deepstack) tuple.
+        if isinstance(out, tuple):
+            return out[0], list(out[1])
+        return out.pooler_output, list(out.deepstack_features)
+
+    with torch.no_grad():
+        merged, deepstack = features(forward())
+        correctness = compare(io["out.merged"], merged)
+        correctness["deepstack"] = [compare(io[f"out.deepstack.{j}"], d) for j, d in enumerate(deepstack)]
+        correctness["comparator"] = (f"transformers {transformers.__version__} Qwen3VLVisionModel, bf16, SDPA, same "
+                                     f"checkpoint and pixel values (bf16)")
+        timing = measure(forward, args.warmup, args.reps)
+    return {"correctness": correctness, "peers": [{"name": "transformers-qwen3vl-vision-eager-sdpa", **timing}]}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", required=True, choices=["text-encode"])
+    parser.add_argument("--workload", required=True, choices=["text-encode", "vision-encode"])
     parser.add_argument("--io", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
-    report = text_encode(args)
+    report = text_encode(args) if args.workload == "text-encode" else vision_encode(args)
     report["torch"] = torch.__version__
     with open(args.out, "w") as f:
         json.dump(report, f, indent=2)

@@ -4,8 +4,8 @@
 //   gemm       the four block GEMMs at the canonical shape (QKV, out, FC1, FC2), one manifest each
 //   attention  exact attention, 37,810 x 56 heads x 128
 //   h3-forward, h3-denoise  the whole model per recipe (cuda_model_workloads.cc)
-//   vae-decode, text-encode  the VAE decoders and the text encoder (cuda_vae_workloads.cc,
-//              cuda_text_workloads.cc)
+//   vae-decode, text-encode, vision-encode  the VAE decoders, the text encoder and the vision
+//              tower (cuda_vae_workloads.cc, cuda_text_workloads.cc, cuda_vision_workloads.cc)
 //
 // Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
 // times the H200's 60 MB L2) and timed with CUDA events around the measured work only; the median
@@ -40,5 +40,8 @@ Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& options);
 // `text-encode`: the Qwen3-VL text encoder at the released widths, two prompt lengths
 // (cuda_text_workloads.cc).
 Result<std::vector<Manifest>> run_text_workload(const BenchOptions& options);
+// `vision-encode`: the Qwen3-VL vision tower at the released widths on one canonical keyframe
+// (cuda_vision_workloads.cc).
+Result<std::vector<Manifest>> run_vision_workload(const BenchOptions& options);
 
 }  // namespace vortex::bench

@@ -169,8 +169,17 @@ Result<VisionFeatures> CudaQwen3VisionEncoder::encode(const Tensor& patches, con
   VORTEX_RETURN_IF_ERROR(host_->check_patches(patches, grid));
   const int64_t N = grid.patches(), C = c.hidden, F = c.intermediate, D = c.head_dim(), H = c.heads;
   const int64_t group = c.merge * c.merge, tokens = N / group;
-  VORTEX_ASSIGN_OR_RETURN(const Tensor pixels_host, patches.to(DType::kBF16));  // the pipeline feeds bf16 pixels
-  VORTEX_RETURN_IF_ERROR(ensure_grid_tables(grid));
+  // Runs one stage inside its profiler section (a no-op bracket without a profiler).
+  const auto stage = [&](const char* name, const auto& op) -> Status {
+    const cuda::SectionScope scope(profiler_, name, stream_);
+    return op();
+  };
+  Tensor pixels_host;
+  VORTEX_RETURN_IF_ERROR(stage("pixels to bf16 (host)", [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(pixels_host, patches.to(DType::kBF16));  // the pipeline feeds bf16 pixels
+    return ok_status();
+  }));
+  VORTEX_RETURN_IF_ERROR(stage("grid tables", [&] { return ensure_grid_tables(grid); }));
   const Tensor &pos = pos_, &cos = cos_, &sin = sin_;
 
   const DType bf16 = DType::kBF16;
@@ -199,44 +208,58 @@ Result<VisionFeatures> CudaQwen3VisionEncoder::encode(const Tensor& patches, con
   for (const Buffer& b : buffers) {
     VORTEX_ASSIGN_OR_RETURN(*b.tensor, activations_.alloc(b.shape, b.dtype));
   }
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(pixels_host, pixels, stream_));
+  VORTEX_RETURN_IF_ERROR(stage("pixels upload", [&] { return cuda::copy_to_device(pixels_host, pixels, stream_); }));
 
   cuda::GemmRunner& gemm = *gemm_;
   const TensorView patch_b = patch_.b.view();
-  VORTEX_RETURN_IF_ERROR(gemm.linear(pixels.view(), patch_.w.view(), &patch_b, x.view(), stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), pos.view(), stream_));
+  VORTEX_RETURN_IF_ERROR(stage("patch embed + positions", [&]() -> Status {
+    VORTEX_RETURN_IF_ERROR(gemm.linear(pixels.view(), patch_.w.view(), &patch_b, x.view(), stream_));
+    return cuda::residual_add(x.view(), pos.view(), stream_);
+  }));
 
   VisionFeatures features;
   features.grid = grid;
+  // A merger's output, downloaded: the main one or a DeepStack feature.
+  const auto merge_and_download = [&](const Merger& m, Tensor* feature) -> Status {
+    VORTEX_RETURN_IF_ERROR(stage("mergers", [&] { return merge(m, x, normed, merge_hidden, out); }));
+    return stage("features download", [&]() -> Status {
+      VORTEX_ASSIGN_OR_RETURN(*feature, cuda::download(out, stream_));
+      return ok_status();
+    });
+  };
   const TensorView q = h3::heads_view(qkv, 0, H, D), k = h3::heads_view(qkv, C, H, D);
   const TensorView v = h3::heads_view(qkv, 2 * C, H, D);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const Block& l = blocks_[i];
     const TensorView qkv_b = l.qkv.b.view(), proj_b = l.proj.b.view(), fc1_b = l.fc1.b.view(), fc2_b = l.fc2.b.view();
+    VORTEX_RETURN_IF_ERROR(stage("layer norm", [&] {
+      return cuda::layer_norm(x.view(), l.norm1.w.view(), l.norm1.b.view(), kVisionNormEps, normed.view(), stream_);
+    }));
+    VORTEX_RETURN_IF_ERROR(stage("qkv", [&] { return gemm.linear(normed.view(), l.qkv.w.view(), &qkv_b, qkv.view(), stream_); }));
+    VORTEX_RETURN_IF_ERROR(stage("rope", [&]() -> Status {
+      VORTEX_RETURN_IF_ERROR(cuda::rope_widened(q, cos.view(), sin.view(), stream_));
+      return cuda::rope_widened(k, cos.view(), sin.view(), stream_);
+    }));
+    VORTEX_RETURN_IF_ERROR(stage("attention", [&] { return cuda::attention(q, k, v, h3::heads_view(attn, 0, H, D), scale, stream_); }));
+    VORTEX_RETURN_IF_ERROR(stage("proj", [&] { return gemm.linear(attn.view(), l.proj.w.view(), &proj_b, branch.view(), stream_); }));
+    VORTEX_RETURN_IF_ERROR(stage("residual", [&] { return cuda::residual_add(x.view(), branch.view(), stream_); }));
+    VORTEX_RETURN_IF_ERROR(stage("layer norm", [&] {
+      return cuda::layer_norm(x.view(), l.norm2.w.view(), l.norm2.b.view(), kVisionNormEps, normed.view(), stream_);
+    }));
+    VORTEX_RETURN_IF_ERROR(stage("fc1", [&] { return gemm.linear(normed.view(), l.fc1.w.view(), &fc1_b, hidden.view(), stream_); }));
     VORTEX_RETURN_IF_ERROR(
-        cuda::layer_norm(x.view(), l.norm1.w.view(), l.norm1.b.view(), kVisionNormEps, normed.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(gemm.linear(normed.view(), l.qkv.w.view(), &qkv_b, qkv.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::rope_widened(q, cos.view(), sin.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::rope_widened(k, cos.view(), sin.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::attention(q, k, v, h3::heads_view(attn, 0, H, D), scale, stream_));
-    VORTEX_RETURN_IF_ERROR(gemm.linear(attn.view(), l.proj.w.view(), &proj_b, branch.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(
-        cuda::layer_norm(x.view(), l.norm2.w.view(), l.norm2.b.view(), kVisionNormEps, normed.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(gemm.linear(normed.view(), l.fc1.w.view(), &fc1_b, hidden.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::gelu(hidden.view(), hidden.view(), cpu::GeluApproximation::kTanh, stream_));
-    VORTEX_RETURN_IF_ERROR(gemm.linear(hidden.view(), l.fc2.w.view(), &fc2_b, branch.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::residual_add(x.view(), branch.view(), stream_));
+        stage("gelu", [&] { return cuda::gelu(hidden.view(), hidden.view(), cpu::GeluApproximation::kTanh, stream_); }));
+    VORTEX_RETURN_IF_ERROR(stage("fc2", [&] { return gemm.linear(hidden.view(), l.fc2.w.view(), &fc2_b, branch.view(), stream_); }));
+    VORTEX_RETURN_IF_ERROR(stage("residual", [&] { return cuda::residual_add(x.view(), branch.view(), stream_); }));
     for (size_t j = 0; j < c.deepstack_layers.size(); ++j) {
       if (c.deepstack_layers[j] != static_cast<int64_t>(i)) continue;
-      VORTEX_RETURN_IF_ERROR(merge(deepstack_[j], x, normed, merge_hidden, out));
-      VORTEX_ASSIGN_OR_RETURN(Tensor feature, cuda::download(out, stream_));
+      Tensor feature;
+      VORTEX_RETURN_IF_ERROR(merge_and_download(deepstack_[j], &feature));
       features.deepstack.push_back(std::move(feature));
     }
   }
-  VORTEX_RETURN_IF_ERROR(merge(merger_, x, normed, merge_hidden, out));
-  VORTEX_ASSIGN_OR_RETURN(features.merged, cuda::download(out, stream_));
+  VORTEX_RETURN_IF_ERROR(merge_and_download(merger_, &features.merged));
   return features;
 }
 

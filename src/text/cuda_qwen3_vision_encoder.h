@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/profiler.h"
 #include "cuda/runtime.h"
 #include "text/qwen3_vision_encoder.h"
 #include "vortex/status.h"
@@ -42,6 +43,10 @@ class CudaQwen3VisionEncoder {
   Result<VisionFeatures> encode_image(const Tensor& rgb);
 
   size_t weight_bytes() const { return weights_.used(); }
+  // Brackets each stage of later encodes with CUDA events (the bench's breakdown); nullptr stops.
+  // Host stages (the pixels' conversion, the tables' build) are seen as the gaps they leave on
+  // the stream, so they read true only while the stream has nothing else queued.
+  void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
 
  private:
   struct Linear {
@@ -72,6 +77,7 @@ class CudaQwen3VisionEncoder {
 
   const Qwen3VisionEncoder* host_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  cuda::SectionProfiler* profiler_ = nullptr;
   cuda::DeviceArena weights_, workspace_, activations_, grid_tables_;
   VisionGrid tables_grid_{0, 0, 0};
   Tensor pos_, cos_, sin_;  // BF16 [patches, hidden]; F32 [patches, head_dim] twice
