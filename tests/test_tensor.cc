@@ -1,9 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <limits>
+
+#include "must.h"
 #include "vortex/tensor.h"
 
 namespace vortex {
 namespace {
+
+using test::must;
 
 TEST(Tensor, SliceSharesStorageWithoutCopy) {
   Tensor t = Tensor::from_f32({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, {3, 4});
@@ -49,6 +55,32 @@ TEST(Tensor, ToBf16RoundsNearestEven) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(element_as_double(*b, 0), 1.0);
   EXPECT_EQ(element_as_double(*b, 1), 1.0 + 4.0 / 256.0);
+}
+
+// The dense conversion loops (contiguous tensors, spread over the cores) give the bits of the
+// element-by-element path that strided tensors take.
+TEST(Tensor, DenseConversionsAreTheBitsOfTheStridedPath) {
+  constexpr int64_t kRows = 301, kCols = 1031;  // past the conversion's grain, odd sizes
+  Tensor t = Tensor::empty({kRows, kCols}, DType::kF32);
+  float* p = t.data_as<float>();
+  uint32_t state = 12345;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    state = state * 1664525u + 1013904223u;
+    p[i] = static_cast<float>(static_cast<int32_t>(state)) * 1e-7f;
+  }
+  p[0] = 1.0f + 1.0f / 256.0f;  // a tie
+  p[1] = std::numeric_limits<float>::quiet_NaN();
+  p[2] = std::numeric_limits<float>::infinity();
+  for (DType to : {DType::kBF16, DType::kF16, DType::kF8E4M3}) {
+    const Tensor dense = must(t.to(to));
+    const Tensor transposed = must(must(t.transpose(0, 1)).to(to));  // the element-by-element path
+    const Tensor back = must(transposed.transpose(0, 1)).contiguous();
+    ASSERT_EQ(std::memcmp(dense.data(), back.data(), dense.nbytes()), 0) << dtype_name(to);
+    const Tensor widened = must(dense.to(DType::kF32));
+    const Tensor widened_walked = must(must(back.transpose(0, 1)).to(DType::kF32));
+    const Tensor widened_back = must(widened_walked.transpose(0, 1)).contiguous();
+    ASSERT_EQ(std::memcmp(widened.data(), widened_back.data(), widened.nbytes()), 0) << dtype_name(to);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/dtype.h"
+#include "core/parallel.h"
 
 namespace vortex {
 
@@ -336,6 +337,27 @@ static void store_from_double(void* p, DType dtype, double v) {
   }
 }
 
+// n contiguous elements converted with the rules of load_as_double / store_from_double. The two
+// conversions every upload and download makes (f32 <-> bf16) get loops of their own: through the
+// generic pair they cost 72 ms for one keyframe's 6.2 M patch values (bench/notes/vision_tower.md).
+static void convert_dense(const char* s, DType from, char* d, DType to, int64_t n) {
+  constexpr int64_t kGrain = 1 << 16;
+  const int64_t ss = static_cast<int64_t>(dtype_size(from)), ds = static_cast<int64_t>(dtype_size(to));
+  parallel_for(0, n, [&](int64_t begin, int64_t end) {
+    if (from == DType::kF32 && to == DType::kBF16) {
+      const float* x = reinterpret_cast<const float*>(s);
+      uint16_t* y = reinterpret_cast<uint16_t*>(d);
+      for (int64_t i = begin; i < end; ++i) y[i] = f32_to_bf16_bits(x[i]);
+    } else if (from == DType::kBF16 && to == DType::kF32) {
+      const uint16_t* x = reinterpret_cast<const uint16_t*>(s);
+      float* y = reinterpret_cast<float*>(d);
+      for (int64_t i = begin; i < end; ++i) y[i] = bf16_bits_to_f32(x[i]);
+    } else {
+      for (int64_t i = begin; i < end; ++i) store_from_double(d + i * ds, to, load_as_double(s + i * ss, from));
+    }
+  }, kGrain);
+}
+
 Status copy_into(const Tensor& src, const Tensor& dst) {
   if (src.shape() != dst.shape()) {
     return invalid_argument("copy " + src.describe() + " into " + dst.describe() + ": shapes differ");
@@ -353,6 +375,10 @@ Status copy_into(const Tensor& src, const Tensor& dst) {
   const bool same = src.dtype() == dst.dtype();
   if (same && src.is_contiguous() && dst.is_contiguous()) {  // the common case: one move, not one per element
     std::memmove(d, s, src.nbytes());
+    return ok_status();
+  }
+  if (src.is_contiguous() && dst.is_contiguous()) {  // a conversion: one dense pass over all cores
+    convert_dense(s, src.dtype(), d, dst.dtype(), src.numel());
     return ok_status();
   }
   // Walk both tensors in logical order; the destination offsets come from a second walk.
