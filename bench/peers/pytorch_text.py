@@ -31,7 +31,30 @@ from safetensors.torch import load_file
 
 from pytorch_h3 import compare, measure
 
-PREFIX = "model.language_model."
+def read_dump(path):
+    """(the metadata vortex wrote, the tensors on the device) of an --io dump."""
+    with safetensors.safe_open(path, "pt") as f:
+        meta = json.loads(f.metadata()["encoder"])
+    return meta, load_file(path, device="cuda")
+
+
+def bf16_sdpa_model(model_class, config):
+    config._attn_implementation = "sdpa"
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("cuda"):
+        model = model_class(config).eval()
+    torch.set_default_dtype(torch.float32)
+    return model
+
+
+def load_weights(model, folder, prefix, may_miss=frozenset()):
+    """The checkpoint's tensors under `prefix` into the model; any other mismatch is an error."""
+    weights = {k[len(prefix):]: v for k, v in load_file(os.path.join(folder, "model.safetensors"), device="cuda").items()
+               if k.startswith(prefix)}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or [k for k in missing if k not in may_miss]:
+        raise SystemExit(f"checkpoint does not fit {type(model).__name__}: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
 
 
 def text_encode(args):
@@ -39,9 +62,7 @@ def text_encode(args):
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLTextConfig
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextModel
 
-    with safetensors.safe_open(args.io, "pt") as f:
-        meta = json.loads(f.metadata()["encoder"])
-    io = load_file(args.io, device="cuda")
+    meta, io = read_dump(args.io)
     folder = meta["checkpoint"]
     with open(os.path.join(folder, "config.json")) as f:
         text_config = json.load(f)["text_config"]
@@ -49,16 +70,9 @@ def text_encode(args):
     # position, so they do not change the result.
     text_config["rope_parameters"] = dict(text_config["rope_parameters"], mrope_section=[24, 20, 20],
                                           mrope_interleaved=True)
-    config = Qwen3VLTextConfig(**text_config)
-    config._attn_implementation = "sdpa"
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = Qwen3VLTextModel(config).eval()
-    torch.set_default_dtype(torch.float32)
-    weights = {k[len(PREFIX):]: v for k, v in load_file(os.path.join(folder, "model.safetensors"), device="cuda").items()}
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if unexpected or [k for k in missing if k != "norm.weight"]:
-        raise SystemExit(f"checkpoint does not fit the model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    model = bf16_sdpa_model(Qwen3VLTextModel, Qwen3VLTextConfig(**text_config))
+    # The pipeline reads layer 50's states before the final norm, which the checkpoint may omit.
+    load_weights(model, folder, "model.language_model.", may_miss={"norm.weight"})
     rotary = getattr(model, "rotary_emb", None)
     inv_freq_dtype = str(rotary.inv_freq.dtype) if rotary is not None else "?"
 
@@ -86,23 +100,11 @@ def vision_encode(args):
     from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
     from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
 
-    with safetensors.safe_open(args.io, "pt") as f:
-        meta = json.loads(f.metadata()["encoder"])
-    io = load_file(args.io, device="cuda")
+    meta, io = read_dump(args.io)
     folder = meta["checkpoint"]
     with open(os.path.join(folder, "config.json")) as f:
-        config = Qwen3VLVisionConfig(**json.load(f)["vision_config"])
-    config._attn_implementation = "sdpa"
-    torch.set_default_dtype(torch.bfloat16)
-    with torch.device("cuda"):
-        model = Qwen3VLVisionModel(config).eval()
-    torch.set_default_dtype(torch.float32)
-    prefix = "model.visual."
-    weights = {k[len(prefix):]: v for k, v in load_file(os.path.join(folder, "model.safetensors"), device="cuda").items()
-               if k.startswith(prefix)}
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    if missing or unexpected:
-        raise SystemExit(f"checkpoint does not fit the vision model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        model = bf16_sdpa_model(Qwen3VLVisionModel, Qwen3VLVisionConfig(**json.load(f)["vision_config"]))
+    load_weights(model, folder, "model.visual.")
     pixels_host = io["in.pixel_values"].cpu()  # the processor's f32 patches, as vortex's timed span starts
     pixels = pixels_host.to(torch.bfloat16).cuda()
     grid = io["in.grid_thw"].long()
@@ -110,16 +112,16 @@ def vision_encode(args):
     def forward():
         return model(pixels, grid_thw=grid, return_dict=True)
 
-    def host_to_host():
-        # vortex's timed span: host f32 patches -> bf16 on the device -> the tower -> the features on the host.
-        merged, deepstack = features(model(pixels_host.to("cuda", torch.bfloat16), grid_thw=grid, return_dict=True))
-        return merged.cpu(), [d.cpu() for d in deepstack]
-
     def features(out):
         # transformers 5 returns an output object; 4.x a (merged, deepstack) tuple.
         if isinstance(out, tuple):
             return out[0], list(out[1])
         return out.pooler_output, list(out.deepstack_features)
+
+    def host_to_host():
+        # vortex's timed span: host f32 patches -> bf16 on the device -> the tower -> the features on the host.
+        merged, deepstack = features(model(pixels_host.to("cuda", torch.bfloat16), grid_thw=grid, return_dict=True))
+        return merged.cpu(), [d.cpu() for d in deepstack]
 
     with torch.no_grad():
         merged, deepstack = features(forward())
