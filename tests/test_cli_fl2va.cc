@@ -2,9 +2,11 @@
 // synthetic Qwen3-VL (text encoder and vision tower) and the small synthetic video VAE, whose 16x
 // spatial ratio is the transformer's. The CLI's latents are the bits of the library path taken by
 // hand (keyframes onto the canvas, the presentation through the text encoder, the VAE posterior
-// under seed 42, generate_fl2va); refusals are one line and write nothing.
+// under seed 42, generate_fl2va); refusals are one line and write nothing. `vortex serve` takes the
+// same keyframes as multipart PNG parts and writes the same bits.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -26,6 +28,9 @@
 #include "text/text_conditioner.h"
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/png.h"
+#endif
+#if defined(VORTEX_HAVE_SERVICE)
+#include "serve_process.h"
 #endif
 
 namespace vortex {
@@ -172,6 +177,76 @@ TEST_F(CliFl2va, BadInputIsOneLineAndWritesNothing) {
   EXPECT_FALSE(fs::exists(out + ".safetensors"));
   EXPECT_FALSE(fs::exists(out + ".json"));
 }
+
+#if defined(VORTEX_HAVE_SERVICE)
+// The served first_frame / last_frame parts: the job's latents are the bits generate writes for the
+// same keyframes, and its record names the canvas and the saved PNGs (what a restarted server
+// reads). A bad keyframe request is a 400 naming the part or field and leaves no file behind.
+TEST_F(CliFl2va, ServedKeyframesAreTheBitsGenerateWrites) {
+  using test_util::json_of;
+  const std::string tokenizer = test::golden_path("qwen_tokenizer_trimmed.json");
+  const std::vector<std::string> encoder = {"--text-encoder", encoder_dir(), "--tokenizer", tokenizer,
+                                            "--text-encoder-layer", "2"};
+  std::vector<std::string> flags = encoder;
+  flags.insert(flags.end(), {"--synthetic-video-vae", "small"});
+  test_util::ServeProcess server(flags, "small");
+  httplib::Client c = server.client();
+  EXPECT_EQ(json_of(c.Get("/healthz")).value("keyframes", false), true);
+  const auto submit = [](httplib::Client& to, const nlohmann::json& body, const std::string& first_png,
+                          const std::string& last_png) {
+    httplib::MultipartFormDataItems parts = {{"request", body.dump(), "", "application/json"}};
+    if (!first_png.empty()) parts.push_back({"first_frame", first_png, "first.png", "image/png"});
+    if (!last_png.empty()) parts.push_back({"last_frame", last_png, "last.png", "image/png"});
+    return to.Post("/v1/jobs", parts);
+  };
+  const nlohmann::json body = {{"prompt", kPrompt}, {"height", 64}, {"width", 64},
+                               {"frames", 22},      {"steps", 3},   {"seed", 5}};
+  const httplib::Result submitted = submit(c, body, test_util::read_bytes(first()), test_util::read_bytes(last()));
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  const nlohmann::json done = test_util::wait_for_state(c, json_of(submitted).at("id"), "succeeded");
+  const std::string out = tmp_.file("g");
+  const auto generated = run_cli(request(out) + " --first-frame " + q(first()) + " --last-frame " + q(last()));
+  ASSERT_EQ(generated.code, 0) << generated.err;
+  const auto want = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
+  EXPECT_EQ(done["result"]["checksums"], want["checksums"]) << server.log();
+  EXPECT_EQ(done["result"]["request"]["task"], "fl2va");
+  const nlohmann::json& recorded = done.at("request");
+  EXPECT_EQ(recorded.value("height", 0), 64);
+  EXPECT_EQ(test_util::read_bytes(recorded.value("first_frame", "")), test_util::read_bytes(first()));
+  EXPECT_EQ(test_util::read_bytes(recorded.value("last_frame", "")), test_util::read_bytes(last()));
+
+  std::vector<fs::path> kept;
+  for (const auto& entry : fs::directory_iterator(server.results())) kept.push_back(entry.path());
+  const auto expect_refused = [&](const httplib::Result& r, const std::string& needle) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
+  };
+  const std::string png = test_util::read_bytes(first());
+  expect_refused(submit(c, {{"text_tokens", 4}, {"height", 64}, {"width", 64}, {"frames", 22}}, png, ""), "prompt");
+  expect_refused(submit(c, {{"prompt", kPrompt}, {"height", 64}}, png, ""), "give both");
+  expect_refused(submit(c, {{"prompt", kPrompt}, {"first_frame", "first.png"}}, "", ""), "multipart part 'first_frame'");
+  expect_refused(submit(c, {{"prompt", kPrompt}, {"height", 64}, {"width", 64}, {"frames", 22}}, "", "not an image"),
+                 "PNG signature");
+  std::vector<fs::path> after;
+  for (const auto& entry : fs::directory_iterator(server.results())) after.push_back(entry.path());
+  std::sort(kept.begin(), kept.end());
+  std::sort(after.begin(), after.end());
+  EXPECT_EQ(after, kept) << "a refused request's uploads are removed";
+  EXPECT_EQ(server.stop(), 0) << server.log();
+
+  // A server with a text encoder but no video VAE refuses keyframes by name; a video VAE that could
+  // only encode keyframes, without a text encoder to show them to, is refused at start.
+  test_util::ServeProcess prompts_only(encoder, "small");
+  httplib::Client p = prompts_only.client();
+  expect_refused(submit(p, body, png, ""), "encodes no keyframes");
+  EXPECT_EQ(prompts_only.stop(), 0) << prompts_only.log();
+  expect_one_line_error(
+      run_cli("serve --synthetic small --results " + q(tmp_.file("r")) + " --synthetic-video-vae small"),
+      "give --text-encoder too");
+}
+#endif  // VORTEX_HAVE_SERVICE
 
 #else
 TEST(CliFl2va, NeedsThePngReader) { GTEST_SKIP() << "no PNG reader in this build"; }

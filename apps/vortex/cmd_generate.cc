@@ -104,7 +104,12 @@ int run_generate(const GenerateArgs& args) {
                  (*text)->describe().c_str());
     if (Status encoded = encode_prompt(*checked, text->get()); !encoded.ok()) return report_error(encoded);
     text->reset();
-    if (Status encoded = encode_request_keyframes(*checked, args.media); !encoded.ok()) return report_error(encoded);
+    if (checked->fl2va()) {
+      auto encoder = load_keyframe_encoder(args.media.video_vae_path, args.media.synthetic_video_vae,
+                                           args.media.weights_seed);
+      if (!encoder.ok()) return report_error(encoder.status());
+      if (Status encoded = encode_request_keyframes(*checked, *encoder); !encoded.ok()) return report_error(encoded);
+    }
     encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
   }
   auto model = load_step_model(args.model, checked->rows);

@@ -1,14 +1,16 @@
 // vortex serve: the model loaded once, requests over HTTP (service/http_server.h lists the routes),
 // run one at a time in submission order; each job writes RESULTS/<id>.safetensors and
 // RESULTS/<id>.json exactly as `vortex generate --out RESULTS/<id>` would, and with --media wav|mp4
-// also RESULTS/<id>.wav|.mp4 as `generate --media` would (the VAEs loaded once too).
+// also RESULTS/<id>.wav|.mp4 as `generate --media` would (the VAEs loaded once too). A server with a
+// text encoder and a video VAE takes fl2va requests: the keyframes come as multipart PNG parts
+// first_frame / last_frame and are encoded by the video VAE encoder, loaded once.
 //
 // Every job's state is kept in RESULTS/<id>.job.json; a server started on the same folder lists the
 // finished jobs again and runs what was queued or running when the last one stopped (a restart
 // loses nothing that was accepted).
 //
 // A request is checked in full when it is submitted (fields, geometry, step count, attention plan,
-// uploaded text states, rows against the device arena), so a bad one is a 400 naming the field and
+// uploaded text states and keyframes, rows against the device arena), so a bad one is a 400 naming the field and
 // never occupies the queue. SIGINT / SIGTERM stop accepting, stop the running job at its next step
 // (it and the waiting ones stay recorded, to run when a server restarts on the folder) and exit 0.
 #include <signal.h>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -54,8 +57,13 @@ std::string json_field(const std::string& flag) {
   return f;
 }
 
-// The JSON body → RequestOptions, every field type- and name-checked (a typo is an error, not a default).
-Result<RequestOptions> parse_request(const nlohmann::json& body, const std::string& text_upload) {
+// The multipart file parts a submission may carry, with the extension each is saved under.
+const std::map<std::string, std::string> kUploadParts = {
+    {"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
+
+// The JSON body and the saved file parts → RequestOptions, every field type- and name-checked (a
+// typo is an error, not a default).
+Result<RequestOptions> parse_request(const nlohmann::json& body, const service::Uploads& uploads) {
   RequestOptions r;
   r.field_name = json_field;
   const auto integer = [&](const char* key, auto& out, int64_t lo, int64_t hi) -> Status {
@@ -101,11 +109,29 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const std::stri
       if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + value.dump());
       r.prompt = value.get<std::string>();
       if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
+    } else if (key == "first_frame" || key == "last_frame") {
+      return invalid_argument(key + ": a keyframe comes as the multipart part '" + key + "' (a PNG), not a field");
     } else {
       return invalid_argument("unknown field '" + key +
                               "' (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
-                              "text_tokens, text_key; text states come as the multipart part 'text')");
+                              "text_tokens, text_key; text states and keyframes come as the multipart parts "
+                              "'text', 'first_frame' and 'last_frame')");
     }
+  }
+  const auto upload = [&uploads](const char* part) {
+    const auto it = uploads.find(part);
+    return it == uploads.end() ? std::string() : it->second;
+  };
+  const std::string text_upload = upload("text");
+  if (const std::string first = upload("first_frame"); !first.empty()) {
+    r.keyframes.push_back({first, h3::KeyframeAnchor::kFirst});
+  }
+  if (const std::string last = upload("last_frame"); !last.empty()) {
+    r.keyframes.push_back({last, h3::KeyframeAnchor::kLast});
+  }
+  r.size_given = body.contains("height") || body.contains("width");
+  if (!r.keyframes.empty() && body.contains("height") != body.contains("width")) {
+    return invalid_argument("height / width: with keyframes give both (the canvas) or neither (the first keyframe's canvas)");
   }
   if (body.contains("prompt") && body.contains("text_tokens")) {
     return invalid_argument("text_tokens: synthetic text states, but a prompt came too");
@@ -131,6 +157,9 @@ nlohmann::json request_json(const RequestOptions& r) {
     j["text"] = r.text_path;
     if (!r.text_key.empty()) j["text_key"] = r.text_key;
   }
+  for (const KeyframeInput& k : r.keyframes) {
+    j[k.anchor == h3::KeyframeAnchor::kFirst ? "first_frame" : "last_frame"] = k.path;
+  }
   return j;
 }
 
@@ -154,6 +183,8 @@ Result<RequestOptions> request_options(const nlohmann::json& j) try {
   } else {
     r.text_tokens = j.at("text_tokens");
   }
+  if (j.contains("first_frame")) r.keyframes.push_back({j.at("first_frame"), h3::KeyframeAnchor::kFirst});
+  if (j.contains("last_frame")) r.keyframes.push_back({j.at("last_frame"), h3::KeyframeAnchor::kLast});
   return r;
 } catch (const nlohmann::json::exception& e) {
   return corrupt_data(std::string("the job's request: ") + e.what());
@@ -181,11 +212,16 @@ Status prepare_results_folder(const std::string& folder) {
 }
 
 // With --media, the decoders, loaded once; their checks name --media as generate's name its flag.
+// A video VAE without --media mp4 only encodes keyframes (load_keyframe_encoder_once).
 Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
   MediaRequest m = args.media;
+  if (args.media_kind != "mp4") {
+    m.video_vae_path.clear();
+    m.synthetic_video_vae.clear();
+  }
   if (args.media_kind.empty()) {
     if (any_vae_option(m)) {
-      return invalid_argument("the VAE options decode each job's latents into --media wav|mp4, which is not given");
+      return invalid_argument("the audio VAE options decode each job's latents into --media wav|mp4, which is not given");
     }
     return std::optional<MediaDecoder>();
   }
@@ -195,6 +231,22 @@ Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
   m.device = args.model.device;  // the decoders run where the transformer runs
   VORTEX_ASSIGN_OR_RETURN(MediaDecoder decoder, MediaDecoder::load(m));
   return std::optional<MediaDecoder>(std::move(decoder));
+}
+
+// The keyframes' video VAE encoder when a video VAE is named and prompts can be encoded; none
+// otherwise (keyframe requests are then refused by name). A video VAE that could only encode
+// keyframes, on a server without a text encoder, is refused at start.
+Result<std::optional<vae::VideoVaeEncoder>> load_keyframe_encoder_once(const ServeArgs& args, bool has_text_encoder) {
+  const MediaRequest& m = args.media;
+  if (m.video_vae_path.empty() && m.synthetic_video_vae.empty()) return std::optional<vae::VideoVaeEncoder>();
+  if (!has_text_encoder) {
+    if (args.media_kind == "mp4") return std::optional<vae::VideoVaeEncoder>();
+    return invalid_argument("--video-vae / --synthetic-video-vae without --media mp4 encode keyframes, which are "
+                            "shown to the text encoder: give --text-encoder too");
+  }
+  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder,
+                          load_keyframe_encoder(m.video_vae_path, m.synthetic_video_vae, args.model.weights_seed));
+  return std::optional<vae::VideoVaeEncoder>(std::move(encoder));
 }
 
 std::string job_record_path(const std::filesystem::path& results, const std::string& id) {
@@ -241,6 +293,8 @@ int run_serve(const ServeArgs& args) {
   if (!media.ok()) return report_error(media.status());
   auto text = load_text_conditioner(args.model, *config);
   if (!text.ok()) return report_error(text.status());
+  auto keyframe_encoder = load_keyframe_encoder_once(args, text->get() != nullptr);
+  if (!keyframe_encoder.ok()) return report_error(keyframe_encoder.status());
   if (*text && args.model.device == "cuda") {
     std::fprintf(stderr, "vortex serve: loading the text encoder onto the device...\n");
     if (Status prepared = (*text)->prepare(); !prepared.ok()) return report_error(prepared);
@@ -256,6 +310,10 @@ int run_serve(const ServeArgs& args) {
   // VAEs' latent shapes. At submit, and again when a job starts (a restored one was checked by
   // another server).
   const auto check_served = [&](const RequestOptions& r) -> Result<CheckedRequest> {
+    if (!r.keyframes.empty() && !*keyframe_encoder) {
+      return invalid_argument("first_frame / last_frame: this server encodes no keyframes (start it with --text-encoder "
+                              "and --video-vae or --synthetic-video-vae)");
+    }
     VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config, text->get()));
     if (args.model.device == "cuda" && checked.rows > max_rows) {
       return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
@@ -281,6 +339,7 @@ int run_serve(const ServeArgs& args) {
         if (!r.prompt.empty()) {
           context.set_phase("encode");
           VORTEX_RETURN_IF_ERROR(encode_prompt(checked, text->get()));
+          if (checked.fl2va()) VORTEX_RETURN_IF_ERROR(encode_request_keyframes(checked, **keyframe_encoder));
         }
         context.set_phase("denoise");
         const std::string latents = (results / (id + ".safetensors")).string();
@@ -318,6 +377,7 @@ int run_serve(const ServeArgs& args) {
 
   service::ServerHooks hooks;
   hooks.upload_dir = args.results;
+  hooks.upload_parts = kUploadParts;
   hooks.latents_path = [results](const std::string& id) { return (results / (id + ".safetensors")).string(); };
   if (*media) {
     hooks.media_path = [results, kind = args.media_kind](const std::string& id) {
@@ -326,10 +386,16 @@ int run_serve(const ServeArgs& args) {
     hooks.media_content_type = args.media_kind == "wav" ? "audio/wav" : "video/mp4";
   }
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
-                {"max_rows", max_rows}, {"int8fp8", int8fp8_served}};
-  hooks.check = [&](const nlohmann::json& body, const std::string& text_upload) -> Result<nlohmann::json> {
-    VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, text_upload));
-    VORTEX_RETURN_IF_ERROR(check_served(r).status());
+                {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
+                {"keyframes", keyframe_encoder->has_value()}};
+  hooks.check = [&](const nlohmann::json& body, const service::Uploads& uploads) -> Result<nlohmann::json> {
+    VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, uploads));
+    VORTEX_ASSIGN_OR_RETURN(const CheckedRequest checked, check_served(r));
+    // The canvas a keyframe request resolved is recorded with it: the job (here, or after a
+    // restart) puts the keyframes on the same canvas without deriving it again.
+    r.height = checked.video.height;
+    r.width = checked.video.width;
+    r.size_given = true;
     return request_json(r);
   };
 
@@ -376,13 +442,13 @@ void add_serve_command(CLI::App& app, Action& action) {
   const auto check_model_given = add_model_options(cmd, args->model);
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "Port to listen on (0: any free port, printed at start)")->capture_default_str();
-  cmd->add_option("--results", args->results, "Folder for the jobs' latents, summaries and uploaded text states")
+  cmd->add_option("--results", args->results, "Folder for the jobs' latents, summaries and uploaded files")
       ->required();
   cmd->add_option("--max-queue", args->max_queue, "Jobs that may wait; more are refused with 429")->capture_default_str();
   cmd->add_option("--max-rows", args->max_rows,
                   "--device cuda: packed rows the activation arena holds (default: the canonical request with 512 "
                   "text tokens)");
-  cmd->add_option("--max-upload-mb", args->max_upload_mb, "Largest request body (text states) in MiB")
+  cmd->add_option("--max-upload-mb", args->max_upload_mb, "Largest request body (text states, keyframes) in MiB")
       ->capture_default_str();
   cmd->add_option("--media", args->media_kind,
                   "Also decode each job's latents to a WAV (soundtrack) or an MP4 (picture and sound), as generate --media")

@@ -343,10 +343,10 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   return ok_status();
 }
 
-Status encode_request_keyframes(CheckedRequest& checked, const MediaRequest& vae) {
+Status encode_request_keyframes(CheckedRequest& checked, const vae::VideoVaeEncoder& encoder) {
   if (!checked.fl2va()) return ok_status();
   const auto start = std::chrono::steady_clock::now();
-  VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, vae));
+  VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, encoder));
   checked.keyframe_encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok_status();
 }

@@ -63,9 +63,8 @@ Result<Tensor> keyframe_latents(const vae::VideoVaeEncoder& encoder, const Tenso
   return vae::sample_video_condition(encoder.config, moments, eps);
 }
 
-Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const MediaRequest& vae) {
-  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder,
-                          load_keyframe_encoder(vae.video_vae_path, vae.synthetic_video_vae, vae.weights_seed));
+Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes,
+                                                   const vae::VideoVaeEncoder& encoder) {
   std::vector<h3::Keyframe> out;
   for (size_t k = 0; k < keyframes.pixels.size(); ++k) {
     std::fprintf(stderr, "encoding keyframe %zu (%s) through the video VAE on the CPU\n", k + 1,

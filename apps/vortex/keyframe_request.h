@@ -49,7 +49,8 @@ Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_
 // One canvas image's normalised conditioning latents, F32 [C, 1, H/16, W/16].
 Result<Tensor> keyframe_latents(const vae::VideoVaeEncoder& encoder, const Tensor& pixels, uint64_t seed);
 
-// Every prepared keyframe's latents with its anchor, through the encoder `vae` names.
-Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const MediaRequest& vae);
+// Every prepared keyframe's latents with its anchor, through `encoder`.
+Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes,
+                                                   const vae::VideoVaeEncoder& encoder);
 
 }  // namespace vortex::cli

@@ -59,42 +59,58 @@ struct HttpServer::Impl {
 
   Impl(JobQueue& j, ServerHooks h) : jobs(j), hooks(std::move(h)) {}
 
-  // A fresh path for an uploaded text file; unique across restarts (the time in ms, then a counter).
-  std::string upload_path() {
+  // A fresh path for an uploaded part; unique across restarts (the time in ms, then a counter).
+  std::string upload_path(const std::string& part, const std::string& extension) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
     return (std::filesystem::path(hooks.upload_dir) /
-            ("text-" + std::to_string(ms) + "-" + std::to_string(uploads++) + ".safetensors"))
+            (part + "-" + std::to_string(ms) + "-" + std::to_string(uploads++) + extension))
         .string();
+  }
+
+  // "request, text, first_frame": the parts a submission may have, for the errors.
+  std::string part_names() const {
+    std::string names = "request";
+    for (const auto& [name, extension] : hooks.upload_parts) names += ", " + name;
+    return names;
   }
 
   void submit(const httplib::Request& req, httplib::Response& res) {
     nlohmann::json body = nlohmann::json::object();
     std::string body_text, what = "request body";
-    std::string text_upload;
+    Uploads saved;
+    const auto remove_saved = [&saved] {
+      std::error_code ec;
+      for (const auto& [name, path] : saved) std::filesystem::remove(path, ec);
+    };
     if (req.is_multipart_form_data()) {
       for (const auto& [name, part] : req.files) {
-        if (name != "request" && name != "text") {
-          return send_error(res, 400, "multipart part '" + name + "': unknown (parts: request, text)");
+        if (name != "request" && !hooks.upload_parts.contains(name)) {
+          return send_error(res, 400, "multipart part '" + name + "': unknown (parts: " + part_names() + ")");
         }
       }
       if (req.has_file("request")) body_text = req.get_file_value("request").content;
       what = "multipart part 'request'";
-      if (req.has_file("text")) {
-        text_upload = upload_path();
-        const Status saved = write_file_atomically(text_upload, req.get_file_value("text").content);
-        if (!saved.ok()) return send_error(res, 500, "saving multipart part 'text': " + saved.to_string());
+      for (const auto& [name, extension] : hooks.upload_parts) {
+        if (!req.has_file(name)) continue;
+        const std::string path = upload_path(name, extension);
+        const Status written = write_file_atomically(path, req.get_file_value(name).content);
+        if (!written.ok()) {
+          remove_saved();
+          return send_error(res, 500, "saving multipart part '" + name + "': " + written.to_string());
+        }
+        saved[name] = path;
       }
     } else if (req.get_header_value("Content-Type").starts_with("application/json")) {
       body_text = req.body;
     } else {
       return send_error(res, 415,
                         "Content-Type '" + req.get_header_value("Content-Type") +
-                            "': send application/json, or multipart/form-data with parts request and text");
+                            "': send application/json, or multipart/form-data with parts " + part_names());
     }
     const auto refuse = [&](int status, const std::string& message) {
-      if (!text_upload.empty()) std::filesystem::remove(text_upload);
+      remove_saved();
       send_error(res, status, message);
     };
     if (!body_text.empty()) {
@@ -105,7 +121,7 @@ struct HttpServer::Impl {
       }
       if (!body.is_object()) return refuse(400, what + ": a JSON object is expected, got " + body.type_name());
     }
-    Result<nlohmann::json> checked = hooks.check(body, text_upload);
+    Result<nlohmann::json> checked = hooks.check(body, saved);
     if (!checked.ok()) return refuse(http_status_of(checked.status()), checked.status().message());
     const std::optional<JobSnapshot> job = jobs.submit(std::move(*checked));
     if (!job) {

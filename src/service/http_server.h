@@ -2,8 +2,9 @@
 // the owner's hooks check a request and name the files a job wrote.
 //
 //   POST   /v1/jobs               a request: JSON (application/json), or multipart/form-data with a
-//                                 "request" part (JSON) and a "text" part (safetensors text states)
-//                                 → 202 and the job; 400 naming the field; 413; 415; 429 when full
+//                                 "request" part (JSON) and the file parts the hooks accept (text
+//                                 states, keyframes) → 202 and the job; 400 naming the field or
+//                                 part; 413; 415; 429 when full
 //   GET    /v1/jobs               every job held, in submission order
 //   GET    /v1/jobs/{id}          one job: state, queue position, progress and ETA, result or error
 //   DELETE /v1/jobs/{id}          cancel: at once when queued, at the next step when running
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -27,17 +29,24 @@
 
 namespace vortex::service {
 
+// The file parts of a multipart submission, each saved under ServerHooks::upload_dir: part name →
+// the saved file's path.
+using Uploads = std::map<std::string, std::string>;
+
 struct ServerHooks {
-  // Turns a submitted body (a JSON object) into the request the queue holds, or a status whose
-  // message names the field (answered 400). `text_upload` is the path the uploaded text states
-  // were saved to, or empty when none came.
-  std::function<Result<nlohmann::json>(const nlohmann::json& body, const std::string& text_upload)> check;
+  // Turns a submitted body (a JSON object) and its saved file parts into the request the queue
+  // holds, or a status whose message names the field or part (answered 400; the files are then
+  // removed again).
+  std::function<Result<nlohmann::json>(const nlohmann::json& body, const Uploads& uploads)> check;
+  // The file parts a submission may carry besides "request": part name → the saved file's
+  // extension (".safetensors", ".png").
+  std::map<std::string, std::string> upload_parts;
   // The latents file a succeeded job wrote.
   std::function<std::string(const std::string& id)> latents_path;
   // Its media file and that file's content type; null when the server decodes no media.
   std::function<std::string(const std::string& id)> media_path;
   std::string media_content_type;
-  std::string upload_dir;  // where uploaded text states are kept (the jobs read them later)
+  std::string upload_dir;  // where uploaded files are kept (the jobs read them later)
   nlohmann::json info;     // shown by /healthz
 };
 
