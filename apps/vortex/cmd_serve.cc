@@ -10,8 +10,8 @@
 // loses nothing that was accepted).
 //
 // A request is checked in full when it is submitted (fields, geometry, step count, attention plan,
-// uploaded text states and keyframes, rows against the device arena), so a bad one is a 400 naming the field and
-// never occupies the queue. SIGINT / SIGTERM stop accepting, stop the running job at its next step
+// uploaded text states and keyframes, rows against the device arena), so a bad one is a 400
+// naming the field and never occupies the queue. SIGINT / SIGTERM stop accepting, stop the running job at its next step
 // (it and the waiting ones stay recorded, to run when a server restarts on the folder) and exit 0.
 #include <signal.h>
 #include <unistd.h>
