@@ -11,8 +11,9 @@
 //
 // A request is checked in full when it is submitted (fields, geometry, step count, attention plan,
 // uploaded text states and keyframes, rows against the device arena), so a bad one is a 400
-// naming the field and never occupies the queue. SIGINT / SIGTERM stop accepting, stop the running job at its next step
-// (it and the waiting ones stay recorded, to run when a server restarts on the folder) and exit 0.
+// naming the field and never occupies the queue. SIGINT / SIGTERM stop accepting, stop the
+// running job at its next step (it and the waiting ones stay recorded, to run when a server
+// restarts on the folder) and exit 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -24,6 +25,7 @@
 #include <memory>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -60,6 +62,10 @@ std::string json_field(const std::string& flag) {
 // The multipart file parts a submission may carry, with the extension each is saved under.
 const std::map<std::string, std::string> kUploadParts = {
     {"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
+
+// The keyframe parts (and the recorded request's keys) in request order, with their anchors.
+constexpr std::pair<const char*, h3::KeyframeAnchor> kKeyframeParts[] = {
+    {"first_frame", h3::KeyframeAnchor::kFirst}, {"last_frame", h3::KeyframeAnchor::kLast}};
 
 // The JSON body and the saved file parts → RequestOptions, every field type- and name-checked (a
 // typo is an error, not a default).
@@ -123,11 +129,8 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     return it == uploads.end() ? std::string() : it->second;
   };
   const std::string text_upload = upload("text");
-  if (const std::string first = upload("first_frame"); !first.empty()) {
-    r.keyframes.push_back({first, h3::KeyframeAnchor::kFirst});
-  }
-  if (const std::string last = upload("last_frame"); !last.empty()) {
-    r.keyframes.push_back({last, h3::KeyframeAnchor::kLast});
+  for (const auto& [part, anchor] : kKeyframeParts) {
+    if (const std::string path = upload(part); !path.empty()) r.keyframes.push_back({path, anchor});
   }
   r.size_given = body.contains("height") || body.contains("width");
   if (!r.keyframes.empty() && body.contains("height") != body.contains("width")) {
@@ -158,7 +161,9 @@ nlohmann::json request_json(const RequestOptions& r) {
     if (!r.text_key.empty()) j["text_key"] = r.text_key;
   }
   for (const KeyframeInput& k : r.keyframes) {
-    j[k.anchor == h3::KeyframeAnchor::kFirst ? "first_frame" : "last_frame"] = k.path;
+    for (const auto& [part, anchor] : kKeyframeParts) {
+      if (k.anchor == anchor) j[part] = k.path;
+    }
   }
   return j;
 }
@@ -183,8 +188,9 @@ Result<RequestOptions> request_options(const nlohmann::json& j) try {
   } else {
     r.text_tokens = j.at("text_tokens");
   }
-  if (j.contains("first_frame")) r.keyframes.push_back({j.at("first_frame"), h3::KeyframeAnchor::kFirst});
-  if (j.contains("last_frame")) r.keyframes.push_back({j.at("last_frame"), h3::KeyframeAnchor::kLast});
+  for (const auto& [part, anchor] : kKeyframeParts) {
+    if (j.contains(part)) r.keyframes.push_back({j.at(part).get<std::string>(), anchor});
+  }
   return r;
 } catch (const nlohmann::json::exception& e) {
   return corrupt_data(std::string("the job's request: ") + e.what());
