@@ -27,6 +27,7 @@ struct EncodeKeyframeArgs {
   uint64_t seed = kKeyframePosteriorSeed;
   int64_t height = 0, width = 0;  // the canvas; 0: from this image
   bool follows = false;           // a keyframe after the request's first: cover-cropped
+  std::string device = "cpu";
   std::string out;
 };
 
@@ -54,11 +55,11 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor rgb, h3::fit_keyframe(image, canvas, a.follows ? 1 : 0));
   const int64_t height = canvas.height, width = canvas.width;
-  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder,
-                          load_keyframe_encoder(a.video_vae, a.synthetic_video_vae, a.weights_seed));
-  std::fprintf(stderr, "vortex: encoding %s (%lldx%lld, on a %lldx%lld canvas) on the CPU\n", a.image.c_str(),
+  VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder,
+                          KeyframeEncoder::load(a.video_vae, a.synthetic_video_vae, a.weights_seed, a.device));
+  std::fprintf(stderr, "vortex: encoding %s (%lldx%lld, on a %lldx%lld canvas) on %s\n", a.image.c_str(),
                static_cast<long long>(image.size(1)), static_cast<long long>(image.size(0)),
-               static_cast<long long>(width), static_cast<long long>(height));
+               static_cast<long long>(width), static_cast<long long>(height), encoder.where());
   VORTEX_ASSIGN_OR_RETURN(Tensor latents, keyframe_latents(encoder, rgb, a.seed));
   return write_safetensors(a.out, {{"keyframe_latents", latents}},
                            {{"image", a.image},
@@ -85,6 +86,9 @@ void add_encode_keyframe_command(CLI::App& app, Action& action) {
                   "Deterministic synthetic video VAE of a preset (h3, test, small)");
   cmd->add_option("--weights-seed", args->weights_seed, "Seed of the synthetic VAE")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the posterior sample")->capture_default_str();
+  cmd->add_option("--device", args->device, "Where the encoder runs")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   cmd->add_option("--out", args->out, "Output PATH.safetensors (tensor keyframe_latents [C, 1, H/16, W/16])")
       ->required();
   cmd->callback([args, &action] {

@@ -105,8 +105,8 @@ int run_generate(const GenerateArgs& args) {
     if (Status encoded = encode_prompt(*checked, text->get()); !encoded.ok()) return report_error(encoded);
     text->reset();
     if (checked->fl2va()) {
-      auto encoder = load_keyframe_encoder(args.media.video_vae_path, args.media.synthetic_video_vae,
-                                           args.media.weights_seed);
+      auto encoder = KeyframeEncoder::load(args.media.video_vae_path, args.media.synthetic_video_vae,
+                                           args.media.weights_seed, args.model.device);
       if (!encoder.ok()) return report_error(encoder.status());
       if (Status encoded = encode_request_keyframes(*checked, *encoder); !encoded.ok()) return report_error(encoded);
     }

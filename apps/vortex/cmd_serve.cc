@@ -242,17 +242,17 @@ Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
 // The keyframes' video VAE encoder when a video VAE is named and prompts can be encoded; none
 // otherwise (keyframe requests are then refused by name). A video VAE that could only encode
 // keyframes, on a server without a text encoder, is refused at start.
-Result<std::optional<vae::VideoVaeEncoder>> load_keyframe_encoder_once(const ServeArgs& args, bool has_text_encoder) {
+Result<std::optional<KeyframeEncoder>> load_keyframe_encoder_once(const ServeArgs& args, bool has_text_encoder) {
   const MediaRequest& m = args.media;
-  if (m.video_vae_path.empty() && m.synthetic_video_vae.empty()) return std::optional<vae::VideoVaeEncoder>();
+  if (m.video_vae_path.empty() && m.synthetic_video_vae.empty()) return std::optional<KeyframeEncoder>();
   if (!has_text_encoder) {
-    if (args.media_kind == "mp4") return std::optional<vae::VideoVaeEncoder>();
+    if (args.media_kind == "mp4") return std::optional<KeyframeEncoder>();
     return invalid_argument("--video-vae / --synthetic-video-vae without --media mp4 encode keyframes, which are "
                             "shown to the text encoder: give --text-encoder too");
   }
-  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeEncoder encoder,
-                          load_keyframe_encoder(m.video_vae_path, m.synthetic_video_vae, args.model.weights_seed));
-  return std::optional<vae::VideoVaeEncoder>(std::move(encoder));
+  VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder, KeyframeEncoder::load(m.video_vae_path, m.synthetic_video_vae,
+                                                                         args.model.weights_seed, args.model.device));
+  return std::optional<KeyframeEncoder>(std::move(encoder));
 }
 
 std::string job_record_path(const std::filesystem::path& results, const std::string& id) {

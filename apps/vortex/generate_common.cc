@@ -343,7 +343,7 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   return ok_status();
 }
 
-Status encode_request_keyframes(CheckedRequest& checked, const vae::VideoVaeEncoder& encoder) {
+Status encode_request_keyframes(CheckedRequest& checked, const KeyframeEncoder& encoder) {
   if (!checked.fl2va()) return ok_status();
   const auto start = std::chrono::steady_clock::now();
   VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, encoder));

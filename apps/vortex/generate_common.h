@@ -134,9 +134,9 @@ struct RequestRun {
 // pixels) with `text` into checked.text_states (nothing to do for a request that came with its states).
 Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text);
 
-// fl2va: the keyframes' conditioning latents through the video VAE encoder (on the CPU), into
+// fl2va: the keyframes' conditioning latents through the video VAE encoder (on the CPU or the GPU), into
 // checked.keyframe_latents; nothing to do for t2va.
-Status encode_request_keyframes(CheckedRequest& checked, const vae::VideoVaeEncoder& encoder);
+Status encode_request_keyframes(CheckedRequest& checked, const KeyframeEncoder& encoder);
 
 // Denoises one checked request (its text states encoded) on the loaded model and writes
 // PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).

@@ -3,6 +3,9 @@
 #include <cstdio>
 
 #include "models/h3/config.h"
+#if defined(VORTEX_HAVE_CUDA)
+#include "models/vae/cuda_video_vae_encoder.h"
+#endif
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/png.h"
 #endif
@@ -46,29 +49,53 @@ Status check_keyframe_encoder_named(const std::string& video_vae_path, const std
   return ok_status();
 }
 
-Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
-                                                   const std::string& synthetic_preset, uint64_t weights_seed) {
+Result<KeyframeEncoder> KeyframeEncoder::load(const std::string& video_vae_path,
+                                              const std::string& synthetic_preset, uint64_t weights_seed,
+                                              const std::string& device) {
   VORTEX_RETURN_IF_ERROR(check_keyframe_encoder_named(video_vae_path, synthetic_preset));
-  if (!video_vae_path.empty()) return vae::load_video_vae_encoder(video_vae_path);
-  VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(synthetic_preset));
-  return vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, weights_seed), c);
+  vae::VideoVaeEncoder cpu;
+  if (!video_vae_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(cpu, vae::load_video_vae_encoder(video_vae_path));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(synthetic_preset));
+    VORTEX_ASSIGN_OR_RETURN(cpu, vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, weights_seed), c));
+  }
+  KeyframeEncoder e;
+  e.config_ = cpu.config;
+  if (device == "cuda") {
+#if defined(VORTEX_HAVE_CUDA)
+    VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<vae::CudaVideoVaeEncoder> gpu, vae::CudaVideoVaeEncoder::create(cpu));
+    e.gpu_ = std::move(gpu);
+    return e;
+#else
+    return unimplemented("--device cuda: this build has no CUDA backend (the keyframes' video VAE encoder)");
+#endif
+  }
+  e.cpu_ = std::move(cpu);
+  return e;
 }
 
-Result<Tensor> keyframe_latents(const vae::VideoVaeEncoder& encoder, const Tensor& pixels, uint64_t seed) {
+Result<Tensor> KeyframeEncoder::moments(const Tensor& pixels) const {
+#if defined(VORTEX_HAVE_CUDA)
+  if (gpu_) return gpu_->encode_moments(pixels);
+#endif
+  return vae::encode_video_moments(*cpu_, pixels);
+}
+
+Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pixels, uint64_t seed) {
   VORTEX_ASSIGN_OR_RETURN(Tensor normalised, vae::keyframe_pixels(pixels));
-  VORTEX_ASSIGN_OR_RETURN(Tensor moments, vae::encode_video_moments(encoder, normalised));
-  const int64_t C = encoder.config.latent_channels;
+  VORTEX_ASSIGN_OR_RETURN(Tensor moments, encoder.moments(normalised));
+  const int64_t C = encoder.config().latent_channels;
   const Tensor eps =
       h3::seeded_normal({C, moments.size(1), moments.size(2), moments.size(3)}, seed, h3::kKeyframePosteriorStream);
-  return vae::sample_video_condition(encoder.config, moments, eps);
+  return vae::sample_video_condition(encoder.config(), moments, eps);
 }
 
-Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes,
-                                                   const vae::VideoVaeEncoder& encoder) {
+Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const KeyframeEncoder& encoder) {
   std::vector<h3::Keyframe> out;
   for (size_t k = 0; k < keyframes.pixels.size(); ++k) {
-    std::fprintf(stderr, "encoding keyframe %zu (%s) through the video VAE on the CPU\n", k + 1,
-                 keyframes.paths[k].c_str());
+    std::fprintf(stderr, "encoding keyframe %zu (%s) through the video VAE on %s\n", k + 1,
+                 keyframes.paths[k].c_str(), encoder.where());
     auto latents = keyframe_latents(encoder, keyframes.pixels[k], kKeyframePosteriorSeed);
     if (!latents.ok()) return latents.status().with_context(keyframes.paths[k]);
     out.push_back({std::move(*latents), keyframes.anchors[k]});

@@ -4,6 +4,7 @@
 // seed 42, the same draw for every keyframe).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,10 @@
 #include "models/vae/video_vae_encoder.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
+
+namespace vortex::vae {
+class CudaVideoVaeEncoder;
+}
 
 namespace vortex::cli {
 
@@ -42,15 +47,29 @@ Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& in
 // anything loads).
 Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset);
 
-// The video VAE encoder --video-vae or --synthetic-video-vae names (exactly one), on the CPU.
-Result<vae::VideoVaeEncoder> load_keyframe_encoder(const std::string& video_vae_path,
-                                                   const std::string& synthetic_preset, uint64_t weights_seed);
+// The keyframes' video VAE encoder: the CPU program, or on --device cuda its GPU twin
+// (models/vae/cuda_video_vae_encoder.h: the moments within 1e-5 rel-L2 of the CPU's).
+class KeyframeEncoder {
+ public:
+  // The encoder --video-vae or --synthetic-video-vae names (exactly one); `device` "cpu" or "cuda".
+  static Result<KeyframeEncoder> load(const std::string& video_vae_path, const std::string& synthetic_preset,
+                                      uint64_t weights_seed, const std::string& device);
+
+  const vae::VideoVaeConfig& config() const { return config_; }
+  const char* where() const { return gpu_ ? "the GPU" : "the CPU"; }
+  // encode_video_moments with the checkpoint's tiling.
+  Result<Tensor> moments(const Tensor& pixels) const;
+
+ private:
+  vae::VideoVaeConfig config_;
+  std::optional<vae::VideoVaeEncoder> cpu_;        // the CPU's, or
+  std::shared_ptr<vae::CudaVideoVaeEncoder> gpu_;  // the GPU's
+};
 
 // One canvas image's normalised conditioning latents, F32 [C, 1, H/16, W/16].
-Result<Tensor> keyframe_latents(const vae::VideoVaeEncoder& encoder, const Tensor& pixels, uint64_t seed);
+Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pixels, uint64_t seed);
 
 // Every prepared keyframe's latents with its anchor, through `encoder`.
-Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes,
-                                                   const vae::VideoVaeEncoder& encoder);
+Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const KeyframeEncoder& encoder);
 
 }  // namespace vortex::cli

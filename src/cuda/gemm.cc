@@ -3,7 +3,7 @@
 // cuBLASLt is column-major. A row-major matrix with row stride ld is, to it, the column-major
 // transpose with leading dimension ld, so y[N, O] = x[N, I] · w[O, I]ᵀ is computed as
 //
-//   Yᵀ[O, N] = op(A) · B,  A = w seen as column-major [I, O] (ld I), op(A) = Aᵀ = w[O, I]
+//   Yᵀ[O, N] = op(A) · B,  A = w seen as column-major [I, O] (ld ldw), op(A) = Aᵀ = w[O, I]
 //                          B = x seen as column-major [I, N] (ld ldx)
 //                          D = y seen as column-major [O, N] (ld ldy)
 //
@@ -32,13 +32,13 @@ namespace vortex::cuda {
 namespace {
 
 struct PlanKey {
-  int64_t n, i, o, ldx, ldy;
+  int64_t n, i, o, ldx, ldw, ldy;
   DType in_dtype, out_dtype;
   bool has_bias;
   uint32_t align_x, align_w, align_y, align_bias;
 
   auto tie() const {
-    return std::tie(n, i, o, ldx, ldy, in_dtype, out_dtype, has_bias, align_x, align_w, align_y, align_bias);
+    return std::tie(n, i, o, ldx, ldw, ldy, in_dtype, out_dtype, has_bias, align_x, align_w, align_y, align_bias);
   }
   bool operator<(const PlanKey& other) const { return tie() < other.tie(); }
 };
@@ -81,14 +81,14 @@ Result<LtPlan*> GemmRunner::Impl::plan_for(const PlanKey& key, const void* bias)
     VORTEX_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   }
-  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, key.i, key.o, key.i));
+  VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, in_type, key.i, key.o, key.ldw));
   VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, in_type, key.i, key.n, key.ldx));
   VORTEX_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, out_type, key.o, key.n, key.ldy));
 
   // A is the weight, B the activations, D the output.
   VORTEX_RETURN_IF_ERROR(lt_choose_algorithm(session, *plan, {key.align_w, key.align_x, key.align_y}, [&] {
     return "linear N=" + std::to_string(key.n) + " I=" + std::to_string(key.i) + " O=" + std::to_string(key.o) +
-           " ldx=" + std::to_string(key.ldx) + " ldy=" + std::to_string(key.ldy) + " " + dtype_name(key.in_dtype) +
+           " ldx=" + std::to_string(key.ldx) + " ldw=" + std::to_string(key.ldw) + " ldy=" + std::to_string(key.ldy) + " " + dtype_name(key.in_dtype) +
            "->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "");
   }));
   LtPlan* raw = plan.get();
@@ -121,7 +121,7 @@ Status GemmRunner::linear(const TensorView& x, const TensorView& w, const Tensor
   if (bias && bias->device != Device::kCuda) return bad("every operand must be on the device");
   if (!is_2d_rows(x)) return bad("x must be 2-D [N, I] with unit column stride and row stride >= I");
   if (!is_2d_rows(y)) return bad("y must be 2-D [N, O] with unit column stride and row stride >= O");
-  if (w.rank() != 2 || !w.is_contiguous()) return bad("w must be a contiguous 2-D [O, I]");
+  if (!is_2d_rows(w)) return bad("w must be 2-D [O, I] with unit column stride and row stride >= I");
   const int64_t n = x.shape[0], in = x.shape[1], out = w.shape[0];
   if (w.shape[1] != in || y.shape[0] != n || y.shape[1] != out) return bad("shapes do not agree");
   if (in < 1 || out < 1) return bad("I and O must be >= 1");
@@ -152,6 +152,7 @@ Status GemmRunner::linear(const TensorView& x, const TensorView& w, const Tensor
                     in,
                     out,
                     x.strides[0],
+                    w.strides[0],
                     y.strides[0],
                     x.dtype,
                     y.dtype,

@@ -25,7 +25,8 @@ class GemmRunner {
   static Result<std::unique_ptr<GemmRunner>> create(DeviceArena& arena, size_t workspace_bytes = 64u << 20);
   ~GemmRunner();
 
-  // x: [N, I] (row stride >= I, unit column stride), w: [O, I] contiguous, bias: [O] or null,
+  // x: [N, I] (row stride >= I, unit column stride), w: [O, I] (row stride >= I, unit column
+  // stride: a column range of a wider weight, as a causal conv's real taps), bias: [O] or null,
   // y: [N, O] (row stride >= O). Supported: (x, w, y) = (bf16, bf16, bf16|f32) or (f32, f32, f32).
   // bias dtype: bf16 for a bf16 y (rounded like the reference's bf16 linear), f32 otherwise.
   Status linear(const TensorView& x, const TensorView& w, const TensorView* bias, const TensorView& y,

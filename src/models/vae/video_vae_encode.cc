@@ -44,7 +44,9 @@ Result<Tensor> resnet_forward(const VideoEncoderResnet& r, const VideoVaeConfig&
   return h;
 }
 
-Status check_pixels(const VideoVaeConfig& c, const Tensor& pixels) {
+}  // namespace
+
+Status check_video_encoder_pixels(const VideoVaeConfig& c, const Tensor& pixels) {
   if (!pixels.defined() || pixels.dtype() != DType::kF32 || pixels.rank() != 4 || !pixels.is_contiguous() ||
       pixels.device() != Device::kCpu) {
     return invalid_argument("video VAE encode: pixels " + (pixels.defined() ? pixels.describe() : "(undefined)") +
@@ -68,12 +70,14 @@ Status check_pixels(const VideoVaeConfig& c, const Tensor& pixels) {
   return ok_status();
 }
 
+namespace {
+
 // One temporal clip: whole, or tiled and stitched.
-Result<Tensor> encode_clip(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
-                           const VideoEncoderObserver* observer) {
-  const int64_t r = vae.config.spatial_ratio();
+Result<Tensor> encode_clip(const VideoVaeConfig& c, const VideoChunkEncoder& encode_chunk, const Tensor& pixels,
+                           const VideoTiling& tiling) {
+  const int64_t r = c.spatial_ratio();
   const int64_t height = pixels.size(2), width = pixels.size(3);
-  if (!tiling.enabled) return encode_video_chunk(vae, pixels, observer);
+  if (!tiling.enabled) return encode_chunk(pixels);
   const TileSplit ys = split_tiles(height, tiling.tile_height, tiling.min_overlap_height, r);
   const TileSplit xs = split_tiles(width, tiling.tile_width, tiling.min_overlap_width, r);
   std::vector<std::vector<Tensor>> tiles(ys.starts.size());
@@ -81,7 +85,7 @@ Result<Tensor> encode_clip(const VideoVaeEncoder& vae, const Tensor& pixels, con
     for (size_t j = 0; j < xs.starts.size(); ++j) {
       VORTEX_ASSIGN_OR_RETURN(Tensor rows, pixels.slice(2, ys.starts[i], ys.starts[i] + ys.tile));
       VORTEX_ASSIGN_OR_RETURN(Tensor tile, rows.slice(3, xs.starts[j], xs.starts[j] + xs.tile));
-      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_video_chunk(vae, tile.contiguous(), observer));
+      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_chunk(tile.contiguous()));
       tiles[i].push_back(std::move(moments));
     }
   }
@@ -93,7 +97,7 @@ Result<Tensor> encode_clip(const VideoVaeEncoder& vae, const Tensor& pixels, con
 Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixels,
                                   const VideoEncoderObserver* observer) {
   const VideoVaeConfig& c = vae.config;
-  VORTEX_RETURN_IF_ERROR(check_pixels(c, pixels));
+  VORTEX_RETURN_IF_ERROR(check_video_encoder_pixels(c, pixels));
   const Emitter emit{observer};
   VORTEX_ASSIGN_OR_RETURN(Tensor x, causal_conv3d(vae.conv_in, to_channels_last(pixels)));
   emit("encoder.conv_in", x);
@@ -115,15 +119,15 @@ Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixe
   return to_channels_first(x);
 }
 
-Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
-                                    const VideoEncoderObserver* observer) {
-  const VideoVaeConfig& c = vae.config;
-  VORTEX_RETURN_IF_ERROR(check_pixels(c, pixels));
+Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChunkEncoder& encode_chunk,
+                                         const Tensor& pixels, const VideoTiling& tiling,
+                                         const VideoEncoderObserver* observer) {
+  VORTEX_RETURN_IF_ERROR(check_video_encoder_pixels(c, pixels));
   if (tiling.enabled) VORTEX_RETURN_IF_ERROR(validate_tiling(tiling, c.spatial_ratio()));
   const Emitter emit{observer};
   const int64_t T = pixels.size(1), L = c.clip_length;
   if (T == 1) {
-    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(vae, pixels, tiling, observer));
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunk, pixels, tiling));
     if (emit.active()) (*observer)("moments", moments);
     return moments;
   }
@@ -140,7 +144,7 @@ Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pi
         std::memcpy(d + (ch * L + f) * plane, s + (ch * T + src) * plane, static_cast<size_t>(plane) * sizeof(float));
       }
     }
-    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(vae, clip, tiling, observer));
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunk, clip, tiling));
     parts.push_back(std::move(moments));
   }
   const int64_t per_clip = parts[0].size(1), total = per_clip * clips, kept = total - c.token_drop;
@@ -159,6 +163,13 @@ Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pi
   }
   if (emit.active()) (*observer)("moments", out);
   return out;
+}
+
+Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
+                                    const VideoEncoderObserver* observer) {
+  return encode_video_moments_with(
+      vae.config, [&](const Tensor& chunk) { return encode_video_chunk(vae, chunk, observer); }, pixels, tiling,
+      observer);
 }
 
 Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels) {

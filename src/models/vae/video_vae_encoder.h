@@ -31,6 +31,7 @@
 // the caller passes it (the pipeline its own seeded noise, tests the reference's draw).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "models/vae/conv3d.h"
@@ -87,6 +88,19 @@ using VideoEncoderObserver = VideoVaeObserver;
 // [2·latent_channels, T', H/r, W/r].
 Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixels,
                                   const VideoEncoderObserver* observer = nullptr);
+
+// The checks encode_video_chunk makes of its pixels (invalid_argument naming the tensor).
+Status check_video_encoder_pixels(const VideoVaeConfig& config, const Tensor& pixels);
+
+// One chunk's encode (encode_video_chunk's contract): the CPU's, or the GPU's
+// (cuda_video_vae_encoder.h).
+using VideoChunkEncoder = std::function<Result<Tensor>(const Tensor& pixels)>;
+
+// encode_video_moments around any chunk encoder: the clips, the tiles and their stitching, the
+// dropped latent frames; the observer sees "moments".
+Result<Tensor> encode_video_moments_with(const VideoVaeConfig& config, const VideoChunkEncoder& encode_chunk,
+                                         const Tensor& pixels, const VideoTiling& tiling,
+                                         const VideoEncoderObserver* observer = nullptr);
 
 // pixels as above, T = 1 or any count >= 2. Without `tiling`, the checkpoint's own.
 Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,

@@ -1,0 +1,46 @@
+// The video VAE encoder's ops on the GPU (fp32, channels-last activations x[T, H, W, C]), with the
+// CPU reference's numerics (models/vae/conv3d.h):
+//
+//   conv3d_gather: one output frame's im2col rows for a causal 3D convolution — the reflect-padded
+//     spatial taps of the temporal taps [a0, kt) that read real frames (the ones before read the
+//     causal zeros and are left out of the sum, as on the CPU). A GEMM of these rows with the
+//     weight's columns [a0·kh·kw·C, kt·kh·kw·C) is the convolution of those output rows.
+//   frame_group_norm: GroupNorm over each frame on its own, the mean and the biased variance
+//     summed in double (the variance around the double mean), then the CPU's fp32 operation
+//     sequence, optionally followed by SiLU (x / (1 + expf(-x))).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda {
+
+struct Conv3dTaps {
+  int64_t kt = 1, kh = 1, kw = 1;
+  int64_t st = 1, sh = 1, sw = 1;
+  int64_t pad_top = 0, pad_left = 0;  // reflect; the bottom / right pads only shape H_out / W_out
+  int64_t temporal_padding = 0;       // zero frames in front
+};
+
+// cols[r, k] for the output pixels [r0, r0 + rows) (row-major over [H_out, W_out]) of output frame
+// `frame`: k = ((ta - a0)·kh + b)·kw + d)·C + c reads x[frame·st + ta - temporal_padding,
+// reflect(ho·sh + b - pad_top), reflect(wo·sw + d - pad_left), c] for ta in [a0, kt).
+// x: F32 [T, H, W, C] contiguous device; cols: F32 [rows, (kt - a0)·kh·kw·C] contiguous device.
+// Every index must land in x (the caller's geometry checks, as the CPU's, guarantee it).
+Status conv3d_gather(const TensorView& x, const Conv3dTaps& taps, int64_t h_out, int64_t w_out, int64_t frame,
+                     int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream);
+
+// Doubles of scratch frame_group_norm needs for `frames` frames of `groups` groups.
+int64_t frame_group_norm_scratch(int64_t frames, int64_t groups);
+
+// y = GroupNorm(x) per frame (then SiLU when `silu`); x, y: F32 [T, H, W, C] contiguous device
+// (y may be x); weight, bias: F32 [C] device; scratch: F64 device, at least
+// frame_group_norm_scratch(T, groups) elements.
+Status frame_group_norm(const TensorView& x, const TensorView& weight, const TensorView& bias, int64_t groups,
+                        float eps, bool silu, const TensorView& scratch, const TensorView& y, cudaStream_t stream);
+
+}  // namespace vortex::cuda
