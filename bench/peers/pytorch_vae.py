@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peers of `vortex bench vae-decode`, run by it in the same device call.
 
-    python3 bench/peers/pytorch_vae.py --workload vae-video --io DUMP --out REPORT [--warmup 3 --reps 10]
+    python3 bench/peers/pytorch_vae.py --workload vae-video|vae-encode|vae-audio --io DUMP --out REPORT
+                                       [--warmup 3 --reps 10]
 
 vae-video  diffusers' AutoencoderKLMiniMaxH3 (bring diffusers' src as .ref and put it on PYTHONPATH)
            built from the dump's config (the release's) with the dump's decoder weights (vortex's
@@ -11,6 +12,12 @@ vae-video  diffusers' AutoencoderKLMiniMaxH3 (bring diffusers' src as .ref and p
            verified recipe; tiling on, the release's tiles), ImageNet de-normalisation and clamp.
            Checks vortex's frames against it (both minus the ImageNet mean, so the bound is relative
            to the decoded signal).
+vae-encode diffusers' AutoencoderKLMiniMaxH3 with the dump's encoder weights (vortex's synthetic fp32
+           weights; the decoder, which encoding never runs, keeps its random init) and the dump's
+           tiling (the release's): `vae.encode` of the dump's ImageNet-normalised keyframe pixels
+           [1, 3, 1, H, W], as encode_vae_condition calls it; the posterior's moments against
+           vortex's. Checked and timed in fp32 with TF32 off, and timed with PyTorch's defaults
+           (cuDNN convolutions in TF32) too.
 vae-audio  diffusers' AutoencoderKLMiniMaxH3Audio with the dump's decoder state dict (weight_g /
            weight_v, filters) in fp32: `audio_vae.decode` of the de-normalised latents, with TF32 off
            (the checked run and one timing) and with PyTorch's defaults (cuDNN convolutions in TF32).
@@ -86,6 +93,43 @@ def vae_video(args):
     return {"correctness": correctness, "peers": [{"name": "diffusers-vae-fp16-autocast", **report}]}
 
 
+def vae_encode(args):
+    from diffusers import AutoencoderKLMiniMaxH3
+
+    config, io, weights = load_dump(args.io)
+    with safetensors.safe_open(args.io, "pt") as f:
+        tiling = json.loads(f.metadata()["tiling"])
+    with torch.device("cuda"):
+        vae = AutoencoderKLMiniMaxH3(**constructor_kwargs(config)).eval()
+    missing, unexpected = vae.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise SystemExit(f"dump has tensors the model does not: {unexpected[:5]}")
+    stray = [k for k in missing if k.startswith(("encoder.", "quant_conv."))]
+    if stray:
+        raise SystemExit(f"dump lacks encoder tensors: {stray[:5]}")
+    del weights
+    vae.enable_tiling(**tiling)
+    pixels = io["in.pixels"][None]
+    ours = io["out.moments"][None]
+
+    def encode():
+        return vae.encode(pixels, return_dict=False)[0].parameters
+
+    reports = []
+    with torch.no_grad():
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        reference = encode()
+        correctness = compare(ours, reference)
+        correctness["comparator"] = ("diffusers AutoencoderKLMiniMaxH3.encode (tiled as the release), fp32 without "
+                                     "TF32, same weights and pixels; the posterior's moments")
+        del reference
+        reports.append({"name": "diffusers-vae-encode-fp32", **measure(encode, args.warmup, args.reps)})
+        torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions
+        reports.append({"name": "diffusers-vae-encode-default-tf32-convs", **measure(encode, args.warmup, args.reps)})
+    return {"correctness": correctness, "peers": reports}
+
+
 def vae_audio(args):
     from diffusers import AutoencoderKLMiniMaxH3Audio
 
@@ -117,13 +161,13 @@ def vae_audio(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", required=True, choices=["vae-video", "vae-audio"])
+    parser.add_argument("--workload", required=True, choices=["vae-video", "vae-encode", "vae-audio"])
     parser.add_argument("--io", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
-    report = vae_video(args) if args.workload == "vae-video" else vae_audio(args)
+    report = {"vae-video": vae_video, "vae-encode": vae_encode, "vae-audio": vae_audio}[args.workload](args)
     report["torch"] = torch.__version__
     report["cudnn"] = torch.backends.cudnn.version()
     with open(args.out, "w") as f:

@@ -1,5 +1,5 @@
 // The `vae-decode` workload of `vortex bench`: the canonical decodes of both VAEs on one GPU, one
-// manifest each.
+// manifest each; and `vae-encode`, the video VAE encoder on one canonical keyframe.
 //
 //   vae-decode-video  latents [24, 37, 48, 84] -> 124 frames of 768 x 1344 (bf16 mode, the release
 //                     config and tiling: 7 chunks x 28 tiles), synthetic weights made on the device;
@@ -7,6 +7,10 @@
 //                     de-normalisation and the upload included).
 //   vae-decode-audio  latents [2, 207, 32] -> 2 x 165,600 samples (5.175 s at 32 kHz), fp32,
 //                     synthetic weights (synthetic_audio_vae_tensors); timed likewise.
+//   vae-encode-keyframe  one 768 x 1344 keyframe's pixels -> moments [48, 1, 48, 84] (fp32, the
+//                     release config and tiling: 4 x 7 tiles of 256 x 256), synthetic weights
+//                     (synthetic_video_vae_encoder_tensors); timed from host pixels to host moments
+//                     (per-tile uploads, downloads and the host's stitching included).
 //
 // Correctness: the audio waveform against the CPU decoder on the same weights and latents (rel-L2
 // bound 1e-4, DESIGN's fp32 parity bound); the video frames run to run (bitwise) when no peer runs, and
@@ -15,6 +19,8 @@
 // the weights, latents and vortex's output in a safetensors dump; the video model is freed before
 // its peer runs. Peak device memory: the three arenas (weights, activations, cuBLASLt workspace)
 // as allocated, the planned sizes, and the device memory in use (cudaMemGetInfo) after the decodes.
+// The keyframe's moments: run to run (bitwise) without a peer, against the peer's diffusers encode
+// (fp32, TF32 off) with one.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -26,6 +32,7 @@
 #include "models/h3/generate.h"
 #include "models/vae/cuda_audio_vae.h"
 #include "models/vae/cuda_video_vae.h"
+#include "models/vae/cuda_video_vae_encoder.h"
 
 namespace vortex::bench {
 
@@ -44,6 +51,11 @@ constexpr double kVideoPeerBound = 3e-2;
 // 1e-5; the canonical 207-latent clip measured 1.76e-5 on the H200 (2026-11-29), so the bench uses
 // the project's fp32 parity bound.
 constexpr double kAudioCpuBound = 1e-4;
+// The keyframe encode against diffusers' fp32 encode without TF32: the GPU test's golden tiles are
+// 8.6e-7 from the CPU program; fp32 parity bound.
+constexpr double kEncodePeerBound = 1e-4;
+constexpr int64_t kKeyframeHeight = 768, kKeyframeWidth = 1344;
+constexpr uint64_t kKeyframeStream = 0x56414558;
 
 bool all_within(const Tensor& t, float lo, float hi) {
   const float* d = t.data_as<float>();
@@ -152,6 +164,107 @@ Result<Manifest> bench_video(const BenchOptions& o) {
   return m;
 }
 
+// The encoder's conv FLOPs on one tile of a single frame: each causal conv over its real temporal
+// taps only (the last kt - temporal_padding of them), as the encoder computes it.
+double keyframe_tile_flops(const vae::VideoVaeEncoder& e, int64_t height, int64_t width) {
+  double flops = 0.0;
+  int64_t h = height, w = width;
+  const auto conv = [&](const vae::CausalConv3d& c) {
+    const vae::Conv3dGeometry& g = c.geometry;
+    h = vae::conv3d_output_length(h, g.pad_top, g.pad_bottom, g.kh, g.sh);
+    w = vae::conv3d_output_length(w, g.pad_left, g.pad_right, g.kw, g.sw);
+    const int64_t real_taps = g.kt - std::min(g.temporal_padding, g.kt - 1);
+    flops += 2.0 * static_cast<double>(h * w * c.out_channels * c.in_channels * g.kh * g.kw * real_taps);
+  };
+  conv(e.conv_in);
+  for (const vae::VideoEncoderLevel& level : e.levels) {
+    for (const vae::VideoEncoderResnet& r : level.resnets) {
+      const int64_t h0 = h, w0 = w;
+      conv(r.conv1);
+      conv(r.conv2);
+      if (r.has_shortcut) {
+        h = h0, w = w0;
+        conv(r.conv_shortcut);
+      }
+    }
+    if (level.has_downsampler) conv(level.downsampler);
+  }
+  conv(e.conv_out);
+  conv(e.quant_conv);
+  return flops;
+}
+
+Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
+  const vae::VideoVaeConfig config = *vae::video_vae_config_preset("h3");
+  vae::NamedTensors tensors = vae::synthetic_video_vae_encoder_tensors(config, o.seed);
+  VORTEX_ASSIGN_OR_RETURN(const vae::VideoVaeEncoder cpu, vae::assemble_video_vae_encoder(tensors, config));
+  VORTEX_ASSIGN_OR_RETURN(auto model, vae::CudaVideoVaeEncoder::create(cpu));
+  const Tensor pixels = h3::seeded_normal({config.in_channels, 1, kKeyframeHeight, kKeyframeWidth}, o.seed,
+                                          kKeyframeStream);
+  Tensor moments;
+  auto body = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(moments, model->encode_moments(pixels));
+    return ok_status();
+  };
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
+  VORTEX_ASSIGN_OR_RETURN(const size_t in_use, device_bytes_in_use());
+  const Tensor first = moments;
+  VORTEX_RETURN_IF_ERROR(body());
+
+  const vae::VideoTiling& tiling = model->tiling();
+  const int64_t r = config.spatial_ratio();
+  const vae::TileSplit rows = vae::split_tiles(kKeyframeHeight, tiling.tile_height, tiling.min_overlap_height, r);
+  const vae::TileSplit cols = vae::split_tiles(kKeyframeWidth, tiling.tile_width, tiling.min_overlap_width, r);
+  const int64_t tiles = static_cast<int64_t>(rows.starts.size() * cols.starts.size());
+  const double flops = static_cast<double>(tiles) * keyframe_tile_flops(cpu, rows.tile, cols.tile);
+  Manifest m;
+  m.workload = "vae-encode-keyframe";
+  m.samples = samples;
+  m.derived = {{"tflops", flops / (samples.median() * 1e-3) / 1e12},
+               {"flops", flops},
+               {"device_bytes",
+                {{"weights", model->weight_bytes()},
+                 {"activations", model->activation_bytes()},
+                 {"in_use_after_encodes (cudaMemGetInfo, incl. context and timer's L2-flush buffer)", in_use}}}};
+  m.workload_section = {{"name", m.workload},
+                        {"pixels", pixels.shape().to_vector()},
+                        {"moments", first.shape().to_vector()},
+                        {"tiling", {{"tile", tiling.tile_height}, {"min_overlap", tiling.min_overlap_height}}},
+                        {"tiles", tiles},
+                        {"config", "h3 (release): widths 128 256 256 512 512 1024, 2 resnets a level, 16x spatial"},
+                        {"weights", "synthetic (synthetic_video_vae_encoder_tensors)"},
+                        {"seed", o.seed}};
+  m.protocol = protocol_json(o);
+  m.protocol["timed"] = "host pixels -> host moments (per-tile uploads and downloads, the host's stitching included)";
+  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  m.implementation = {{"backend", "cuda"},
+                      {"recipe", "fp32 (no TF32)"},
+                      {"convolutions", "im2col gather of the real temporal taps + cuBLASLt fp32 GEMM, bias in the epilogue"},
+                      {"group_norm", "per frame, sums in double"},
+                      {"tiles", "encoded one at a time, stitched on the host (the CPU's stitch_tiles)"}};
+  m.correctness = compare(moments, first, "run-to-run: a further encode vs the last timed one (bitwise expected)", 0.0);
+
+  if (!o.peer_command.empty()) {
+    fs::create_directories(o.work_dir);
+    tensors.emplace_back("in.pixels", pixels);
+    tensors.emplace_back("out.moments", first);
+    const nlohmann::json tiling_json = {{"tile_sample_min_height", tiling.tile_height},
+                                        {"tile_sample_min_width", tiling.tile_width},
+                                        {"tile_sample_min_overlap_height", tiling.min_overlap_height},
+                                        {"tile_sample_min_overlap_width", tiling.min_overlap_width}};
+    const std::string path = o.work_dir + "/vae_encode_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(
+        write_safetensors(path, tensors, {{"config", config.to_json().dump()}, {"tiling", tiling_json.dump()}}));
+    tensors.clear();
+    model.reset();  // the peer gets the whole device
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "vae-encode", path));
+    take_peer_correctness(m, peer, kEncodePeerBound);
+    add_peer_ratios(m, peer);
+  }
+  return m;
+}
+
 Result<Manifest> bench_audio(const BenchOptions& o) {
   const vae::AudioVaeConfig config = *vae::audio_vae_config_preset("h3");
   const vae::NamedTensors tensors = vae::synthetic_audio_vae_tensors(config, o.seed, /*with_encoder=*/false);
@@ -218,8 +331,15 @@ Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
   if (o.warmup < 3 || o.repetitions < 10) {
     return invalid_argument("the protocol needs >= 3 warm-ups and >= 10 repetitions (DESIGN section 4)");
   }
-  if (o.workload != "vae-decode") return invalid_argument("unknown VAE workload '" + o.workload + "' (vae-decode)");
   std::vector<Manifest> out;
+  if (o.workload == "vae-encode") {
+    VORTEX_ASSIGN_OR_RETURN(Manifest keyframe, bench_keyframe_encode(o));
+    out.push_back(std::move(keyframe));
+    return out;
+  }
+  if (o.workload != "vae-decode") {
+    return invalid_argument("unknown VAE workload '" + o.workload + "' (vae-decode, vae-encode)");
+  }
   VORTEX_ASSIGN_OR_RETURN(Manifest audio, bench_audio(o));
   out.push_back(std::move(audio));
   VORTEX_ASSIGN_OR_RETURN(Manifest video, bench_video(o));

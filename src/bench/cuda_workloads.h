@@ -4,7 +4,8 @@
 //   gemm       the four block GEMMs at the canonical shape (QKV, out, FC1, FC2), one manifest each
 //   attention  exact attention, 37,810 x 56 heads x 128
 //   h3-forward, h3-denoise  the whole model per recipe (cuda_model_workloads.cc)
-//   vae-decode, text-encode, vision-encode  the VAE decoders, the text encoder and the vision
+//   vae-decode, vae-encode, text-encode, vision-encode  the VAE decoders, the video VAE encoder,
+//              the text encoder and the vision
 //              tower (cuda_vae_workloads.cc, cuda_text_workloads.cc, cuda_vision_workloads.cc)
 //
 // Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
@@ -35,7 +36,8 @@ struct BenchOptions {
 const std::vector<std::string>& cuda_workload_names();
 // One manifest per measured item (gemm yields four).
 Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& options);
-// `vae-decode`: the canonical video and audio VAE decodes, one manifest each (cuda_vae_workloads.cc).
+// `vae-decode`: the canonical video and audio VAE decodes, one manifest each; `vae-encode`: the
+// video VAE encoder on one canonical keyframe (cuda_vae_workloads.cc).
 Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& options);
 // `text-encode`: the Qwen3-VL text encoder at the released widths, two prompt lengths
 // (cuda_text_workloads.cc).
