@@ -36,7 +36,7 @@ __device__ __forceinline__ int64_t reflect_index(int64_t i, int64_t n) {
 struct GatherParams {
   const float* x;
   float* cols;
-  int64_t H, W, C, w_out, frame, a0, r0, rows, spatial_taps, real_taps;
+  int64_t T, H, W, C, plane, w_out, frame, a0, r0, rows, spatial_taps, real_taps;
   Conv3dTaps g;
 };
 
@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kThreads) gather_kernel(GatherParams p) {
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
     const int64_t v = i % vecs, tap = (i / vecs) % p.real_taps, r = i / (vecs * p.real_taps);
     const int64_t ta = p.a0 + tap / p.spatial_taps, b = (tap % p.spatial_taps) / p.g.kw, d = tap % p.g.kw;
-    const int64_t out = p.r0 + r, ho = out / p.w_out, wo = out % p.w_out;
-    const int64_t t = p.frame * p.g.st + ta - p.g.temporal_padding;
+    const int64_t out = (p.r0 + r) % p.plane, clip = (p.r0 + r) / p.plane, ho = out / p.w_out, wo = out % p.w_out;
+    const int64_t t = clip * p.T + p.frame * p.g.st + ta - p.g.temporal_padding;
     const int64_t hi = reflect_index(ho * p.g.sh + b - p.g.pad_top, p.H);
     const int64_t wi = reflect_index(wo * p.g.sw + d - p.g.pad_left, p.W);
     const float* src = p.x + ((t * p.H + hi) * p.W + wi) * p.C + v * kVec;
@@ -138,8 +138,8 @@ bool is_f32_device(const TensorView& t) { return t.device == Device::kCuda && t.
 
 }  // namespace
 
-Status conv3d_gather(const TensorView& x, const Conv3dTaps& taps, int64_t h_out, int64_t w_out, int64_t frame,
-                     int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream) {
+Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
+                     int64_t frame, int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream) {
   const auto bad = [&](const std::string& what) {
     return invalid_argument("cuda conv3d_gather: " + what + " (" + describe_view("x", x) + ", " +
                             describe_view("cols", cols) + ")");
@@ -148,18 +148,22 @@ Status conv3d_gather(const TensorView& x, const Conv3dTaps& taps, int64_t h_out,
   if (x.rank() != 4 || !x.is_contiguous()) return bad("x must be contiguous [T, H, W, C]");
   if (cols.rank() != 2 || !cols.is_contiguous()) return bad("cols must be contiguous [rows, K]");
   if (a0 < 0 || a0 >= taps.kt) return bad("the first real temporal tap must be in [0, kt)");
+  if (clips < 1 || x.shape[0] % clips != 0) return bad("x must hold a whole number of clips");
+  const int64_t T = x.shape[0] / clips, plane = h_out * w_out;
   const int64_t C = x.shape[3], spatial = taps.kh * taps.kw, real_taps = (taps.kt - a0) * spatial;
   if (cols.shape[1] != real_taps * C) return bad("cols must have (kt - a0)·kh·kw·C columns");
-  if (r0 < 0 || r0 + cols.shape[0] > h_out * w_out) return bad("the rows must lie in the output frame");
+  if (r0 < 0 || r0 + cols.shape[0] > clips * plane) return bad("the rows must lie in the clips' output frames");
   const int64_t t_first = frame * taps.st + a0 - taps.temporal_padding, t_last = frame * taps.st + taps.kt - 1 -
                                                                               taps.temporal_padding;
-  if (t_first < 0 || t_last >= x.shape[0]) return bad("the taps of frame " + std::to_string(frame) + " leave x");
+  if (t_first < 0 || t_last >= T) return bad("the taps of frame " + std::to_string(frame) + " leave the clip");
   if (cols.shape[0] == 0) return ok_status();
   GatherParams p{static_cast<const float*>(x.data),
                  static_cast<float*>(cols.data),
+                 T,
                  x.shape[1],
                  x.shape[2],
                  C,
+                 plane,
                  w_out,
                  frame,
                  a0,

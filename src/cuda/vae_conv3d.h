@@ -26,13 +26,15 @@ struct Conv3dTaps {
   int64_t temporal_padding = 0;       // zero frames in front
 };
 
-// cols[r, k] for the output pixels [r0, r0 + rows) (row-major over [H_out, W_out]) of output frame
-// `frame`: k = ((ta - a0)·kh + b)·kw + d)·C + c reads x[frame·st + ta - temporal_padding,
-// reflect(ho·sh + b - pad_top), reflect(wo·sw + d - pad_left), c] for ta in [a0, kt).
-// x: F32 [T, H, W, C] contiguous device; cols: F32 [rows, (kt - a0)·kh·kw·C] contiguous device.
-// Every index must land in x (the caller's geometry checks, as the CPU's, guarantee it).
-Status conv3d_gather(const TensorView& x, const Conv3dTaps& taps, int64_t h_out, int64_t w_out, int64_t frame,
-                     int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream);
+// cols[r, k] for the output pixels [r0, r0 + rows) of output frame `frame` of `clips` clips of T
+// frames stacked in x: row r0 + r is pixel p = (r0 + r) mod (h_out·w_out) (row-major over
+// [h_out, w_out]) of clip n = (r0 + r) / (h_out·w_out), and k = ((ta - a0)·kh + b)·kw + d)·C + c
+// reads x[n·T + frame·st + ta - temporal_padding, reflect(ho·sh + b - pad_top),
+// reflect(wo·sw + d - pad_left), c] for ta in [a0, kt). The clips are encoded apart (tiles of a
+// keyframe, batched); with one clip the rows are one frame's.
+// x: F32 [clips·T, H, W, C] contiguous device; cols: F32 [rows, (kt - a0)·kh·kw·C] contiguous device.
+Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
+                     int64_t frame, int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream);
 
 // Doubles of scratch frame_group_norm needs for `frames` frames of `groups` groups.
 int64_t frame_group_norm_scratch(int64_t frames, int64_t groups);

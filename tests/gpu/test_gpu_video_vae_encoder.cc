@@ -37,20 +37,22 @@ using test::random_tensor;
 
 class GpuVideoVaeEncoder : public test::GpuTest {};
 
-// The CPU's im2col rows (conv3d.cc) for output rows [r0, r0 + rows) of frame f, taps [a0, kt).
-Tensor host_gather(const Tensor& x, const cuda::Conv3dTaps& g, int64_t w_out, int64_t f, int64_t a0, int64_t r0,
-                   int64_t rows) {
-  const int64_t H = x.size(1), W = x.size(2), C = x.size(3), taps = (g.kt - a0) * g.kh * g.kw;
+// The CPU's im2col rows (conv3d.cc) for output rows [r0, r0 + rows) of frame f, taps [a0, kt), of
+// `clips` clips stacked in x (rows clip-major, as conv3d_gather numbers them).
+Tensor host_gather(const Tensor& x, int64_t clips, const cuda::Conv3dTaps& g, int64_t h_out, int64_t w_out, int64_t f,
+                   int64_t a0, int64_t r0, int64_t rows) {
+  const int64_t T = x.size(0) / clips, H = x.size(1), W = x.size(2), C = x.size(3);
+  const int64_t taps = (g.kt - a0) * g.kh * g.kw, plane = h_out * w_out;
   const auto reflect = [](int64_t i, int64_t n) { return i < 0 ? -i : (i >= n ? 2 * (n - 1) - i : i); };
   Tensor out = Tensor::empty({rows, taps * C}, DType::kF32);
   float* d = out.data_as<float>();
   const float* s = x.data_as<const float>();
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t ho = (r0 + r) / w_out, wo = (r0 + r) % w_out;
+    const int64_t clip = (r0 + r) / plane, ho = (r0 + r) % plane / w_out, wo = (r0 + r) % plane % w_out;
     for (int64_t ta = a0; ta < g.kt; ++ta)
       for (int64_t b = 0; b < g.kh; ++b)
         for (int64_t q = 0; q < g.kw; ++q) {
-          const int64_t t = f * g.st + ta - g.temporal_padding;
+          const int64_t t = clip * T + f * g.st + ta - g.temporal_padding;
           const int64_t hi = reflect(ho * g.sh + b - g.pad_top, H), wi = reflect(wo * g.sw + q - g.pad_left, W);
           for (int64_t c = 0; c < C; ++c) *d++ = s[((t * H + hi) * W + wi) * C + c];
         }
@@ -60,19 +62,24 @@ Tensor host_gather(const Tensor& x, const cuda::Conv3dTaps& g, int64_t w_out, in
 
 TEST_F(GpuVideoVaeEncoder, GatherIsTheCpuIm2col) {
   struct Case {
-    Shape x;  // [T, H, W, C]
+    Shape x;  // [clips·T, H, W, C]
+    int64_t clips;
     cuda::Conv3dTaps taps;
-    int64_t pad_bottom, pad_right, frame, r0, rows;  // rows -1: the whole frame from r0
+    int64_t pad_bottom, pad_right, frame, r0, rows;  // rows -1: every row from r0 on
   };
   const std::vector<Case> cases = {
       // conv_in on a keyframe: 3 channels (the scalar path), the causal taps' last only.
-      {{1, 7, 9, 3}, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 0, 0, -1},
+      {{1, 7, 9, 3}, 1, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 0, 0, -1},
       // a resnet conv on a clip's third frame: every temporal tap real, a row block in the middle.
-      {{5, 6, 10, 8}, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 2, 13, 29},
+      {{5, 6, 10, 8}, 1, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 2, 13, 29},
       // its second frame: the first temporal tap reads a causal zero.
-      {{4, 5, 7, 12}, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 1, 0, -1},
+      {{4, 5, 7, 12}, 1, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 1, 0, -1},
       // a downsampler: stride (2, 2, 2), a reflected row and column at the bottom / right.
-      {{5, 8, 6, 16}, {3, 3, 3, 2, 2, 2, 0, 0, 2}, 1, 1, 1, 2, -1},
+      {{5, 8, 6, 16}, 1, {3, 3, 3, 2, 2, 2, 0, 0, 2}, 1, 1, 1, 2, -1},
+      // a keyframe's tiles as a batch: three single-frame clips, rows across a clip boundary.
+      {{3, 5, 6, 8}, 3, {3, 3, 3, 1, 1, 1, 1, 1, 2}, 1, 1, 0, 17, 40},
+      // ... through a downsampler.
+      {{2, 8, 6, 4}, 2, {3, 3, 3, 2, 2, 2, 0, 0, 2}, 1, 1, 0, 0, -1},
   };
   for (const Case& k : cases) {
     ArenaScope scope(arena_);
@@ -80,22 +87,26 @@ TEST_F(GpuVideoVaeEncoder, GatherIsTheCpuIm2col) {
     const int64_t h_out = vae::conv3d_output_length(k.x[1], g.pad_top, k.pad_bottom, g.kh, g.sh);
     const int64_t w_out = vae::conv3d_output_length(k.x[2], g.pad_left, k.pad_right, g.kw, g.sw);
     const int64_t a0 = std::clamp<int64_t>(g.temporal_padding - k.frame * g.st, 0, g.kt);
-    const int64_t rows = k.rows < 0 ? h_out * w_out - k.r0 : k.rows;
-    const std::string what = "gather x " + k.x.to_string() + " frame " + std::to_string(k.frame);
+    const int64_t rows = k.rows < 0 ? k.clips * h_out * w_out - k.r0 : k.rows;
+    const std::string what = "gather x " + k.x.to_string() + " as " + std::to_string(k.clips) + " clips, frame " +
+                             std::to_string(k.frame);
     const Tensor x = random_tensor(k.x, DType::kF32, 101 + k.x[3]);
-    const Tensor want = host_gather(x, g, w_out, k.frame, a0, k.r0, rows);
+    const Tensor want = host_gather(x, k.clips, g, h_out, w_out, k.frame, a0, k.r0, rows);
     const Tensor x_dev = to_device(x);
     Tensor cols = must(arena_.alloc(want.shape(), DType::kF32));
-    VORTEX_EXPECT_OK(cuda::conv3d_gather(x_dev.view(), g, h_out, w_out, k.frame, a0, k.r0, cols.view(), stream_));
+    VORTEX_EXPECT_OK(
+        cuda::conv3d_gather(x_dev.view(), k.clips, g, h_out, w_out, k.frame, a0, k.r0, cols.view(), stream_));
     test::expect_bitwise(compare(to_host(cols), want), what);
   }
-  // Refusals: taps that leave x, rows past the frame.
+  // Refusals: taps that leave the clip, rows past the frames, a partial clip.
   const Tensor x_dev = to_device(random_tensor({2, 4, 4, 4}, DType::kF32, 5));
   Tensor cols = must(arena_.alloc({4, 27 * 4}, DType::kF32));
   const cuda::Conv3dTaps g{3, 3, 3, 1, 1, 1, 1, 1, 2};
-  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), g, 4, 4, 2, 0, 0, cols.view(), stream_).ok());
-  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), g, 4, 4, 1, 1, 0, cols.view(), stream_).ok());
-  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), g, 4, 4, 1, 0, 14, cols.view(), stream_).ok());
+  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), 1, g, 4, 4, 2, 0, 0, cols.view(), stream_).ok());
+  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), 1, g, 4, 4, 1, 1, 0, cols.view(), stream_).ok());
+  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), 1, g, 4, 4, 1, 0, 14, cols.view(), stream_).ok());
+  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), 2, g, 4, 4, 1, 0, 0, cols.view(), stream_).ok());  // T = 1
+  EXPECT_FALSE(cuda::conv3d_gather(x_dev.view(), 3, g, 4, 4, 0, 2, 0, cols.view(), stream_).ok());
 }
 
 TEST_F(GpuVideoVaeEncoder, GroupNormMatchesTheCpu) {

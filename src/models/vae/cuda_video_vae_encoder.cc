@@ -17,15 +17,28 @@ constexpr size_t kSlack = cuda::DeviceArena::kAlignment;
 // The gather rows of one GEMM: at most 64 Mi floats (256 MB). A 256 x 256 tile's widest conv
 // (128 channels, 9 real taps of a keyframe) needs 75 M of them, so it runs in two row blocks.
 constexpr int64_t kGatherCapFloats = int64_t{1} << 26;
+// Levels whose input has at most this many pixels a tile run on every tile of a keyframe at once.
+constexpr int64_t kBatchPixels = 4096;
+// `cur` when x is the batch's input rather than one of the three rotating buffers.
+constexpr int kBatchBuffer = 3;
+
+// The first of the three rotating buffers that holds neither `a` nor `b`.
+int free_buffer(int a, int b = -1) {
+  for (int i = 0; i < 3; ++i) {
+    if (i != a && i != b) return i;
+  }
+  return -1;  // unreachable: three buffers, at most two taken
+}
 
 bool is_direct(const Conv3dGeometry& g) {
   return g.kt == 1 && g.kh == 1 && g.kw == 1 && g.st == 1 && g.sh == 1 && g.sw == 1 && g.pad_top == 0 &&
          g.pad_bottom == 0 && g.pad_left == 0 && g.pad_right == 0 && g.temporal_padding == 0;
 }
 
-// [T, H, W, C] out of a conv on x [T, H, W, C_in], with the CPU's refusals (conv3d.cc).
-Result<Shape> conv_output_shape(int64_t out_channels, const Conv3dGeometry& g, const Shape& x) {
-  const int64_t T = x[0], H = x[1], W = x[2];
+// [clips·T_out, H_out, W_out, C] out of a conv on `clips` clips stacked in x [clips·T, H, W, C_in],
+// with the CPU's refusals (conv3d.cc).
+Result<Shape> conv_output_shape(int64_t out_channels, const Conv3dGeometry& g, const Shape& x, int64_t clips) {
+  const int64_t T = x[0] / clips, H = x[1], W = x[2];
   if (std::max(g.pad_top, g.pad_bottom) >= H || std::max(g.pad_left, g.pad_right) >= W) {
     return invalid_argument("conv3d: x " + x.to_string() + " is too small for reflect padding " +
                             std::to_string(std::max({g.pad_top, g.pad_bottom, g.pad_left, g.pad_right})) +
@@ -38,7 +51,7 @@ Result<Shape> conv_output_shape(int64_t out_channels, const Conv3dGeometry& g, c
     return invalid_argument("conv3d: x " + x.to_string() + " is smaller than the kernel [" + std::to_string(g.kt) +
                             ", " + std::to_string(g.kh) + ", " + std::to_string(g.kw) + "]");
   }
-  return Shape{T_out, H_out, W_out, out_channels};
+  return Shape{clips * T_out, H_out, W_out, out_channels};
 }
 
 // The first `shape.numel()` floats of a flat device buffer, as a contiguous tensor of `shape`.
@@ -142,24 +155,35 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
   return ok_status();
 }
 
-Result<CudaVideoVaeEncoder::ChunkNeeds> CudaVideoVaeEncoder::chunk_needs(const Shape& pixels) const {
-  ChunkNeeds needs;
+Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels, int64_t clips) const {
+  Plan p;
+  p.clips = clips;
+  p.batch_level = levels_.size();
   Shape s{pixels[1], pixels[2], pixels[3], pixels[0]};
-  needs.activation_floats = s.numel();  // the pixels' buffer is one of the four
+  p.pixel_floats = s.numel();
+  int64_t per = 1;  // the chunks an activation holds: one before the batch, `clips` from it on
   const auto step = [&](const Conv& c) -> Status {
-    VORTEX_ASSIGN_OR_RETURN(Shape out, conv_output_shape(c.out_channels, c.geometry, s));
+    VORTEX_ASSIGN_OR_RETURN(Shape out, conv_output_shape(c.out_channels, c.geometry, s, per));
     const Conv3dGeometry& g = c.geometry;
     if (!is_direct(g)) {
-      needs.gather_floats = std::max(needs.gather_floats, out[1] * out[2] * g.kt * g.kh * g.kw * c.in_channels);
+      p.gather_floats = std::max(p.gather_floats, per * out[1] * out[2] * g.kt * g.kh * g.kw * c.in_channels);
     }
-    needs.activation_floats = std::max(needs.activation_floats, out.numel());
-    needs.frames = std::max(needs.frames, out[0]);
+    p.activation_floats = std::max(p.activation_floats, out.numel());
+    p.frames = std::max(p.frames, out[0]);
     s = out;
     return ok_status();
   };
   VORTEX_RETURN_IF_ERROR(step(conv_in_));
-  for (const Level& level : levels_) {
-    for (const Resnet& r : level.resnets) {
+  for (size_t i = 0; i < levels_.size(); ++i) {
+    if (clips > 1 && per == 1 && s[1] * s[2] <= kBatchPixels) {
+      p.batch_level = i;
+      per = clips;
+      s = Shape{clips * s[0], s[1], s[2], s[3]};
+      p.batch_input = s;
+      p.activation_floats = std::max(p.activation_floats, s.numel());
+      p.frames = std::max(p.frames, s[0]);
+    }
+    for (const Resnet& r : levels_[i].resnets) {
       const Shape in = s;
       VORTEX_RETURN_IF_ERROR(step(r.conv1));
       VORTEX_RETURN_IF_ERROR(step(r.conv2));
@@ -170,65 +194,86 @@ Result<CudaVideoVaeEncoder::ChunkNeeds> CudaVideoVaeEncoder::chunk_needs(const S
         if (s != out) return internal_error("video VAE encoder: a resnet's shortcut and body disagree");
       }
     }
-    if (level.has_downsampler) VORTEX_RETURN_IF_ERROR(step(level.downsampler));
+    if (levels_[i].has_downsampler) VORTEX_RETURN_IF_ERROR(step(levels_[i].downsampler));
+  }
+  if (clips > 1 && per == 1) {  // no level small enough: the output convs run batched
+    per = clips;
+    s = Shape{clips * s[0], s[1], s[2], s[3]};
+    p.batch_input = s;
+    p.activation_floats = std::max(p.activation_floats, s.numel());
+    p.frames = std::max(p.frames, s[0]);
   }
   VORTEX_RETURN_IF_ERROR(step(conv_out_));
   VORTEX_RETURN_IF_ERROR(step(quant_conv_));
-  return needs;
+  return p;
 }
 
-Status CudaVideoVaeEncoder::reserve(const ChunkNeeds& needs) {
-  if (needs.activation_floats <= reserved_.activation_floats && needs.gather_floats <= reserved_.gather_floats &&
-      needs.frames <= reserved_.frames && pixels_buffer_.defined()) {
+Status CudaVideoVaeEncoder::reserve(const Plan& p) {
+  const int64_t batch_floats = p.clips > 1 ? p.batch_input.numel() : 1;
+  const int64_t reserved_batch = reserved_.clips > 1 ? reserved_.batch_input.numel() : 1;
+  if (p.activation_floats <= reserved_.activation_floats && p.gather_floats <= reserved_.gather_floats &&
+      p.frames <= reserved_.frames && p.pixel_floats <= reserved_.pixel_floats && batch_floats <= reserved_batch &&
+      pixels_buffer_.defined()) {
     return ok_status();
   }
-  ChunkNeeds n{std::max(needs.activation_floats, reserved_.activation_floats),
-               std::max(needs.gather_floats, reserved_.gather_floats), std::max(needs.frames, reserved_.frames)};
+  Plan n = p;  // never smaller than before: a later, smaller set reuses the arena
+  n.activation_floats = std::max(p.activation_floats, reserved_.activation_floats);
+  n.gather_floats = std::max(p.gather_floats, reserved_.gather_floats);
+  n.frames = std::max(p.frames, reserved_.frames);
+  n.pixel_floats = std::max(p.pixel_floats, reserved_.pixel_floats);
+  if (reserved_batch > batch_floats) n.batch_input = reserved_.batch_input, n.clips = reserved_.clips;
   const Shape activation{n.activation_floats}, gather{std::min(n.gather_floats, kGatherCapFloats)};
+  const Shape pixel{n.pixel_floats}, batch{n.clips > 1 ? n.batch_input.numel() : 1};
   const Shape scratch{cuda::frame_group_norm_scratch(n.frames, config_.norm_num_groups)};
-  const size_t bytes = 4 * cuda::DeviceArena::bytes_for(activation, DType::kF32) +
+  const size_t bytes = 3 * cuda::DeviceArena::bytes_for(activation, DType::kF32) +
+                       cuda::DeviceArena::bytes_for(batch, DType::kF32) +
+                       cuda::DeviceArena::bytes_for(pixel, DType::kF32) +
                        cuda::DeviceArena::bytes_for(gather, DType::kF32) +
                        cuda::DeviceArena::bytes_for(scratch, DType::kF64) + 8 * kSlack;
   for (Tensor& b : buffers_) b = Tensor();
-  pixels_buffer_ = gather_buffer_ = norm_scratch_ = Tensor();
+  pixels_buffer_ = gather_buffer_ = norm_scratch_ = batch_buffer_ = Tensor();
   activations_ = cuda::DeviceArena();
   VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(bytes));
   for (Tensor& b : buffers_) {
     VORTEX_ASSIGN_OR_RETURN(b, activations_.alloc(activation, DType::kF32));
   }
-  VORTEX_ASSIGN_OR_RETURN(pixels_buffer_, activations_.alloc(activation, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(batch_buffer_, activations_.alloc(batch, DType::kF32));
+  VORTEX_ASSIGN_OR_RETURN(pixels_buffer_, activations_.alloc(pixel, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(gather_buffer_, activations_.alloc(gather, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(norm_scratch_, activations_.alloc(scratch, DType::kF64));
   reserved_ = n;
   return ok_status();
 }
 
-Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, Tensor& y) {
+Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y, int64_t clips) {
   const Conv3dGeometry& g = c.geometry;
   const int64_t C = c.in_channels, O = c.out_channels;
   VORTEX_ASSIGN_OR_RETURN(Tensor y_rows, rows_of(y));
+  const TensorView bias = c.bias.view();
   if (is_direct(g)) {
     VORTEX_ASSIGN_OR_RETURN(Tensor x_rows, rows_of(x));
-    const TensorView bias = c.bias.view();
     return gemm_->linear(x_rows.view(), c.weight.view(), &bias, y_rows.view(), stream_);
   }
-  const int64_t T_out = y.size(0), H_out = y.size(1), W_out = y.size(2), plane = H_out * W_out;
+  const int64_t T_out = y.size(0) / clips, plane = y.size(1) * y.size(2);
+  if (clips > 1 && T_out != 1) return internal_error("video VAE encoder: batched clips must have one output frame");
+  // One output frame of one clip, or the one output frame of every clip: contiguous rows of y.
+  const int64_t frame_rows = clips * plane;
   const int64_t spatial = g.kh * g.kw, KC = g.kt * spatial * C;
   const cuda::Conv3dTaps taps{g.kt, g.kh, g.kw, g.st, g.sh, g.sw, g.pad_top, g.pad_left, g.temporal_padding};
-  const TensorView bias = c.bias.view();
   for (int64_t f = 0; f < T_out; ++f) {
     // Temporal taps [a0, kt) read real frames; the ones before read the causal zeros.
     const int64_t a0 = std::clamp<int64_t>(g.temporal_padding - f * g.st, 0, g.kt);
     if (a0 == g.kt) return internal_error("video VAE encoder: an output frame reads only causal zeros");
     const int64_t k_begin = a0 * spatial * C, k_len = KC - k_begin;
-    const int64_t block_rows = std::min(plane, std::max<int64_t>(1, gather_buffer_.numel() / k_len));
+    const int64_t block_rows = std::min(frame_rows, std::max<int64_t>(1, gather_buffer_.numel() / k_len));
     TensorView w = c.weight.view();
     w.data = static_cast<float*>(w.data) + k_begin;
     w.shape = Shape{O, k_len};
-    for (int64_t r0 = 0; r0 < plane; r0 += block_rows) {
-      const int64_t rows = std::min(block_rows, plane - r0);
+    for (int64_t r0 = 0; r0 < frame_rows; r0 += block_rows) {
+      const int64_t rows = std::min(block_rows, frame_rows - r0);
       VORTEX_ASSIGN_OR_RETURN(Tensor cols, view_of(gather_buffer_, {rows, k_len}));
-      VORTEX_RETURN_IF_ERROR(cuda::conv3d_gather(x.view(), taps, H_out, W_out, f, a0, r0, cols.view(), stream_));
+      VORTEX_RETURN_IF_ERROR(
+          cuda::conv3d_gather(x.view(), clips, taps, y.size(1), y.size(2), f, a0, r0, cols.view(), stream_));
       VORTEX_ASSIGN_OR_RETURN(Tensor out, y_rows.slice(0, f * plane + r0, f * plane + r0 + rows));
       VORTEX_RETURN_IF_ERROR(gemm_->linear(cols.view(), w, &bias, out.view(), stream_));
     }
@@ -236,49 +281,32 @@ Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, Tensor& y) {
   return ok_status();
 }
 
-Result<Tensor> CudaVideoVaeEncoder::conv_output(const Conv& c, const Tensor& x, int which) {
-  VORTEX_ASSIGN_OR_RETURN(Shape shape, conv_output_shape(c.out_channels, c.geometry, x.shape()));
-  VORTEX_ASSIGN_OR_RETURN(Tensor y, view_of(buffers_[which], shape));
-  VORTEX_RETURN_IF_ERROR(conv(c, x, y));
+Result<Tensor> CudaVideoVaeEncoder::conv_into(const Conv& c, const Tensor& x, int buffer, int64_t clips) {
+  VORTEX_ASSIGN_OR_RETURN(Shape shape, conv_output_shape(c.out_channels, c.geometry, x.shape(), clips));
+  VORTEX_ASSIGN_OR_RETURN(Tensor y, view_of(buffers_[buffer], shape));
+  VORTEX_RETURN_IF_ERROR(conv(c, x, y, clips));
   return y;
 }
 
-Status CudaVideoVaeEncoder::group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y) {
+Status CudaVideoVaeEncoder::group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
   return cuda::frame_group_norm(x.view(), weight.view(), bias.view(), config_.norm_num_groups, config_.norm_eps,
                                 /*silu=*/true, norm_scratch_.view(), y.view(), stream_);
 }
 
-Result<Tensor> CudaVideoVaeEncoder::encode_chunk(const Tensor& pixels, const VideoEncoderObserver* observer) {
-  VORTEX_RETURN_IF_ERROR(check_video_encoder_pixels(config_, pixels));
-  VORTEX_ASSIGN_OR_RETURN(ChunkNeeds needs, chunk_needs(pixels.shape()));
-  VORTEX_RETURN_IF_ERROR(reserve(needs));
-  const bool observed = observer != nullptr && *observer;
-  const auto emit = [&](const std::string& name, const Tensor& x) -> Status {
-    if (!observed) return ok_status();
-    VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(x, stream_));
-    VORTEX_ASSIGN_OR_RETURN(Tensor channels_first, host.permute({3, 0, 1, 2}));
-    (*observer)(name, channels_first.contiguous());
-    return ok_status();
-  };
-
-  VORTEX_ASSIGN_OR_RETURN(Tensor channels_last, pixels.permute({1, 2, 3, 0}));
-  VORTEX_ASSIGN_OR_RETURN(Tensor px, view_of(pixels_buffer_, channels_last.shape()));
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(channels_last.contiguous(), px, stream_));
-  int cur = 0;
-  VORTEX_ASSIGN_OR_RETURN(Tensor x, conv_output(conv_in_, px, cur));
-  VORTEX_RETURN_IF_ERROR(emit("encoder.conv_in", x));
-  for (size_t i = 0; i < levels_.size(); ++i) {
+Status CudaVideoVaeEncoder::run_levels(size_t begin, size_t end, Tensor& x, int& cur, int64_t first_chunk,
+                                       int64_t clips, const Emit& emit) {
+  for (size_t i = begin; i < end; ++i) {
     const Level& level = levels_[i];
     for (const Resnet& r : level.resnets) {
-      const int b = (cur + 1) % 3, c = (cur + 2) % 3;
+      const int b = free_buffer(cur), c = free_buffer(cur, b);
       VORTEX_ASSIGN_OR_RETURN(Tensor normed, view_of(buffers_[b], x.shape()));
       VORTEX_RETURN_IF_ERROR(group_norm(x, r.norm1_weight, r.norm1_bias, normed));
-      VORTEX_ASSIGN_OR_RETURN(Tensor h, conv_output(r.conv1, normed, c));
+      VORTEX_ASSIGN_OR_RETURN(Tensor h, conv_into(r.conv1, normed, c, clips));
       VORTEX_RETURN_IF_ERROR(group_norm(h, r.norm2_weight, r.norm2_bias, h));
-      VORTEX_ASSIGN_OR_RETURN(Tensor body, conv_output(r.conv2, h, b));
+      VORTEX_ASSIGN_OR_RETURN(Tensor body, conv_into(r.conv2, h, b, clips));
       Tensor residual = x;
       if (r.has_shortcut) {
-        VORTEX_ASSIGN_OR_RETURN(residual, conv_output(r.conv_shortcut, x, c));
+        VORTEX_ASSIGN_OR_RETURN(residual, conv_into(r.conv_shortcut, x, c, clips));
       }
       VORTEX_ASSIGN_OR_RETURN(Tensor body_rows, rows_of(body));
       VORTEX_ASSIGN_OR_RETURN(Tensor residual_rows, rows_of(residual));
@@ -287,27 +315,93 @@ Result<Tensor> CudaVideoVaeEncoder::encode_chunk(const Tensor& pixels, const Vid
       cur = b;
     }
     if (level.has_downsampler) {
-      cur = (cur + 1) % 3;
-      VORTEX_ASSIGN_OR_RETURN(x, conv_output(level.downsampler, x, cur));
+      cur = free_buffer(cur);
+      VORTEX_ASSIGN_OR_RETURN(x, conv_into(level.downsampler, x, cur, clips));
     }
-    VORTEX_RETURN_IF_ERROR(emit("encoder.down_blocks." + std::to_string(i), x));
+    VORTEX_RETURN_IF_ERROR(emit("encoder.down_blocks." + std::to_string(i), x, first_chunk, clips));
   }
-  const int b = (cur + 1) % 3, c = (cur + 2) % 3;
-  VORTEX_ASSIGN_OR_RETURN(Tensor normed, view_of(buffers_[b], x.shape()));
-  VORTEX_RETURN_IF_ERROR(group_norm(x, norm_out_weight_, norm_out_bias_, normed));
-  VORTEX_ASSIGN_OR_RETURN(Tensor out, conv_output(conv_out_, normed, c));
-  VORTEX_RETURN_IF_ERROR(emit("encoder.conv_out", out));
-  VORTEX_ASSIGN_OR_RETURN(Tensor moments, conv_output(quant_conv_, out, cur));
-  VORTEX_RETURN_IF_ERROR(emit("quant_conv", moments));
-  VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(moments, stream_));
-  VORTEX_ASSIGN_OR_RETURN(Tensor channels_first, host.permute({3, 0, 1, 2}));
-  return channels_first.contiguous();
+  return ok_status();
+}
+
+Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const std::vector<Tensor>& chunks,
+                                                               const VideoEncoderObserver* observer) {
+  for (const Tensor& chunk : chunks) {
+    VORTEX_RETURN_IF_ERROR(check_video_encoder_pixels(config_, chunk));
+    if (chunk.shape() != chunks[0].shape()) {
+      return invalid_argument("video VAE encode: chunks " + chunks[0].describe() + " and " + chunk.describe() +
+                              " differ in shape");
+    }
+  }
+  const int64_t count = static_cast<int64_t>(chunks.size());
+  std::vector<Tensor> out(chunks.size());
+  if (count == 0) return out;
+  // Per chunk, what the observer is owed, in the CPU's order (the batch emits for all chunks at once).
+  const bool observed = observer != nullptr && *observer;
+  std::vector<std::vector<std::pair<std::string, Tensor>>> owed(chunks.size());
+  const Emit emit = [&](const std::string& name, const Tensor& x, int64_t first, int64_t clips) -> Status {
+    if (!observed) return ok_status();
+    VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(x, stream_));
+    const int64_t T = host.size(0) / clips;
+    for (int64_t k = 0; k < clips; ++k) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor part, host.slice(0, k * T, (k + 1) * T));
+      VORTEX_ASSIGN_OR_RETURN(Tensor channels_first, part.permute({3, 0, 1, 2}));
+      owed[first + k].emplace_back(name, channels_first.contiguous());
+    }
+    return ok_status();
+  };
+  // Single frames (a keyframe's tiles) run as one batch; the clips of a video one at a time.
+  const int64_t group = chunks[0].size(1) == 1 ? count : 1;
+  for (int64_t g0 = 0; g0 < count; g0 += group) {
+    const int64_t n = std::min(group, count - g0);
+    VORTEX_ASSIGN_OR_RETURN(Plan p, plan(chunks[0].shape(), n));
+    VORTEX_RETURN_IF_ERROR(reserve(p));
+    Tensor x;
+    int cur = 0;
+    for (int64_t k = 0; k < n; ++k) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor channels_last, chunks[g0 + k].permute({1, 2, 3, 0}));
+      VORTEX_ASSIGN_OR_RETURN(Tensor px, view_of(pixels_buffer_, channels_last.shape()));
+      VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(channels_last.contiguous(), px, stream_));
+      cur = 0;
+      VORTEX_ASSIGN_OR_RETURN(x, conv_into(conv_in_, px, cur, 1));
+      VORTEX_RETURN_IF_ERROR(emit("encoder.conv_in", x, g0 + k, 1));
+      VORTEX_RETURN_IF_ERROR(run_levels(0, p.batch_level, x, cur, g0 + k, 1, emit));
+      if (n > 1) {  // into the batch, chunk k's frames after the ones before it
+        const size_t bytes = static_cast<size_t>(x.numel()) * sizeof(float);
+        VORTEX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(batch_buffer_.data()) + k * bytes, x.data(), bytes,
+                                          cudaMemcpyDeviceToDevice, stream_));
+      }
+    }
+    if (n > 1) {
+      VORTEX_ASSIGN_OR_RETURN(x, view_of(batch_buffer_, p.batch_input));
+      cur = kBatchBuffer;
+    }
+    VORTEX_RETURN_IF_ERROR(run_levels(p.batch_level, levels_.size(), x, cur, g0, n, emit));
+    const int b = free_buffer(cur), c = free_buffer(cur, b);
+    VORTEX_ASSIGN_OR_RETURN(Tensor normed, view_of(buffers_[b], x.shape()));
+    VORTEX_RETURN_IF_ERROR(group_norm(x, norm_out_weight_, norm_out_bias_, normed));
+    VORTEX_ASSIGN_OR_RETURN(Tensor conv_out, conv_into(conv_out_, normed, c, n));
+    VORTEX_RETURN_IF_ERROR(emit("encoder.conv_out", conv_out, g0, n));
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, conv_into(quant_conv_, conv_out, free_buffer(c), n));
+    VORTEX_RETURN_IF_ERROR(emit("quant_conv", moments, g0, n));
+    VORTEX_ASSIGN_OR_RETURN(Tensor host, cuda::download(moments, stream_));
+    const int64_t T = host.size(0) / n;
+    for (int64_t k = 0; k < n; ++k) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor part, host.slice(0, k * T, (k + 1) * T));
+      VORTEX_ASSIGN_OR_RETURN(Tensor channels_first, part.permute({3, 0, 1, 2}));
+      out[g0 + k] = channels_first.contiguous();
+    }
+  }
+  for (const auto& chunk : owed) {
+    for (const auto& [name, value] : chunk) (*observer)(name, value);
+  }
+  return out;
 }
 
 Result<Tensor> CudaVideoVaeEncoder::encode_moments(const Tensor& pixels, const VideoTiling& tiling,
                                                    const VideoEncoderObserver* observer) {
   return encode_video_moments_with(
-      config_, [&](const Tensor& chunk) { return encode_chunk(chunk, observer); }, pixels, tiling, observer);
+      config_, [&](const std::vector<Tensor>& chunks) { return encode_chunks(chunks, observer); }, pixels, tiling,
+      observer);
 }
 
 Result<Tensor> CudaVideoVaeEncoder::encode_moments(const Tensor& pixels) { return encode_moments(pixels, tiling_); }

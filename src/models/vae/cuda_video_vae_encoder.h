@@ -8,15 +8,25 @@
 // the moments agree with the CPU's to ~1e-6 rel-L2 (tests/gpu/test_gpu_video_vae_encoder.cc
 // states the bound) and the conditioning latents, rounded through fp16, mostly bit for bit.
 //
+// Batching: the tiles of a keyframe are encoded apart, but from the first level whose input has at
+// most 4096 pixels a tile (the release: level 2, 64 x 64) they run together, as the frames of one
+// batch: those levels' GEMMs have 28 x more rows (a 256 x 256 tile's last levels alone have 256,
+// too few to fill the GPU) and launch 28 x less often. GroupNorm is per frame and the convs read
+// each tile's own frames, so the batch changes nothing but the GEMMs' row counts (and with them,
+// maybe, cuBLASLt's algorithm and summation order). A clip of several frames runs on its own.
+//
 // Memory: the weights in one arena (the release encoder: see weight_bytes()); one activation
-// arena sized for the largest chunk seen so far: three activation buffers of the largest
-// [T, H, W, C] the chunk reaches, the chunk's pixels, GroupNorm's scratch and the gather rows
-// (capped at 256 MB: longer frames are gathered and multiplied in row blocks).
+// arena sized for the largest set of chunks seen so far: three activation buffers of the largest
+// activation of one tile before the batch or of the batch after it, the batch's input, one
+// tile's pixels, GroupNorm's scratch and the gather rows (capped at 256 MB: longer frames are
+// gathered and multiplied in row blocks).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/gemm.h"
@@ -36,9 +46,10 @@ class CudaVideoVaeEncoder {
   const VideoVaeConfig& config() const { return config_; }
   const VideoTiling& tiling() const { return tiling_; }
 
-  // encode_video_chunk's contract (host pixels in, host moments out); the observer sees the same
-  // intermediates.
-  Result<Tensor> encode_chunk(const Tensor& pixels, const VideoEncoderObserver* observer = nullptr);
+  // VideoChunkEncoder's contract (host pixels in, host moments out, each chunk encoded on its
+  // own); the observer sees the same intermediates in the same order as the CPU's.
+  Result<std::vector<Tensor>> encode_chunks(const std::vector<Tensor>& chunks,
+                                            const VideoEncoderObserver* observer = nullptr);
   // encode_video_moments's contract. Without `tiling`, the checkpoint's.
   Result<Tensor> encode_moments(const Tensor& pixels, const VideoTiling& tiling,
                                 const VideoEncoderObserver* observer = nullptr);
@@ -64,21 +75,31 @@ class CudaVideoVaeEncoder {
     bool has_downsampler = false;
     Conv downsampler;
   };
-  // What one chunk of [T, H, W] pixels needs.
-  struct ChunkNeeds {
-    int64_t activation_floats = 0;  // the largest activation
+  // How a set of chunks of one shape runs: levels [0, batch_level) one chunk at a time, the rest
+  // (and the output convs) on `clips` chunks at once, and what that needs.
+  struct Plan {
+    size_t batch_level = 0;
+    int64_t clips = 1;
+    Shape batch_input;              // [clips·T, h, w, C] at batch_level
+    int64_t activation_floats = 0;  // the largest activation (a tile's, or the batch's)
     int64_t gather_floats = 0;      // the largest gather (before the cap)
     int64_t frames = 0;             // the most frames an activation has (GroupNorm's scratch)
+    int64_t pixel_floats = 0;
   };
+  using Emit = std::function<Status(const std::string& name, const Tensor& x, int64_t first_chunk, int64_t clips)>;
 
   CudaVideoVaeEncoder() = default;
   Status upload(const VideoVaeEncoder& vae);
-  Result<ChunkNeeds> chunk_needs(const Shape& pixels) const;
-  Status reserve(const ChunkNeeds& needs);
-  // y = conv(x); x, y contiguous [T, H, W, C] device views; y sized by the caller.
-  Status conv(const Conv& c, const Tensor& x, Tensor& y);
-  Status group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor& y);
-  Result<Tensor> conv_output(const Conv& c, const Tensor& x, int which);
+  Result<Plan> plan(const Shape& pixels, int64_t clips) const;
+  Status reserve(const Plan& plan);
+  // y = conv(x) on `clips` clips stacked in x [clips·T, H, W, C]; y [clips·T_out, ...] sized by
+  // the caller (from conv_output_shape). Several clips need T_out = 1.
+  Status conv(const Conv& c, const Tensor& x, const Tensor& y, int64_t clips);
+  Result<Tensor> conv_into(const Conv& c, const Tensor& x, int buffer, int64_t clips);
+  Status group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y);
+  // Levels [begin, end) on x (held by buffer `cur`, or the batch input), in place of x and cur.
+  Status run_levels(size_t begin, size_t end, Tensor& x, int& cur, int64_t first_chunk, int64_t clips,
+                    const Emit& emit);
 
   VideoVaeConfig config_;
   VideoTiling tiling_;
@@ -88,10 +109,10 @@ class CudaVideoVaeEncoder {
   Conv conv_in_, conv_out_, quant_conv_;
   std::vector<Level> levels_;
   Tensor norm_out_weight_, norm_out_bias_;
-  // The activation arena's buffers (device F32, flat).
-  Tensor pixels_buffer_, gather_buffer_, norm_scratch_;
+  // The activation arena's buffers (device F32, flat): three that rotate, the batch's input.
+  Tensor pixels_buffer_, gather_buffer_, norm_scratch_, batch_buffer_;
   Tensor buffers_[3];
-  ChunkNeeds reserved_;
+  Plan reserved_;
 };
 
 }  // namespace vortex::vae

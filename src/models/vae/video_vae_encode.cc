@@ -73,22 +73,32 @@ Status check_video_encoder_pixels(const VideoVaeConfig& c, const Tensor& pixels)
 namespace {
 
 // One temporal clip: whole, or tiled and stitched.
-Result<Tensor> encode_clip(const VideoVaeConfig& c, const VideoChunkEncoder& encode_chunk, const Tensor& pixels,
+Result<Tensor> encode_clip(const VideoVaeConfig& c, const VideoChunkEncoder& encode_chunks, const Tensor& pixels,
                            const VideoTiling& tiling) {
   const int64_t r = c.spatial_ratio();
   const int64_t height = pixels.size(2), width = pixels.size(3);
-  if (!tiling.enabled) return encode_chunk(pixels);
+  if (!tiling.enabled) {
+    VORTEX_ASSIGN_OR_RETURN(std::vector<Tensor> whole, encode_chunks({pixels}));
+    if (whole.size() != 1) return internal_error("video VAE encode: one chunk in, " + std::to_string(whole.size()) + " out");
+    return whole[0];
+  }
   const TileSplit ys = split_tiles(height, tiling.tile_height, tiling.min_overlap_height, r);
   const TileSplit xs = split_tiles(width, tiling.tile_width, tiling.min_overlap_width, r);
-  std::vector<std::vector<Tensor>> tiles(ys.starts.size());
+  std::vector<Tensor> chunks;
   for (size_t i = 0; i < ys.starts.size(); ++i) {
     for (size_t j = 0; j < xs.starts.size(); ++j) {
       VORTEX_ASSIGN_OR_RETURN(Tensor rows, pixels.slice(2, ys.starts[i], ys.starts[i] + ys.tile));
       VORTEX_ASSIGN_OR_RETURN(Tensor tile, rows.slice(3, xs.starts[j], xs.starts[j] + xs.tile));
-      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_chunk(tile.contiguous()));
-      tiles[i].push_back(std::move(moments));
+      chunks.push_back(tile.contiguous());
     }
   }
+  VORTEX_ASSIGN_OR_RETURN(std::vector<Tensor> moments, encode_chunks(chunks));
+  if (moments.size() != chunks.size()) {
+    return internal_error("video VAE encode: " + std::to_string(chunks.size()) + " tiles in, " +
+                          std::to_string(moments.size()) + " out");
+  }
+  std::vector<std::vector<Tensor>> tiles(ys.starts.size());
+  for (size_t k = 0; k < moments.size(); ++k) tiles[k / xs.starts.size()].push_back(std::move(moments[k]));
   return stitch_tiles(tiles, ys, xs, r, height / r, width / r);
 }
 
@@ -119,7 +129,7 @@ Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixe
   return to_channels_first(x);
 }
 
-Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChunkEncoder& encode_chunk,
+Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChunkEncoder& encode_chunks,
                                          const Tensor& pixels, const VideoTiling& tiling,
                                          const VideoEncoderObserver* observer) {
   VORTEX_RETURN_IF_ERROR(check_video_encoder_pixels(c, pixels));
@@ -127,7 +137,7 @@ Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChu
   const Emitter emit{observer};
   const int64_t T = pixels.size(1), L = c.clip_length;
   if (T == 1) {
-    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunk, pixels, tiling));
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunks, pixels, tiling));
     if (emit.active()) (*observer)("moments", moments);
     return moments;
   }
@@ -144,7 +154,7 @@ Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChu
         std::memcpy(d + (ch * L + f) * plane, s + (ch * T + src) * plane, static_cast<size_t>(plane) * sizeof(float));
       }
     }
-    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunk, clip, tiling));
+    VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunks, clip, tiling));
     parts.push_back(std::move(moments));
   }
   const int64_t per_clip = parts[0].size(1), total = per_clip * clips, kept = total - c.token_drop;
@@ -167,9 +177,15 @@ Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChu
 
 Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
                                     const VideoEncoderObserver* observer) {
-  return encode_video_moments_with(
-      vae.config, [&](const Tensor& chunk) { return encode_video_chunk(vae, chunk, observer); }, pixels, tiling,
-      observer);
+  const VideoChunkEncoder one_by_one = [&](const std::vector<Tensor>& chunks) -> Result<std::vector<Tensor>> {
+    std::vector<Tensor> out;
+    for (const Tensor& chunk : chunks) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_video_chunk(vae, chunk, observer));
+      out.push_back(std::move(moments));
+    }
+    return out;
+  };
+  return encode_video_moments_with(vae.config, one_by_one, pixels, tiling, observer);
 }
 
 Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels) {

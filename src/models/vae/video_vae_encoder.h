@@ -92,9 +92,10 @@ Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixe
 // The checks encode_video_chunk makes of its pixels (invalid_argument naming the tensor).
 Status check_video_encoder_pixels(const VideoVaeConfig& config, const Tensor& pixels);
 
-// One chunk's encode (encode_video_chunk's contract): the CPU's, or the GPU's
-// (cuda_video_vae_encoder.h).
-using VideoChunkEncoder = std::function<Result<Tensor>(const Tensor& pixels)>;
+// The chunks of one clip (its tiles, or the whole clip), all of one shape, each encoded on its own
+// (encode_video_chunk's contract) and returned in order: the CPU's one after the other, or the
+// GPU's batched (cuda_video_vae_encoder.h).
+using VideoChunkEncoder = std::function<Result<std::vector<Tensor>>(const std::vector<Tensor>& chunks)>;
 
 // encode_video_moments around any chunk encoder: the clips, the tiles and their stitching, the
 // dropped latent frames; the observer sees "moments".
