@@ -10,7 +10,8 @@
 //   vae-encode-keyframe  one 768 x 1344 keyframe's pixels -> moments [48, 1, 48, 84] (fp32, the
 //                     release config and tiling: 4 x 7 tiles of 256 x 256), synthetic weights
 //                     (synthetic_video_vae_encoder_tensors); timed from host pixels to host moments
-//                     (per-tile uploads, downloads and the host's stitching included).
+//                     (per-tile uploads, downloads and the host's stitching included);
+//                     derived: one further encode's device time by op and stage.
 //
 // Correctness: the audio waveform against the CPU decoder on the same weights and latents (rel-L2
 // bound 1e-4, DESIGN's fp32 parity bound); the video frames run to run (bitwise) when no peer runs, and
@@ -211,6 +212,18 @@ Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(const size_t in_use, device_bytes_in_use());
   const Tensor first = moments;
   VORTEX_RETURN_IF_ERROR(body());
+  // One further encode split by op and stage (the host's tiling, stitching and the moments'
+  // download are the gaps between the sections).
+  cuda::SectionProfiler profiler;
+  model->set_profiler(&profiler);
+  VORTEX_RETURN_IF_ERROR(body());
+  model->set_profiler(nullptr);
+  nlohmann::json breakdown;
+  double device_ms = 0;
+  for (const auto& [name, ms] : profiler.totals()) {
+    breakdown[name] = ms;
+    device_ms += ms;
+  }
 
   const vae::VideoTiling& tiling = model->tiling();
   const int64_t r = config.spatial_ratio();
@@ -223,6 +236,8 @@ Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
   m.samples = samples;
   m.derived = {{"tflops", flops / (samples.median() * 1e-3) / 1e12},
                {"flops", flops},
+               {"breakdown_ms (one further encode, CUDA events per op and stage)", breakdown},
+               {"breakdown_total_ms", device_ms},
                {"device_bytes",
                 {{"weights", model->weight_bytes()},
                  {"activations", model->activation_bytes()},

@@ -250,8 +250,10 @@ Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y
   const int64_t C = c.in_channels, O = c.out_channels;
   VORTEX_ASSIGN_OR_RETURN(Tensor y_rows, rows_of(y));
   const TensorView bias = c.bias.view();
+  const std::string gemm_section = "gemm, " + stage_, gather_section = "gather, " + stage_;
   if (is_direct(g)) {
     VORTEX_ASSIGN_OR_RETURN(Tensor x_rows, rows_of(x));
+    const cuda::SectionScope section(profiler_, gemm_section.c_str(), stream_);
     return gemm_->linear(x_rows.view(), c.weight.view(), &bias, y_rows.view(), stream_);
   }
   const int64_t T_out = y.size(0) / clips, plane = y.size(1) * y.size(2);
@@ -272,9 +274,13 @@ Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y
     for (int64_t r0 = 0; r0 < frame_rows; r0 += block_rows) {
       const int64_t rows = std::min(block_rows, frame_rows - r0);
       VORTEX_ASSIGN_OR_RETURN(Tensor cols, view_of(gather_buffer_, {rows, k_len}));
-      VORTEX_RETURN_IF_ERROR(
-          cuda::conv3d_gather(x.view(), clips, taps, y.size(1), y.size(2), f, a0, r0, cols.view(), stream_));
+      {
+        const cuda::SectionScope section(profiler_, gather_section.c_str(), stream_);
+        VORTEX_RETURN_IF_ERROR(
+            cuda::conv3d_gather(x.view(), clips, taps, y.size(1), y.size(2), f, a0, r0, cols.view(), stream_));
+      }
       VORTEX_ASSIGN_OR_RETURN(Tensor out, y_rows.slice(0, f * plane + r0, f * plane + r0 + rows));
+      const cuda::SectionScope section(profiler_, gemm_section.c_str(), stream_);
       VORTEX_RETURN_IF_ERROR(gemm_->linear(cols.view(), w, &bias, out.view(), stream_));
     }
   }
@@ -289,6 +295,8 @@ Result<Tensor> CudaVideoVaeEncoder::conv_into(const Conv& c, const Tensor& x, in
 }
 
 Status CudaVideoVaeEncoder::group_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y) {
+  const std::string name = "group_norm, " + stage_;
+  const cuda::SectionScope section(profiler_, name.c_str(), stream_);
   return cuda::frame_group_norm(x.view(), weight.view(), bias.view(), config_.norm_num_groups, config_.norm_eps,
                                 /*silu=*/true, norm_scratch_.view(), y.view(), stream_);
 }
@@ -297,6 +305,7 @@ Status CudaVideoVaeEncoder::run_levels(size_t begin, size_t end, Tensor& x, int&
                                        int64_t clips, const Emit& emit) {
   for (size_t i = begin; i < end; ++i) {
     const Level& level = levels_[i];
+    stage_ = "level " + std::to_string(i);
     for (const Resnet& r : level.resnets) {
       const int b = free_buffer(cur), c = free_buffer(cur, b);
       VORTEX_ASSIGN_OR_RETURN(Tensor normed, view_of(buffers_[b], x.shape()));
@@ -310,7 +319,11 @@ Status CudaVideoVaeEncoder::run_levels(size_t begin, size_t end, Tensor& x, int&
       }
       VORTEX_ASSIGN_OR_RETURN(Tensor body_rows, rows_of(body));
       VORTEX_ASSIGN_OR_RETURN(Tensor residual_rows, rows_of(residual));
-      VORTEX_RETURN_IF_ERROR(cuda::residual_add(body_rows.view(), residual_rows.view(), stream_));
+      {
+        const std::string name = "residual, " + stage_;
+        const cuda::SectionScope section(profiler_, name.c_str(), stream_);
+        VORTEX_RETURN_IF_ERROR(cuda::residual_add(body_rows.view(), residual_rows.view(), stream_));
+      }
       x = body;
       cur = b;
     }
@@ -360,13 +373,18 @@ Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const std::vector
     for (int64_t k = 0; k < n; ++k) {
       VORTEX_ASSIGN_OR_RETURN(Tensor channels_last, chunks[g0 + k].permute({1, 2, 3, 0}));
       VORTEX_ASSIGN_OR_RETURN(Tensor px, view_of(pixels_buffer_, channels_last.shape()));
-      VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(channels_last.contiguous(), px, stream_));
+      {
+        const cuda::SectionScope section(profiler_, "pixels upload", stream_);
+        VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(channels_last.contiguous(), px, stream_));
+      }
       cur = 0;
+      stage_ = "conv_in";
       VORTEX_ASSIGN_OR_RETURN(x, conv_into(conv_in_, px, cur, 1));
       VORTEX_RETURN_IF_ERROR(emit("encoder.conv_in", x, g0 + k, 1));
       VORTEX_RETURN_IF_ERROR(run_levels(0, p.batch_level, x, cur, g0 + k, 1, emit));
       if (n > 1) {  // into the batch, chunk k's frames after the ones before it
         const size_t bytes = static_cast<size_t>(x.numel()) * sizeof(float);
+        const cuda::SectionScope section(profiler_, "batch copies", stream_);
         VORTEX_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(batch_buffer_.data()) + k * bytes, x.data(), bytes,
                                           cudaMemcpyDeviceToDevice, stream_));
       }
@@ -377,6 +395,7 @@ Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const std::vector
     }
     VORTEX_RETURN_IF_ERROR(run_levels(p.batch_level, levels_.size(), x, cur, g0, n, emit));
     const int b = free_buffer(cur), c = free_buffer(cur, b);
+    stage_ = "output";
     VORTEX_ASSIGN_OR_RETURN(Tensor normed, view_of(buffers_[b], x.shape()));
     VORTEX_RETURN_IF_ERROR(group_norm(x, norm_out_weight_, norm_out_bias_, normed));
     VORTEX_ASSIGN_OR_RETURN(Tensor conv_out, conv_into(conv_out_, normed, c, n));

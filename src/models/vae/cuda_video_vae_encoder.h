@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "cuda/gemm.h"
+#include "cuda/profiler.h"
 #include "cuda/runtime.h"
 #include "models/vae/video_vae_encoder.h"
 #include "vortex/status.h"
@@ -57,6 +58,10 @@ class CudaVideoVaeEncoder {
 
   size_t weight_bytes() const { return weights_.used(); }
   size_t activation_bytes() const { return activations_.capacity(); }
+
+  // Device time of the encodes while set, by op and stage ("gemm, level 1", "gather, level 0",
+  // "group_norm, output", "pixels upload", ...); null stops it. Each section costs two events.
+  void set_profiler(cuda::SectionProfiler* profiler) { profiler_ = profiler; }
 
  private:
   struct Conv {
@@ -113,6 +118,8 @@ class CudaVideoVaeEncoder {
   Tensor pixels_buffer_, gather_buffer_, norm_scratch_, batch_buffer_;
   Tensor buffers_[3];
   Plan reserved_;
+  cuda::SectionProfiler* profiler_ = nullptr;
+  std::string stage_;  // the sections' stage: "conv_in", "level <i>", "output"
 };
 
 }  // namespace vortex::vae
