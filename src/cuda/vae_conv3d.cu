@@ -1,13 +1,14 @@
 // The video VAE encoder's gather and GroupNorm kernels (contract: vae_conv3d.h).
 //
-// conv3d_gather writes one thread per 4 channels of one (row, tap) when C is a multiple of 4
-// (every conv but conv_in's, which reads 3 channels), one per channel otherwise: a pure copy, so
-// the rows are the CPU's im2col rows bit for bit.
+// conv3d_gather copies with one warp per (row, tap) when C is a multiple of 4 (every conv but
+// conv_in's, which reads 3 channels), one thread per value otherwise: a pure copy, so the rows are
+// the CPU's im2col rows bit for bit.
 //
 // frame_group_norm runs five small launches: partial sums of each (frame, group) over kChunks
 // slices (per-thread double partials, a warp shuffle tree, the warps in fixed order), their total
 // in slice order (the mean), the same for the squared deviations around the double mean (the
-// variance), then one elementwise pass. Every sum is deterministic; against the CPU's sequential
+// variance), then one elementwise pass; all read float4s when a group's channel count is a
+// multiple of 4 (every GroupNorm of the release: 4 to 32 channels a group). Every sum is deterministic; against the CPU's sequential
 // double sums only the order differs, so mean and rstd round to the CPU's floats except next to a
 // tie. The output is the CPU's fp32 sequence in explicitly rounded intrinsics (no fma); SiLU's
 // expf (2 ulp) is the one place it can differ otherwise.
@@ -40,24 +41,42 @@ struct GatherParams {
   Conv3dTaps g;
 };
 
-template <int kVec>
-__global__ void __launch_bounds__(kThreads) gather_kernel(GatherParams p) {
-  const int64_t vecs = p.C / kVec;
-  const int64_t total = p.rows * p.real_taps * vecs;
+// The (row, tap) of item i and where its C channels come from and go.
+struct GatherItem {
+  const float* src;
+  float* dst;
+};
+
+__device__ __forceinline__ GatherItem gather_item(const GatherParams& p, int64_t i) {
+  const int64_t tap = i % p.real_taps, r = i / p.real_taps;
+  const int64_t ta = p.a0 + tap / p.spatial_taps, b = (tap % p.spatial_taps) / p.g.kw, d = tap % p.g.kw;
+  const int64_t out = (p.r0 + r) % p.plane, clip = (p.r0 + r) / p.plane, ho = out / p.w_out, wo = out % p.w_out;
+  const int64_t t = clip * p.T + p.frame * p.g.st + ta - p.g.temporal_padding;
+  const int64_t hi = reflect_index(ho * p.g.sh + b - p.g.pad_top, p.H);
+  const int64_t wi = reflect_index(wo * p.g.sw + d - p.g.pad_left, p.W);
+  return {p.x + ((t * p.H + hi) * p.W + wi) * p.C, p.cols + i * p.C};
+}
+
+// C a multiple of 4: one warp per (row, tap), its lanes copying the C channels as float4s, so the
+// index arithmetic is done once per item rather than once per value.
+__global__ void __launch_bounds__(kThreads) gather_vec_kernel(GatherParams p) {
+  const int64_t items = p.rows * p.real_taps, vecs = p.C / 4;
+  const int64_t warps = int64_t{gridDim.x} * (kThreads / 32);
+  const int lane = threadIdx.x % 32;
+  for (int64_t i = (blockIdx.x * int64_t{kThreads} + threadIdx.x) / 32; i < items; i += warps) {
+    const GatherItem item = gather_item(p, i);
+    const float4* src = reinterpret_cast<const float4*>(item.src);
+    float4* dst = reinterpret_cast<float4*>(item.dst);
+    for (int64_t v = lane; v < vecs; v += 32) dst[v] = src[v];
+  }
+}
+
+// Any C (conv_in's 3 channels): one thread per value.
+__global__ void __launch_bounds__(kThreads) gather_scalar_kernel(GatherParams p) {
+  const int64_t total = p.rows * p.real_taps * p.C;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
-    const int64_t v = i % vecs, tap = (i / vecs) % p.real_taps, r = i / (vecs * p.real_taps);
-    const int64_t ta = p.a0 + tap / p.spatial_taps, b = (tap % p.spatial_taps) / p.g.kw, d = tap % p.g.kw;
-    const int64_t out = (p.r0 + r) % p.plane, clip = (p.r0 + r) / p.plane, ho = out / p.w_out, wo = out % p.w_out;
-    const int64_t t = clip * p.T + p.frame * p.g.st + ta - p.g.temporal_padding;
-    const int64_t hi = reflect_index(ho * p.g.sh + b - p.g.pad_top, p.H);
-    const int64_t wi = reflect_index(wo * p.g.sw + d - p.g.pad_left, p.W);
-    const float* src = p.x + ((t * p.H + hi) * p.W + wi) * p.C + v * kVec;
-    float* dst = p.cols + (r * p.real_taps + tap) * p.C + v * kVec;
-    if constexpr (kVec == 4) {
-      *reinterpret_cast<float4*>(dst) = *reinterpret_cast<const float4*>(src);
-    } else {
-      *dst = *src;
-    }
+    const GatherItem item = gather_item(p, i / p.C);
+    item.dst[i % p.C] = item.src[i % p.C];
   }
 }
 
@@ -84,21 +103,28 @@ __device__ double block_total(double v, double* scratch) {
   return total;
 }
 
-// blockIdx.x: the (frame, group) s = frame·G + g; blockIdx.y: the slice of its P·Cg values.
-template <bool kSquares>
+// blockIdx.x: the (frame, group) s = frame·G + g; blockIdx.y: the slice of its P·Cg values, read
+// kVec at a time (4 when Cg is a multiple of 4: a group's channels of one pixel are contiguous).
+template <bool kSquares, int kVec>
 __global__ void __launch_bounds__(kThreads) group_partial_kernel(GroupNormParams p) {
   __shared__ double scratch[kWarps];
-  const int64_t s = blockIdx.x, frame = s / p.G, g = s % p.G;
-  const int64_t n = p.pixels * p.Cg, begin = n * blockIdx.y / kChunks, end = n * (blockIdx.y + 1) / kChunks;
+  const int64_t s = blockIdx.x, frame = s / p.G, g = s % p.G, per_pixel = p.Cg / kVec;
+  const int64_t n = p.pixels * per_pixel, begin = n * blockIdx.y / kChunks, end = n * (blockIdx.y + 1) / kChunks;
   const float* base = p.x + frame * p.pixels * p.C + g * p.Cg;
   const double m = kSquares ? p.mean[s] : 0.0;
   double sum = 0.0;
   for (int64_t e = begin + threadIdx.x; e < end; e += kThreads) {
-    const double v = base[(e / p.Cg) * p.C + e % p.Cg];
-    if constexpr (kSquares) {
-      sum += (v - m) * (v - m);
+    const float* at = base + (e / per_pixel) * p.C + (e % per_pixel) * kVec;
+    float v[kVec];
+    if constexpr (kVec == 4) {
+      const float4 q = *reinterpret_cast<const float4*>(at);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
     } else {
-      sum += v;
+      v[0] = *at;
+    }
+    for (int k = 0; k < kVec; ++k) {
+      const double d = kSquares ? static_cast<double>(v[k]) - m : static_cast<double>(v[k]);
+      sum += kSquares ? d * d : d;
     }
   }
   const double total = block_total(sum, scratch);
@@ -119,14 +145,29 @@ __global__ void group_finish_kernel(GroupNormParams p) {
   }
 }
 
+__device__ __forceinline__ float group_normed(const GroupNormParams& p, float x, float mean, float rstd, int64_t c) {
+  float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x, mean), rstd), p.weight[c]), p.bias[c]);
+  if (p.silu) v = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
+  return v;
+}
+
+// kVec consecutive channels per thread (4 when Cg is a multiple of 4: all in one group).
+template <int kVec>
 __global__ void __launch_bounds__(kThreads) group_apply_kernel(GroupNormParams p) {
-  const int64_t total = p.frames * p.pixels * p.C;
+  const int64_t total = p.frames * p.pixels * p.C / kVec;
   for (int64_t i = blockIdx.x * int64_t{kThreads} + threadIdx.x; i < total; i += int64_t{gridDim.x} * kThreads) {
-    const int64_t c = i % p.C, s = (i / (p.pixels * p.C)) * p.G + c / p.Cg;
+    const int64_t first = i * kVec, c = first % p.C, s = (first / (p.pixels * p.C)) * p.G + c / p.Cg;
     const float mean = static_cast<float>(p.mean[s]), rstd = static_cast<float>(p.rstd[s]);
-    float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(p.x[i], mean), rstd), p.weight[c]), p.bias[c]);
-    if (p.silu) v = __fdiv_rn(v, __fadd_rn(1.0f, expf(-v)));
-    p.y[i] = v;
+    if constexpr (kVec == 4) {
+      float4 q = reinterpret_cast<const float4*>(p.x)[i];
+      q.x = group_normed(p, q.x, mean, rstd, c);
+      q.y = group_normed(p, q.y, mean, rstd, c + 1);
+      q.z = group_normed(p, q.z, mean, rstd, c + 2);
+      q.w = group_normed(p, q.w, mean, rstd, c + 3);
+      reinterpret_cast<float4*>(p.y)[i] = q;
+    } else {
+      p.y[i] = group_normed(p, p.x[i], mean, rstd, c);
+    }
   }
 }
 
@@ -173,9 +214,9 @@ Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps,
                  real_taps,
                  taps};
   if (C % 4 == 0) {
-    gather_kernel<4><<<grid_for(p.rows * real_taps * C / 4), kThreads, 0, stream>>>(p);
+    gather_vec_kernel<<<grid_for(p.rows * real_taps * 32), kThreads, 0, stream>>>(p);
   } else {
-    gather_kernel<1><<<grid_for(p.rows * real_taps * C), kThreads, 0, stream>>>(p);
+    gather_scalar_kernel<<<grid_for(p.rows * real_taps * C), kThreads, 0, stream>>>(p);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
@@ -225,11 +266,19 @@ Status frame_group_norm(const TensorView& x, const TensorView& weight, const Ten
                     silu};
   if (sets > kMaxGrid) return bad("too many (frame, group) sets");
   const dim3 partial_grid(static_cast<unsigned>(sets), static_cast<unsigned>(kChunks));
-  group_partial_kernel<false><<<partial_grid, kThreads, 0, stream>>>(p);
-  group_finish_kernel<false><<<grid_for(sets), kThreads, 0, stream>>>(p);
-  group_partial_kernel<true><<<partial_grid, kThreads, 0, stream>>>(p);
-  group_finish_kernel<true><<<grid_for(sets), kThreads, 0, stream>>>(p);
-  group_apply_kernel<<<grid_for(T * P * C), kThreads, 0, stream>>>(p);
+  if (p.Cg % 4 == 0) {
+    group_partial_kernel<false, 4><<<partial_grid, kThreads, 0, stream>>>(p);
+    group_finish_kernel<false><<<grid_for(sets), kThreads, 0, stream>>>(p);
+    group_partial_kernel<true, 4><<<partial_grid, kThreads, 0, stream>>>(p);
+    group_finish_kernel<true><<<grid_for(sets), kThreads, 0, stream>>>(p);
+    group_apply_kernel<4><<<grid_for(T * P * C / 4), kThreads, 0, stream>>>(p);
+  } else {
+    group_partial_kernel<false, 1><<<partial_grid, kThreads, 0, stream>>>(p);
+    group_finish_kernel<false><<<grid_for(sets), kThreads, 0, stream>>>(p);
+    group_partial_kernel<true, 1><<<partial_grid, kThreads, 0, stream>>>(p);
+    group_finish_kernel<true><<<grid_for(sets), kThreads, 0, stream>>>(p);
+    group_apply_kernel<1><<<grid_for(T * P * C), kThreads, 0, stream>>>(p);
+  }
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }
