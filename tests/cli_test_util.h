@@ -35,9 +35,10 @@ inline CliRun run_cli(const std::string& args, const std::string& env = "") {
 
 inline std::string q(const std::string& s) { return "'" + s + "'"; }
 
-// Exit code 2 and exactly one stderr line that contains `needle`.
-inline void expect_one_line_error(const CliRun& run, const std::string& needle) {
-  EXPECT_EQ(run.code, 2) << run.err;
+// Exit code `code` (2: bad input; 1: a valid request this machine cannot serve) and exactly one
+// stderr line that contains `needle`.
+inline void expect_one_line_error(const CliRun& run, const std::string& needle, int code = 2) {
+  EXPECT_EQ(run.code, code) << run.err;
   EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
   EXPECT_TRUE(run.err.starts_with("vortex: ")) << run.err;
   EXPECT_NE(run.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << run.err;

@@ -79,6 +79,22 @@ TEST(CliKeyframe, BadInputIsOneLineAndWritesNothing) {
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
+// --device cuda: the GPU's encoder where this host has a Hopper GPU (the file written), otherwise
+// one line naming what is missing, and nothing written.
+TEST(CliKeyframe, DeviceCudaEncodesOrSaysWhyNot) {
+  TempDir dir;
+  const std::string image = write_keyframe(dir, "k.png", 64, 64);
+  const std::string out = dir.file("k.safetensors");
+  const auto run = run_cli("encode-keyframe --image " + q(image) + " --synthetic-video-vae test --device cuda --out " +
+                           q(out));
+  if (run.code == 0) {
+    EXPECT_TRUE(std::filesystem::exists(out));
+    return;
+  }
+  expect_one_line_error(run, "--device cuda", /*code=*/1);
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 #else
 
 TEST(CliKeyframe, NeedsLibpng) { GTEST_SKIP() << "built without libpng (VORTEX_HAVE_MEDIA off)"; }

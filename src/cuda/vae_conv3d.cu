@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <string>
 
+#include "cuda/block_sum.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
@@ -93,16 +94,6 @@ struct GroupNormParams {
   bool silu;
 };
 
-__device__ double block_total(double v, double* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  double total = 0.0;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
-
 // blockIdx.x: the (frame, group) s = frame·G + g; blockIdx.y: the slice of its P·Cg values, read
 // kVec at a time (4 when Cg is a multiple of 4: a group's channels of one pixel are contiguous).
 template <bool kSquares, int kVec>
@@ -127,7 +118,7 @@ __global__ void __launch_bounds__(kThreads) group_partial_kernel(GroupNormParams
       sum += kSquares ? d * d : d;
     }
   }
-  const double total = block_total(sum, scratch);
+  const double total = block_sum_f64<kWarps>(sum, scratch);
   if (threadIdx.x == 0) p.partial[s * kChunks + blockIdx.y] = total;
 }
 

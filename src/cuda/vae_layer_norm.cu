@@ -18,6 +18,7 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "cuda/block_sum.cuh"
 #include "cuda/runtime.h"
 
 namespace vortex::cuda {
@@ -42,17 +43,6 @@ struct LayerNormParams {
   float eps;
 };
 
-// The block's total of `v`; every thread gets it. `scratch` is free again on return.
-__device__ double block_sum(double v, double* scratch) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  double total = 0.0;
-  for (int w = 0; w < kWarps; ++w) total += scratch[w];
-  __syncthreads();
-  return total;
-}
-
 template <bool kBf16In>
 __global__ void __launch_bounds__(kThreads) layer_norm_kernel(LayerNormParams p) {
   __shared__ double scratch[kWarps];
@@ -66,13 +56,13 @@ __global__ void __launch_bounds__(kThreads) layer_norm_kernel(LayerNormParams p)
     };
     double sum = 0.0;
     for (int c = threadIdx.x; c < p.c; c += kThreads) sum += in(c);
-    const float mean = static_cast<float>(block_sum(sum, scratch) / static_cast<double>(p.c));
+    const float mean = static_cast<float>(block_sum_f64<kWarps>(sum, scratch) / static_cast<double>(p.c));
     double squares = 0.0;
     for (int c = threadIdx.x; c < p.c; c += kThreads) {
       const double d = __fsub_rn(in(c), mean);
       squares += d * d;  // exact in double: a product of two floats has at most 48 significant bits
     }
-    const float var = static_cast<float>(block_sum(squares, scratch) / static_cast<double>(p.c));
+    const float var = static_cast<float>(block_sum_f64<kWarps>(squares, scratch) / static_cast<double>(p.c));
     const float rstd = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(var, p.eps)));
     for (int c = threadIdx.x; c < p.c; c += kThreads) {
       const float v = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(in(c), mean), rstd), p.weight[c]), p.bias[c]);
