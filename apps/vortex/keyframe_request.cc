@@ -58,7 +58,8 @@ Result<KeyframeEncoder> KeyframeEncoder::load(const std::string& video_vae_path,
     VORTEX_ASSIGN_OR_RETURN(cpu, vae::load_video_vae_encoder(video_vae_path));
   } else {
     VORTEX_ASSIGN_OR_RETURN(vae::VideoVaeConfig c, vae::video_vae_config_preset(synthetic_preset));
-    VORTEX_ASSIGN_OR_RETURN(cpu, vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, weights_seed), c));
+    VORTEX_ASSIGN_OR_RETURN(
+        cpu, vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(c, weights_seed), c));
   }
   KeyframeEncoder e;
   e.config_ = cpu.config;

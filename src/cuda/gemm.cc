@@ -88,8 +88,8 @@ Result<LtPlan*> GemmRunner::Impl::plan_for(const PlanKey& key, const void* bias)
   // A is the weight, B the activations, D the output.
   VORTEX_RETURN_IF_ERROR(lt_choose_algorithm(session, *plan, {key.align_w, key.align_x, key.align_y}, [&] {
     return "linear N=" + std::to_string(key.n) + " I=" + std::to_string(key.i) + " O=" + std::to_string(key.o) +
-           " ldx=" + std::to_string(key.ldx) + " ldw=" + std::to_string(key.ldw) + " ldy=" + std::to_string(key.ldy) + " " + dtype_name(key.in_dtype) +
-           "->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "");
+           " ldx=" + std::to_string(key.ldx) + " ldw=" + std::to_string(key.ldw) + " ldy=" + std::to_string(key.ldy) +
+           " " + dtype_name(key.in_dtype) + "->" + dtype_name(key.out_dtype) + (key.has_bias ? " with bias" : "");
   }));
   LtPlan* raw = plan.get();
   plans.emplace(key, std::move(plan));

@@ -34,6 +34,24 @@ int64_t conv3d_output_length(int64_t length, int64_t pad_before, int64_t pad_aft
   return span / stride + 1;
 }
 
+Result<Shape> conv3d_output_shape(const Conv3dGeometry& g, int64_t out_channels, const Shape& x,
+                                  const std::string& what) {
+  const int64_t T = x[0], H = x[1], W = x[2];
+  if (std::max(g.pad_top, g.pad_bottom) >= H || std::max(g.pad_left, g.pad_right) >= W) {
+    return invalid_argument("conv3d: x " + what + " is too small for reflect padding " +
+                            std::to_string(std::max({g.pad_top, g.pad_bottom, g.pad_left, g.pad_right})) +
+                            " (each padded axis must be longer than its pad)");
+  }
+  const int64_t T_out = conv3d_output_length(T, g.temporal_padding, 0, g.kt, g.st);
+  const int64_t H_out = conv3d_output_length(H, g.pad_top, g.pad_bottom, g.kh, g.sh);
+  const int64_t W_out = conv3d_output_length(W, g.pad_left, g.pad_right, g.kw, g.sw);
+  if (T_out < 1 || H_out < 1 || W_out < 1) {
+    return invalid_argument("conv3d: x " + what + " is smaller than the kernel [" + std::to_string(g.kt) + ", " +
+                            std::to_string(g.kh) + ", " + std::to_string(g.kw) + "]");
+  }
+  return Shape{T_out, H_out, W_out, out_channels};
+}
+
 Result<CausalConv3d> make_causal_conv3d(const std::string& what, const Tensor& weight, const Tensor& bias,
                                         Conv3dGeometry g) {
   if (!weight.defined() || weight.rank() != 5) {
@@ -73,25 +91,15 @@ Result<Tensor> causal_conv3d(const CausalConv3d& conv, const Tensor& x, cpu::Gem
     return invalid_argument("conv3d: x " + (x.defined() ? x.describe() : std::string("(undefined)")) +
                             " must be a contiguous F32 CPU tensor [T, H, W, C]");
   }
-  const int64_t T = x.size(0), H = x.size(1), W = x.size(2), C = conv.in_channels, O = conv.out_channels;
+  const int64_t H = x.size(1), W = x.size(2), C = conv.in_channels, O = conv.out_channels;
   if (x.size(3) != C) {
     return invalid_argument("conv3d: x " + x.describe() + " has " + std::to_string(x.size(3)) +
                             " channels, the weight expects " + std::to_string(C));
   }
-  if (std::max(g.pad_top, g.pad_bottom) >= H || std::max(g.pad_left, g.pad_right) >= W) {
-    return invalid_argument("conv3d: x " + x.describe() + " is too small for reflect padding " +
-                            std::to_string(std::max({g.pad_top, g.pad_bottom, g.pad_left, g.pad_right})) +
-                            " (each padded axis must be longer than its pad)");
-  }
+  VORTEX_ASSIGN_OR_RETURN(const Shape out, conv3d_output_shape(g, O, x.shape(), x.describe()));
   if (!cpu::gemm_variant_available(variant)) return unimplemented("conv3d: GEMM variant not in this build");
-  const int64_t T_out = conv3d_output_length(T, g.temporal_padding, 0, g.kt, g.st);
-  const int64_t H_out = conv3d_output_length(H, g.pad_top, g.pad_bottom, g.kh, g.sh);
-  const int64_t W_out = conv3d_output_length(W, g.pad_left, g.pad_right, g.kw, g.sw);
-  if (T_out < 1 || H_out < 1 || W_out < 1) {
-    return invalid_argument("conv3d: x " + x.describe() + " is smaller than the kernel [" + std::to_string(g.kt) +
-                            ", " + std::to_string(g.kh) + ", " + std::to_string(g.kw) + "]");
-  }
-  Tensor y = Tensor::empty({T_out, H_out, W_out, O}, DType::kF32);
+  const int64_t T_out = out[0], H_out = out[1], W_out = out[2];
+  Tensor y = Tensor::empty(out, DType::kF32);
   const int64_t plane = H_out * W_out, spatial_taps = g.kh * g.kw, KC = g.kt * spatial_taps * C;
   const bool direct = g.kt == 1 && spatial_taps == 1 && g.st == 1 && g.sh == 1 && g.sw == 1 && g.pad_top == 0 &&
                       g.pad_bottom == 0 && g.pad_left == 0 && g.pad_right == 0 && g.temporal_padding == 0;

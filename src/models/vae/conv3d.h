@@ -56,6 +56,12 @@ Result<CausalConv3d> make_causal_conv3d(const std::string& what, const Tensor& w
 // too short for the kernel.
 int64_t conv3d_output_length(int64_t length, int64_t pad_before, int64_t pad_after, int64_t kernel, int64_t stride);
 
+// The output shape [T_out, H_out, W_out, out_channels] of a conv of geometry `g` on x of shape
+// [T, H, W, C]; invalid_argument, naming the input as `what`, when an axis is not longer than its
+// reflect pad or the input is smaller than the kernel (causal_conv3d's refusals).
+Result<Shape> conv3d_output_shape(const Conv3dGeometry& g, int64_t out_channels, const Shape& x,
+                                  const std::string& what);
+
 // x: F32 [T, H, W, C] contiguous. Returns F32 [T_out, H_out, W_out, O]. Reflection needs every
 // spatial pad to be smaller than its axis (as in PyTorch); a violation is an invalid_argument
 // naming the axis.

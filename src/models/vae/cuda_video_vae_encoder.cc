@@ -36,22 +36,12 @@ bool is_direct(const Conv3dGeometry& g) {
 }
 
 // [clips·T_out, H_out, W_out, C] out of a conv on `clips` clips stacked in x [clips·T, H, W, C_in],
-// with the CPU's refusals (conv3d.cc).
+// with the CPU's refusals.
 Result<Shape> conv_output_shape(int64_t out_channels, const Conv3dGeometry& g, const Shape& x, int64_t clips) {
-  const int64_t T = x[0] / clips, H = x[1], W = x[2];
-  if (std::max(g.pad_top, g.pad_bottom) >= H || std::max(g.pad_left, g.pad_right) >= W) {
-    return invalid_argument("conv3d: x " + x.to_string() + " is too small for reflect padding " +
-                            std::to_string(std::max({g.pad_top, g.pad_bottom, g.pad_left, g.pad_right})) +
-                            " (each padded axis must be longer than its pad)");
-  }
-  const int64_t T_out = conv3d_output_length(T, g.temporal_padding, 0, g.kt, g.st);
-  const int64_t H_out = conv3d_output_length(H, g.pad_top, g.pad_bottom, g.kh, g.sh);
-  const int64_t W_out = conv3d_output_length(W, g.pad_left, g.pad_right, g.kw, g.sw);
-  if (T_out < 1 || H_out < 1 || W_out < 1) {
-    return invalid_argument("conv3d: x " + x.to_string() + " is smaller than the kernel [" + std::to_string(g.kt) +
-                            ", " + std::to_string(g.kh) + ", " + std::to_string(g.kw) + "]");
-  }
-  return Shape{clips * T_out, H_out, W_out, out_channels};
+  VORTEX_ASSIGN_OR_RETURN(Shape out, conv3d_output_shape(g, out_channels, {x[0] / clips, x[1], x[2], x[3]},
+                                                         x.to_string()));
+  out[0] *= clips;
+  return out;
 }
 
 // The first `shape.numel()` floats of a flat device buffer, as a contiguous tensor of `shape`.

@@ -99,7 +99,7 @@ using VideoChunkEncoder = std::function<Result<std::vector<Tensor>>(const std::v
 
 // encode_video_moments around any chunk encoder: the clips, the tiles and their stitching, the
 // dropped latent frames; the observer sees "moments".
-Result<Tensor> encode_video_moments_with(const VideoVaeConfig& config, const VideoChunkEncoder& encode_chunk,
+Result<Tensor> encode_video_moments_with(const VideoVaeConfig& config, const VideoChunkEncoder& encode_chunks,
                                          const Tensor& pixels, const VideoTiling& tiling,
                                          const VideoEncoderObserver* observer = nullptr);
 
