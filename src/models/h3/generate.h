@@ -1,5 +1,5 @@
-// Video-and-audio denoising with the H3 transformer, from a prompt (t2va) or a prompt and keyframes
-// (fl2va): layout, seeded noise, the two schedules in one loop, and the checksums that make a run
+// Video-and-audio denoising with the H3 transformer, from a prompt (t2va), a prompt and keyframes
+// (fl2va) or a prompt and references (ref2va): layout, seeded noise, the two schedules in one loop, and the checksums that make a run
 // reproducible.
 #pragma once
 
@@ -84,10 +84,11 @@ struct Keyframe {
   KeyframeAnchor anchor = KeyframeAnchor::kFirst;
 };
 
-// The keyframes' rows, in order: each noised once, t · x + (1 - t) · eps with t = fp32(0.999) in fp32
-// (the reference's scale_noise), then patchified. noise[k] is keyframe k's eps, of its latents' shape.
-Result<Tensor> keyframe_condition_rows(const std::vector<Keyframe>& keyframes, const std::vector<Tensor>& noise,
-                                       const H3Config& config);
+// Conditioning rows (keyframes, references), in order: each latent tensor (F32 [C, F, h, w], each of
+// its own size) noised once, t · x + (1 - t) · eps with t = fp32(0.999) in fp32 (the reference's
+// scale_noise), then patchified. noise[k] is condition k's eps, of its latents' shape.
+Result<Tensor> condition_rows(const std::vector<Tensor>& latents, const std::vector<Tensor>& noise,
+                              const H3Config& config);
 
 // fl2va: text_states and one tag per text row (kTextTag, or kVideoTag for a keyframe's picture
 // tokens); at least one keyframe. Keyframe k's noise is seeded_normal(seed, kKeyframeNoiseStream + k).
@@ -95,6 +96,32 @@ Result<Tensor> keyframe_condition_rows(const std::vector<Keyframe>& keyframes, c
 Result<GenerateResult> generate_fl2va(StepModel& model, const Tensor& text_states, const std::vector<int32_t>& text_tags,
                                       const std::vector<Keyframe>& keyframes, const GenerateOptions& options,
                                       const ProgressCallback& progress = nullptr);
+
+// One encoded ref2va reference, in request order.
+struct Reference {
+  ReferenceKind kind = ReferenceKind::kImage;
+  // Image F32 [C, 1, h, w], video F32 [C, F, h, w]: the video VAE's normalised conditioning at the
+  // reference's own size. Undefined for an audio reference.
+  Tensor latents;
+  // An audio reference's or a video's soundtrack: F32 [2 · A, audio_in_channels], the audio VAE's
+  // normalised posterior mean, channel-major. Undefined for an image or a silent video.
+  Tensor audio_rows;
+};
+
+// The released checkpoint's limits on one request's references (MiniMaxH3Ref2VASetupStep).
+constexpr int kMaxImageReferences = 9;
+constexpr int kMaxVideoReferences = 3;
+constexpr int kMaxAudioReferences = 3;
+constexpr int kMaxReferences = 12;
+
+// ref2va: text_states and one tag per text row (a reference's vision tokens tagged kVideoTag), at
+// least one image or video reference (audio ones only beside them). The references' video latents are
+// noised once (the k-th image or video reference with seeded_normal(seed, kKeyframeNoiseStream + k)),
+// their soundtracks stay clean, and all of them ride before the generated rows, never stepped. Run
+// it on the transformer_ref checkpoint partition. The result holds the generated rows only.
+Result<GenerateResult> generate_ref2va(StepModel& model, const Tensor& text_states,
+                                       const std::vector<int32_t>& text_tags, const std::vector<Reference>& references,
+                                       const GenerateOptions& options, const ProgressCallback& progress = nullptr);
 
 // Standard-normal F32 tensor of `shape` from (seed, stream), element i = Philox normal i.
 Tensor seeded_normal(const Shape& shape, uint64_t seed, uint64_t stream);

@@ -39,6 +39,42 @@ std::vector<double> temporal_grid(int latent_frames, double origin) {
   return times;
 }
 
+// Python's built-in sum() of floats as CPython 3.12 and later compute it (Neumaier's compensated
+// sum, the compensation added at the end), which is how the reference advances its clock past a
+// video reference. It differs in the last bit from a plain loop (Python 3.11's sum) from 16 frame
+// spans on, and from numpy's pairwise sum (a keyframe anchored last) as well.
+double python_float_sum(const double* values, int64_t n) {
+  if (n == 0) return 0.0;
+  double sum = values[0], compensation = 0.0;
+  for (int64_t i = 1; i < n; ++i) {
+    const double x = values[i], t = sum + x;
+    compensation += std::fabs(sum) >= std::fabs(x) ? (sum - t) + x : (x - t) + sum;
+    sum = t;
+  }
+  return compensation != 0.0 && std::isfinite(compensation) ? sum + compensation : sum;
+}
+
+// The (h, w) rotary axes of one latent frame of h x w latents, normalised by its own area.
+struct FrameGrid {
+  std::vector<double> h, w;
+};
+FrameGrid frame_grid(int latent_height, int latent_width, int ph, int pw) {
+  const double sqrt_area = std::sqrt(static_cast<double>(latent_height) * latent_width);
+  return {spatial_grid(latent_height, ph, sqrt_area), spatial_grid(latent_width, pw, sqrt_area)};
+}
+
+// Text rows are text, or a picture's vision tokens (tagged video).
+Status check_text_tags(const std::vector<int32_t>& text_tags) {
+  for (size_t i = 0; i < text_tags.size(); ++i) {
+    if (text_tags[i] != kTextTag && text_tags[i] != kVideoTag) {
+      return invalid_argument("text row " + std::to_string(i) + ": tag " + std::to_string(text_tags[i]) +
+                              " is neither text (" + std::to_string(kTextTag) + ") nor a picture token (" +
+                              std::to_string(kVideoTag) + ")");
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 Result<LatentGeometry> resolve_geometry(const VideoGeometry& video, const H3Config& config) {
@@ -115,13 +151,7 @@ Result<PackedLayout> build_keyframe_layout(const std::vector<int32_t>& text_tags
                             std::to_string(g.latent_height) + "x" + std::to_string(g.latent_width) +
                             " is not divisible by the patch size");
   }
-  for (int64_t i = 0; i < num_text; ++i) {
-    if (text_tags[i] != kTextTag && text_tags[i] != kVideoTag) {
-      return invalid_argument("text row " + std::to_string(i) + ": tag " + std::to_string(text_tags[i]) +
-                              " is neither text (" + std::to_string(kTextTag) + ") nor a picture token (" +
-                              std::to_string(kVideoTag) + ")");
-    }
-  }
+  VORTEX_RETURN_IF_ERROR(check_text_tags(text_tags));
   const int rows_h = g.latent_height / ph, rows_w = g.latent_width / pw;
   const int64_t rows_per_frame = static_cast<int64_t>(rows_h) * rows_w;
   const int frames = g.latent_frames / pt;
@@ -188,15 +218,134 @@ Result<PackedLayout> build_keyframe_layout(const std::vector<int32_t>& text_tags
   return layout;
 }
 
+namespace {
+
+Status check_reference(const ReferenceBlock& r, size_t index, const H3Config& config) {
+  const std::string name = "reference " + std::to_string(index + 1);
+  const bool visual = r.kind != ReferenceKind::kAudio;
+  if (visual) {
+    if (r.latent_frames < 1 || r.latent_height < 1 || r.latent_width < 1 ||
+        r.latent_frames % config.patch_size[0] != 0 || r.latent_height % config.patch_size[1] != 0 ||
+        r.latent_width % config.patch_size[2] != 0) {
+      return invalid_argument(name + ": latent geometry " + std::to_string(r.latent_frames) + "x" +
+                              std::to_string(r.latent_height) + "x" + std::to_string(r.latent_width) +
+                              " is empty or not divisible by the patch size");
+    }
+  } else if (r.latent_frames != 0 || r.latent_height != 0 || r.latent_width != 0) {
+    return invalid_argument(name + ": an audio reference has no video latents");
+  }
+  if (r.kind == ReferenceKind::kImage && (r.latent_frames != 1 || r.audio_latents != 0)) {
+    return invalid_argument(name + ": an image reference is one latent frame without sound");
+  }
+  if (r.kind == ReferenceKind::kAudio && r.audio_latents < 1) {
+    return invalid_argument(name + ": an audio reference needs at least one audio latent");
+  }
+  if (r.audio_latents < 0) return invalid_argument(name + ": negative audio latents");
+  return ok_status();
+}
+
+}  // namespace
+
+Result<PackedLayout> build_ref2va_layout(const std::vector<int32_t>& text_tags,
+                                         const std::vector<ReferenceBlock>& references, const LatentGeometry& g,
+                                         const H3Config& config) {
+  // The target's own checks (patch divisibility, text tags) and row counts.
+  VORTEX_ASSIGN_OR_RETURN(const PackedLayout target, build_keyframe_layout(text_tags, g, config, {}));
+  const int pt = config.patch_size[0], ph = config.patch_size[1], pw = config.patch_size[2];
+  int64_t reference_video = 0, reference_audio = 0;
+  for (size_t k = 0; k < references.size(); ++k) {
+    const ReferenceBlock& r = references[k];
+    VORTEX_RETURN_IF_ERROR(check_reference(r, k, config));
+    if (r.kind != ReferenceKind::kAudio) {
+      reference_video += static_cast<int64_t>(r.latent_frames / pt) * (r.latent_height / ph) * (r.latent_width / pw);
+    }
+    reference_audio += static_cast<int64_t>(r.audio_latents) * kAudioChannels;
+  }
+
+  PackedLayout layout;
+  layout.num_text = target.num_text;
+  layout.num_condition = reference_video;
+  layout.num_condition_audio = reference_audio;
+  layout.num_audio = target.num_audio + reference_audio;
+  layout.num_video = target.num_video + reference_video;
+  layout.num_rows = layout.num_text + layout.num_audio + layout.num_video;
+  layout.positions.assign(static_cast<size_t>(layout.num_rows) * 3, 0.0);
+  layout.tags.assign(static_cast<size_t>(layout.num_rows), kTextTag);
+  layout.text_indices = target.text_indices;
+  for (int64_t i = 0; i < layout.num_text; ++i) {
+    layout.positions[i * 3] = static_cast<double>(i);
+    layout.tags[i] = text_tags[i];
+  }
+
+  int64_t cursor = layout.num_text;
+  // Frames of h x w latents at `cursor`, frame f at times[f], on that size's own (h, w) grid.
+  const auto place_frames = [&](const FrameGrid& grid, const std::vector<double>& times) {
+    for (double time : times) {
+      for (double y : grid.h) {
+        for (double x : grid.w) {
+          double* p = &layout.positions[cursor * 3];
+          p[0] = time;
+          p[1] = y;
+          p[2] = x;
+          layout.tags[cursor] = kVideoTag;
+          layout.video_indices.push_back(cursor++);
+        }
+      }
+    }
+  };
+  // Channel-major soundtrack rows at `cursor`: one rotary unit per latent from `origin`, no height,
+  // the width pinned to the extremes of the width grid of the block they belong to.
+  const auto place_audio = [&](int latents, double origin, const std::vector<double>& w_grid) {
+    for (int c = 0; c < kAudioChannels; ++c) {
+      for (int a = 0; a < latents; ++a) {
+        double* p = &layout.positions[cursor * 3];
+        p[0] = origin + static_cast<double>(a);
+        p[2] = c == 0 ? w_grid.front() : w_grid.back();
+        layout.tags[cursor] = kAudioTag;
+        layout.audio_indices.push_back(cursor++);
+      }
+    }
+  };
+
+  const FrameGrid target_grid = frame_grid(g.latent_height, g.latent_width, ph, pw);
+  double clock = static_cast<double>(layout.num_text);
+  for (const ReferenceBlock& r : references) {
+    if (r.kind == ReferenceKind::kAudio) {
+      place_audio(r.audio_latents, clock, target_grid.w);
+      clock += static_cast<double>(r.audio_latents);
+      continue;
+    }
+    const FrameGrid grid = frame_grid(r.latent_height, r.latent_width, ph, pw);
+    const int frames = r.latent_frames / pt;
+    if (r.kind == ReferenceKind::kImage) {
+      // A single frame: one integer rotary slot, not a latent frame's 5/3 units.
+      place_frames(grid, {clock});
+      clock += 1.0;
+      continue;
+    }
+    place_audio(r.audio_latents, clock, grid.w);
+    place_frames(grid, temporal_grid(frames, clock));
+    std::vector<double> spans(static_cast<size_t>(frames));
+    for (int f = 0; f < frames; ++f) spans[f] = kFrameRescale * kFramesPerLatent[f % 5];
+    clock += std::max(static_cast<double>(r.audio_latents), python_float_sum(spans.data(), frames));
+  }
+  place_audio(g.audio_latents, clock, target_grid.w);
+  place_frames(target_grid, temporal_grid(g.latent_frames / pt, clock));
+  return layout;
+}
+
 RowTimesteps assign_row_timesteps(const PackedLayout& layout, float video_timestep, float audio_timestep) {
   // The reference compares the float timestep, widened, with the double 0.999 and stores the larger
   // in a float32 row.
   const float condition_timestep =
       static_cast<float>(std::max(static_cast<double>(video_timestep), kKeyframeNoiseAug));
+  // A reference soundtrack conditions clean: t = 1.
+  constexpr float kCleanTimestep = 1.0f;
   RowTimesteps out;
   out.timesteps = {video_timestep};
   if (layout.num_audio > 0) out.timesteps.push_back(audio_timestep);
   if (layout.num_condition > 0) out.timesteps.push_back(condition_timestep);
+  if (layout.num_condition_audio > 0) out.timesteps.push_back(kCleanTimestep);
   std::sort(out.timesteps.begin(), out.timesteps.end());
   out.timesteps.erase(std::unique(out.timesteps.begin(), out.timesteps.end()), out.timesteps.end());
   const auto slot = [&](float t) {
@@ -205,7 +354,10 @@ RowTimesteps assign_row_timesteps(const PackedLayout& layout, float video_timest
   };
   out.row_index.assign(static_cast<size_t>(layout.num_rows), slot(video_timestep));
   for (int64_t k = 0; k < layout.num_condition; ++k) out.row_index[layout.video_indices[k]] = slot(condition_timestep);
-  for (int64_t r : layout.audio_indices) out.row_index[r] = slot(audio_timestep);
+  for (size_t k = 0; k < layout.audio_indices.size(); ++k) {
+    const bool reference = static_cast<int64_t>(k) < layout.num_condition_audio;
+    out.row_index[layout.audio_indices[k]] = slot(reference ? kCleanTimestep : audio_timestep);
+  }
   return out;
 }
 
