@@ -91,7 +91,7 @@ TEST_F(KeyframePresentation, WrongSizesAndMissingTowersAreNamed) {
   auto conditioner = load();
   const auto odd = conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 100}});
   ASSERT_FALSE(odd.ok());
-  EXPECT_NE(odd.status().message().find("keyframe 2"), std::string::npos) << odd.status().message();
+  EXPECT_NE(odd.status().message().find("picture 2"), std::string::npos) << odd.status().message();
   EXPECT_NE(odd.status().message().find("resize it to 64 x 96"), std::string::npos) << odd.status().message();
   const Presentation p = must(conditioner->keyframe_presentation("A cat.", {{64, 96}}));
   const auto other = conditioner->encode_presentation(p, {test_image(96, 64)});

@@ -1,5 +1,6 @@
 // Keyframes onto the canvas: Pillow's LANCZOS resize bit for bit, the canvas rules, stretch and
-// cover-crop (tests/golden/keyframe_resize.safetensors, tools/golden/make_keyframe_resize_golden.py).
+// cover-crop (tests/golden/keyframe_resize.safetensors, tools/golden/make_keyframe_resize_golden.py);
+// ref2va's image references onto their own size.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -68,6 +69,21 @@ TEST(KeyframeResize, CanvasStretchAndCoverCropAreThePipelines) {
   EXPECT_FALSE(h3::keyframe_canvas(0, 10).ok());
   EXPECT_FALSE(cpu::resize_lanczos_rgb8(Tensor::zeros({4, 4, 4}, DType::kU8), 2, 2).ok());
   EXPECT_FALSE(cpu::resize_lanczos_rgb8(Tensor::zeros({4, 4, 3}, DType::kU8), 0, 2).ok());
+}
+
+TEST(ReferenceImage, RefusalsAreNamed) {
+  const auto refused = [](int64_t w, int64_t h, int64_t edge, const std::string& needle) {
+    auto size = h3::reference_image_size(w, h, edge);
+    ASSERT_FALSE(size.ok()) << w << "x" << h;
+    EXPECT_NE(size.status().message().find(needle), std::string::npos) << size.status().message();
+  };
+  refused(4001, 1000, 2048, "reference image size 4001x1000: its aspect ratio is outside the model's 1:4 to 4:1");
+  refused(10, 41, 2048, "outside the model's 1:4 to 4:1");
+  refused(0, 5, 2048, "must be positive");
+  refused(64, 64, 31, "reference short edge 31 is below 32");
+  auto wrong = h3::fit_reference_image(Tensor::zeros({8, 8, 4}, DType::kU8));
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("must be U8 [H, W, 3]"), std::string::npos);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// vortex generate: t2va denoising to latents (fl2va with --first-frame / --last-frame), with
+// vortex generate: t2va denoising to latents (fl2va with --first-frame / --last-frame, ref2va with
+// --reference-image), with
 // per-modality checksums; with --media, the latents are then decoded to a WAV or an MP4 exactly as
 // `vortex decode` does (decode_media).
 #include <unistd.h>
@@ -27,13 +28,15 @@ struct GenerateArgs {
   std::string out;
   MediaRequest media;  // media.out is --media; empty: latents only
   std::string first_frame, last_frame;
+  // fl2va or ref2va: the video VAE encodes pictures.
+  bool encodes_images() const { return !request.keyframes.empty() || !request.reference_images.empty(); }
 };
 
-// The decoders' half of the VAE options: with keyframes, the video VAE also encodes them, so it may
-// come without --media, or beside a WAV-only --media.
+// The decoders' half of the VAE options: with keyframes or references, the video VAE also encodes
+// them, so it may come without --media, or beside a WAV-only --media.
 MediaRequest decode_part(const GenerateArgs& args) {
   MediaRequest m = args.media;
-  if (!args.request.keyframes.empty() && !m.out.ends_with(".mp4")) {
+  if (args.encodes_images() && !m.out.ends_with(".mp4")) {
     m.video_vae_path.clear();
     m.synthetic_video_vae.clear();
   }
@@ -89,9 +92,11 @@ int run_generate(const GenerateArgs& args) {
   if (!text.ok()) return report_error(text.status());
   auto checked = check_request(args.request, *config, text->get());
   if (!checked.ok()) return report_error(checked.status());
-  if (!args.request.keyframes.empty()) {
+  if (args.encodes_images()) {
     const Status named = check_keyframe_encoder_named(args.media.video_vae_path, args.media.synthetic_video_vae);
-    if (!named.ok()) return report_error(named.with_context("--first-frame / --last-frame"));
+    if (!named.ok()) {
+      return report_error(named.with_context(checked->ref2va() ? "--reference-image" : "--first-frame / --last-frame"));
+    }
   }
   auto media = load_media_decoder(args, *checked, *config);
   if (!media.ok()) return report_error(media.status());
@@ -104,11 +109,11 @@ int run_generate(const GenerateArgs& args) {
                  (*text)->describe().c_str());
     if (Status encoded = encode_prompt(*checked, text->get()); !encoded.ok()) return report_error(encoded);
     text->reset();
-    if (checked->fl2va()) {
+    if (checked->fl2va() || checked->ref2va()) {
       auto encoder = KeyframeEncoder::load(args.media.video_vae_path, args.media.synthetic_video_vae,
                                            args.media.weights_seed, args.model.device);
       if (!encoder.ok()) return report_error(encoder.status());
-      if (Status encoded = encode_request_keyframes(*checked, *encoder); !encoded.ok()) return report_error(encoded);
+      if (Status encoded = encode_request_images(*checked, *encoder); !encoded.ok()) return report_error(encoded);
     }
     encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
   }
@@ -141,7 +146,9 @@ int run_generate(const GenerateArgs& args) {
 void add_generate_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "generate", "Denoise video and audio latents from a prompt or text states (t2va), or a prompt and keyframes (fl2va)");
+      "generate",
+      "Denoise video and audio latents from a prompt or text states (t2va), a prompt and keyframes (fl2va), or a "
+      "prompt and reference images (ref2va)");
   const auto check_model_given = add_model_options(cmd, args->model);
   auto* prompt = cmd->add_option("--prompt", args->request.prompt, "The prompt, encoded by --text-encoder");
   auto* text_states =
@@ -161,6 +168,16 @@ void add_generate_command(CLI::App& app, Action& action) {
         ->excludes(text_states)
         ->excludes(text_tokens);
   }
+  cmd->add_option("--reference-image", args->request.reference_images,
+                  "ref2va: a reference PNG (repeat, in the order the model reads them; at most 9), shown to the "
+                  "text encoder with --prompt and encoded by the video VAE at its own size. Run it on the "
+                  "checkpoint's transformer_ref partition (--model .../transformer_ref)")
+      ->excludes(text_states)
+      ->excludes(text_tokens);
+  cmd->add_option("--reference-short-edge", args->request.reference_short_edge,
+                  "ref2va: the short edge a reference image is encoded at (the checkpoint's "
+                  "reference_image_short_edge)")
+      ->capture_default_str();
   auto* height = cmd->add_option("--height", args->request.height,
                                  "Video height in pixels (with keyframes and no --height / --width: the first "
                                  "keyframe's canvas)")

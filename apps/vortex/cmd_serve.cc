@@ -345,7 +345,7 @@ int run_serve(const ServeArgs& args) {
         if (!r.prompt.empty()) {
           context.set_phase("encode");
           VORTEX_RETURN_IF_ERROR(encode_prompt(checked, text->get()));
-          if (checked.fl2va()) VORTEX_RETURN_IF_ERROR(encode_request_keyframes(checked, **keyframe_encoder));
+          if (checked.fl2va()) VORTEX_RETURN_IF_ERROR(encode_request_images(checked, **keyframe_encoder));
         }
         context.set_phase("denoise");
         const std::string latents = (results / (id + ".safetensors")).string();

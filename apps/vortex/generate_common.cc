@@ -240,6 +240,48 @@ Status check_keyframes(const RequestOptions& request, const text::TextConditione
   return ok_status();
 }
 
+// ref2va's text: the image references at their own sizes and the presentation that shows them to
+// the text encoder before the prompt (each a "<Picture i>: " label and its vision block, as a
+// keyframe is shown); the picture rows are tagged video.
+Status check_references(const RequestOptions& request, const text::TextConditioner* text, CheckedRequest& checked) {
+  const std::string references = request.field_name("reference-image");
+  if (request.prompt.empty() || !request.text_path.empty()) {
+    return invalid_argument(references + ": references are shown to the text encoder with the prompt; give " +
+                            request.field_name("prompt") + " (not text states)");
+  }
+  if (static_cast<int>(request.reference_images.size()) > h3::kMaxImageReferences) {
+    return invalid_argument(references + ": " + std::to_string(request.reference_images.size()) +
+                            " image references; at most " + std::to_string(h3::kMaxImageReferences) + " are accepted");
+  }
+  if (!text) return invalid_argument(references + ": this model has no text encoder (start it with --text-encoder)");
+  auto prepared = prepare_reference_images(request.reference_images, request.reference_short_edge);
+  if (!prepared.ok()) return prepared.status().with_context(references);
+  checked.references = std::move(*prepared);
+  std::vector<std::array<int64_t, 2>> sizes;
+  for (const Tensor& p : checked.references.pixels) sizes.push_back({p.size(0), p.size(1)});
+  auto presentation = text->keyframe_presentation(request.prompt, sizes);
+  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
+  checked.presentation = std::move(*presentation);
+  checked.prompt_ids = checked.presentation.ids;
+  for (const bool vision : checked.presentation.vision) checked.text_tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
+  return ok_status();
+}
+
+// The layout the checked request will run on (its row count sizes the device arena).
+Result<h3::PackedLayout> request_layout(const CheckedRequest& checked, const h3::H3Config& config) {
+  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry(checked.video, config));
+  if (checked.fl2va()) return h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors);
+  if (checked.ref2va()) {
+    std::vector<h3::ReferenceBlock> blocks;
+    for (const Tensor& p : checked.references.pixels) {
+      blocks.push_back({h3::ReferenceKind::kImage, 1, static_cast<int>(p.size(0) / h3::kVaeSpatialRatio),
+                        static_cast<int>(p.size(1) / h3::kVaeSpatialRatio), 0});
+    }
+    return h3::build_ref2va_layout(checked.text_tags, blocks, g, config);
+  }
+  return h3::build_t2va_layout(checked.text_tokens(), g, config);
+}
+
 }  // namespace
 
 Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config,
@@ -249,10 +291,17 @@ Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3
   if (!plan.ok()) return plan.status().with_context(request.field_name("exact-blocks"));
   checked.attention = *plan;
   checked.video = {request.height, request.width, request.frames};
+  if (!request.keyframes.empty() && !request.reference_images.empty()) {
+    return invalid_argument(request.field_name("reference-image") +
+                            ": references (ref2va) and keyframes (fl2va) are different tasks; give one");
+  }
   if (!request.keyframes.empty()) {
     // A given canvas is checked before any keyframe is read.
     if (request.size_given) VORTEX_RETURN_IF_ERROR(h3::resolve_geometry(checked.video, config).status());
     VORTEX_RETURN_IF_ERROR(check_keyframes(request, text, checked));
+  } else if (!request.reference_images.empty()) {
+    VORTEX_RETURN_IF_ERROR(h3::resolve_geometry(checked.video, config).status());
+    VORTEX_RETURN_IF_ERROR(check_references(request, text, checked));
   } else if (!request.prompt.empty()) {
     if (!request.text_path.empty()) {
       return invalid_argument(request.field_name("prompt") + " and text states both given; send one");
@@ -267,11 +316,7 @@ Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3
   } else {
     VORTEX_ASSIGN_OR_RETURN(checked.text_states, read_text_states(request, config.text_dim));
   }
-  VORTEX_ASSIGN_OR_RETURN(h3::LatentGeometry g, h3::resolve_geometry(checked.video, config));
-  VORTEX_ASSIGN_OR_RETURN(const h3::PackedLayout layout,
-                          checked.fl2va()
-                              ? h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors)
-                              : h3::build_t2va_layout(checked.text_tokens(), g, config));
+  VORTEX_ASSIGN_OR_RETURN(const h3::PackedLayout layout, request_layout(checked, config));
   checked.rows = layout.num_rows;
   VORTEX_RETURN_IF_ERROR(sampling::sigma_grid(request.steps, 1.0f).status());
   return checked;
@@ -333,8 +378,8 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   if (checked.text_states.defined()) return ok_status();
   if (!text) return invalid_argument("the request's prompt needs a text encoder");
   const auto start = std::chrono::steady_clock::now();
-  if (checked.fl2va()) {
-    VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode_presentation(checked.presentation, checked.keyframes.pixels));
+  if (checked.fl2va() || checked.ref2va()) {
+    VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode_presentation(checked.presentation, checked.pictures()));
   } else {
     VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode(checked.prompt_ids));
   }
@@ -343,10 +388,14 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   return ok_status();
 }
 
-Status encode_request_keyframes(CheckedRequest& checked, const KeyframeEncoder& encoder) {
-  if (!checked.fl2va()) return ok_status();
+Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder) {
+  if (!checked.fl2va() && !checked.ref2va()) return ok_status();
   const auto start = std::chrono::steady_clock::now();
-  VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, encoder));
+  if (checked.fl2va()) {
+    VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, encoder));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(checked.reference_latents, encode_reference_images(checked.references, encoder));
+  }
   checked.keyframe_encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok_status();
 }
@@ -359,6 +408,9 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   if (checked.fl2va() && checked.keyframe_latents.size() != checked.keyframes.pixels.size()) {
     return internal_error("run_request: the keyframes were not encoded");
   }
+  if (checked.ref2va() && checked.reference_latents.size() != checked.references.pixels.size()) {
+    return internal_error("run_request: the references were not encoded");
+  }
   const Tensor& text_states = checked.text_states;
   h3::GenerateOptions options;
   options.video = checked.video;
@@ -370,6 +422,9 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   if (checked.fl2va()) {
     VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_fl2va(model.steps(), text_states, checked.text_tags,
                                                            checked.keyframe_latents, options, progress));
+  } else if (checked.ref2va()) {
+    VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_ref2va(model.steps(), text_states, checked.text_tags,
+                                                            checked.reference_latents, options, progress));
   } else {
     VORTEX_ASSIGN_OR_RETURN(run.result, h3::generate_t2va(model.steps(), text_states, options, progress));
   }
@@ -388,18 +443,19 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
       {"recipe", m.recipe},
       {"adaln_tables", m.device == "cuda" ? m.adaln_tables : "step"},
       {"request",
-       {{"task", checked.fl2va() ? "fl2va" : "t2va"},
+       {{"task", checked.fl2va() ? "fl2va" : checked.ref2va() ? "ref2va" : "t2va"},
         {"height", checked.video.height}, {"width", checked.video.width}, {"frames", r.frames}, {"steps", r.steps}, {"seed", r.seed},
         {"text_tokens", text_states.size(0)},
         {"text", !r.prompt.empty() ? "prompt" : r.text_path.empty() ? "synthetic" : r.text_path}}},
       {"rows",
-       {{"text", result.layout.num_text}, {"keyframes", result.layout.num_condition}, {"audio", result.layout.num_audio}, {"video", result.layout.num_video},
+       {{"text", result.layout.num_text}, {checked.ref2va() ? "references" : "keyframes", result.layout.num_condition},
+        {"audio", result.layout.num_audio}, {"video", result.layout.num_video},
         {"total", result.layout.num_rows}}},
       {"forwards", result.run.forwards},
       {"checksums",
        {{"video", {{"sha256", video.sha256}, {"sum", video.sum}}}, {"audio", {{"sha256", audio.sha256}, {"sum", audio.sum}}}}},
       {"seconds", {{"load", load_seconds}, {"encode_prompt", checked.encode_seconds},
-                   {"encode_keyframes", checked.keyframe_encode_seconds}, {"denoise", result.run.seconds}}},
+                   {checked.ref2va() ? "encode_references" : "encode_keyframes", checked.keyframe_encode_seconds}, {"denoise", result.run.seconds}}},
   };
   if (!r.prompt.empty()) {
     run.summary["request"]["prompt"] = r.prompt;
@@ -413,6 +469,15 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
                            {"anchor", checked.keyframes.anchors[k] == h3::KeyframeAnchor::kFirst ? "first" : "last"}});
     }
     run.summary["request"]["keyframes"] = keyframes;
+  }
+  if (checked.ref2va()) {
+    nlohmann::json references = nlohmann::json::array();
+    for (size_t k = 0; k < checked.references.paths.size(); ++k) {
+      const Tensor& p = checked.references.pixels[k];
+      references.push_back({{"image", checked.references.paths[k]}, {"height", p.size(0)}, {"width", p.size(1)}});
+    }
+    run.summary["request"]["references"] = references;
+    run.summary["request"]["reference_short_edge"] = r.reference_short_edge;
   }
   if (model.device_memory) run.summary["device_memory"] = model.device_memory();
   const std::map<std::string, std::string> metadata = {{"vortex", run.summary.dump()}};

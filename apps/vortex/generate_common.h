@@ -65,6 +65,11 @@ struct RequestOptions {
   // canvas follows the first keyframe (h3::keyframe_canvas).
   std::vector<KeyframeInput> keyframes;
   bool size_given = true;
+  // ref2va: image references (PNGs), in the order the model reads them, with a prompt; each is
+  // encoded at its own size (reference_short_edge, the checkpoint's reference_image_short_edge). The
+  // canvas is the request's (768 x 1344 by default, the pipeline's 16:9).
+  std::vector<std::string> reference_images;
+  int64_t reference_short_edge = h3::kReferenceImageShortEdge;
   // The names the errors use for the fields (the CLI's flags, or the served request's JSON keys).
   std::function<std::string(const std::string& field)> field_name = [](const std::string& f) { return "--" + f; };
 };
@@ -98,8 +103,15 @@ struct CheckedRequest {
   text::Presentation presentation;
   std::vector<int32_t> text_tags;
   std::vector<h3::Keyframe> keyframe_latents;
-  double keyframe_encode_seconds = 0.0;
+  // ref2va: the image references at their sizes (their presentation above), and after
+  // encode_request_images their latents.
+  PreparedReferences references;
+  std::vector<h3::Reference> reference_latents;
+  double keyframe_encode_seconds = 0.0;  // keyframes' or references' encode
   bool fl2va() const { return !keyframes.pixels.empty(); }
+  bool ref2va() const { return !references.pixels.empty(); }
+  // The pictures shown to the text encoder: the keyframes or the image references.
+  const std::vector<Tensor>& pictures() const { return ref2va() ? references.pixels : keyframes.pixels; }
   int64_t text_tokens() const { return text_states.defined() ? text_states.size(0) : static_cast<int64_t>(prompt_ids.size()); }
 };
 // `text` tokenizes a prompt; a request with a prompt and no text encoder is refused.
@@ -134,9 +146,10 @@ struct RequestRun {
 // pixels) with `text` into checked.text_states (nothing to do for a request that came with its states).
 Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text);
 
-// fl2va: the keyframes' conditioning latents through the video VAE encoder (on the CPU or the GPU), into
-// checked.keyframe_latents; nothing to do for t2va.
-Status encode_request_keyframes(CheckedRequest& checked, const KeyframeEncoder& encoder);
+// fl2va / ref2va: the keyframes' or image references' conditioning latents through the video VAE
+// encoder (on the CPU or the GPU), into checked.keyframe_latents / reference_latents; nothing to do
+// for t2va.
+Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder);
 
 // Denoises one checked request (its text states encoded) on the loaded model and writes
 // PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).

@@ -42,6 +42,25 @@ Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& in
 #endif
 }
 
+Result<PreparedReferences> prepare_reference_images(const std::vector<std::string>& paths, int64_t short_edge) {
+#if !defined(VORTEX_HAVE_MEDIA)
+  (void)paths;
+  (void)short_edge;
+  return unimplemented("reference images: this build has no PNG reader (libpng was not found)");
+#else
+  PreparedReferences out;
+  for (const std::string& path : paths) {
+    auto image = media::read_png_rgb8(path);
+    if (!image.ok()) return image.status();
+    auto fitted = h3::fit_reference_image(*image, short_edge);
+    if (!fitted.ok()) return fitted.status().with_context(path);
+    out.pixels.push_back(std::move(*fitted));
+    out.paths.push_back(path);
+  }
+  return out;
+#endif
+}
+
 Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset) {
   if (video_vae_path.empty() == synthetic_preset.empty()) {
     return invalid_argument("give exactly one of --video-vae or --synthetic-video-vae to encode the keyframes");
@@ -100,6 +119,21 @@ Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyf
     auto latents = keyframe_latents(encoder, keyframes.pixels[k], kKeyframePosteriorSeed);
     if (!latents.ok()) return latents.status().with_context(keyframes.paths[k]);
     out.push_back({std::move(*latents), keyframes.anchors[k]});
+  }
+  return out;
+}
+
+Result<std::vector<h3::Reference>> encode_reference_images(const PreparedReferences& references,
+                                                           const KeyframeEncoder& encoder) {
+  std::vector<h3::Reference> out;
+  for (size_t k = 0; k < references.pixels.size(); ++k) {
+    const Tensor& pixels = references.pixels[k];
+    std::fprintf(stderr, "encoding reference image %zu (%s, %lldx%lld) through the video VAE on %s\n", k + 1,
+                 references.paths[k].c_str(), static_cast<long long>(pixels.size(1)),
+                 static_cast<long long>(pixels.size(0)), encoder.where());
+    auto latents = keyframe_latents(encoder, pixels, kKeyframePosteriorSeed);
+    if (!latents.ok()) return latents.status().with_context(references.paths[k]);
+    out.push_back({h3::ReferenceKind::kImage, std::move(*latents), Tensor()});
   }
   return out;
 }

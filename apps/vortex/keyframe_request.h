@@ -1,7 +1,8 @@
 // fl2va requests (generate --first-frame / --last-frame, and encode-keyframe): keyframe PNGs read
 // and put on the request's canvas as the reference pipeline does (MiniMaxH3ResizeStep), and their
 // conditioning latents from the video VAE encoder (encode_vae_condition: the posterior sampled under
-// seed 42, the same draw for every keyframe).
+// seed 42, the same draw for every keyframe). ref2va's image references (generate
+// --reference-image) likewise, each at its own size (MiniMaxH3Ref2VASetupStep).
 #pragma once
 
 #include <memory>
@@ -43,6 +44,15 @@ struct PreparedKeyframes {
 Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& inputs,
                                             const std::optional<h3::Canvas>& canvas);
 
+struct PreparedReferences {
+  std::vector<Tensor> pixels;  // U8 [H, W, 3] at each image's reference size, in request order
+  std::vector<std::string> paths;
+};
+
+// Reads the PNGs and resizes each to its reference size (h3::fit_reference_image at `short_edge`).
+// Errors name the file.
+Result<PreparedReferences> prepare_reference_images(const std::vector<std::string>& paths, int64_t short_edge);
+
 // Exactly one of --video-vae or --synthetic-video-vae names the keyframes' encoder (checked before
 // anything loads).
 Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset);
@@ -71,5 +81,10 @@ Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pi
 
 // Every prepared keyframe's latents with its anchor, through `encoder`.
 Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const KeyframeEncoder& encoder);
+
+// Every image reference's latents (F32 [C, 1, H/16, W/16], the same seed-42 posterior draw as a
+// keyframe's), through `encoder`.
+Result<std::vector<h3::Reference>> encode_reference_images(const PreparedReferences& references,
+                                                           const KeyframeEncoder& encoder);
 
 }  // namespace vortex::cli

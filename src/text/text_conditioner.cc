@@ -86,7 +86,7 @@ Result<Presentation> TextConditioner::keyframe_presentation(
   }
   for (size_t k = 0; k < keyframe_sizes.size(); ++k) {
     auto grid = vision_->grid_for(keyframe_sizes[k][0], keyframe_sizes[k][1]);
-    if (!grid.ok()) return grid.status().with_context("keyframe " + std::to_string(k + 1));
+    if (!grid.ok()) return grid.status().with_context("picture " + std::to_string(k + 1));
     VORTEX_ASSIGN_OR_RETURN(const std::vector<int32_t> label,
                             tokenizer_.encode("<Picture " + std::to_string(k + 1) + ">: "));
     p.ids.insert(p.ids.end(), label.begin(), label.end());

@@ -1,7 +1,7 @@
 // Prompt → H3 text states: the tokenizer and the Qwen3-VL text encoder, loaded once and used for
 // every request (generate, serve, encode-text). The presentation is the H3 pipeline's: for t2va
-// the prompt verbatim, no chat template, no special tokens added; for fl2va, before it, each
-// keyframe's `"<Picture i>: "` label and vision block (`<|vision_start|>`, one `<|image_pad|>` per
+// the prompt verbatim, no chat template, no special tokens added; for fl2va and image-only ref2va,
+// before it, each picture's (keyframe's or image reference's) `"<Picture i>: "` label and vision block (`<|vision_start|>`, one `<|image_pad|>` per
 // merged patch, `<|vision_end|>`), whose rows H3 tags as video. The keyframes' pixels go through
 // the Qwen3-VL vision tower (qwen3_vision_encoder.h; on cuda, cuda_qwen3_vision_encoder.h).
 #pragma once
@@ -52,7 +52,8 @@ class TextConditioner {
   // that gives no token, is an error: H3 needs at least one text row.
   Result<std::vector<int32_t>> tokenize(std::string_view prompt) const;
 
-  // The fl2va presentation for keyframes of these [height, width] sizes (the request's canvas).
+  // The presentation of pictures of these [height, width] sizes: fl2va's keyframes (the request's
+  // canvas) or ref2va's image references (each at its own size).
   Result<Presentation> keyframe_presentation(std::string_view prompt,
                                              const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const;
   // Its states: the vision tower on each keyframe (U8 [H, W, 3] at the size it was built for), then

@@ -1,4 +1,4 @@
-// The t2va and fl2va loops on the GPU: the same request as on the CPU gives nearby latents, and the
+// The t2va, fl2va and ref2va loops on the GPU: the same request as on the CPU gives nearby latents, and the
 // GPU run is reproducible bit for bit.
 #include <gtest/gtest.h>
 
@@ -80,6 +80,24 @@ TEST(GpuH3Generate, KeyframesMatchTheCpuLoopAndRepeatBitForBit) {
   expect_gpu_repeats_and_matches_cpu("fl2va (2 keyframes)", 254 + 48,
                                      [&](h3::StepModel& model, const Tensor& text) {
                                        return h3::generate_fl2va(model, text, tags, keyframes, small_request());
+                                     });
+}
+
+// ref2va: an image, an audio reference and a video with a soundtrack, each of its own size; the
+// reference rows (video ones noised, soundtracks clean at t = 1) ride through every forward unstepped.
+TEST(GpuH3Generate, ReferencesMatchTheCpuLoopAndRepeatBitForBit) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  std::vector<int32_t> tags(12, h3::kTextTag);
+  for (int i = 2; i < 7; ++i) tags[i] = h3::kVideoTag;
+  using K = h3::ReferenceKind;
+  const std::vector<h3::Reference> references = {
+      {K::kImage, h3::seeded_normal({24, 1, 6, 10}, 4, 9), Tensor()},
+      {K::kAudio, Tensor(), h3::seeded_normal({18, 32}, 4, 10)},
+      {K::kVideo, h3::seeded_normal({24, 2, 4, 6}, 5, 9), h3::seeded_normal({10, 32}, 5, 10)}};
+  // 15 image rows, 18 audio-reference rows, 10 soundtrack rows and 12 video-reference rows.
+  expect_gpu_repeats_and_matches_cpu("ref2va (image, audio, video with sound)", 254 + 55,
+                                     [&](h3::StepModel& model, const Tensor& text) {
+                                       return h3::generate_ref2va(model, text, tags, references, small_request());
                                      });
 }
 

@@ -68,4 +68,31 @@ Result<Tensor> fit_keyframe(const Tensor& rgb, const Canvas& canvas, int index) 
   return out;
 }
 
+Result<Canvas> reference_image_size(int64_t image_width, int64_t image_height, int64_t short_edge) {
+  const std::string size = std::to_string(image_width) + "x" + std::to_string(image_height);
+  if (image_width <= 0 || image_height <= 0) return invalid_argument("reference image size " + size + " must be positive");
+  if (short_edge < kCanvasMultiple) {
+    return invalid_argument("reference short edge " + std::to_string(short_edge) + " is below " +
+                            std::to_string(kCanvasMultiple));
+  }
+  if (image_width > 4 * image_height || image_height > 4 * image_width) {
+    return invalid_argument("reference image size " + size + ": its aspect ratio is outside the model's 1:4 to 4:1");
+  }
+  const double scale = static_cast<double>(short_edge) / static_cast<double>(std::min(image_width, image_height));
+  const double m = static_cast<double>(kCanvasMultiple);
+  return Canvas{std::max(kCanvasMultiple, python_round(static_cast<double>(image_height) * scale / m) * kCanvasMultiple),
+                std::max(kCanvasMultiple, python_round(static_cast<double>(image_width) * scale / m) * kCanvasMultiple)};
+}
+
+Result<Tensor> fit_reference_image(const Tensor& rgb, int64_t short_edge) {
+  if (!rgb.defined() || rgb.dtype() != DType::kU8 || rgb.rank() != 3 || rgb.size(2) != 3) {
+    return invalid_argument("reference image: pixels " + (rgb.defined() ? rgb.describe() : std::string("(undefined)")) +
+                            " must be U8 [H, W, 3]");
+  }
+  VORTEX_ASSIGN_OR_RETURN(const Canvas size, reference_image_size(rgb.size(1), rgb.size(0), short_edge));
+  const Tensor image = rgb.contiguous();
+  if (image.size(0) == size.height && image.size(1) == size.width) return image;
+  return cpu::resize_lanczos_rgb8(image, size.height, size.width);
+}
+
 }  // namespace vortex::h3

@@ -1,0 +1,175 @@
+// generate --reference-image as a user runs it (ref2va with image references), on the small preset
+// with a synthetic Qwen3-VL (text encoder and vision tower) and the small synthetic video VAE. The
+// CLI's latents are the bits of the library path taken by hand (each image onto its reference size,
+// the presentation through the text encoder, the VAE posterior under seed 42, generate_ref2va);
+// refusals are one line and write nothing.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_test_util.h"
+#include "formats/safetensors.h"
+#include "h3_golden_util.h"
+#include "models/h3/generate.h"
+#include "models/h3/keyframes.h"
+#include "models/h3/step_model.h"
+#include "models/h3/synthetic.h"
+#include "models/h3/transformer.h"
+#include "models/h3/weights.h"
+#include "models/vae/video_vae_encoder.h"
+#include "must.h"
+#include "text/synthetic_qwen3.h"
+#include "text/text_conditioner.h"
+#if defined(VORTEX_HAVE_MEDIA)
+#include "media/png.h"
+#endif
+
+namespace vortex {
+namespace {
+
+#if defined(VORTEX_HAVE_MEDIA)
+
+namespace fs = std::filesystem;
+using test::must;
+using test_util::expect_one_line_error;
+using test_util::q;
+using test_util::run_cli;
+using test_util::TempDir;
+
+constexpr int64_t kQwenVocab = 151936;
+constexpr int64_t kShortEdge = 64;
+constexpr char kPrompt[] = "The subject of picture 1 walks through the scene of picture 2.";
+
+Tensor pattern(int64_t height, int64_t width, int salt) {
+  Tensor rgb = Tensor::empty({height, width, 3}, DType::kU8);
+  for (int64_t i = 0; i < rgb.numel(); ++i) rgb.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 31 + salt) % 253);
+  return rgb;
+}
+
+class CliRef2va : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    text::SyntheticQwen3Shape shape;
+    shape.hidden = 40;  // the small preset's text_dim
+    shape.vocab = kQwenVocab;
+    shape.vision_depth = 2;
+    must(text::write_synthetic_qwen3(encoder_dir(), shape));
+    must(media::write_png(subject(), pattern(70, 50, 0)));  // resized to 96 x 64 (height x width)
+    must(media::write_png(scene(), pattern(64, 64, 9)));    // already at its reference size
+  }
+  std::string encoder_dir() const { return (tmp_.path() / "qwen3_vl").string(); }
+  std::string subject() const { return tmp_.file("subject.png"); }
+  std::string scene() const { return tmp_.file("scene.png"); }
+  std::string request(const std::string& out) const {
+    return "generate --synthetic small --height 64 --width 64 --frames 22 --steps 3 --seed 5 --text-encoder " +
+           q(encoder_dir()) + " --tokenizer " + q(test::golden_path("qwen_tokenizer_trimmed.json")) +
+           " --text-encoder-layer 2 --prompt " + q(kPrompt) + " --synthetic-video-vae small --reference-short-edge " +
+           std::to_string(kShortEdge) + " --out " + q(out);
+  }
+  std::string references(const std::vector<std::string>& paths) const {
+    std::string flags;
+    for (const std::string& p : paths) flags += " --reference-image " + q(p);
+    return flags;
+  }
+  TempDir tmp_;
+};
+
+TEST_F(CliRef2va, TheCliRunsTheLibrarysRef2va) {
+  const std::string out = tmp_.file("g");
+  const auto run = run_cli(request(out) + references({subject(), scene()}));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.err.find("encoding reference image 1 (" + subject() + ", 64x96) through the video VAE"),
+            std::string::npos)
+      << run.err;
+
+  // The library, step by step.
+  std::vector<Tensor> pixels;
+  for (const std::string& path : {subject(), scene()}) {
+    pixels.push_back(must(h3::fit_reference_image(must(media::read_png_rgb8(path)), kShortEdge)));
+  }
+  ASSERT_EQ(pixels[0].shape(), Shape({96, 64, 3}));
+  auto conditioner =
+      must(text::TextConditioner::load({encoder_dir(), test::golden_path("qwen_tokenizer_trimmed.json"), 2}));
+  const text::Presentation presentation = must(conditioner->keyframe_presentation(kPrompt, {{96, 64}, {64, 64}}));
+  const Tensor states = must(conditioner->encode_presentation(presentation, pixels));
+  std::vector<int32_t> tags;
+  for (const bool vision : presentation.vision) tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
+  const vae::VideoVaeConfig vae_config = must(vae::video_vae_config_preset("small"));
+  const vae::VideoVaeEncoder encoder =
+      must(vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(vae_config, 0), vae_config));
+  std::vector<h3::Reference> refs;
+  for (const Tensor& p : pixels) {
+    const Tensor moments = must(vae::encode_video_moments(encoder, must(vae::keyframe_pixels(p))));
+    const Tensor eps = h3::seeded_normal({vae_config.latent_channels, moments.size(1), moments.size(2), moments.size(3)},
+                                         42, h3::kKeyframePosteriorStream);
+    refs.push_back({h3::ReferenceKind::kImage, must(vae::sample_video_condition(vae_config, moments, eps)), Tensor()});
+  }
+  const h3::H3Config config = must(h3::config_preset("small"));
+  auto transformer = must(h3::H3Transformer::create(must(
+      h3::assemble_weights(must(h3::synthetic_weights(config, DType::kBF16, 0)), config, DType::kBF16))));
+  h3::CpuStepModel steps(*transformer);
+  h3::GenerateOptions options;
+  options.video = {64, 64, 22};
+  options.steps = 3;
+  options.seed = 5;
+  const h3::GenerateResult want = must(h3::generate_ref2va(steps, states, tags, refs, options));
+
+  auto file = must(SafetensorsFile::open(out + ".safetensors"));
+  for (const auto& [name, tensor] : {std::pair{"video_latents", &want.video_latents},
+                                     std::pair{"audio_latents", &want.audio_latents}}) {
+    const Tensor got = must(file.get(name));
+    ASSERT_EQ(got.shape(), tensor->shape()) << name;
+    EXPECT_EQ(std::memcmp(got.data(), tensor->data(), got.nbytes()), 0) << name << " differs from the library's";
+  }
+  const auto summary = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
+  EXPECT_EQ(summary["request"]["task"], "ref2va");
+  ASSERT_EQ(summary["request"]["references"].size(), 2u);
+  EXPECT_EQ(summary["request"]["references"][0]["height"], 96);
+  EXPECT_EQ(summary["request"]["references"][0]["width"], 64);
+  EXPECT_EQ(summary["rows"]["references"], want.layout.num_condition);
+  EXPECT_EQ(want.layout.num_condition, 3 * 2 + 2 * 2);  // 6 x 4 and 4 x 4 latents in 2 x 2 patches
+
+  // The order is part of the request.
+  const std::string swapped = tmp_.file("swapped");
+  const auto again = run_cli(request(swapped) + references({scene(), subject()}));
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(test_util::read_bytes(out + ".safetensors"), test_util::read_bytes(swapped + ".safetensors"));
+}
+
+TEST_F(CliRef2va, BadInputIsOneLineAndWritesNothing) {
+  const std::string out = tmp_.file("g");
+  const std::string base = request(out);
+  const std::string one = references({subject()});
+  expect_one_line_error(run_cli(base + references({tmp_.file("none.png")})), "none.png");
+  must(media::write_png(tmp_.file("strip.png"), pattern(10, 64, 3)));
+  expect_one_line_error(run_cli(base + references({scene(), tmp_.file("strip.png")})), "outside the model's 1:4 to 4:1");
+  expect_one_line_error(run_cli(base + references(std::vector<std::string>(10, scene()))),
+                        "10 image references; at most 9");
+  expect_one_line_error(run_cli(base + one + " --first-frame " + q(scene())), "different tasks");
+  const std::string without_vae = base.substr(0, base.find(" --synthetic-video-vae"));
+  expect_one_line_error(run_cli(without_vae + " --out " + q(out) + one), "--synthetic-video-vae");
+  std::string no_prompt = base;
+  no_prompt.replace(no_prompt.find(" --prompt "), std::string(" --prompt ").size() + q(kPrompt).size(), "");
+  expect_one_line_error(run_cli(no_prompt + one), "--prompt");
+  std::string tiny = base;
+  tiny.replace(tiny.find("--reference-short-edge 64"), 25, "--reference-short-edge 16");
+  expect_one_line_error(run_cli(tiny + one), "reference short edge 16 is below 32");
+  std::string odd = base;
+  odd.replace(odd.find("--width 64"), 10, "--width 80");
+  expect_one_line_error(run_cli(odd + one), "width 80 must be a positive multiple of 32");
+  EXPECT_FALSE(fs::exists(out + ".safetensors"));
+  EXPECT_FALSE(fs::exists(out + ".json"));
+}
+
+#else
+
+TEST(CliRef2va, NeedsThePngReader) { GTEST_SKIP() << "this build has no PNG reader (libpng was not found)"; }
+
+#endif
+
+}  // namespace
+}  // namespace vortex
