@@ -2,7 +2,8 @@
 // with a synthetic Qwen3-VL (text encoder and vision tower) and the small synthetic video VAE. The
 // CLI's latents are the bits of the library path taken by hand (each image onto its reference size,
 // the presentation through the text encoder, the VAE posterior under seed 42, generate_ref2va);
-// refusals are one line and write nothing.
+// refusals are one line and write nothing. `vortex serve` takes the same references as numbered
+// multipart PNG parts and writes the same bits.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -26,6 +27,9 @@
 #include "text/text_conditioner.h"
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/png.h"
+#endif
+#if defined(VORTEX_HAVE_SERVICE)
+#include "serve_process.h"
 #endif
 
 namespace vortex {
@@ -164,6 +168,65 @@ TEST_F(CliRef2va, BadInputIsOneLineAndWritesNothing) {
   EXPECT_FALSE(fs::exists(out + ".safetensors"));
   EXPECT_FALSE(fs::exists(out + ".json"));
 }
+
+#if defined(VORTEX_HAVE_SERVICE)
+// The served reference_image_<k> parts: the job's latents are the bits generate writes for the
+// same references, and its record keeps their order and short edge (what a restarted server
+// reads). A gap in the numbering or a reference on a server that encodes none is a 400.
+TEST_F(CliRef2va, ServedReferencesAreTheBitsGenerateWrites) {
+  using test_util::json_of;
+  const std::string tokenizer = test::golden_path("qwen_tokenizer_trimmed.json");
+  const std::vector<std::string> encoder = {"--text-encoder", encoder_dir(), "--tokenizer", tokenizer,
+                                            "--text-encoder-layer", "2"};
+  std::vector<std::string> flags = encoder;
+  flags.insert(flags.end(), {"--synthetic-video-vae", "small"});
+  test_util::ServeProcess server(flags, "small");
+  httplib::Client c = server.client();
+  EXPECT_EQ(json_of(c.Get("/healthz")).value("references", false), true);
+  const auto submit = [](httplib::Client& to, const nlohmann::json& body,
+                         const std::vector<std::pair<std::string, std::string>>& pictures) {
+    httplib::MultipartFormDataItems parts = {{"request", body.dump(), "", "application/json"}};
+    for (const auto& [part, png] : pictures) parts.push_back({part, png, part + ".png", "image/png"});
+    return to.Post("/v1/jobs", parts);
+  };
+  const nlohmann::json body = {{"prompt", kPrompt}, {"height", 64}, {"width", 64},       {"frames", 22},
+                               {"steps", 3},        {"seed", 5},    {"reference_short_edge", kShortEdge}};
+  const std::string subject_png = test_util::read_bytes(subject()), scene_png = test_util::read_bytes(scene());
+  const httplib::Result submitted =
+      submit(c, body, {{"reference_image_1", subject_png}, {"reference_image_2", scene_png}});
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  const nlohmann::json done = test_util::wait_for_state(c, json_of(submitted).at("id"), "succeeded");
+  const std::string out = tmp_.file("g");
+  const auto generated = run_cli(request(out) + references({subject(), scene()}));
+  ASSERT_EQ(generated.code, 0) << generated.err;
+  const auto want = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
+  EXPECT_EQ(done["result"]["checksums"], want["checksums"]) << server.log();
+  EXPECT_EQ(done["result"]["request"]["task"], "ref2va");
+  const nlohmann::json& recorded = done.at("request");
+  ASSERT_EQ(recorded.at("reference_images").size(), 2u);
+  EXPECT_EQ(test_util::read_bytes(recorded["reference_images"][0]), subject_png);
+  EXPECT_EQ(test_util::read_bytes(recorded["reference_images"][1]), scene_png);
+  EXPECT_EQ(recorded.value("reference_short_edge", 0), kShortEdge);
+
+  const auto expect_refused = [&](const httplib::Result& r, const std::string& needle) {
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
+  };
+  expect_refused(submit(c, body, {{"reference_image_2", scene_png}}), "reference_image_2: came without reference_image_1");
+  expect_refused(submit(c, {{"prompt", kPrompt}, {"reference_short_edge", 64}}, {}), "no 'reference_image_1' part came");
+  expect_refused(submit(c, {{"prompt", kPrompt}, {"reference_image_1", "a.png"}}, {}), "multipart part 'reference_image_1'");
+  expect_refused(submit(c, body, {{"reference_image_1", "not an image"}}), "PNG signature");
+  expect_refused(submit(c, body, {{"reference_image_1", scene_png}, {"first_frame", scene_png}}), "different tasks");
+  EXPECT_EQ(server.stop(), 0) << server.log();
+
+  test_util::ServeProcess prompts_only(encoder, "small");
+  httplib::Client p = prompts_only.client();
+  expect_refused(submit(p, body, {{"reference_image_1", scene_png}}), "encodes no references");
+  EXPECT_EQ(prompts_only.stop(), 0) << prompts_only.log();
+}
+#endif  // VORTEX_HAVE_SERVICE
 
 #else
 

@@ -3,7 +3,9 @@
 // RESULTS/<id>.json exactly as `vortex generate --out RESULTS/<id>` would, and with --media wav|mp4
 // also RESULTS/<id>.wav|.mp4 as `generate --media` would (the VAEs loaded once too). A server with a
 // text encoder and a video VAE takes fl2va requests: the keyframes come as multipart PNG parts
-// first_frame / last_frame and are encoded by the video VAE encoder, loaded once.
+// first_frame / last_frame and are encoded by the video VAE encoder, loaded once; and ref2va
+// requests with image references, the PNG parts reference_image_1, reference_image_2, ... in the
+// order the model reads them.
 //
 // Every job's state is kept in RESULTS/<id>.job.json; a server started on the same folder lists the
 // finished jobs again and runs what was queued or running when the last one stopped (a restart
@@ -59,9 +61,18 @@ std::string json_field(const std::string& flag) {
   return f;
 }
 
+// ref2va's image reference parts: reference_image_1 .. reference_image_9, in reading order.
+std::string reference_part(int k) { return "reference_image_" + std::to_string(k + 1); }
+
 // The multipart file parts a submission may carry, with the extension each is saved under.
-const std::map<std::string, std::string> kUploadParts = {
-    {"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
+const std::map<std::string, std::string>& upload_parts() {
+  static const std::map<std::string, std::string> parts = [] {
+    std::map<std::string, std::string> p = {{"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
+    for (int k = 0; k < h3::kMaxImageReferences; ++k) p[reference_part(k)] = ".png";
+    return p;
+  }();
+  return parts;
+}
 
 // The keyframe parts (and the recorded request's keys) in request order, with their anchors.
 constexpr std::pair<const char*, h3::KeyframeAnchor> kKeyframeParts[] = {
@@ -115,13 +126,16 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + value.dump());
       r.prompt = value.get<std::string>();
       if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
-    } else if (key == "first_frame" || key == "last_frame") {
-      return invalid_argument(key + ": a keyframe comes as the multipart part '" + key + "' (a PNG), not a field");
+    } else if (key == "reference_short_edge") {
+      VORTEX_RETURN_IF_ERROR(integer("reference_short_edge", r.reference_short_edge, 1, 1 << 16));
+    } else if (key == "first_frame" || key == "last_frame" || key.starts_with("reference_image")) {
+      return invalid_argument(key + ": a picture comes as the multipart part '" + key + "' (a PNG), not a field");
     } else {
       return invalid_argument("unknown field '" + key +
                               "' (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
-                              "text_tokens, text_key; text states and keyframes come as the multipart parts "
-                              "'text', 'first_frame' and 'last_frame')");
+                              "text_tokens, text_key, reference_short_edge; text states, keyframes and "
+                              "references come as the multipart parts 'text', 'first_frame', 'last_frame' and "
+                              "'reference_image_1', 'reference_image_2', ...)");
     }
   }
   const auto upload = [&uploads](const char* part) {
@@ -131,6 +145,22 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
   const std::string text_upload = upload("text");
   for (const auto& [part, anchor] : kKeyframeParts) {
     if (const std::string path = upload(part); !path.empty()) r.keyframes.push_back({path, anchor});
+  }
+  for (int k = 0; k < h3::kMaxImageReferences; ++k) {
+    const std::string path = upload(reference_part(k).c_str());
+    if (path.empty()) {
+      for (int later = k + 1; later < h3::kMaxImageReferences; ++later) {
+        if (!upload(reference_part(later).c_str()).empty()) {
+          return invalid_argument(reference_part(later) + ": came without " + reference_part(k) +
+                                  " (references are numbered from 1 without gaps)");
+        }
+      }
+      break;
+    }
+    r.reference_images.push_back(path);
+  }
+  if (body.contains("reference_short_edge") && r.reference_images.empty()) {
+    return invalid_argument("reference_short_edge: sizes reference images, and no 'reference_image_1' part came");
   }
   r.size_given = body.contains("height") || body.contains("width");
   if (!r.keyframes.empty() && body.contains("height") != body.contains("width")) {
@@ -165,6 +195,10 @@ nlohmann::json request_json(const RequestOptions& r) {
       if (k.anchor == anchor) j[part] = k.path;
     }
   }
+  if (!r.reference_images.empty()) {
+    j["reference_images"] = r.reference_images;
+    j["reference_short_edge"] = r.reference_short_edge;
+  }
   return j;
 }
 
@@ -190,6 +224,10 @@ Result<RequestOptions> request_options(const nlohmann::json& j) try {
   }
   for (const auto& [part, anchor] : kKeyframeParts) {
     if (j.contains(part)) r.keyframes.push_back({j.at(part).get<std::string>(), anchor});
+  }
+  if (j.contains("reference_images")) {
+    r.reference_images = j.at("reference_images").get<std::vector<std::string>>();
+    r.reference_short_edge = j.at("reference_short_edge");
   }
   return r;
 } catch (const nlohmann::json::exception& e) {
@@ -320,6 +358,10 @@ int run_serve(const ServeArgs& args) {
       return invalid_argument("first_frame / last_frame: this server encodes no keyframes (start it with --text-encoder "
                               "and --video-vae or --synthetic-video-vae)");
     }
+    if (!r.reference_images.empty() && !*keyframe_encoder) {
+      return invalid_argument("reference_image_1: this server encodes no references (start it with --text-encoder "
+                              "and --video-vae or --synthetic-video-vae)");
+    }
     VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config, text->get()));
     if (args.model.device == "cuda" && checked.rows > max_rows) {
       return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
@@ -345,7 +387,9 @@ int run_serve(const ServeArgs& args) {
         if (!r.prompt.empty()) {
           context.set_phase("encode");
           VORTEX_RETURN_IF_ERROR(encode_prompt(checked, text->get()));
-          if (checked.fl2va()) VORTEX_RETURN_IF_ERROR(encode_request_images(checked, **keyframe_encoder));
+          if (checked.fl2va() || checked.ref2va()) {
+            VORTEX_RETURN_IF_ERROR(encode_request_images(checked, **keyframe_encoder));
+          }
         }
         context.set_phase("denoise");
         const std::string latents = (results / (id + ".safetensors")).string();
@@ -383,7 +427,7 @@ int run_serve(const ServeArgs& args) {
 
   service::ServerHooks hooks;
   hooks.upload_dir = args.results;
-  hooks.upload_parts = kUploadParts;
+  hooks.upload_parts = upload_parts();
   hooks.latents_path = [results](const std::string& id) { return (results / (id + ".safetensors")).string(); };
   if (*media) {
     hooks.media_path = [results, kind = args.media_kind](const std::string& id) {
@@ -393,7 +437,7 @@ int run_serve(const ServeArgs& args) {
   }
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
-                {"keyframes", keyframe_encoder->has_value()}};
+                {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()}};
   hooks.check = [&](const nlohmann::json& body, const service::Uploads& uploads) -> Result<nlohmann::json> {
     VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, uploads));
     VORTEX_ASSIGN_OR_RETURN(const CheckedRequest checked, check_served(r));

@@ -70,7 +70,9 @@ Result<Tensor> fit_keyframe(const Tensor& rgb, const Canvas& canvas, int index) 
 
 Result<Canvas> reference_image_size(int64_t image_width, int64_t image_height, int64_t short_edge) {
   const std::string size = std::to_string(image_width) + "x" + std::to_string(image_height);
-  if (image_width <= 0 || image_height <= 0) return invalid_argument("reference image size " + size + " must be positive");
+  if (image_width <= 0 || image_height <= 0) {
+    return invalid_argument("reference image size " + size + " must be positive");
+  }
   if (short_edge < kCanvasMultiple) {
     return invalid_argument("reference short edge " + std::to_string(short_edge) + " is below " +
                             std::to_string(kCanvasMultiple));
@@ -79,9 +81,12 @@ Result<Canvas> reference_image_size(int64_t image_width, int64_t image_height, i
     return invalid_argument("reference image size " + size + ": its aspect ratio is outside the model's 1:4 to 4:1");
   }
   const double scale = static_cast<double>(short_edge) / static_cast<double>(std::min(image_width, image_height));
-  const double m = static_cast<double>(kCanvasMultiple);
-  return Canvas{std::max(kCanvasMultiple, python_round(static_cast<double>(image_height) * scale / m) * kCanvasMultiple),
-                std::max(kCanvasMultiple, python_round(static_cast<double>(image_width) * scale / m) * kCanvasMultiple)};
+  // Python's round(side * scale / 32) * 32 in float64, at least 32.
+  const auto side = [&](int64_t length) {
+    const double m = static_cast<double>(kCanvasMultiple);
+    return std::max(kCanvasMultiple, python_round(static_cast<double>(length) * scale / m) * kCanvasMultiple);
+  };
+  return Canvas{side(image_height), side(image_width)};
 }
 
 Result<Tensor> fit_reference_image(const Tensor& rgb, int64_t short_edge) {
