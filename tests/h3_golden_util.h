@@ -1,6 +1,9 @@
 // Shared helpers for the tests that compare the H3 CPU program with the reference goldens.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -74,6 +77,41 @@ inline Result<GoldenCase> read_golden_case(const SafetensorsFile& io) {
   }
   for (int64_t v : to_i64_vector(t_idx)) g.step.timesteps.row_index.push_back(static_cast<int32_t>(v));
   return g;
+}
+
+// A packed layout against a layout golden's `<name>.` tensors (position_ids, token_tags, the index
+// lists, num_condition[_audio]) and its row-timestep plans `<name>.plan<k>.` at `plans[k]` (video,
+// audio timesteps), bit for bit.
+inline void expect_layout_is_golden(const SafetensorsFile& file, const std::string& name, const h3::PackedLayout& layout,
+                                    const std::vector<std::array<float, 2>>& plans) {
+  const auto get = [&](const std::string& key) {
+    auto t = file.get(name + "." + key);
+    EXPECT_TRUE(t.ok()) << name << "." << key;
+    return t.ok() ? t->contiguous() : Tensor();
+  };
+  const Tensor positions = get("position_ids");
+  ASSERT_EQ(positions.numel(), layout.num_rows * 3) << name;
+  for (int64_t i = 0; i < positions.numel(); ++i) {
+    ASSERT_EQ(positions.data_as<const double>()[i], layout.positions[i]) << name << ": row " << i / 3 << " axis " << i % 3;
+  }
+  std::vector<int32_t> tags;
+  for (int64_t v : to_i64_vector(get("token_tags"))) tags.push_back(static_cast<int32_t>(v));
+  EXPECT_EQ(tags, layout.tags) << name;
+  EXPECT_EQ(to_i64_vector(get("video_indices")), layout.video_indices) << name;
+  EXPECT_EQ(to_i64_vector(get("audio_indices")), layout.audio_indices) << name;
+  EXPECT_EQ(to_i64_vector(get("num_condition"))[0], layout.num_condition) << name;
+  if (file.has(name + ".num_condition_audio")) {
+    EXPECT_EQ(to_i64_vector(get("num_condition_audio"))[0], layout.num_condition_audio) << name;
+  }
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const h3::RowTimesteps plan = h3::assign_row_timesteps(layout, plans[k][0], plans[k][1]);
+    const std::string p = "plan" + std::to_string(k) + ".";
+    const Tensor ts = get(p + "timesteps");
+    ASSERT_EQ(static_cast<int64_t>(plan.timesteps.size()), ts.numel()) << name << " plan " << k;
+    for (int64_t i = 0; i < ts.numel(); ++i) EXPECT_EQ(plan.timesteps[i], ts.data_as<const float>()[i]);
+    std::vector<int64_t> index(plan.row_index.begin(), plan.row_index.end());
+    EXPECT_EQ(index, to_i64_vector(get(p + "inverse"))) << name << " plan " << k;
+  }
 }
 
 }  // namespace vortex::test

@@ -214,6 +214,18 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
 
 namespace {
 
+// The presentation of pictures of these sizes before the prompt, into checked: its ids, and one tag
+// per text row (the vision blocks' rows tagged video).
+Status present_pictures(const RequestOptions& request, const text::TextConditioner& text,
+                        const std::vector<std::array<int64_t, 2>>& sizes, CheckedRequest& checked) {
+  auto presentation = text.keyframe_presentation(request.prompt, sizes);
+  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
+  checked.presentation = std::move(*presentation);
+  checked.prompt_ids = checked.presentation.ids;
+  for (const bool vision : checked.presentation.vision) checked.text_tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
+  return ok_status();
+}
+
 // fl2va's text: the keyframes on their canvas and the presentation that shows them to the text
 // encoder before the prompt; its picture rows are tagged video.
 Status check_keyframes(const RequestOptions& request, const text::TextConditioner* text, CheckedRequest& checked) {
@@ -232,12 +244,7 @@ Status check_keyframes(const RequestOptions& request, const text::TextConditione
   checked.video.height = static_cast<int>(c.height);
   checked.video.width = static_cast<int>(c.width);
   const std::vector<std::array<int64_t, 2>> sizes(checked.keyframes.pixels.size(), {c.height, c.width});
-  auto presentation = text->keyframe_presentation(request.prompt, sizes);
-  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
-  checked.presentation = std::move(*presentation);
-  checked.prompt_ids = checked.presentation.ids;
-  for (const bool vision : checked.presentation.vision) checked.text_tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
-  return ok_status();
+  return present_pictures(request, *text, sizes, checked);
 }
 
 // ref2va's text: the image references at their own sizes and the presentation that shows them to
@@ -259,12 +266,7 @@ Status check_references(const RequestOptions& request, const text::TextCondition
   checked.references = std::move(*prepared);
   std::vector<std::array<int64_t, 2>> sizes;
   for (const Tensor& p : checked.references.pixels) sizes.push_back({p.size(0), p.size(1)});
-  auto presentation = text->keyframe_presentation(request.prompt, sizes);
-  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
-  checked.presentation = std::move(*presentation);
-  checked.prompt_ids = checked.presentation.ids;
-  for (const bool vision : checked.presentation.vision) checked.text_tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
-  return ok_status();
+  return present_pictures(request, *text, sizes, checked);
 }
 
 // The layout the checked request will run on (its row count sizes the device arena).
