@@ -1,6 +1,7 @@
 // Keyframes onto the canvas: Pillow's LANCZOS resize bit for bit, the canvas rules, stretch and
 // cover-crop (tests/golden/keyframe_resize.safetensors, tools/golden/make_keyframe_resize_golden.py);
-// ref2va's image references onto their own size.
+// ref2va's image references onto their own size (tests/golden/reference_image.safetensors,
+// tools/golden/make_reference_image_golden.py).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -69,6 +70,33 @@ TEST(KeyframeResize, CanvasStretchAndCoverCropAreThePipelines) {
   EXPECT_FALSE(h3::keyframe_canvas(0, 10).ok());
   EXPECT_FALSE(cpu::resize_lanczos_rgb8(Tensor::zeros({4, 4, 4}, DType::kU8), 2, 2).ok());
   EXPECT_FALSE(cpu::resize_lanczos_rgb8(Tensor::zeros({4, 4, 3}, DType::kU8), 0, 2).ok());
+}
+
+// The pipeline's setup step normalised these images; its sizes at the release's 2048 short edge,
+// its pixels at 96.
+TEST(ReferenceImage, SizesAndPixelsAreThePipelines) {
+  auto file = SafetensorsFile::open(test::golden_path("reference_image.safetensors"));
+  ASSERT_TRUE(file.ok()) << file.status().to_string();
+  const std::vector<int64_t> source = test::to_i64_vector(file->get("sizes.source")->contiguous());
+  const std::vector<int64_t> normalized = test::to_i64_vector(file->get("sizes.normalized")->contiguous());
+  ASSERT_EQ(source.size(), normalized.size());
+  ASSERT_GE(source.size(), 20u);
+  for (size_t i = 0; i < source.size(); i += 2) {
+    auto size = h3::reference_image_size(source[i], source[i + 1]);
+    ASSERT_TRUE(size.ok()) << size.status().to_string();
+    EXPECT_EQ(size->height, normalized[i]) << source[i] << "x" << source[i + 1];
+    EXPECT_EQ(size->width, normalized[i + 1]) << source[i] << "x" << source[i + 1];
+  }
+  for (int k = 0; k < 3; ++k) {
+    const std::string name = "image." + std::to_string(k);
+    auto image = file->get(name + ".source");
+    auto want = file->get(name + ".normalized");
+    ASSERT_TRUE(image.ok() && want.ok()) << name;
+    auto got = h3::fit_reference_image(image->contiguous(), 96);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ(got->shape(), want->shape()) << name;
+    EXPECT_EQ(differing_bytes(*got, want->contiguous()), 0) << name;
+  }
 }
 
 TEST(ReferenceImage, RefusalsAreNamed) {

@@ -1,4 +1,5 @@
-// The H3 audio VAE decoder on the CPU (fp32), at parity with diffusers' AutoencoderKLMiniMaxH3Audio.
+// The H3 audio VAE decoder on the CPU (fp32), at parity with diffusers' AutoencoderKLMiniMaxH3Audio
+// (its encoder, for ref2va's soundtracks: audio_vae_encoder.h).
 //
 // Weights: the diffusers state dict, whose names are the original checkpoint's (the conversion is
 // a passthrough): weight-normed convolutions as `weight_g` / `weight_v` (a fused `weight` in their

@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
+#include <tuple>
 #include <unordered_map>
 
 #include "core/rng.h"
 #include "models/h3/synthetic_rule.h"
 #include "models/vae/audio_vae.h"
+#include "models/vae/audio_vae_encoder.h"
 #include "models/vae/resample.h"
 
 namespace vortex::vae {
@@ -207,7 +209,8 @@ class TensorTable {
     return fuse_weight_norm(prefix, g, v);
   }
 
-  Result<Conv1d> conv(const std::string& prefix, bool weight_norm, bool bias, int64_t dilation, int64_t padding) const {
+  Result<Conv1d> conv(const std::string& prefix, bool weight_norm, bool bias, int64_t dilation, int64_t padding,
+                      int64_t stride = 1) const {
     Tensor w, b;
     if (weight_norm) {
       VORTEX_ASSIGN_OR_RETURN(w, weight_normed(prefix));
@@ -217,7 +220,7 @@ class TensorTable {
     if (bias) {
       VORTEX_ASSIGN_OR_RETURN(b, get(prefix + ".bias"));
     }
-    return make_conv1d(prefix + ".weight", w, b, /*stride=*/1, dilation, padding);
+    return make_conv1d(prefix + ".weight", w, b, stride, dilation, padding);
   }
 
   Result<std::vector<float>> values(const std::string& name) const {
@@ -282,6 +285,66 @@ Result<AudioVae> assemble_audio_vae(const NamedTensors& tensors, const AudioVaeC
   VORTEX_ASSIGN_OR_RETURN(d.activation_post, table.alias_free_snake("decoder.activation_post"));
   VORTEX_ASSIGN_OR_RETURN(d.conv_post, table.conv("decoder.conv_post", true, false, 1, 3));
   return vae;
+}
+
+Result<AudioVaeEncoder> assemble_audio_vae_encoder(const NamedTensors& tensors, const AudioVaeConfig& config) {
+  VORTEX_RETURN_IF_ERROR(validate_audio_vae_tensors(tensors, config));
+  const TensorTable table(tensors);
+  AudioVaeEncoder e;
+  e.config = config;
+  const auto snake = [&](const std::string& name) -> Result<SnakeParams> {
+    VORTEX_ASSIGN_OR_RETURN(Tensor alpha, table.get(name));
+    return snake_params(name, alpha);
+  };
+  const auto f32 = [&](const std::string& name) -> Result<Tensor> {
+    VORTEX_ASSIGN_OR_RETURN(Tensor t, table.get(name));
+    return conv_tensor_f32(name, t);
+  };
+  VORTEX_ASSIGN_OR_RETURN(e.stem, table.conv("encoder.block.0", true, true, 1, 3));
+  const size_t n = config.encoder_rates.size();
+  for (size_t i = 0; i < n; ++i) {
+    const std::string p = "encoder.block." + std::to_string(i + 1) + ".block";
+    AudioEncoderBlock block;
+    int dilation = 1;
+    for (int j = 0; j < 3; ++j, dilation *= 3) {
+      const std::string r = p + "." + idx(j) + ".block";
+      AudioResidualUnit unit;
+      VORTEX_ASSIGN_OR_RETURN(unit.snake1, snake(r + ".0.alpha"));
+      VORTEX_ASSIGN_OR_RETURN(unit.conv1, table.conv(r + ".1", true, true, dilation, 3 * dilation));
+      VORTEX_ASSIGN_OR_RETURN(unit.snake2, snake(r + ".2.alpha"));
+      VORTEX_ASSIGN_OR_RETURN(unit.conv2, table.conv(r + ".3", true, true, 1, 0));
+      block.units.push_back(std::move(unit));
+    }
+    VORTEX_ASSIGN_OR_RETURN(block.snake, snake(p + ".3.alpha"));
+    const int rate = config.encoder_rates[i];
+    VORTEX_ASSIGN_OR_RETURN(block.down, table.conv(p + ".4", true, true, 1, (rate + 1) / 2, rate));
+    e.blocks.push_back(std::move(block));
+  }
+  VORTEX_ASSIGN_OR_RETURN(e.snake_out, snake("encoder.block." + std::to_string(n + 1) + ".alpha"));
+  VORTEX_ASSIGN_OR_RETURN(e.conv_out, table.conv("encoder.block." + std::to_string(n + 2), true, true, 1, 1));
+  for (auto [norm, name] : {std::pair{&e.norm1, "pre_block.norm1"}, std::pair{&e.norm2, "pre_block.norm2"},
+                            std::pair{&e.norm3, "pre_block.norm3"}, std::pair{&e.mlp_norm, "pre_block.mlp.norm"}}) {
+    VORTEX_ASSIGN_OR_RETURN(norm->weight, f32(std::string(name) + ".weight"));
+    VORTEX_ASSIGN_OR_RETURN(norm->bias, f32(std::string(name) + ".bias"));
+  }
+  VORTEX_ASSIGN_OR_RETURN(e.qkv_weight, f32("pre_block.attn.qkv.weight"));
+  const int64_t d = config.latent_dim;
+  e.qkv_bias = Tensor::empty({3 * d}, DType::kF32);
+  const char* biases[3] = {"pre_block.attn.q_bias", "pre_block.attn.zero_k_bias", "pre_block.attn.v_bias"};
+  for (int part = 0; part < 3; ++part) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor b, f32(biases[part]));
+    std::copy(b.data_as<const float>(), b.data_as<const float>() + d, e.qkv_bias.data_as<float>() + part * d);
+  }
+  for (auto [w, b, name] : {std::tuple{&e.attn_proj_weight, &e.attn_proj_bias, "pre_block.attn.proj"},
+                            std::tuple{&e.proj_weight, &e.proj_bias, "pre_block.proj"},
+                            std::tuple{&e.w0_weight, &e.w0_bias, "pre_block.mlp.w0"},
+                            std::tuple{&e.w1_weight, &e.w1_bias, "pre_block.mlp.w1"},
+                            std::tuple{&e.w2_weight, &e.w2_bias, "pre_block.mlp.w2"}}) {
+    VORTEX_ASSIGN_OR_RETURN(*w, f32(std::string(name) + ".weight"));
+    VORTEX_ASSIGN_OR_RETURN(*b, f32(std::string(name) + ".bias"));
+  }
+  VORTEX_ASSIGN_OR_RETURN(e.mean_proj, table.conv("mean_proj", false, true, 1, 0));
+  return e;
 }
 
 namespace {

@@ -1,0 +1,90 @@
+// The audio VAE encoder (ref2va's soundtracks) against the diffusers reference on the committed
+// random weights (tests/golden/audio_vae_*/encode.safetensors, tools/golden/make_audio_vae_encoder_golden.py):
+// every stage of the DAC encoder, the pre_block, the posterior mean and the pipeline's normalised
+// channel-major rows; and its refusals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "formats/safetensors.h"
+#include "h3_golden_util.h"
+#include "models/vae/audio_vae.h"
+#include "models/vae/audio_vae_encoder.h"
+
+namespace vortex {
+namespace {
+
+// fp32 throughout; only the summation order differs from the reference.
+constexpr double kParityBound = 1e-5;
+
+Result<vae::AudioVaeEncoder> golden_encoder(const std::string& folder) {
+  const std::string path = test::golden_path(folder + "/diffusers.safetensors");
+  VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(path));
+  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig config, vae::resolve_audio_vae_config(path, file));
+  vae::NamedTensors tensors;
+  for (const std::string& name : file.names()) {
+    VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(name));
+    tensors.emplace_back(name, t);
+  }
+  return vae::assemble_audio_vae_encoder(tensors, config);
+}
+
+class AudioVaeEncoderParity : public testing::TestWithParam<std::string> {};
+
+TEST_P(AudioVaeEncoderParity, EveryStageMatchesTheReference) {
+  const std::string folder = GetParam();
+  auto encoder = golden_encoder(folder);
+  ASSERT_TRUE(encoder.ok()) << encoder.status().to_string();
+  auto io = SafetensorsFile::open(test::golden_path(folder + "/encode.safetensors"));
+  ASSERT_TRUE(io.ok()) << io.status().to_string();
+  std::vector<std::pair<std::string, Tensor>> seen;
+  vae::AudioVaeObserver observer = [&](const std::string& n, const Tensor& t) { seen.emplace_back(n, t.clone()); };
+  auto rows = vae::encode_audio(*encoder, io->get("in.waveform")->contiguous(), &observer);
+  ASSERT_TRUE(rows.ok()) << rows.status().to_string();
+  int compared = 0;
+  for (const auto& [name, value] : seen) {  // forward order: the first failure is the first divergence
+    auto ref = io->get("out." + name);
+    ASSERT_TRUE(ref.ok()) << name;
+    // The reference's [B, C, T] is this encoder's [B, T, C] transposed; its pre_block runs time-major too.
+    const Tensor mine = name == "pre_block" ? value : *value.permute({0, 2, 1});
+    ASSERT_EQ(mine.shape(), ref->shape()) << name;
+    const double err = test::rel_l2(mine.contiguous(), ref->contiguous());
+    ++compared;
+    ASSERT_LE(err, kParityBound) << "first diverging intermediate: " << name << " (rel-L2 " << err << ")";
+    RecordProperty(name, std::to_string(err));
+  }
+  EXPECT_GE(compared, 6);
+  const Tensor want = io->get("out.rows")->contiguous();
+  ASSERT_EQ(rows->shape(), want.shape());
+  const double err = test::rel_l2(*rows, want);
+  std::printf("%s: soundtrack rows %s rel-L2 %.3e from the reference\n", folder.c_str(), rows->describe().c_str(), err);
+  EXPECT_LE(err, kParityBound);
+}
+
+INSTANTIATE_TEST_SUITE_P(Goldens, AudioVaeEncoderParity, testing::Values("audio_vae_tiny", "audio_vae_small"));
+
+TEST(AudioVaeEncoder, RefusalsAreNamed) {
+  auto encoder = golden_encoder("audio_vae_tiny");
+  ASSERT_TRUE(encoder.ok()) << encoder.status().to_string();
+  const auto refused = [&](const Tensor& wave, const std::string& needle) {
+    auto r = vae::encode_audio(*encoder, wave);
+    ASSERT_FALSE(r.ok()) << needle;
+    EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().message();
+  };
+  refused(Tensor::zeros({1, 40}, DType::kF32), "must be stereo [2, samples >= 1]");
+  refused(Tensor::zeros({2, 0}, DType::kF32), "must be stereo");
+  Tensor nan = Tensor::zeros({2, 40}, DType::kF32);
+  nan.data_as<float>()[40 + 7] = std::nanf("");
+  refused(nan, "sample 7 of channel 1 is not finite");
+  // A decoder-only checkpoint has no encoder to assemble.
+  const vae::AudioVaeConfig config = encoder->config;
+  auto decoder_only = vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(config, 1, false), config);
+  ASSERT_FALSE(decoder_only.ok());
+  EXPECT_NE(decoder_only.status().message().find("encoder.block.0"), std::string::npos)
+      << decoder_only.status().message();
+}
+
+}  // namespace
+}  // namespace vortex
