@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,46 @@ TEST(AudioVaeEncoder, RefusalsAreNamed) {
   ASSERT_FALSE(decoder_only.ok());
   EXPECT_NE(decoder_only.status().message().find("encoder.block.0"), std::string::npos)
       << decoder_only.status().message();
+}
+
+// The pipeline's normalisation before the encode: truncated at the generated duration, a mono
+// waveform on both channels, the VAE's own rate only.
+TEST(AudioVaeEncoder, ReferenceSoundtracksAreTruncatedAndUpmixed) {
+  auto encoder = vae::load_audio_vae_encoder(test::golden_path("audio_vae_small/diffusers.safetensors"));
+  ASSERT_TRUE(encoder.ok()) << encoder.status().to_string();
+  auto io = SafetensorsFile::open(test::golden_path("audio_vae_small/encode.safetensors"));
+  ASSERT_TRUE(io.ok());
+  const Tensor wave = io->get("in.waveform")->contiguous();
+  const int rate = encoder->config.sampling_rate;
+  // Longer than the waveform: nothing is cut, the reference's rows.
+  auto whole = vae::encode_reference_soundtrack(*encoder, wave, rate, 10.0);
+  ASSERT_TRUE(whole.ok()) << whole.status().to_string();
+  EXPECT_LE(test::rel_l2(*whole, io->get("out.rows")->contiguous()), kParityBound);
+  // Cut at int(seconds · rate) samples: the encode of the first samples.
+  const double seconds = 50.0 / rate;
+  auto cut = vae::encode_reference_soundtrack(*encoder, wave, rate, seconds);
+  ASSERT_TRUE(cut.ok());
+  Tensor first = Tensor::empty({2, 50}, DType::kF32);
+  for (int c = 0; c < 2; ++c) {
+    std::memcpy(first.data_as<float>() + c * 50, wave.data_as<const float>() + c * wave.size(1), 50 * sizeof(float));
+  }
+  auto want = vae::encode_audio(*encoder, first);
+  ASSERT_TRUE(want.ok());
+  EXPECT_EQ(test::rel_l2(*cut, *want), 0.0);
+  // Mono: the one channel on both.
+  auto left = wave.slice(0, 0, 1);
+  auto mono = vae::encode_reference_soundtrack(*encoder, left->contiguous(), rate, 10.0);
+  ASSERT_TRUE(mono.ok());
+  const int64_t a = mono->size(0) / 2;
+  for (int64_t i = 0; i < a * mono->size(1); ++i) {
+    ASSERT_EQ(mono->data_as<const float>()[i], mono->data_as<const float>()[a * mono->size(1) + i]) << i;
+  }
+  auto resampled = vae::encode_reference_soundtrack(*encoder, wave, 44100, 10.0);
+  ASSERT_FALSE(resampled.ok());
+  EXPECT_NE(resampled.status().message().find("44100 Hz"), std::string::npos);
+  auto three = vae::encode_reference_soundtrack(*encoder, Tensor::zeros({3, 10}, DType::kF32), rate, 10.0);
+  ASSERT_FALSE(three.ok());
+  EXPECT_NE(three.status().message().find("mono or stereo"), std::string::npos);
 }
 
 }  // namespace

@@ -64,4 +64,16 @@ Result<AudioVaeEncoder> assemble_audio_vae_encoder(const NamedTensors& tensors, 
 Result<Tensor> encode_audio(const AudioVaeEncoder& encoder, const Tensor& waveform,
                             const AudioVaeObserver* observer = nullptr);
 
+// The encoder of the checkpoint at `path`, as load_audio_vae finds it (audio_vae.h); a checkpoint
+// without the encoder's tensors is refused by name.
+Result<AudioVaeEncoder> load_audio_vae_encoder(const std::string& path);
+
+// A ref2va soundtrack as the pipeline normalises it (MiniMaxH3Ref2VASetupStep) and encodes it:
+// waveform F32 [channels 1 or 2, S] at `sample_rate`, truncated to int(max_seconds · sample_rate)
+// samples (the generated duration), a mono one repeated onto both channels, then encode_audio.
+// The rate must be the VAE's own: the reference resamples any other with torchaudio, which is not
+// ported (an error says so).
+Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& encoder, const Tensor& waveform, int sample_rate,
+                                           double max_seconds);
+
 }  // namespace vortex::vae

@@ -423,22 +423,45 @@ Result<std::string> audio_weights_in(const fs::path& folder) {
 
 }  // namespace
 
-Result<AudioVae> load_audio_vae(const std::string& path) {
-  std::string file_path = path;
-  if (fs::is_directory(path)) {
-    VORTEX_ASSIGN_OR_RETURN(file_path, audio_weights_in(path));
-  }
-  VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(file_path));
-  // A folder's config.json is the config, wherever in the folder its wrapper put the weights.
-  VORTEX_ASSIGN_OR_RETURN(AudioVaeConfig config, resolve_audio_vae_config(path, file));
+namespace {
+
+// A checkpoint's config and every tensor, and the weights file they came from.
+struct AudioCheckpoint {
+  AudioVaeConfig config;
   NamedTensors tensors;
+  std::string file_path;
+};
+
+Result<AudioCheckpoint> read_audio_checkpoint(const std::string& path) {
+  AudioCheckpoint c;
+  c.file_path = path;
+  if (fs::is_directory(path)) {
+    VORTEX_ASSIGN_OR_RETURN(c.file_path, audio_weights_in(path));
+  }
+  VORTEX_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open(c.file_path));
+  // A folder's config.json is the config, wherever in the folder its wrapper put the weights.
+  VORTEX_ASSIGN_OR_RETURN(c.config, resolve_audio_vae_config(path, file));
   for (const auto& name : file.names()) {
     VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(name));
-    tensors.emplace_back(name, std::move(t));
+    c.tensors.emplace_back(name, std::move(t));
   }
-  auto vae = assemble_audio_vae(tensors, config);
-  if (!vae.ok()) return vae.status().with_context(file_path);
+  return c;
+}
+
+}  // namespace
+
+Result<AudioVae> load_audio_vae(const std::string& path) {
+  VORTEX_ASSIGN_OR_RETURN(const AudioCheckpoint c, read_audio_checkpoint(path));
+  auto vae = assemble_audio_vae(c.tensors, c.config);
+  if (!vae.ok()) return vae.status().with_context(c.file_path);
   return vae;
+}
+
+Result<AudioVaeEncoder> load_audio_vae_encoder(const std::string& path) {
+  VORTEX_ASSIGN_OR_RETURN(const AudioCheckpoint c, read_audio_checkpoint(path));
+  auto encoder = assemble_audio_vae_encoder(c.tensors, c.config);
+  if (!encoder.ok()) return encoder.status().with_context(c.file_path);
+  return encoder;
 }
 
 NamedTensors synthetic_audio_vae_tensors(const AudioVaeConfig& config, uint64_t seed, bool with_encoder) {
