@@ -87,6 +87,35 @@ TEST_F(KeyframePresentation, TokensFlagsAndStates) {
   EXPECT_EQ(std::memcmp(states.data(), again.data(), states.nbytes()), 0);
 }
 
+// ref2va: labels numbered per modality in reading order; an audio reference is its label alone.
+TEST_F(KeyframePresentation, ReferencesAreLabelledPerModality) {
+  auto conditioner = load();
+  const Presentation p =
+      must(conditioner->reference_presentation("A cat.", {std::nullopt, std::array<int64_t, 2>{64, 96}, std::nullopt}));
+  std::vector<int32_t> want;
+  std::vector<bool> vision;
+  const auto text = [&](const std::string& s) {
+    const std::vector<int32_t> ids = must(conditioner->tokenize(s));
+    want.insert(want.end(), ids.begin(), ids.end());
+    vision.insert(vision.end(), ids.size(), false);
+  };
+  text("<Audio 1>: ");
+  text("<Picture 1>: ");
+  want.push_back(151652);
+  want.insert(want.end(), 6, 151655);
+  want.push_back(151653);
+  vision.insert(vision.end(), 8, true);
+  text("<Audio 2>: ");
+  text("A cat.");
+  EXPECT_EQ(p.ids, want);
+  EXPECT_EQ(p.vision, vision);
+  EXPECT_EQ(p.grids.size(), 1u);
+  // All pictures: the keyframes' presentation.
+  const Presentation pictures = must(conditioner->reference_presentation(
+      "A cat.", {std::array<int64_t, 2>{64, 96}, std::array<int64_t, 2>{64, 96}}));
+  EXPECT_EQ(pictures.ids, must(conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 96}})).ids);
+}
+
 TEST_F(KeyframePresentation, WrongSizesAndMissingTowersAreNamed) {
   auto conditioner = load();
   const auto odd = conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 100}});

@@ -1,5 +1,6 @@
 #include "text/text_conditioner.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "text/hf_files.h"
@@ -74,23 +75,43 @@ void TextConditioner::load_vision(const TextConditionerOptions& options) {
 
 Result<Presentation> TextConditioner::keyframe_presentation(
     std::string_view prompt, const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const {
-  if (!vision_) return vision_error_;
+  return reference_presentation(prompt, std::vector<PresentedReference>(keyframe_sizes.begin(), keyframe_sizes.end()));
+}
+
+Result<Presentation> TextConditioner::reference_presentation(std::string_view prompt,
+                                                             const std::vector<PresentedReference>& references) const {
   Presentation p;
+  const bool pictures =
+      std::any_of(references.begin(), references.end(), [](const PresentedReference& r) { return r.has_value(); });
+  if (pictures && !vision_) return vision_error_;
   int32_t start = 0, pad = 0, end = 0;
-  VORTEX_ASSIGN_OR_RETURN(start, tokenizer_.token_id("<|vision_start|>"));
-  VORTEX_ASSIGN_OR_RETURN(pad, tokenizer_.token_id("<|image_pad|>"));
-  VORTEX_ASSIGN_OR_RETURN(end, tokenizer_.token_id("<|vision_end|>"));
-  if (pad != encoder_->config().image_token_id) {
-    return invalid_argument(tokenizer_path_ + " spells <|image_pad|> as id " + std::to_string(pad) + ", " +
-                            encoder_->source() + "'s config as " + std::to_string(encoder_->config().image_token_id));
+  if (pictures) {
+    VORTEX_ASSIGN_OR_RETURN(start, tokenizer_.token_id("<|vision_start|>"));
+    VORTEX_ASSIGN_OR_RETURN(pad, tokenizer_.token_id("<|image_pad|>"));
+    VORTEX_ASSIGN_OR_RETURN(end, tokenizer_.token_id("<|vision_end|>"));
+    if (pad != encoder_->config().image_token_id) {
+      return invalid_argument(tokenizer_path_ + " spells <|image_pad|> as id " + std::to_string(pad) + ", " +
+                              encoder_->source() + "'s config as " + std::to_string(encoder_->config().image_token_id));
+    }
   }
-  for (size_t k = 0; k < keyframe_sizes.size(); ++k) {
-    auto grid = vision_->grid_for(keyframe_sizes[k][0], keyframe_sizes[k][1]);
-    if (!grid.ok()) return grid.status().with_context("picture " + std::to_string(k + 1));
-    VORTEX_ASSIGN_OR_RETURN(const std::vector<int32_t> label,
-                            tokenizer_.encode("<Picture " + std::to_string(k + 1) + ">: "));
-    p.ids.insert(p.ids.end(), label.begin(), label.end());
-    p.vision.insert(p.vision.end(), label.size(), false);
+  const auto label = [&](const std::string& text) -> Status {
+    VORTEX_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, tokenizer_.encode(text));
+    p.ids.insert(p.ids.end(), ids.begin(), ids.end());
+    p.vision.insert(p.vision.end(), ids.size(), false);
+    return ok_status();
+  };
+  // Numbered per modality, in reading order: a picture's label and vision block, an audio
+  // reference's label alone (its waveform never reaches the text encoder).
+  int images = 0, audios = 0;
+  for (const PresentedReference& r : references) {
+    if (!r) {
+      VORTEX_RETURN_IF_ERROR(label("<Audio " + std::to_string(++audios) + ">: "));
+      continue;
+    }
+    ++images;
+    auto grid = vision_->grid_for((*r)[0], (*r)[1]);
+    if (!grid.ok()) return grid.status().with_context("picture " + std::to_string(images));
+    VORTEX_RETURN_IF_ERROR(label("<Picture " + std::to_string(images) + ">: "));
     p.ids.push_back(start);
     p.ids.insert(p.ids.end(), static_cast<size_t>(grid->tokens()), pad);
     p.ids.push_back(end);

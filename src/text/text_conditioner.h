@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -56,6 +57,12 @@ class TextConditioner {
   // canvas) or ref2va's image references (each at its own size).
   Result<Presentation> keyframe_presentation(std::string_view prompt,
                                              const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const;
+  // ref2va's presentation: per reference in reading order, an image's "<Picture i>: " label and
+  // vision block (its [height, width]) or an audio reference's "<Audio j>: " label alone (nullopt),
+  // numbered per modality. Pictures need the vision tower; audio labels do not.
+  using PresentedReference = std::optional<std::array<int64_t, 2>>;
+  Result<Presentation> reference_presentation(std::string_view prompt,
+                                              const std::vector<PresentedReference>& references) const;
   // Its states: the vision tower on each keyframe (U8 [H, W, 3] at the size it was built for), then
   // the text encoder with their features.
   Result<Tensor> encode_presentation(const Presentation& presentation, const std::vector<Tensor>& keyframes);
