@@ -1,4 +1,4 @@
-// generate --reference-image as a user runs it (ref2va with image references), on the small preset
+// generate --reference as a user runs it (ref2va with image and audio references), on the small preset
 // with a synthetic Qwen3-VL (text encoder and vision tower) and the small synthetic video VAE. The
 // CLI's latents are the bits of the library path taken by hand (each image onto its reference size,
 // the presentation through the text encoder, the VAE posterior under seed 42, generate_ref2va);
@@ -6,7 +6,10 @@
 // multipart PNG parts and writes the same bits.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <cstring>
+#include <optional>
 #include <filesystem>
 #include <string>
 
@@ -21,6 +24,8 @@
 #include "models/h3/synthetic.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
+#include "media/wav.h"
+#include "models/vae/audio_vae_encoder.h"
 #include "models/vae/video_vae_encoder.h"
 #include "must.h"
 #include "text/synthetic_qwen3.h"
@@ -54,6 +59,31 @@ Tensor pattern(int64_t height, int64_t width, int salt) {
   return rgb;
 }
 
+// The request() model's ref2va on the library path (the small preset's synthetic bf16 weights, 64 x 64,
+// 22 frames, 3 steps, seed 5), and the CLI's latents at `out` checked to be its bits.
+h3::GenerateResult expect_the_library_wrote(const std::string& out, const Tensor& states,
+                                            const std::vector<int32_t>& tags, const std::vector<h3::Reference>& refs) {
+  const h3::H3Config config = must(h3::config_preset("small"));
+  auto transformer = must(h3::H3Transformer::create(must(
+      h3::assemble_weights(must(h3::synthetic_weights(config, DType::kBF16, 0)), config, DType::kBF16))));
+  h3::CpuStepModel steps(*transformer);
+  h3::GenerateOptions options;
+  options.video = {64, 64, 22};
+  options.steps = 3;
+  options.seed = 5;
+  h3::GenerateResult want = must(h3::generate_ref2va(steps, states, tags, refs, options));
+  auto file = must(SafetensorsFile::open(out + ".safetensors"));
+  for (const auto& [name, tensor] : {std::pair{"video_latents", &want.video_latents},
+                                     std::pair{"audio_latents", &want.audio_latents}}) {
+    const Tensor got = must(file.get(name));
+    EXPECT_EQ(got.shape(), tensor->shape()) << name;
+    if (got.shape() == tensor->shape()) {
+      EXPECT_EQ(std::memcmp(got.data(), tensor->data(), got.nbytes()), 0) << name << " differs from the library's";
+    }
+  }
+  return want;
+}
+
 class CliRef2va : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -76,7 +106,7 @@ class CliRef2va : public ::testing::Test {
   }
   std::string references(const std::vector<std::string>& paths) const {
     std::string flags;
-    for (const std::string& p : paths) flags += " --reference-image " + q(p);
+    for (const std::string& p : paths) flags += " --reference " + q(p);
     return flags;
   }
   TempDir tmp_;
@@ -112,23 +142,7 @@ TEST_F(CliRef2va, TheCliRunsTheLibrarysRef2va) {
                                          42, h3::kKeyframePosteriorStream);
     refs.push_back({h3::ReferenceKind::kImage, must(vae::sample_video_condition(vae_config, moments, eps)), Tensor()});
   }
-  const h3::H3Config config = must(h3::config_preset("small"));
-  auto transformer = must(h3::H3Transformer::create(must(
-      h3::assemble_weights(must(h3::synthetic_weights(config, DType::kBF16, 0)), config, DType::kBF16))));
-  h3::CpuStepModel steps(*transformer);
-  h3::GenerateOptions options;
-  options.video = {64, 64, 22};
-  options.steps = 3;
-  options.seed = 5;
-  const h3::GenerateResult want = must(h3::generate_ref2va(steps, states, tags, refs, options));
-
-  auto file = must(SafetensorsFile::open(out + ".safetensors"));
-  for (const auto& [name, tensor] : {std::pair{"video_latents", &want.video_latents},
-                                     std::pair{"audio_latents", &want.audio_latents}}) {
-    const Tensor got = must(file.get(name));
-    ASSERT_EQ(got.shape(), tensor->shape()) << name;
-    EXPECT_EQ(std::memcmp(got.data(), tensor->data(), got.nbytes()), 0) << name << " differs from the library's";
-  }
+  const h3::GenerateResult want = expect_the_library_wrote(out, states, tags, refs);
   const auto summary = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
   EXPECT_EQ(summary["request"]["task"], "ref2va");
   ASSERT_EQ(summary["request"]["references"].size(), 2u);
@@ -142,6 +156,59 @@ TEST_F(CliRef2va, TheCliRunsTheLibrarysRef2va) {
   const auto again = run_cli(request(swapped) + references({scene(), subject()}));
   ASSERT_EQ(again.code, 0) << again.err;
   EXPECT_NE(test_util::read_bytes(out + ".safetensors"), test_util::read_bytes(swapped + ".safetensors"));
+}
+
+// An image and a soundtrack: the soundtrack's rows are the audio VAE encoder's (cut at the
+// generated duration), labelled "<Audio 1>: " in the presentation, clean and never stepped.
+TEST_F(CliRef2va, ASoundtrackReferenceIsTheLibrarysEncode) {
+  const vae::AudioVaeConfig audio_config = must(vae::audio_vae_config_preset("small"));
+  const int64_t samples = 40000;  // longer than the 22 frames' 0.917 s at 32 kHz: cut
+  Tensor wave = Tensor::empty({1, samples}, DType::kF32);
+  for (int64_t i = 0; i < samples; ++i) wave.data_as<float>()[i] = 0.4f * std::sin(0.01f * static_cast<float>(i));
+  const std::string voice = tmp_.file("voice.wav");
+  must(media::write_wav(voice, wave, audio_config.sampling_rate));
+  const std::string out = tmp_.file("g");
+  const auto run = run_cli(request(out) + " --synthetic-audio-vae small" + references({scene(), voice}));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.err.find("encoding reference 2 (" + voice), std::string::npos) << run.err;
+
+  const Tensor pixels = must(h3::fit_reference_image(must(media::read_png_rgb8(scene())), kShortEdge));
+  auto conditioner =
+      must(text::TextConditioner::load({encoder_dir(), test::golden_path("qwen_tokenizer_trimmed.json"), 2}));
+  const text::Presentation presentation = must(conditioner->reference_presentation(
+      kPrompt, {std::array<int64_t, 2>{pixels.size(0), pixels.size(1)}, std::nullopt}));
+  const Tensor states = must(conditioner->encode_presentation(presentation, {pixels}));
+  std::vector<int32_t> tags;
+  for (const bool vision : presentation.vision) tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
+  const vae::VideoVaeConfig vae_config = must(vae::video_vae_config_preset("small"));
+  const vae::VideoVaeEncoder encoder =
+      must(vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(vae_config, 0), vae_config));
+  const Tensor moments = must(vae::encode_video_moments(encoder, must(vae::keyframe_pixels(pixels))));
+  const Tensor eps = h3::seeded_normal({vae_config.latent_channels, moments.size(1), moments.size(2), moments.size(3)},
+                                       42, h3::kKeyframePosteriorStream);
+  const vae::AudioVaeEncoder audio = must(
+      vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(audio_config, 0), audio_config));
+  const media::Waveform read = must(media::read_wav(voice));
+  const Tensor rows = must(vae::encode_reference_soundtrack(audio, read.samples, read.sample_rate, 22.0 / 24.0));
+  const std::vector<h3::Reference> refs = {
+      {h3::ReferenceKind::kImage, must(vae::sample_video_condition(vae_config, moments, eps)), Tensor()},
+      {h3::ReferenceKind::kAudio, Tensor(), rows}};
+  const h3::GenerateResult want = expect_the_library_wrote(out, states, tags, refs);
+  const auto summary = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
+  EXPECT_EQ(summary["request"]["references"][1]["audio"], voice);
+  EXPECT_EQ(summary["request"]["references"][1]["latents"], rows.size(0) / 2);
+  EXPECT_EQ(want.layout.num_condition_audio, rows.size(0));
+
+  // Refusals, one line each.
+  expect_one_line_error(run_cli(request(out) + references({scene(), voice})), "encoded by the audio VAE");
+  expect_one_line_error(run_cli(request(out) + " --synthetic-audio-vae small" + references({voice})),
+                        "an audio reference needs an image reference beside it");
+  must(media::write_wav(tmp_.file("cd.wav"), wave, 44100));
+  expect_one_line_error(run_cli(request(out) + " --synthetic-audio-vae small" + references({scene(), tmp_.file("cd.wav")})),
+                        "resample it first", 1);  // a conversion not ported, not a malformed request
+  test_util::write_bytes(tmp_.file("photo.jpg"), "jpeg");
+  expect_one_line_error(run_cli(request(out) + references({tmp_.file("photo.jpg")})),
+                        "a reference is a .png image or a .wav soundtrack");
 }
 
 TEST_F(CliRef2va, BadInputIsOneLineAndWritesNothing) {
@@ -204,9 +271,9 @@ TEST_F(CliRef2va, ServedReferencesAreTheBitsGenerateWrites) {
   EXPECT_EQ(done["result"]["checksums"], want["checksums"]) << server.log();
   EXPECT_EQ(done["result"]["request"]["task"], "ref2va");
   const nlohmann::json& recorded = done.at("request");
-  ASSERT_EQ(recorded.at("reference_images").size(), 2u);
-  EXPECT_EQ(test_util::read_bytes(recorded["reference_images"][0]), subject_png);
-  EXPECT_EQ(test_util::read_bytes(recorded["reference_images"][1]), scene_png);
+  ASSERT_EQ(recorded.at("references").size(), 2u);
+  EXPECT_EQ(test_util::read_bytes(recorded["references"][0]), subject_png);
+  EXPECT_EQ(test_util::read_bytes(recorded["references"][1]), scene_png);
   EXPECT_EQ(recorded.value("reference_short_edge", 0), kShortEdge);
 
   const auto expect_refused = [&](const httplib::Result& r, const std::string& needle) {

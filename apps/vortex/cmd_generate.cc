@@ -1,9 +1,11 @@
 // vortex generate: t2va denoising to latents (fl2va with --first-frame / --last-frame, ref2va with
-// --reference-image), with
+// --reference), with
 // per-modality checksums; with --media, the latents are then decoded to a WAV or an MP4 exactly as
 // `vortex decode` does (decode_media).
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -29,7 +31,15 @@ struct GenerateArgs {
   MediaRequest media;  // media.out is --media; empty: latents only
   std::string first_frame, last_frame;
   // fl2va or ref2va: the video VAE encodes pictures.
-  bool encodes_images() const { return !request.keyframes.empty() || !request.reference_images.empty(); }
+  bool encodes_images() const { return !request.keyframes.empty() || !request.references.empty(); }
+  // ref2va with a soundtrack: the audio VAE encodes it.
+  bool encodes_audio() const {
+    return std::any_of(request.references.begin(), request.references.end(), [](const std::string& path) {
+      std::string ext = std::filesystem::path(path).extension().string();
+      for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return ext == ".wav";
+    });
+  }
 };
 
 // The decoders' half of the VAE options: with keyframes or references, the video VAE also encodes
@@ -40,7 +50,28 @@ MediaRequest decode_part(const GenerateArgs& args) {
     m.video_vae_path.clear();
     m.synthetic_video_vae.clear();
   }
+  if (args.encodes_audio() && m.out.empty()) {
+    m.audio_vae_path.clear();
+    m.synthetic_audio_vae.clear();
+  }
   return m;
+}
+
+// The audio VAE's encoder for the request's soundtracks (--audio-vae or --synthetic-audio-vae), or
+// none when the request has no audio reference or no audio VAE is named (the check then says so).
+Result<std::optional<vae::AudioVaeEncoder>> load_audio_encoder(const GenerateArgs& args) {
+  const MediaRequest& m = args.media;
+  if (!args.encodes_audio() || (m.audio_vae_path.empty() && m.synthetic_audio_vae.empty())) {
+    return std::optional<vae::AudioVaeEncoder>();
+  }
+  if (!m.audio_vae_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e, vae::load_audio_vae_encoder(m.audio_vae_path));
+    return std::optional<vae::AudioVaeEncoder>(std::move(e));
+  }
+  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig c, vae::audio_vae_config_preset(m.synthetic_audio_vae));
+  VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e,
+                          vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, args.model.weights_seed), c));
+  return std::optional<vae::AudioVaeEncoder>(std::move(e));
 }
 
 // With --media, the decoders, loaded and checked against the latent shapes this request will
@@ -90,12 +121,14 @@ int run_generate(const GenerateArgs& args) {
   if (!config.ok()) return report_error(config.status());
   auto text = load_text_conditioner(args.model, *config);
   if (!text.ok()) return report_error(text.status());
-  auto checked = check_request(args.request, *config, text->get());
+  auto audio_encoder = load_audio_encoder(args);
+  if (!audio_encoder.ok()) return report_error(audio_encoder.status().with_context("--reference"));
+  auto checked = check_request(args.request, *config, text->get(), *audio_encoder ? &(*audio_encoder)->config : nullptr);
   if (!checked.ok()) return report_error(checked.status());
   if (args.encodes_images()) {
     const Status named = check_keyframe_encoder_named(args.media.video_vae_path, args.media.synthetic_video_vae);
     if (!named.ok()) {
-      return report_error(named.with_context(checked->ref2va() ? "--reference-image" : "--first-frame / --last-frame"));
+      return report_error(named.with_context(checked->ref2va() ? "--reference" : "--first-frame / --last-frame"));
     }
   }
   auto media = load_media_decoder(args, *checked, *config);
@@ -113,7 +146,9 @@ int run_generate(const GenerateArgs& args) {
       auto encoder = KeyframeEncoder::load(args.media.video_vae_path, args.media.synthetic_video_vae,
                                            args.media.weights_seed, args.model.device);
       if (!encoder.ok()) return report_error(encoder.status());
-      if (Status encoded = encode_request_images(*checked, *encoder); !encoded.ok()) return report_error(encoded);
+      const vae::AudioVaeEncoder* audio = *audio_encoder ? &**audio_encoder : nullptr;
+      if (Status encoded = encode_request_images(*checked, *encoder, audio); !encoded.ok()) return report_error(encoded);
+      audio_encoder->reset();
     }
     encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - encode_start).count();
   }
@@ -168,10 +203,12 @@ void add_generate_command(CLI::App& app, Action& action) {
         ->excludes(text_states)
         ->excludes(text_tokens);
   }
-  cmd->add_option("--reference-image", args->request.reference_images,
-                  "ref2va: a reference PNG (repeat, in the order the model reads them; at most 9), shown to the "
-                  "text encoder with --prompt and encoded by the video VAE at its own size. Run it on the "
-                  "checkpoint's transformer_ref partition (--model .../transformer_ref)")
+  cmd->add_option("--reference", args->request.references,
+                  "ref2va: a reference, repeated in the order the model reads them: a PNG image (at most 9; shown "
+                  "to the text encoder with --prompt and encoded by the video VAE at its own size) or a WAV "
+                  "soundtrack (at most 3, beside an image; at the audio VAE's rate, encoded by --audio-vae or "
+                  "--synthetic-audio-vae). Run it on the checkpoint's transformer_ref partition "
+                  "(--model .../transformer_ref)")
       ->excludes(text_states)
       ->excludes(text_tokens);
   cmd->add_option("--reference-short-edge", args->request.reference_short_edge,

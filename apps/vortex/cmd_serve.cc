@@ -157,9 +157,9 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       }
       break;
     }
-    r.reference_images.push_back(path);
+    r.references.push_back(path);
   }
-  if (body.contains("reference_short_edge") && r.reference_images.empty()) {
+  if (body.contains("reference_short_edge") && r.references.empty()) {
     return invalid_argument("reference_short_edge: sizes reference images, and no 'reference_image_1' part came");
   }
   r.size_given = body.contains("height") || body.contains("width");
@@ -195,8 +195,8 @@ nlohmann::json request_json(const RequestOptions& r) {
       if (k.anchor == anchor) j[part] = k.path;
     }
   }
-  if (!r.reference_images.empty()) {
-    j["reference_images"] = r.reference_images;
+  if (!r.references.empty()) {
+    j["references"] = r.references;
     j["reference_short_edge"] = r.reference_short_edge;
   }
   return j;
@@ -225,8 +225,8 @@ Result<RequestOptions> request_options(const nlohmann::json& j) try {
   for (const auto& [part, anchor] : kKeyframeParts) {
     if (j.contains(part)) r.keyframes.push_back({j.at(part).get<std::string>(), anchor});
   }
-  if (j.contains("reference_images")) {
-    r.reference_images = j.at("reference_images").get<std::vector<std::string>>();
+  if (j.contains("references")) {
+    r.references = j.at("references").get<std::vector<std::string>>();
     r.reference_short_edge = j.at("reference_short_edge");
   }
   return r;
@@ -358,7 +358,7 @@ int run_serve(const ServeArgs& args) {
       return invalid_argument("first_frame / last_frame: this server encodes no keyframes (start it with --text-encoder "
                               "and --video-vae or --synthetic-video-vae)");
     }
-    if (!r.reference_images.empty() && !*keyframe_encoder) {
+    if (!r.references.empty() && !*keyframe_encoder) {
       return invalid_argument("reference_image_1: this server encodes no references (start it with --text-encoder "
                               "and --video-vae or --synthetic-video-vae)");
     }

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
@@ -214,13 +215,10 @@ Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const Model
 
 namespace {
 
-// The presentation of pictures of these sizes before the prompt, into checked: its ids, and one tag
-// per text row (the vision blocks' rows tagged video).
-Status present_pictures(const RequestOptions& request, const text::TextConditioner& text,
-                        const std::vector<std::array<int64_t, 2>>& sizes, CheckedRequest& checked) {
-  auto presentation = text.keyframe_presentation(request.prompt, sizes);
-  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
-  checked.presentation = std::move(*presentation);
+// A presentation into checked: its ids, and one tag per text row (the vision blocks' rows tagged
+// video).
+Status take_presentation(text::Presentation presentation, CheckedRequest& checked) {
+  checked.presentation = std::move(presentation);
   checked.prompt_ids = checked.presentation.ids;
   for (const bool vision : checked.presentation.vision) checked.text_tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
   return ok_status();
@@ -244,29 +242,52 @@ Status check_keyframes(const RequestOptions& request, const text::TextConditione
   checked.video.height = static_cast<int>(c.height);
   checked.video.width = static_cast<int>(c.width);
   const std::vector<std::array<int64_t, 2>> sizes(checked.keyframes.pixels.size(), {c.height, c.width});
-  return present_pictures(request, *text, sizes, checked);
+  auto presentation = text->keyframe_presentation(request.prompt, sizes);
+  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
+  return take_presentation(std::move(*presentation), checked);
 }
 
-// ref2va's text: the image references at their own sizes and the presentation that shows them to
-// the text encoder before the prompt (each a "<Picture i>: " label and its vision block, as a
-// keyframe is shown); the picture rows are tagged video.
-Status check_references(const RequestOptions& request, const text::TextConditioner* text, CheckedRequest& checked) {
-  const std::string references = request.field_name("reference-image");
+// ref2va's text: the references read (images at their own sizes, soundtracks), their counts
+// within the release's limits, and the presentation that shows them to the text encoder before the
+// prompt (a picture's "<Picture i>: " label and vision block, as a keyframe is shown; a soundtrack's
+// "<Audio j>: " label); the picture rows are tagged video.
+Status check_references(const RequestOptions& request, const text::TextConditioner* text,
+                        const vae::AudioVaeConfig* audio, CheckedRequest& checked) {
+  const std::string references = request.field_name("reference");
   if (request.prompt.empty() || !request.text_path.empty()) {
     return invalid_argument(references + ": references are shown to the text encoder with the prompt; give " +
                             request.field_name("prompt") + " (not text states)");
   }
-  if (static_cast<int>(request.reference_images.size()) > h3::kMaxImageReferences) {
-    return invalid_argument(references + ": " + std::to_string(request.reference_images.size()) +
-                            " image references; at most " + std::to_string(h3::kMaxImageReferences) + " are accepted");
-  }
   if (!text) return invalid_argument(references + ": this model has no text encoder (start it with --text-encoder)");
-  auto prepared = prepare_reference_images(request.reference_images, request.reference_short_edge);
+  const double seconds = static_cast<double>(checked.video.num_frames) / h3::kFps;
+  auto prepared = prepare_references(request.references, request.reference_short_edge, audio, seconds);
   if (!prepared.ok()) return prepared.status().with_context(references);
   checked.references = std::move(*prepared);
-  std::vector<std::array<int64_t, 2>> sizes;
-  for (const Tensor& p : checked.references.pixels) sizes.push_back({p.size(0), p.size(1)});
-  return present_pictures(request, *text, sizes, checked);
+  const int images = static_cast<int>(checked.references.pixels.size());
+  const int audios = static_cast<int>(checked.references.soundtracks.size());
+  for (auto [count, limit, kind] : {std::tuple{images, h3::kMaxImageReferences, "image"},
+                                    std::tuple{audios, h3::kMaxAudioReferences, "audio"}}) {
+    if (count > limit) {
+      return invalid_argument(references + ": " + std::to_string(count) + " " + kind + " references; at most " +
+                              std::to_string(limit) + " are accepted");
+    }
+  }
+  if (images == 0) {
+    return invalid_argument(references + ": an audio reference needs an image reference beside it");
+  }
+  std::vector<text::TextConditioner::PresentedReference> presented;
+  size_t image = 0;
+  for (const h3::ReferenceKind kind : checked.references.kinds) {
+    if (kind == h3::ReferenceKind::kAudio) {
+      presented.push_back(std::nullopt);
+    } else {
+      const Tensor& p = checked.references.pixels[image++];
+      presented.push_back(std::array<int64_t, 2>{p.size(0), p.size(1)});
+    }
+  }
+  auto presentation = text->reference_presentation(request.prompt, presented);
+  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
+  return take_presentation(std::move(*presentation), checked);
 }
 
 // The layout the checked request will run on (its row count sizes the device arena).
@@ -275,9 +296,15 @@ Result<h3::PackedLayout> request_layout(const CheckedRequest& checked, const h3:
   if (checked.fl2va()) return h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors);
   if (checked.ref2va()) {
     std::vector<h3::ReferenceBlock> blocks;
-    for (const Tensor& p : checked.references.pixels) {
-      blocks.push_back({h3::ReferenceKind::kImage, 1, static_cast<int>(p.size(0) / h3::kVaeSpatialRatio),
-                        static_cast<int>(p.size(1) / h3::kVaeSpatialRatio), 0});
+    size_t image = 0, soundtrack = 0;
+    for (const h3::ReferenceKind kind : checked.references.kinds) {
+      if (kind == h3::ReferenceKind::kAudio) {
+        blocks.push_back({kind, 0, 0, 0, checked.references.soundtrack_latents[soundtrack++]});
+      } else {
+        const Tensor& p = checked.references.pixels[image++];
+        blocks.push_back({kind, 1, static_cast<int>(p.size(0) / h3::kVaeSpatialRatio),
+                          static_cast<int>(p.size(1) / h3::kVaeSpatialRatio), 0});
+      }
     }
     return h3::build_ref2va_layout(checked.text_tags, blocks, g, config);
   }
@@ -287,23 +314,23 @@ Result<h3::PackedLayout> request_layout(const CheckedRequest& checked, const h3:
 }  // namespace
 
 Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config,
-                                     const text::TextConditioner* text) {
+                                     const text::TextConditioner* text, const vae::AudioVaeConfig* audio_encoder) {
   CheckedRequest checked;
   auto plan = h3::AttentionPlan::parse(request.attention, request.exact_blocks, config.num_layers);
   if (!plan.ok()) return plan.status().with_context(request.field_name("exact-blocks"));
   checked.attention = *plan;
   checked.video = {request.height, request.width, request.frames};
-  if (!request.keyframes.empty() && !request.reference_images.empty()) {
-    return invalid_argument(request.field_name("reference-image") +
+  if (!request.keyframes.empty() && !request.references.empty()) {
+    return invalid_argument(request.field_name("reference") +
                             ": references (ref2va) and keyframes (fl2va) are different tasks; give one");
   }
   if (!request.keyframes.empty()) {
     // A given canvas is checked before any keyframe is read.
     if (request.size_given) VORTEX_RETURN_IF_ERROR(h3::resolve_geometry(checked.video, config).status());
     VORTEX_RETURN_IF_ERROR(check_keyframes(request, text, checked));
-  } else if (!request.reference_images.empty()) {
+  } else if (!request.references.empty()) {
     VORTEX_RETURN_IF_ERROR(h3::resolve_geometry(checked.video, config).status());
-    VORTEX_RETURN_IF_ERROR(check_references(request, text, checked));
+    VORTEX_RETURN_IF_ERROR(check_references(request, text, audio_encoder, checked));
   } else if (!request.prompt.empty()) {
     if (!request.text_path.empty()) {
       return invalid_argument(request.field_name("prompt") + " and text states both given; send one");
@@ -390,13 +417,14 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   return ok_status();
 }
 
-Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder) {
+Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder,
+                             const vae::AudioVaeEncoder* audio_encoder) {
   if (!checked.fl2va() && !checked.ref2va()) return ok_status();
   const auto start = std::chrono::steady_clock::now();
   if (checked.fl2va()) {
     VORTEX_ASSIGN_OR_RETURN(checked.keyframe_latents, encode_keyframes(checked.keyframes, encoder));
   } else {
-    VORTEX_ASSIGN_OR_RETURN(checked.reference_latents, encode_reference_images(checked.references, encoder));
+    VORTEX_ASSIGN_OR_RETURN(checked.reference_latents, encode_references(checked.references, encoder, audio_encoder));
   }
   checked.keyframe_encode_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return ok_status();
@@ -410,7 +438,7 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   if (checked.fl2va() && checked.keyframe_latents.size() != checked.keyframes.pixels.size()) {
     return internal_error("run_request: the keyframes were not encoded");
   }
-  if (checked.ref2va() && checked.reference_latents.size() != checked.references.pixels.size()) {
+  if (checked.ref2va() && checked.reference_latents.size() != checked.references.kinds.size()) {
     return internal_error("run_request: the references were not encoded");
   }
   const Tensor& text_states = checked.text_states;
@@ -474,9 +502,15 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   }
   if (checked.ref2va()) {
     nlohmann::json references = nlohmann::json::array();
+    size_t image = 0, soundtrack = 0;
     for (size_t k = 0; k < checked.references.paths.size(); ++k) {
-      const Tensor& p = checked.references.pixels[k];
-      references.push_back({{"image", checked.references.paths[k]}, {"height", p.size(0)}, {"width", p.size(1)}});
+      if (checked.references.kinds[k] == h3::ReferenceKind::kAudio) {
+        references.push_back({{"audio", checked.references.paths[k]},
+                              {"latents", checked.references.soundtrack_latents[soundtrack++]}});
+      } else {
+        const Tensor& p = checked.references.pixels[image++];
+        references.push_back({{"image", checked.references.paths[k]}, {"height", p.size(0)}, {"width", p.size(1)}});
+      }
     }
     run.summary["request"]["references"] = references;
     run.summary["request"]["reference_short_edge"] = r.reference_short_edge;

@@ -65,10 +65,11 @@ struct RequestOptions {
   // canvas follows the first keyframe (h3::keyframe_canvas).
   std::vector<KeyframeInput> keyframes;
   bool size_given = true;
-  // ref2va: image references (PNGs), in the order the model reads them, with a prompt; each is
-  // encoded at its own size (reference_short_edge, the checkpoint's reference_image_short_edge). The
-  // canvas is the request's (768 x 1344 by default, the pipeline's 16:9).
-  std::vector<std::string> reference_images;
+  // ref2va: references in the order the model reads them, with a prompt: PNG images, each encoded
+  // at its own size (reference_short_edge, the checkpoint's reference_image_short_edge), and WAV
+  // soundtracks (at the audio VAE's rate). The canvas is the request's (768 x 1344 by default, the
+  // pipeline's 16:9).
+  std::vector<std::string> references;
   int64_t reference_short_edge = h3::kReferenceImageShortEdge;
   // The names the errors use for the fields (the CLI's flags, or the served request's JSON keys).
   std::function<std::string(const std::string& field)> field_name = [](const std::string& f) { return "--" + f; };
@@ -103,8 +104,8 @@ struct CheckedRequest {
   text::Presentation presentation;
   std::vector<int32_t> text_tags;
   std::vector<h3::Keyframe> keyframe_latents;
-  // ref2va: the image references at their sizes (their presentation above), and after
-  // encode_request_images their latents.
+  // ref2va: the references read (their presentation above), and after encode_request_images their
+  // conditioning.
   PreparedReferences references;
   std::vector<h3::Reference> reference_latents;
   double keyframe_encode_seconds = 0.0;  // keyframes' or references' encode
@@ -115,8 +116,11 @@ struct CheckedRequest {
   int64_t text_tokens() const { return text_states.defined() ? text_states.size(0) : static_cast<int64_t>(prompt_ids.size()); }
 };
 // `text` tokenizes a prompt; a request with a prompt and no text encoder is refused.
+// `audio_encoder` is the audio VAE encoder's config when audio references can be encoded (null:
+// they are refused by name).
 Result<CheckedRequest> check_request(const RequestOptions& request, const h3::H3Config& config,
-                                     const text::TextConditioner* text = nullptr);
+                                     const text::TextConditioner* text = nullptr,
+                                     const vae::AudioVaeConfig* audio_encoder = nullptr);
 
 // The decoders take the latents this request will produce (errors prefixed by `what`).
 Status check_decoder_takes(const MediaDecoder& decoder, const CheckedRequest& checked, const h3::H3Config& config,
@@ -149,7 +153,8 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text);
 // fl2va / ref2va: the keyframes' or image references' conditioning latents through the video VAE
 // encoder (on the CPU or the GPU), into checked.keyframe_latents / reference_latents; nothing to do
 // for t2va.
-Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder);
+Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder,
+                             const vae::AudioVaeEncoder* audio_encoder = nullptr);
 
 // Denoises one checked request (its text states encoded) on the loaded model and writes
 // PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).

@@ -1,6 +1,8 @@
 #include "keyframe_request.h"
 
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 
 #include "models/h3/config.h"
 #if defined(VORTEX_HAVE_CUDA)
@@ -42,23 +44,51 @@ Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& in
 #endif
 }
 
-Result<PreparedReferences> prepare_reference_images(const std::vector<std::string>& paths, int64_t short_edge) {
-#if !defined(VORTEX_HAVE_MEDIA)
-  (void)paths;
-  (void)short_edge;
-  return unimplemented("reference images: this build has no PNG reader (libpng was not found)");
-#else
+Result<PreparedReferences> prepare_references(const std::vector<std::string>& paths, int64_t short_edge,
+                                              const vae::AudioVaeConfig* audio, double max_seconds) {
   PreparedReferences out;
+  out.max_seconds = max_seconds;
   for (const std::string& path : paths) {
-    auto image = media::read_png_rgb8(path);
-    if (!image.ok()) return image.status();
-    auto fitted = h3::fit_reference_image(*image, short_edge);
-    if (!fitted.ok()) return fitted.status().with_context(path);
-    out.pixels.push_back(std::move(*fitted));
+    std::string ext = std::filesystem::path(path).extension().string();
+    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (ext == ".wav") {
+      if (audio == nullptr) {
+        return invalid_argument(path + ": an audio reference is encoded by the audio VAE (give --audio-vae or "
+                                "--synthetic-audio-vae)");
+      }
+      VORTEX_ASSIGN_OR_RETURN(media::Waveform wave, media::read_wav(path));
+      if (wave.samples.size(0) > 2) {
+        return invalid_argument(path + ": " + std::to_string(wave.samples.size(0)) + " channels; mono or stereo only");
+      }
+      if (wave.sample_rate != audio->sampling_rate) {
+        return unimplemented(path + ": " + std::to_string(wave.sample_rate) + " Hz; the audio VAE takes " +
+                             std::to_string(audio->sampling_rate) +
+                             " Hz and resampling (the reference's torchaudio pass) is not ported: resample it first");
+      }
+      // As the pipeline: cut at int(seconds · rate) samples, then ceil(samples / hop) latents.
+      const int64_t keep = std::min(wave.samples.size(1), static_cast<int64_t>(max_seconds * wave.sample_rate));
+      const int64_t hop = audio->hop_length();
+      out.soundtrack_latents.push_back(static_cast<int>((keep + hop - 1) / hop));
+      out.soundtracks.push_back(std::move(wave));
+      out.kinds.push_back(h3::ReferenceKind::kAudio);
+    } else if (ext == ".png") {
+#if !defined(VORTEX_HAVE_MEDIA)
+      (void)short_edge;
+      return unimplemented(path + ": this build has no PNG reader (libpng was not found)");
+#else
+      auto image = media::read_png_rgb8(path);
+      if (!image.ok()) return image.status();
+      auto fitted = h3::fit_reference_image(*image, short_edge);
+      if (!fitted.ok()) return fitted.status().with_context(path);
+      out.pixels.push_back(std::move(*fitted));
+      out.kinds.push_back(h3::ReferenceKind::kImage);
+#endif
+    } else {
+      return invalid_argument(path + ": a reference is a .png image or a .wav soundtrack");
+    }
     out.paths.push_back(path);
   }
   return out;
-#endif
 }
 
 Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset) {
@@ -123,16 +153,28 @@ Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyf
   return out;
 }
 
-Result<std::vector<h3::Reference>> encode_reference_images(const PreparedReferences& references,
-                                                           const KeyframeEncoder& encoder) {
+Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
+                                                     const vae::AudioVaeEncoder* audio) {
   std::vector<h3::Reference> out;
-  for (size_t k = 0; k < references.pixels.size(); ++k) {
-    const Tensor& pixels = references.pixels[k];
+  size_t image = 0, soundtrack = 0;
+  for (size_t k = 0; k < references.kinds.size(); ++k) {
+    const std::string& path = references.paths[k];
+    if (references.kinds[k] == h3::ReferenceKind::kAudio) {
+      if (audio == nullptr) return invalid_argument(path + ": no audio VAE encoder to encode this soundtrack");
+      const media::Waveform& wave = references.soundtracks[soundtrack++];
+      std::fprintf(stderr, "encoding reference %zu (%s, %lld samples) through the audio VAE on the CPU\n", k + 1,
+                   path.c_str(), static_cast<long long>(wave.samples.size(1)));
+      auto rows = vae::encode_reference_soundtrack(*audio, wave.samples, wave.sample_rate, references.max_seconds);
+      if (!rows.ok()) return rows.status().with_context(path);
+      out.push_back({h3::ReferenceKind::kAudio, Tensor(), std::move(*rows)});
+      continue;
+    }
+    const Tensor& pixels = references.pixels[image++];
     std::fprintf(stderr, "encoding reference image %zu (%s, %lldx%lld) through the video VAE on %s\n", k + 1,
-                 references.paths[k].c_str(), static_cast<long long>(pixels.size(1)),
-                 static_cast<long long>(pixels.size(0)), encoder.where());
-    auto latents = keyframe_latents(encoder, pixels, kKeyframePosteriorSeed);
-    if (!latents.ok()) return latents.status().with_context(references.paths[k]);
+                 path.c_str(), static_cast<long long>(pixels.size(1)), static_cast<long long>(pixels.size(0)),
+                 images.where());
+    auto latents = keyframe_latents(images, pixels, kKeyframePosteriorSeed);
+    if (!latents.ok()) return latents.status().with_context(path);
     out.push_back({h3::ReferenceKind::kImage, std::move(*latents), Tensor()});
   }
   return out;

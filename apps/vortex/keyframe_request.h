@@ -1,8 +1,9 @@
 // fl2va requests (generate --first-frame / --last-frame, and encode-keyframe): keyframe PNGs read
 // and put on the request's canvas as the reference pipeline does (MiniMaxH3ResizeStep), and their
 // conditioning latents from the video VAE encoder (encode_vae_condition: the posterior sampled under
-// seed 42, the same draw for every keyframe). ref2va's image references (generate
-// --reference-image) likewise, each at its own size (MiniMaxH3Ref2VASetupStep).
+// seed 42, the same draw for every keyframe). ref2va's references (generate --reference): images
+// likewise, each at its own size (MiniMaxH3Ref2VASetupStep), and WAV soundtracks through the audio
+// VAE's encoder.
 #pragma once
 
 #include <memory>
@@ -14,6 +15,8 @@
 #include "models/h3/generate.h"
 #include "models/h3/keyframes.h"
 #include "models/h3/layout.h"
+#include "media/wav.h"
+#include "models/vae/audio_vae_encoder.h"
 #include "models/vae/video_vae_encoder.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -44,14 +47,22 @@ struct PreparedKeyframes {
 Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& inputs,
                                             const std::optional<h3::Canvas>& canvas);
 
+// ref2va's references in reading order: PNG images, each at its reference size, and WAV
+// soundtracks (audio references), as read.
 struct PreparedReferences {
-  std::vector<Tensor> pixels;  // U8 [H, W, 3] at each image's reference size, in request order
+  std::vector<h3::ReferenceKind> kinds;
   std::vector<std::string> paths;
+  std::vector<Tensor> pixels;                // U8 [H, W, 3], the image references' in order
+  std::vector<media::Waveform> soundtracks;  // the audio references' in order
+  std::vector<int> soundtrack_latents;       // per audio reference: the latents its rows will hold
+  double max_seconds = 0;                    // the generated duration a soundtrack is cut at
 };
 
-// Reads the PNGs and resizes each to its reference size (h3::fit_reference_image at `short_edge`).
-// Errors name the file.
-Result<PreparedReferences> prepare_reference_images(const std::vector<std::string>& paths, int64_t short_edge);
+// Reads each reference by its extension: .png (resized to h3::fit_reference_image at `short_edge`)
+// or .wav (at `audio`'s sampling rate; cut at `max_seconds`). Audio references need the audio VAE
+// encoder's config (`audio`; null refuses them by name). Errors name the file.
+Result<PreparedReferences> prepare_references(const std::vector<std::string>& paths, int64_t short_edge,
+                                              const vae::AudioVaeConfig* audio, double max_seconds);
 
 // Exactly one of --video-vae or --synthetic-video-vae names the keyframes' encoder (checked before
 // anything loads).
@@ -82,9 +93,10 @@ Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pi
 // Every prepared keyframe's latents with its anchor, through `encoder`.
 Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const KeyframeEncoder& encoder);
 
-// Every image reference's latents (F32 [C, 1, H/16, W/16], the same seed-42 posterior draw as a
-// keyframe's), through `encoder`.
-Result<std::vector<h3::Reference>> encode_reference_images(const PreparedReferences& references,
-                                                           const KeyframeEncoder& encoder);
+// Every reference's conditioning in reading order: an image's latents (F32 [C, 1, H/16, W/16], the
+// same seed-42 posterior draw as a keyframe's) through `images`, a soundtrack's rows through `audio`
+// (vae::encode_reference_soundtrack; null only when there is no audio reference).
+Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
+                                                     const vae::AudioVaeEncoder* audio);
 
 }  // namespace vortex::cli
