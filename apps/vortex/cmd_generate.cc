@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,11 +33,7 @@ struct GenerateArgs {
   bool encodes_images() const { return !request.keyframes.empty() || !request.references.empty(); }
   // ref2va with a soundtrack: the audio VAE encodes it.
   bool encodes_audio() const {
-    return std::any_of(request.references.begin(), request.references.end(), [](const std::string& path) {
-      std::string ext = std::filesystem::path(path).extension().string();
-      for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      return ext == ".wav";
-    });
+    return std::any_of(request.references.begin(), request.references.end(), is_soundtrack_reference);
   }
 };
 
@@ -70,7 +65,7 @@ Result<std::optional<vae::AudioVaeEncoder>> load_audio_encoder(const GenerateArg
   }
   VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig c, vae::audio_vae_config_preset(m.synthetic_audio_vae));
   VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e,
-                          vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, args.model.weights_seed), c));
+                          vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, m.weights_seed), c));
   return std::optional<vae::AudioVaeEncoder>(std::move(e));
 }
 

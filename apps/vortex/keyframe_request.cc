@@ -44,13 +44,24 @@ Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& in
 #endif
 }
 
+namespace {
+
+std::string lowercase_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext;
+}
+
+}  // namespace
+
+bool is_soundtrack_reference(const std::string& path) { return lowercase_extension(path) == ".wav"; }
+
 Result<PreparedReferences> prepare_references(const std::vector<std::string>& paths, int64_t short_edge,
                                               const vae::AudioVaeConfig* audio, double max_seconds) {
   PreparedReferences out;
   out.max_seconds = max_seconds;
   for (const std::string& path : paths) {
-    std::string ext = std::filesystem::path(path).extension().string();
-    for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string ext = lowercase_extension(path);
     if (ext == ".wav") {
       if (audio == nullptr) {
         return invalid_argument(path + ": an audio reference is encoded by the audio VAE (give --audio-vae or "

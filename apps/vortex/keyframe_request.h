@@ -58,6 +58,9 @@ struct PreparedReferences {
   double max_seconds = 0;                    // the generated duration a soundtrack is cut at
 };
 
+// A reference path naming a soundtrack: a .wav (any case); otherwise it is read as an image.
+bool is_soundtrack_reference(const std::string& path);
+
 // Reads each reference by its extension: .png (resized to h3::fit_reference_image at `short_edge`)
 // or .wav (at `audio`'s sampling rate; cut at `max_seconds`). Audio references need the audio VAE
 // encoder's config (`audio`; null refuses them by name). Errors name the file.
