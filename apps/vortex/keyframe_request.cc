@@ -68,18 +68,10 @@ Result<PreparedReferences> prepare_references(const std::vector<std::string>& pa
                                 "--synthetic-audio-vae)");
       }
       VORTEX_ASSIGN_OR_RETURN(media::Waveform wave, media::read_wav(path));
-      if (wave.samples.size(0) > 2) {
-        return invalid_argument(path + ": " + std::to_string(wave.samples.size(0)) + " channels; mono or stereo only");
-      }
-      if (wave.sample_rate != audio->sampling_rate) {
-        return unimplemented(path + ": " + std::to_string(wave.sample_rate) + " Hz; the audio VAE takes " +
-                             std::to_string(audio->sampling_rate) +
-                             " Hz and resampling (the reference's torchaudio pass) is not ported: resample it first");
-      }
-      // As the pipeline: cut at int(seconds · rate) samples, then ceil(samples / hop) latents.
-      const int64_t keep = std::min(wave.samples.size(1), static_cast<int64_t>(max_seconds * wave.sample_rate));
+      auto keep = vae::reference_soundtrack_samples(*audio, wave.samples, wave.sample_rate, max_seconds);
+      if (!keep.ok()) return keep.status().with_context(path);
       const int64_t hop = audio->hop_length();
-      out.soundtrack_latents.push_back(static_cast<int>((keep + hop - 1) / hop));
+      out.soundtrack_latents.push_back(static_cast<int>((*keep + hop - 1) / hop));
       out.soundtracks.push_back(std::move(wave));
       out.kinds.push_back(h3::ReferenceKind::kAudio);
     } else if (ext == ".png") {

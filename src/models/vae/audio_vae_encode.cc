@@ -180,20 +180,26 @@ Result<Tensor> encode_audio(const AudioVaeEncoder& e, const Tensor& waveform, co
   return out;
 }
 
-Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& e, const Tensor& waveform, int sample_rate,
-                                           double max_seconds) {
+Result<int64_t> reference_soundtrack_samples(const AudioVaeConfig& config, const Tensor& waveform, int sample_rate,
+                                             double max_seconds) {
   if (!waveform.defined() || waveform.rank() != 2 || (waveform.size(0) != 1 && waveform.size(0) != 2)) {
     return invalid_argument("soundtrack: " + (waveform.defined() ? waveform.describe() : std::string("(undefined)")) +
                             " must be a [channels, samples] mono or stereo waveform");
   }
-  if (sample_rate != e.config.sampling_rate) {
+  if (sample_rate != config.sampling_rate) {
     return unimplemented("soundtrack: " + std::to_string(sample_rate) + " Hz; the audio VAE takes " +
-                         std::to_string(e.config.sampling_rate) +
+                         std::to_string(config.sampling_rate) +
                          " Hz and resampling (the reference's torchaudio pass) is not ported: resample it first");
   }
   // Python's int(max_seconds * rate): the product in float64, truncated toward zero.
   const int64_t keep = std::min(waveform.size(1), static_cast<int64_t>(max_seconds * sample_rate));
   if (keep < 1) return invalid_argument("soundtrack: no samples within " + std::to_string(max_seconds) + " s");
+  return keep;
+}
+
+Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& e, const Tensor& waveform, int sample_rate,
+                                           double max_seconds) {
+  VORTEX_ASSIGN_OR_RETURN(const int64_t keep, reference_soundtrack_samples(e.config, waveform, sample_rate, max_seconds));
   VORTEX_ASSIGN_OR_RETURN(const Tensor wave, waveform.to(DType::kF32));
   const Tensor src = wave.contiguous();
   Tensor stereo = Tensor::empty({2, keep}, DType::kF32);

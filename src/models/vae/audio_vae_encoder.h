@@ -76,4 +76,9 @@ Result<AudioVaeEncoder> load_audio_vae_encoder(const std::string& path);
 Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& encoder, const Tensor& waveform, int sample_rate,
                                            double max_seconds);
 
+// The samples of such a waveform encode_reference_soundtrack keeps (its checks; the encoded rows are
+// ceil(samples / hop) latents per channel), for sizing a request before its encode.
+Result<int64_t> reference_soundtrack_samples(const AudioVaeConfig& config, const Tensor& waveform, int sample_rate,
+                                             double max_seconds);
+
 }  // namespace vortex::vae
