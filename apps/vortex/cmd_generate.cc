@@ -201,8 +201,8 @@ void add_generate_command(CLI::App& app, Action& action) {
   cmd->add_option("--reference", args->request.references,
                   "ref2va: a reference, repeated in the order the model reads them: a PNG image (at most 9; shown "
                   "to the text encoder with --prompt and encoded by the video VAE at its own size) or a WAV "
-                  "soundtrack (at most 3, beside an image; at the audio VAE's rate, encoded by --audio-vae or "
-                  "--synthetic-audio-vae). Run it on the checkpoint's transformer_ref partition "
+                  "soundtrack (at most 3, beside an image; resampled onto the audio VAE's rate, encoded by "
+                  "--audio-vae or --synthetic-audio-vae). Run it on the checkpoint's transformer_ref partition "
                   "(--model .../transformer_ref)")
       ->excludes(text_states)
       ->excludes(text_tokens);

@@ -505,8 +505,11 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
     size_t image = 0, soundtrack = 0;
     for (size_t k = 0; k < checked.references.paths.size(); ++k) {
       if (checked.references.kinds[k] == h3::ReferenceKind::kAudio) {
+        // The file's own rate: what it was resampled from onto the audio VAE's.
         references.push_back({{"audio", checked.references.paths[k]},
-                              {"latents", checked.references.soundtrack_latents[soundtrack++]}});
+                              {"sample_rate", checked.references.soundtracks[soundtrack].sample_rate},
+                              {"latents", checked.references.soundtrack_latents[soundtrack]}});
+        ++soundtrack;
       } else {
         const Tensor& p = checked.references.pixels[image++];
         references.push_back({{"image", checked.references.paths[k]}, {"height", p.size(0)}, {"width", p.size(1)}});

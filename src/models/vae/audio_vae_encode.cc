@@ -8,6 +8,7 @@
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
 #include "cpu/norm.h"
+#include "media/audio_resample.h"
 #include "models/h3/tensor_views.h"
 #include "models/vae/audio_vae_encoder.h"
 
@@ -180,16 +181,18 @@ Result<Tensor> encode_audio(const AudioVaeEncoder& e, const Tensor& waveform, co
   return out;
 }
 
-Result<int64_t> reference_soundtrack_samples(const AudioVaeConfig& config, const Tensor& waveform, int sample_rate,
-                                             double max_seconds) {
+namespace {
+
+// The samples of a reference soundtrack the pipeline keeps, at its own rate (the checks of
+// reference_soundtrack_samples): the cut comes before the resampling, as the reference's.
+Result<int64_t> soundtrack_cut(const Tensor& waveform, int sample_rate, double max_seconds) {
   if (!waveform.defined() || waveform.rank() != 2 || (waveform.size(0) != 1 && waveform.size(0) != 2)) {
     return invalid_argument("soundtrack: " + (waveform.defined() ? waveform.describe() : std::string("(undefined)")) +
                             " must be a [channels, samples] mono or stereo waveform");
   }
-  if (sample_rate != config.sampling_rate) {
-    return unimplemented("soundtrack: " + std::to_string(sample_rate) + " Hz; the audio VAE takes " +
-                         std::to_string(config.sampling_rate) +
-                         " Hz and resampling (the reference's torchaudio pass) is not ported: resample it first");
+  if (sample_rate < 1 || sample_rate > media::kMaxResampleRate) {
+    return invalid_argument("soundtrack: sample rate " + std::to_string(sample_rate) + " Hz is outside 1.." +
+                            std::to_string(media::kMaxResampleRate));
   }
   // Python's int(max_seconds * rate): the product in float64, truncated toward zero.
   const int64_t keep = std::min(waveform.size(1), static_cast<int64_t>(max_seconds * sample_rate));
@@ -197,9 +200,17 @@ Result<int64_t> reference_soundtrack_samples(const AudioVaeConfig& config, const
   return keep;
 }
 
-Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& e, const Tensor& waveform, int sample_rate,
-                                           double max_seconds) {
-  VORTEX_ASSIGN_OR_RETURN(const int64_t keep, reference_soundtrack_samples(e.config, waveform, sample_rate, max_seconds));
+}  // namespace
+
+Result<int64_t> reference_soundtrack_samples(const AudioVaeConfig& config, const Tensor& waveform, int sample_rate,
+                                             double max_seconds) {
+  VORTEX_ASSIGN_OR_RETURN(const int64_t keep, soundtrack_cut(waveform, sample_rate, max_seconds));
+  return media::resampled_length(keep, sample_rate, config.sampling_rate);
+}
+
+Result<Tensor> normalize_reference_soundtrack(const Tensor& waveform, int sample_rate, int vae_rate,
+                                              double max_seconds) {
+  VORTEX_ASSIGN_OR_RETURN(const int64_t keep, soundtrack_cut(waveform, sample_rate, max_seconds));
   VORTEX_ASSIGN_OR_RETURN(const Tensor wave, waveform.to(DType::kF32));
   const Tensor src = wave.contiguous();
   Tensor stereo = Tensor::empty({2, keep}, DType::kF32);
@@ -208,6 +219,13 @@ Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& e, const Tenso
     std::memcpy(stereo.data_as<float>() + c * keep, src.data_as<const float>() + from * src.size(1),
                 sizeof(float) * keep);
   }
+  return media::resample_audio(stereo, sample_rate, vae_rate);
+}
+
+Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& e, const Tensor& waveform, int sample_rate,
+                                           double max_seconds) {
+  VORTEX_ASSIGN_OR_RETURN(const Tensor stereo,
+                          normalize_reference_soundtrack(waveform, sample_rate, e.config.sampling_rate, max_seconds));
   return encode_audio(e, stereo);
 }
 

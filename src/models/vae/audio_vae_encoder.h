@@ -68,16 +68,21 @@ Result<Tensor> encode_audio(const AudioVaeEncoder& encoder, const Tensor& wavefo
 // without the encoder's tensors is refused by name.
 Result<AudioVaeEncoder> load_audio_vae_encoder(const std::string& path);
 
-// A ref2va soundtrack as the pipeline normalises it (MiniMaxH3Ref2VASetupStep) and encodes it:
-// waveform F32 [channels 1 or 2, S] at `sample_rate`, truncated to int(max_seconds · sample_rate)
-// samples (the generated duration), a mono one repeated onto both channels, then encode_audio.
-// The rate must be the VAE's own: the reference resamples any other with torchaudio, which is not
-// ported (an error says so).
+// A ref2va soundtrack as the pipeline normalises it (MiniMaxH3Ref2VASetupStep): waveform F32
+// [channels 1 or 2, S] at `sample_rate` (1..768000 Hz), truncated there to
+// int(max_seconds · sample_rate) samples (the generated duration), a mono one repeated onto both
+// channels, resampled onto `vae_rate` as torchaudio does (media::resample_audio; untouched at that
+// rate). Returns F32 [2, reference_soundtrack_samples].
+Result<Tensor> normalize_reference_soundtrack(const Tensor& waveform, int sample_rate, int vae_rate,
+                                              double max_seconds);
+
+// normalize_reference_soundtrack onto the encoder's rate, then encode_audio.
 Result<Tensor> encode_reference_soundtrack(const AudioVaeEncoder& encoder, const Tensor& waveform, int sample_rate,
                                            double max_seconds);
 
-// The samples of such a waveform encode_reference_soundtrack keeps (its checks; the encoded rows are
-// ceil(samples / hop) latents per channel), for sizing a request before its encode.
+// The samples at the VAE's rate of such a waveform that encode_reference_soundtrack encodes (its
+// checks; the encoded rows are ceil(samples / hop) latents per channel), for sizing a request
+// before its encode.
 Result<int64_t> reference_soundtrack_samples(const AudioVaeConfig& config, const Tensor& waveform, int sample_rate,
                                              double max_seconds);
 
