@@ -104,6 +104,16 @@ class CliRef2va : public ::testing::Test {
            " --text-encoder-layer 2 --prompt " + q(kPrompt) + " --synthetic-video-vae small --reference-short-edge " +
            std::to_string(kShortEdge) + " --out " + q(out);
   }
+  // A voice at a CD's 44.1 kHz, longer than the 22 frames' 0.917 s: cut there, then resampled
+  // onto the small audio VAE's 32 kHz.
+  std::string voice() const {
+    const int64_t samples = 50000;
+    Tensor wave = Tensor::empty({1, samples}, DType::kF32);
+    for (int64_t i = 0; i < samples; ++i) wave.data_as<float>()[i] = 0.4f * std::sin(0.01f * static_cast<float>(i));
+    const std::string path = tmp_.file("voice.wav");
+    must(media::write_wav(path, wave, 44100));
+    return path;
+  }
   std::string references(const std::vector<std::string>& paths) const {
     std::string flags;
     for (const std::string& p : paths) flags += " --reference " + q(p);
@@ -163,13 +173,7 @@ TEST_F(CliRef2va, TheCliRunsTheLibrarysRef2va) {
 // clean and never stepped.
 TEST_F(CliRef2va, ASoundtrackReferenceIsTheLibrarysEncode) {
   const vae::AudioVaeConfig audio_config = must(vae::audio_vae_config_preset("small"));
-  // At a CD's 44.1 kHz, longer than the 22 frames' 0.917 s: cut there, then resampled onto the
-  // VAE's 32 kHz.
-  const int64_t samples = 50000;
-  Tensor wave = Tensor::empty({1, samples}, DType::kF32);
-  for (int64_t i = 0; i < samples; ++i) wave.data_as<float>()[i] = 0.4f * std::sin(0.01f * static_cast<float>(i));
-  const std::string voice = tmp_.file("voice.wav");
-  must(media::write_wav(voice, wave, 44100));
+  const std::string voice = this->voice();
   const std::string out = tmp_.file("g");
   const auto run = run_cli(request(out) + " --synthetic-audio-vae small" + references({scene(), voice}));
   ASSERT_EQ(run.code, 0) << run.err;
@@ -238,6 +242,23 @@ TEST_F(CliRef2va, BadInputIsOneLineAndWritesNothing) {
 }
 
 #if defined(VORTEX_HAVE_SERVICE)
+// A submission with its reference parts: (part name, file bytes), a reference_audio_<k> sent as a WAV.
+httplib::Result submit_references(httplib::Client& to, const nlohmann::json& body,
+                                  const std::vector<std::pair<std::string, std::string>>& files) {
+  httplib::MultipartFormDataItems parts = {{"request", body.dump(), "", "application/json"}};
+  for (const auto& [part, bytes] : files) {
+    const bool audio = part.starts_with("reference_audio");
+    parts.push_back({part, bytes, part + (audio ? ".wav" : ".png"), audio ? "audio/wav" : "image/png"});
+  }
+  return to.Post("/v1/jobs", parts);
+}
+
+void expect_refused(const httplib::Result& r, const std::string& needle) {
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400) << r->body;
+  EXPECT_NE(test_util::json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
+}
+
 // The served reference_image_<k> parts: the job's latents are the bits generate writes for the
 // same references, and its record keeps their order and short edge (what a restarted server
 // reads). A gap in the numbering or a reference on a server that encodes none is a 400.
@@ -251,12 +272,7 @@ TEST_F(CliRef2va, ServedReferencesAreTheBitsGenerateWrites) {
   test_util::ServeProcess server(flags, "small");
   httplib::Client c = server.client();
   EXPECT_EQ(json_of(c.Get("/healthz")).value("references", false), true);
-  const auto submit = [](httplib::Client& to, const nlohmann::json& body,
-                         const std::vector<std::pair<std::string, std::string>>& pictures) {
-    httplib::MultipartFormDataItems parts = {{"request", body.dump(), "", "application/json"}};
-    for (const auto& [part, png] : pictures) parts.push_back({part, png, part + ".png", "image/png"});
-    return to.Post("/v1/jobs", parts);
-  };
+  const auto submit = submit_references;
   const nlohmann::json body = {{"prompt", kPrompt}, {"height", 64}, {"width", 64},       {"frames", 22},
                                {"steps", 3},        {"seed", 5},    {"reference_short_edge", kShortEdge}};
   const std::string subject_png = test_util::read_bytes(subject()), scene_png = test_util::read_bytes(scene());
@@ -277,13 +293,9 @@ TEST_F(CliRef2va, ServedReferencesAreTheBitsGenerateWrites) {
   EXPECT_EQ(test_util::read_bytes(recorded["references"][1]), scene_png);
   EXPECT_EQ(recorded.value("reference_short_edge", 0), kShortEdge);
 
-  const auto expect_refused = [&](const httplib::Result& r, const std::string& needle) {
-    ASSERT_TRUE(r);
-    EXPECT_EQ(r->status, 400) << r->body;
-    EXPECT_NE(json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
-  };
-  expect_refused(submit(c, body, {{"reference_image_2", scene_png}}), "reference_image_2: came without reference_image_1");
-  expect_refused(submit(c, {{"prompt", kPrompt}, {"reference_short_edge", 64}}, {}), "no 'reference_image_1' part came");
+  expect_refused(submit(c, body, {{"reference_image_2", scene_png}}), "reference_image_2: came without a reference 1");
+  expect_refused(submit(c, {{"prompt", kPrompt}, {"reference_short_edge", 64}}, {}),
+                 "no 'reference_image_<k>' part came");
   expect_refused(submit(c, {{"prompt", kPrompt}, {"reference_image_1", "a.png"}}, {}), "multipart part 'reference_image_1'");
   expect_refused(submit(c, body, {{"reference_image_1", "not an image"}}), "PNG signature");
   expect_refused(submit(c, body, {{"reference_image_1", scene_png}, {"first_frame", scene_png}}), "different tasks");
@@ -293,6 +305,58 @@ TEST_F(CliRef2va, ServedReferencesAreTheBitsGenerateWrites) {
   httplib::Client p = prompts_only.client();
   expect_refused(submit(p, body, {{"reference_image_1", scene_png}}), "encodes no references");
   EXPECT_EQ(prompts_only.stop(), 0) << prompts_only.log();
+}
+
+// A soundtrack as the part reference_audio_<k>, numbered with the images in reading order: the
+// job's latents are the bits generate writes for the same references (the audio encoder loaded
+// once, beside the video VAE and without --media). A soundtrack on a server without an audio VAE,
+// two parts at one position or a gap is a 400.
+TEST_F(CliRef2va, ServedSoundtracksAreTheBitsGenerateWrites) {
+  using test_util::json_of;
+  const std::vector<std::string> encoder = {"--text-encoder",     encoder_dir(),
+                                            "--tokenizer",        test::golden_path("qwen_tokenizer_trimmed.json"),
+                                            "--text-encoder-layer", "2",
+                                            "--synthetic-video-vae", "small"};
+  std::vector<std::string> flags = encoder;
+  flags.insert(flags.end(), {"--synthetic-audio-vae", "small"});
+  test_util::ServeProcess server(flags, "small");
+  httplib::Client c = server.client();
+  EXPECT_EQ(json_of(c.Get("/healthz")).value("soundtrack_references", false), true);
+  const nlohmann::json body = {{"prompt", kPrompt}, {"height", 64}, {"width", 64},       {"frames", 22},
+                               {"steps", 3},        {"seed", 5},    {"reference_short_edge", kShortEdge}};
+  const std::string voice = this->voice();
+  const std::string scene_png = test_util::read_bytes(scene()), voice_wav = test_util::read_bytes(voice);
+  const httplib::Result submitted =
+      submit_references(c, body, {{"reference_image_1", scene_png}, {"reference_audio_2", voice_wav}});
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  const nlohmann::json done = test_util::wait_for_state(c, json_of(submitted).at("id"), "succeeded");
+  const std::string out = tmp_.file("g");
+  const auto generated = run_cli(request(out) + " --synthetic-audio-vae small" + references({scene(), voice}));
+  ASSERT_EQ(generated.code, 0) << generated.err;
+  const auto want = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
+  EXPECT_EQ(done["result"]["checksums"], want["checksums"]) << server.log();
+  const nlohmann::json& recorded = done.at("request");
+  ASSERT_EQ(recorded.at("references").size(), 2u);
+  EXPECT_EQ(test_util::read_bytes(recorded["references"][1]), voice_wav);
+  EXPECT_EQ(done["result"]["request"]["references"][1]["sample_rate"], 44100);
+
+  expect_refused(submit_references(c, body, {{"reference_image_1", scene_png}, {"reference_audio_1", voice_wav}}),
+                 "reference_audio_1: came beside reference_image_1");
+  expect_refused(submit_references(c, body, {{"reference_image_1", scene_png}, {"reference_audio_3", voice_wav}}),
+                 "reference_audio_3: came without a reference 2");
+  expect_refused(submit_references(c, body, {{"reference_audio_1", voice_wav}}),
+                 "an audio reference needs an image reference beside it");
+  expect_refused(submit_references(c, body, {{"reference_image_1", scene_png}, {"reference_audio_2", "RIFF"}}),
+                 "reference_audio_2");
+  EXPECT_EQ(server.stop(), 0) << server.log();
+
+  test_util::ServeProcess images_only(encoder, "small");
+  httplib::Client p = images_only.client();
+  EXPECT_EQ(json_of(p.Get("/healthz")).value("soundtrack_references", true), false);
+  expect_refused(submit_references(p, body, {{"reference_image_1", scene_png}, {"reference_audio_2", voice_wav}}),
+                 "reference_audio_2: this server encodes no soundtracks");
+  EXPECT_EQ(images_only.stop(), 0) << images_only.log();
 }
 #endif  // VORTEX_HAVE_SERVICE
 

@@ -52,23 +52,6 @@ MediaRequest decode_part(const GenerateArgs& args) {
   return m;
 }
 
-// The audio VAE's encoder for the request's soundtracks (--audio-vae or --synthetic-audio-vae), or
-// none when the request has no audio reference or no audio VAE is named (the check then says so).
-Result<std::optional<vae::AudioVaeEncoder>> load_audio_encoder(const GenerateArgs& args) {
-  const MediaRequest& m = args.media;
-  if (!args.encodes_audio() || (m.audio_vae_path.empty() && m.synthetic_audio_vae.empty())) {
-    return std::optional<vae::AudioVaeEncoder>();
-  }
-  if (!m.audio_vae_path.empty()) {
-    VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e, vae::load_audio_vae_encoder(m.audio_vae_path));
-    return std::optional<vae::AudioVaeEncoder>(std::move(e));
-  }
-  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig c, vae::audio_vae_config_preset(m.synthetic_audio_vae));
-  VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e,
-                          vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, m.weights_seed), c));
-  return std::optional<vae::AudioVaeEncoder>(std::move(e));
-}
-
 // With --media, the decoders, loaded and checked against the latent shapes this request will
 // produce before any denoising time is spent.
 Result<std::optional<MediaDecoder>> load_media_decoder(const GenerateArgs& args, const CheckedRequest& checked,
@@ -116,7 +99,9 @@ int run_generate(const GenerateArgs& args) {
   if (!config.ok()) return report_error(config.status());
   auto text = load_text_conditioner(args.model, *config);
   if (!text.ok()) return report_error(text.status());
-  auto audio_encoder = load_audio_encoder(args);
+  // The audio VAE's encoder only when the request has a soundtrack (without one named, the check says so).
+  Result<std::optional<vae::AudioVaeEncoder>> audio_encoder = std::optional<vae::AudioVaeEncoder>();
+  if (args.encodes_audio()) audio_encoder = load_soundtrack_encoder(args.media);
   if (!audio_encoder.ok()) return report_error(audio_encoder.status().with_context("--reference"));
   auto checked = check_request(args.request, *config, text->get(), *audio_encoder ? &(*audio_encoder)->config : nullptr);
   if (!checked.ok()) return report_error(checked.status());

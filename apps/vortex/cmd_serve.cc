@@ -4,8 +4,9 @@
 // also RESULTS/<id>.wav|.mp4 as `generate --media` would (the VAEs loaded once too). A server with a
 // text encoder and a video VAE takes fl2va requests: the keyframes come as multipart PNG parts
 // first_frame / last_frame and are encoded by the video VAE encoder, loaded once; and ref2va
-// requests with image references, the PNG parts reference_image_1, reference_image_2, ... in the
-// order the model reads them.
+// requests with references in the order the model reads them: position k is the PNG part
+// reference_image_<k> or, on a server that also has an audio VAE, the WAV part reference_audio_<k>
+// (a soundtrack, encoded by the audio VAE's encoder, loaded once).
 //
 // Every job's state is kept in RESULTS/<id>.job.json; a server started on the same folder lists the
 // finished jobs again and runs what was queued or running when the last one stopped (a restart
@@ -61,14 +62,22 @@ std::string json_field(const std::string& flag) {
   return f;
 }
 
-// ref2va's image reference parts: reference_image_1 .. reference_image_9, in reading order.
-std::string reference_part(int k) { return "reference_image_" + std::to_string(k + 1); }
+// ref2va's reference parts: reading position k (from 0) is reference_image_<k+1> (a PNG) or
+// reference_audio_<k+1> (a WAV soundtrack); one numbering for both kinds, since the model reads
+// them interleaved.
+constexpr int kMaxReferences = h3::kMaxImageReferences + h3::kMaxAudioReferences;
+std::string image_part(int k) { return "reference_image_" + std::to_string(k + 1); }
+std::string audio_part(int k) { return "reference_audio_" + std::to_string(k + 1); }
 
-// The multipart file parts a submission may carry, with the extension each is saved under.
+// The multipart file parts a submission may carry, with the extension each is saved under (a
+// soundtrack's .wav is what marks it as one, is_soundtrack_reference).
 const std::map<std::string, std::string>& upload_parts() {
   static const std::map<std::string, std::string> parts = [] {
     std::map<std::string, std::string> p = {{"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
-    for (int k = 0; k < h3::kMaxImageReferences; ++k) p[reference_part(k)] = ".png";
+    for (int k = 0; k < kMaxReferences; ++k) {
+      p[image_part(k)] = ".png";
+      p[audio_part(k)] = ".wav";
+    }
     return p;
   }();
   return parts;
@@ -130,12 +139,14 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       VORTEX_RETURN_IF_ERROR(integer("reference_short_edge", r.reference_short_edge, 1, 1 << 16));
     } else if (key == "first_frame" || key == "last_frame" || key.starts_with("reference_image")) {
       return invalid_argument(key + ": a picture comes as the multipart part '" + key + "' (a PNG), not a field");
+    } else if (key.starts_with("reference_audio")) {
+      return invalid_argument(key + ": a soundtrack comes as the multipart part '" + key + "' (a WAV), not a field");
     } else {
       return invalid_argument("unknown field '" + key +
                               "' (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
                               "text_tokens, text_key, reference_short_edge; text states, keyframes and "
                               "references come as the multipart parts 'text', 'first_frame', 'last_frame' and "
-                              "'reference_image_1', 'reference_image_2', ...)");
+                              "'reference_image_<k>' or 'reference_audio_<k>' for k = 1, 2, ...)");
     }
   }
   const auto upload = [&uploads](const char* part) {
@@ -146,13 +157,24 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
   for (const auto& [part, anchor] : kKeyframeParts) {
     if (const std::string path = upload(part); !path.empty()) r.keyframes.push_back({path, anchor});
   }
-  for (int k = 0; k < h3::kMaxImageReferences; ++k) {
-    const std::string path = upload(reference_part(k).c_str());
+  // The references in reading order: one part per position, numbered from 1 without gaps.
+  const auto position_part = [&](int k) -> Result<std::string> {
+    const std::string image = upload(image_part(k).c_str()), audio = upload(audio_part(k).c_str());
+    if (!image.empty() && !audio.empty()) {
+      return invalid_argument(audio_part(k) + ": came beside " + image_part(k) + " (one reference per position)");
+    }
+    return image.empty() ? audio : image;
+  };
+  for (int k = 0; k < kMaxReferences; ++k) {
+    VORTEX_ASSIGN_OR_RETURN(const std::string path, position_part(k));
     if (path.empty()) {
-      for (int later = k + 1; later < h3::kMaxImageReferences; ++later) {
-        if (!upload(reference_part(later).c_str()).empty()) {
-          return invalid_argument(reference_part(later) + ": came without " + reference_part(k) +
-                                  " (references are numbered from 1 without gaps)");
+      for (int later = k + 1; later < kMaxReferences; ++later) {
+        VORTEX_ASSIGN_OR_RETURN(const std::string after, position_part(later));
+        if (!after.empty()) {
+          const std::string part = is_soundtrack_reference(after) ? audio_part(later) : image_part(later);
+          return invalid_argument(part + ": came without a reference " + std::to_string(k + 1) + " ('" +
+                                  image_part(k) + "' or '" + audio_part(k) +
+                                  "'; references are numbered from 1 without gaps)");
         }
       }
       break;
@@ -160,7 +182,7 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     r.references.push_back(path);
   }
   if (body.contains("reference_short_edge") && r.references.empty()) {
-    return invalid_argument("reference_short_edge: sizes reference images, and no 'reference_image_1' part came");
+    return invalid_argument("reference_short_edge: sizes reference images, and no 'reference_image_<k>' part came");
   }
   r.size_given = body.contains("height") || body.contains("width");
   if (!r.keyframes.empty() && body.contains("height") != body.contains("width")) {
@@ -255,13 +277,24 @@ Status prepare_results_folder(const std::string& folder) {
   return ok_status();
 }
 
+// Whether the server encodes ref2va references: it shows them to a text encoder, and its video VAE
+// encodes the images (a soundtrack comes beside an image).
+bool encodes_references(const ServeArgs& args, bool has_text_encoder) {
+  return has_text_encoder && (!args.media.video_vae_path.empty() || !args.media.synthetic_video_vae.empty());
+}
+
 // With --media, the decoders, loaded once; their checks name --media as generate's name its flag.
-// A video VAE without --media mp4 only encodes keyframes (load_keyframe_encoder_once).
-Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args) {
+// A video VAE without --media mp4 only encodes keyframes and images (load_keyframe_encoder_once),
+// an audio VAE without --media only soundtracks (load_soundtrack_encoder_once).
+Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args, bool has_text_encoder) {
   MediaRequest m = args.media;
   if (args.media_kind != "mp4") {
     m.video_vae_path.clear();
     m.synthetic_video_vae.clear();
+  }
+  if (args.media_kind.empty() && encodes_references(args, has_text_encoder)) {
+    m.audio_vae_path.clear();
+    m.synthetic_audio_vae.clear();
   }
   if (args.media_kind.empty()) {
     if (any_vae_option(m)) {
@@ -291,6 +324,16 @@ Result<std::optional<KeyframeEncoder>> load_keyframe_encoder_once(const ServeArg
   VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder, KeyframeEncoder::load(m.video_vae_path, m.synthetic_video_vae,
                                                                          args.model.weights_seed, args.model.device));
   return std::optional<KeyframeEncoder>(std::move(encoder));
+}
+
+// The audio VAE's encoder for soundtrack references, on a server that encodes references and
+// names an audio VAE (the decoder's, with --media); none otherwise (soundtracks are then refused
+// by name).
+Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder_once(const ServeArgs& args, bool has_text_encoder) {
+  if (!encodes_references(args, has_text_encoder)) return std::optional<vae::AudioVaeEncoder>();
+  MediaRequest m = args.media;
+  m.weights_seed = args.model.weights_seed;
+  return load_soundtrack_encoder(m);
 }
 
 std::string job_record_path(const std::filesystem::path& results, const std::string& id) {
@@ -333,12 +376,16 @@ int run_serve(const ServeArgs& args) {
   ModelOptions model_options = args.model;
   // Requests may ask for int8fp8 when the device model reserved its workspace (head dim 128 only).
   model_options.int8fp8_workspace = args.model.device == "cuda" && config->attention_head_dim == 128;
-  auto media = load_media(args);
-  if (!media.ok()) return report_error(media.status());
   auto text = load_text_conditioner(args.model, *config);
   if (!text.ok()) return report_error(text.status());
-  auto keyframe_encoder = load_keyframe_encoder_once(args, text->get() != nullptr);
+  const bool has_text_encoder = text->get() != nullptr;
+  auto media = load_media(args, has_text_encoder);
+  if (!media.ok()) return report_error(media.status());
+  auto keyframe_encoder = load_keyframe_encoder_once(args, has_text_encoder);
   if (!keyframe_encoder.ok()) return report_error(keyframe_encoder.status());
+  auto soundtrack_encoder = load_soundtrack_encoder_once(args, has_text_encoder);
+  if (!soundtrack_encoder.ok()) return report_error(soundtrack_encoder.status());
+  const vae::AudioVaeEncoder* soundtracks = *soundtrack_encoder ? &**soundtrack_encoder : nullptr;
   if (*text && args.model.device == "cuda") {
     std::fprintf(stderr, "vortex serve: loading the text encoder onto the device...\n");
     if (Status prepared = (*text)->prepare(); !prepared.ok()) return report_error(prepared);
@@ -362,7 +409,14 @@ int run_serve(const ServeArgs& args) {
       return invalid_argument("reference_image_1: this server encodes no references (start it with --text-encoder "
                               "and --video-vae or --synthetic-video-vae)");
     }
-    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_request(r, *config, text->get()));
+    for (size_t k = 0; k < r.references.size() && soundtracks == nullptr; ++k) {
+      if (is_soundtrack_reference(r.references[k])) {
+        return invalid_argument(audio_part(static_cast<int>(k)) + ": this server encodes no soundtracks (start it "
+                                "with --audio-vae or --synthetic-audio-vae too)");
+      }
+    }
+    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked,
+                            check_request(r, *config, text->get(), soundtracks ? &soundtracks->config : nullptr));
     if (args.model.device == "cuda" && checked.rows > max_rows) {
       return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
                               std::to_string(max_rows) + " (--max-rows)");
@@ -388,7 +442,7 @@ int run_serve(const ServeArgs& args) {
           context.set_phase("encode");
           VORTEX_RETURN_IF_ERROR(encode_prompt(checked, text->get()));
           if (checked.fl2va() || checked.ref2va()) {
-            VORTEX_RETURN_IF_ERROR(encode_request_images(checked, **keyframe_encoder));
+            VORTEX_RETURN_IF_ERROR(encode_request_images(checked, **keyframe_encoder, soundtracks));
           }
         }
         context.set_phase("denoise");
@@ -437,7 +491,8 @@ int run_serve(const ServeArgs& args) {
   }
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
-                {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()}};
+                {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()},
+                {"soundtrack_references", soundtracks != nullptr}};
   hooks.check = [&](const nlohmann::json& body, const service::Uploads& uploads) -> Result<nlohmann::json> {
     VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, uploads));
     VORTEX_ASSIGN_OR_RETURN(const CheckedRequest checked, check_served(r));

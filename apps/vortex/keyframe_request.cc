@@ -156,6 +156,18 @@ Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyf
   return out;
 }
 
+Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder(const MediaRequest& media) {
+  if (!media.audio_vae_path.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e, vae::load_audio_vae_encoder(media.audio_vae_path));
+    return std::optional<vae::AudioVaeEncoder>(std::move(e));
+  }
+  if (media.synthetic_audio_vae.empty()) return std::optional<vae::AudioVaeEncoder>();
+  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig c, vae::audio_vae_config_preset(media.synthetic_audio_vae));
+  VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e,
+                          vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, media.weights_seed), c));
+  return std::optional<vae::AudioVaeEncoder>(std::move(e));
+}
+
 Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
                                                      const vae::AudioVaeEncoder* audio) {
   std::vector<h3::Reference> out;

@@ -96,6 +96,11 @@ Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pi
 // Every prepared keyframe's latents with its anchor, through `encoder`.
 Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const KeyframeEncoder& encoder);
 
+// The audio VAE's encoder for soundtrack references: --audio-vae's checkpoint or the
+// --synthetic-audio-vae preset (drawn from `media.weights_seed`, as the decoders are); none when
+// neither is named.
+Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder(const MediaRequest& media);
+
 // Every reference's conditioning in reading order: an image's latents (F32 [C, 1, H/16, W/16], the
 // same seed-42 posterior draw as a keyframe's) through `images`, a soundtrack's rows through `audio`
 // (vae::encode_reference_soundtrack; null only when there is no audio reference).
