@@ -298,7 +298,8 @@ Result<std::optional<MediaDecoder>> load_media(const ServeArgs& args, bool has_t
   }
   if (args.media_kind.empty()) {
     if (any_vae_option(m)) {
-      return invalid_argument("the audio VAE options decode each job's latents into --media wav|mp4, which is not given");
+      return invalid_argument("the audio VAE options decode each job's latents into --media wav|mp4, which is not "
+                              "given, or encode soundtrack references beside --text-encoder and a video VAE");
     }
     return std::optional<MediaDecoder>();
   }

@@ -67,8 +67,8 @@ struct RequestOptions {
   bool size_given = true;
   // ref2va: references in the order the model reads them, with a prompt: PNG images, each encoded
   // at its own size (reference_short_edge, the checkpoint's reference_image_short_edge), and WAV
-  // soundtracks (any rate, resampled onto the audio VAE's). The canvas is the request's (768 x 1344 by default, the
-  // pipeline's 16:9).
+  // soundtracks (any rate, resampled onto the audio VAE's). The canvas is the request's (768 x 1344
+  // by default, the pipeline's 16:9).
   std::vector<std::string> references;
   int64_t reference_short_edge = h3::kReferenceImageShortEdge;
   // The names the errors use for the fields (the CLI's flags, or the served request's JSON keys).

@@ -105,9 +105,11 @@ Result<Tensor> resample_audio(const Tensor& waveform, int from_rate, int to_rate
       const int64_t k_begin = std::max<int64_t>(0, -first);
       const int64_t k_end = std::min<int64_t>(f.taps, length - first);
       const float* taps = f.weights.data() + phase * f.taps;
-      const float* x = in + c * length + first;
+      const float* x = in + c * length;  // sample first + k is x[first + k]
       double acc = 0.0;
-      for (int64_t k = k_begin; k < k_end; ++k) acc += static_cast<double>(taps[k]) * static_cast<double>(x[k]);
+      for (int64_t k = k_begin; k < k_end; ++k) {
+        acc += static_cast<double>(taps[k]) * static_cast<double>(x[first + k]);
+      }
       dst[i] = static_cast<float>(acc);
     }
   }, 1024);

@@ -21,7 +21,7 @@ int64_t resampled_length(int64_t samples, int from_rate, int to_rate);
 // float64 where the reference does (the phase offset j / to in float32, as torch divides an integer
 // range), rounded to float32 once; each output a dot product of float32 taps and samples,
 // accumulated here in float64 (the reference's float32 convolution agrees within its rounding).
-// Equal rates return a contiguous copy. Errors (invalid_argument): a rate outside
+// Equal rates return the waveform as it is (contiguous F32, not filtered). Errors (invalid_argument): a rate outside
 // 1..kMaxResampleRate, a waveform that is not F32 rank 2 on the CPU with samples, or non-finite.
 Result<Tensor> resample_audio(const Tensor& waveform, int from_rate, int to_rate);
 
