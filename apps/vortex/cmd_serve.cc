@@ -64,8 +64,7 @@ std::string json_field(const std::string& flag) {
 
 // ref2va's reference parts: reading position k (from 0) is reference_image_<k+1> (a PNG) or
 // reference_audio_<k+1> (a WAV soundtrack); one numbering for both kinds, since the model reads
-// them interleaved.
-constexpr int kMaxReferences = h3::kMaxImageReferences + h3::kMaxAudioReferences;
+// them interleaved (h3::kMaxReferences positions in all).
 std::string image_part(int k) { return "reference_image_" + std::to_string(k + 1); }
 std::string audio_part(int k) { return "reference_audio_" + std::to_string(k + 1); }
 
@@ -74,7 +73,7 @@ std::string audio_part(int k) { return "reference_audio_" + std::to_string(k + 1
 const std::map<std::string, std::string>& upload_parts() {
   static const std::map<std::string, std::string> parts = [] {
     std::map<std::string, std::string> p = {{"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
-    for (int k = 0; k < kMaxReferences; ++k) {
+    for (int k = 0; k < h3::kMaxReferences; ++k) {
       p[image_part(k)] = ".png";
       p[audio_part(k)] = ".wav";
     }
@@ -165,10 +164,10 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     }
     return image.empty() ? audio : image;
   };
-  for (int k = 0; k < kMaxReferences; ++k) {
+  for (int k = 0; k < h3::kMaxReferences; ++k) {
     VORTEX_ASSIGN_OR_RETURN(const std::string path, position_part(k));
     if (path.empty()) {
-      for (int later = k + 1; later < kMaxReferences; ++later) {
+      for (int later = k + 1; later < h3::kMaxReferences; ++later) {
         VORTEX_ASSIGN_OR_RETURN(const std::string after, position_part(later));
         if (!after.empty()) {
           const std::string part = is_soundtrack_reference(after) ? audio_part(later) : image_part(later);
