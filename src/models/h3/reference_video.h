@@ -1,0 +1,26 @@
+// A ref2va video reference onto H3's clock and canvas, as the reference pipeline's
+// MiniMaxH3Ref2VASetupStep normalises it: first the frame rate (whole frames dropped and
+// duplicated, as ffmpeg's fps filter does), then the cut at the generated frame count, then its
+// own canvas (keyframe_canvas of its aspect ratio, Pillow's LANCZOS stretch unless it is already
+// that size).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::h3 {
+
+// Per output frame on the 24 fps clock, the source frame it shows, at most max_frames of them.
+// Source frame i is held from slot floor(i · 24 / fps + 0.5) to the next one's, the last until
+// floor(num_frames · 24 / fps + 0.5) (fp64, as numpy computes it); at 24 fps every frame maps to
+// itself. A rate that is not positive and finite is an error naming it.
+Result<std::vector<int64_t>> reference_frame_sources(int64_t num_frames, double fps, int64_t max_frames);
+
+// frames: U8 [F, H, W, 3] at `fps` → U8 [F', h, w, 3] on H3's clock (F' ≤ generated_frames) and the
+// canvas of its own aspect ratio. Errors name the tensor's shape or the rate.
+Result<Tensor> normalize_reference_video(const Tensor& frames, double fps, int64_t generated_frames);
+
+}  // namespace vortex::h3
