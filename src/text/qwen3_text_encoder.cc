@@ -104,11 +104,12 @@ Result<Qwen3TextConfig> Qwen3TextConfig::from_json(const json& config, const std
   }
   VORTEX_ASSIGN_OR_RETURN(c.rope_theta, read_rope_theta(t, at));
   VORTEX_ASSIGN_OR_RETURN(c.mrope_section, read_mrope_section(t, c.mrope_section, at));
-  if (vl && config.contains("image_token_id")) {
-    if (!config["image_token_id"].is_number_integer() || config["image_token_id"].get<int64_t>() < 0) {
-      return corrupt_data(where + ": image_token_id is " + config["image_token_id"].dump());
+  for (auto [key, id] : {std::pair{"image_token_id", &c.image_token_id}, std::pair{"video_token_id", &c.video_token_id}}) {
+    if (!vl || !config.contains(key)) continue;
+    if (!config[key].is_number_integer() || config[key].get<int64_t>() < 0) {
+      return corrupt_data(where + ": " + key + " is " + config[key].dump());
     }
-    c.image_token_id = config["image_token_id"].get<int64_t>();
+    *id = config[key].get<int64_t>();
   }
   if (t.value("hidden_act", "silu") != "silu") {
     return unimplemented(at + ": hidden_act " + t["hidden_act"].dump() + " (only silu is supported)");
@@ -245,16 +246,21 @@ Result<Qwen3TextEncoder::VisionRows> Qwen3TextEncoder::vision_rows(const std::ve
     return invalid_argument("the text encoder's config has no image_token_id inside its vocabulary of " +
                             std::to_string(config_.vocab_size) + ": it takes no images");
   }
+  // A video's vision block sits as an image of one frame would (the reference splits a video's
+  // grid per block, its timestamps being text between them), so both pads start a run.
+  const auto is_pad = [&](int32_t id) {
+    return id == config_.image_token_id || (config_.video_token_id >= 0 && id == config_.video_token_id);
+  };
   int64_t next = 0;  // the next text position (one past the previous maximum)
   for (int64_t i = 0; i < N;) {
-    // Without images an image-pad id is a plain token, as in the reference without pixel values.
-    if (images.empty() || ids[static_cast<size_t>(i)] != config_.image_token_id) {
+    // Without images a pad id is a plain token, as in the reference without pixel values.
+    if (images.empty() || !is_pad(ids[static_cast<size_t>(i)])) {
       for (auto& axis : out.positions) axis[static_cast<size_t>(i)] = next;
       ++next, ++i;
       continue;
     }
     int64_t end = i;
-    while (end < N && ids[static_cast<size_t>(end)] == config_.image_token_id) ++end;
+    while (end < N && ids[static_cast<size_t>(end)] == ids[static_cast<size_t>(i)]) ++end;
     const size_t k = out.runs.size();
     if (k >= images.size()) {
       return invalid_argument("token " + std::to_string(i) + " starts image-pad run " + std::to_string(k + 1) +

@@ -11,8 +11,9 @@
 // final norm are never run (the H3 pipeline reads `hidden_states[layer]` of the reference).
 //
 // A presentation with images (fl2va's keyframes) changes three things, as Qwen3VLModel does:
-// each run of `<|image_pad|>` ids takes one image's merged vision features
-// (qwen3_vision_encoder.h) in place of its embedding rows; the positions become 3-D (t, h, w):
+// each run of `<|image_pad|>` ids — or of `<|video_pad|>` ids, one per vision block of a video
+// (ref2va's video references) — takes one image's (block's) merged vision features
+// (qwen3_vision_encoder.h) in place of its embedding rows, in order; the positions become 3-D (t, h, w):
 // text continues one past the previous maximum on all three axes, an image's tokens sit at
 // (start, start + row, start + column) of its merged grid and advance the next start by
 // max(rows, columns); channel pair k of the head takes the h position when k % 3 == 1 and
@@ -55,6 +56,7 @@ struct Qwen3TextConfig {
   double rope_theta = 0.0;
   std::array<int64_t, 3> mrope_section{24, 20, 20};  // rope_parameters.mrope_section (t, h, w)
   int64_t image_token_id = -1;  // Qwen3-VL's `<|image_pad|>` (-1: a text-only config)
+  int64_t video_token_id = -1;  // its `<|video_pad|>` (-1: none in the config)
 
   // From a Qwen3-VL config.json (its `text_config`) or a Qwen3 text config; errors name the field.
   static Result<Qwen3TextConfig> from_json(const nlohmann::json& config, const std::string& where);

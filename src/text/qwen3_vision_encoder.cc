@@ -199,6 +199,82 @@ Result<std::array<int64_t, 2>> Qwen3ImageProcessorConfig::target_size(int64_t he
   return std::array<int64_t, 2>{h_bar, w_bar};
 }
 
+Result<Qwen3VideoProcessorConfig> Qwen3VideoProcessorConfig::from_json(const json& config, const std::string& where) {
+  // processor_config.json nests the video processor's settings; video_preprocessor_config.json is them.
+  const bool nested = config.contains("video_processor") && config["video_processor"].is_object();
+  const json& p = nested ? config["video_processor"] : config;
+  const std::string at = nested ? where + ": video_processor" : where;
+  const std::string type = p.value("video_processor_type", "Qwen3VLVideoProcessor");
+  if (type.rfind("Qwen3VLVideoProcessor", 0) != 0) {
+    return unimplemented(at + ": video_processor_type " + type + " (Qwen3VLVideoProcessor expected)");
+  }
+  for (const char* flag : {"do_resize", "do_rescale", "do_normalize"}) {
+    if (p.contains(flag) && p[flag].is_boolean() && !p[flag].get<bool>()) {
+      return unimplemented(at + ": " + flag + " is false (the Qwen3-VL recipe resizes, rescales and normalises)");
+    }
+  }
+  if (p.contains("cap_pixels_per_frame") && p["cap_pixels_per_frame"].is_boolean() &&
+      p["cap_pixels_per_frame"].get<bool>()) {
+    return unimplemented(at + ": cap_pixels_per_frame is true (only the uncapped pixel budget is implemented)");
+  }
+  // Missing fields take Qwen3VLVideoProcessor's class defaults, as transformers does.
+  Qwen3VideoProcessorConfig c;
+  VORTEX_ASSIGN_OR_RETURN(c.patch, optional_positive_int(p, "patch_size", 16, at));
+  VORTEX_ASSIGN_OR_RETURN(c.merge, optional_positive_int(p, "merge_size", 2, at));
+  VORTEX_ASSIGN_OR_RETURN(c.temporal_patch, optional_positive_int(p, "temporal_patch_size", 2, at));
+  c.min_pixels = 128 * 32 * 32;
+  c.max_pixels = 768 * 32 * 32;
+  if (p.contains("size") && p["size"].is_object()) {
+    VORTEX_ASSIGN_OR_RETURN(c.min_pixels, positive_int(p["size"], "shortest_edge", at + ": size"));
+    VORTEX_ASSIGN_OR_RETURN(c.max_pixels, positive_int(p["size"], "longest_edge", at + ": size"));
+  }
+  if (p.contains("rescale_factor")) {
+    if (!p["rescale_factor"].is_number() || p["rescale_factor"].get<double>() <= 0.0) {
+      return corrupt_data(at + ": rescale_factor is " + p["rescale_factor"].dump());
+    }
+    c.rescale_factor = p["rescale_factor"].get<double>();
+  }
+  VORTEX_ASSIGN_OR_RETURN(c.mean, channel_triple(p, "image_mean", {0.5, 0.5, 0.5}, at));
+  VORTEX_ASSIGN_OR_RETURN(c.std, channel_triple(p, "image_std", {0.5, 0.5, 0.5}, at));
+  for (double s : c.std) {
+    if (!(s > 0.0)) return corrupt_data(at + ": image_std has a value that is not positive");
+  }
+  return c;
+}
+
+Result<std::array<int64_t, 2>> Qwen3VideoProcessorConfig::target_size(int64_t frames, int64_t height,
+                                                                      int64_t width) const {
+  if (height < 1 || width < 1 || frames < temporal_patch) {
+    return invalid_argument("video of " + std::to_string(frames) + " frames of " + std::to_string(height) + " x " +
+                            std::to_string(width) + " pixels (the video processor takes at least " +
+                            std::to_string(temporal_patch) + " frames)");
+  }
+  const int64_t factor = patch * merge;
+  double h = static_cast<double>(height), w = static_cast<double>(width);
+  const double f = static_cast<double>(factor), t = static_cast<double>(frames);
+  if (height < factor || width < factor) {  // scaled up until both sides reach a factor, truncated
+    const double scale = std::max(f / h, f / w);
+    h = std::trunc(h * scale);
+    w = std::trunc(w * scale);
+  }
+  if (std::max(h, w) / std::min(h, w) > 200.0) {
+    return invalid_argument("video " + std::to_string(height) + " x " + std::to_string(width) +
+                            ": the video processor takes aspect ratios below 200");
+  }
+  int64_t h_bar = round_half_even(h / f) * factor, w_bar = round_half_even(w / f) * factor;
+  const int64_t t_bar = round_half_even(t / static_cast<double>(temporal_patch)) * temporal_patch;
+  if (t_bar * h_bar * w_bar > max_pixels) {
+    const double beta = std::sqrt(t * h * w / static_cast<double>(max_pixels));
+    h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);
+    w_bar = std::max(factor, static_cast<int64_t>(std::floor(w / beta / f)) * factor);
+  } else if (t_bar * h_bar * w_bar < min_pixels) {
+    const double beta = std::sqrt(static_cast<double>(min_pixels) / (t * h * w));
+    h_bar = static_cast<int64_t>(std::ceil(h * beta / f)) * factor;
+    w_bar = static_cast<int64_t>(std::ceil(w * beta / f)) * factor;
+  }
+  return std::array<int64_t, 2>{h_bar, w_bar};
+}
+
 Result<Qwen3VisionEncoder> Qwen3VisionEncoder::load(const std::string& model_path, const std::string& processor_path) {
   const std::string config_path = (fs::path(model_folder(model_path)) / "config.json").string();
   VORTEX_ASSIGN_OR_RETURN(json config_json, read_json_file(config_path));
@@ -221,6 +297,7 @@ Result<Qwen3VisionEncoder> Qwen3VisionEncoder::load(const std::string& model_pat
                         config_path + "'s " + std::to_string(c.patch) + " / " + std::to_string(c.merge) + " / " +
                         std::to_string(c.temporal_patch));
   }
+  enc.load_video_processor(processor_file, processor_json);
 
   VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint ckpt, open_model_weights(model_path));
   std::string prefix;
@@ -294,26 +371,96 @@ Result<Tensor> Qwen3VisionEncoder::image_patches(const Tensor& rgb, VisionGrid* 
   if (rgb.dtype() != DType::kU8 || rgb.rank() != 3 || rgb.size(2) != 3) {
     return invalid_argument("image is " + rgb.describe() + ", expected u8 [height, width, 3] (RGB)");
   }
-  const int64_t H = rgb.size(0), W = rgb.size(1);
-  VORTEX_ASSIGN_OR_RETURN(*grid, grid_for(H, W));
-  const Tensor image = rgb.contiguous();
-  const uint8_t* px = image.data_as<const uint8_t>();
+  VORTEX_ASSIGN_OR_RETURN(*grid, grid_for(rgb.size(0), rgb.size(1)));
+  // The image processor repeats a picture over the temporal patch.
+  const std::vector<Tensor> frames(static_cast<size_t>(config_.temporal_patch), rgb);
+  return frame_patches(frames, *grid, processor_.rescale_factor, processor_.mean, processor_.std);
+}
+
+void Qwen3VisionEncoder::load_video_processor(const std::string& processor_file, const json& processor_json) {
+  std::string where = processor_file;
+  json settings = processor_json;
+  if (!(processor_json.contains("video_processor") && processor_json["video_processor"].is_object())) {
+    where = (fs::path(processor_file).parent_path() / "video_preprocessor_config.json").string();
+    if (!fs::exists(where)) {
+      video_processor_error_ = not_found(where + " does not exist: video references need the video processor's "
+                                         "settings beside the image processor's");
+      return;
+    }
+    auto read = read_json_file(where);
+    if (!read.ok()) {
+      video_processor_error_ = read.status();
+      return;
+    }
+    settings = std::move(*read);
+  }
+  auto parsed = Qwen3VideoProcessorConfig::from_json(settings, where);
+  if (!parsed.ok()) {
+    video_processor_error_ = parsed.status();
+    return;
+  }
+  if (parsed->patch != config_.patch || parsed->merge != config_.merge ||
+      parsed->temporal_patch != config_.temporal_patch) {
+    video_processor_error_ = corrupt_data(where + ": patch / merge / temporal patch " + std::to_string(parsed->patch) +
+                                          " / " + std::to_string(parsed->merge) + " / " +
+                                          std::to_string(parsed->temporal_patch) + " differ from the vision tower's");
+    return;
+  }
+  video_processor_ = *parsed;
+}
+
+Result<VisionGrid> Qwen3VisionEncoder::video_grid_for(int64_t frames, int64_t height, int64_t width) const {
+  if (!video_processor_error_.ok()) return video_processor_error_;
+  VORTEX_ASSIGN_OR_RETURN(const auto target, video_processor_.target_size(frames, height, width));
+  if (target[0] != height || target[1] != width) {
+    return unimplemented("video frames are " + std::to_string(height) + " x " + std::to_string(width) + "; for " +
+                         std::to_string(frames) + " sampled frames the vision tower's video processor would " +
+                         "resize them to " + std::to_string(target[0]) + " x " + std::to_string(target[1]) +
+                         " (bicubic), which is not implemented");
+  }
+  return VisionGrid{height / config_.patch, width / config_.patch, config_.merge};
+}
+
+Result<Tensor> Qwen3VisionEncoder::video_block_patches(const std::vector<Tensor>& frames,
+                                                       const VisionGrid& grid) const {
+  if (!video_processor_error_.ok()) return video_processor_error_;
+  if (static_cast<int64_t>(frames.size()) != config_.temporal_patch) {
+    return invalid_argument("a video block takes " + std::to_string(config_.temporal_patch) + " frames, got " +
+                            std::to_string(frames.size()));
+  }
+  return frame_patches(frames, grid, video_processor_.rescale_factor, video_processor_.mean, video_processor_.std);
+}
+
+Result<Tensor> Qwen3VisionEncoder::frame_patches(const std::vector<Tensor>& frames, const VisionGrid& grid,
+                                                 double rescale_factor, const std::array<double, 3>& mean_in,
+                                                 const std::array<double, 3>& std_in) const {
   const int64_t P = config_.patch, T = config_.temporal_patch;
+  const int64_t H = grid.height * P, W = grid.width * P;
+  std::vector<Tensor> dense;
+  for (size_t t = 0; t < frames.size(); ++t) {
+    const Tensor& f = frames[t];
+    if (f.dtype() != DType::kU8 || f.rank() != 3 || f.size(0) != H || f.size(1) != W || f.size(2) != 3) {
+      return invalid_argument("frame " + std::to_string(t) + " is " + f.describe() + ", expected u8 [" +
+                              std::to_string(H) + ", " + std::to_string(W) + ", 3] (RGB)");
+    }
+    dense.push_back(f.contiguous());
+  }
   // The reference folds the rescale into mean and std in fp32: (x − mean/r) / (std/r).
   std::array<float, 3> mean{}, stdev{};
   for (int c = 0; c < 3; ++c) {
-    const float inv_rescale = static_cast<float>(1.0 / processor_.rescale_factor);
-    mean[c] = static_cast<float>(processor_.mean[c]) * inv_rescale;
-    stdev[c] = static_cast<float>(processor_.std[c]) * inv_rescale;
+    const float inv_rescale = static_cast<float>(1.0 / rescale_factor);
+    mean[c] = static_cast<float>(mean_in[c]) * inv_rescale;
+    stdev[c] = static_cast<float>(std_in[c]) * inv_rescale;
   }
   const int64_t K = config_.patch_values();
-  Tensor out = Tensor::empty({grid->patches(), K}, DType::kF32);
+  Tensor out = Tensor::empty({grid.patches(), K}, DType::kF32);
   float* o = out.data_as<float>();
-  for (int64_t i = 0; i < grid->patches(); ++i) {
-    const auto [row, col] = patch_position(i, *grid);
+  for (int64_t i = 0; i < grid.patches(); ++i) {
+    const auto [row, col] = patch_position(i, grid);
     float* dst = o + i * K;
     for (int64_t c = 0; c < 3; ++c) {
       for (int64_t t = 0; t < T; ++t) {
+        const uint8_t* px = dense[static_cast<size_t>(t)].data_as<const uint8_t>();
         for (int64_t y = 0; y < P; ++y) {
           const uint8_t* src = px + ((row * P + y) * W + col * P) * 3 + c;
           for (int64_t x = 0; x < P; ++x) {

@@ -76,6 +76,24 @@ struct Qwen3ImageProcessorConfig {
   Result<std::array<int64_t, 2>> target_size(int64_t height, int64_t width) const;
 };
 
+// The video processor's settings (video_preprocessor_config.json, Qwen3VLVideoProcessor): the
+// image processor's normalisation, and a pixel budget over all of a video's sampled frames:
+// smart_resize bounds round(frames / temporal_patch) · temporal_patch · h · w by [min_pixels,
+// max_pixels] (the uncapped rule the pipeline's transformers runs by default).
+struct Qwen3VideoProcessorConfig {
+  int64_t patch = 0;
+  int64_t merge = 0;
+  int64_t temporal_patch = 0;
+  int64_t min_pixels = 0;
+  int64_t max_pixels = 0;
+  double rescale_factor = 1.0 / 255.0;
+  std::array<double, 3> mean{0.5, 0.5, 0.5};
+  std::array<double, 3> std{0.5, 0.5, 0.5};
+
+  static Result<Qwen3VideoProcessorConfig> from_json(const nlohmann::json& config, const std::string& where);
+  Result<std::array<int64_t, 2>> target_size(int64_t frames, int64_t height, int64_t width) const;
+};
+
 // An image's patch grid (in patches) and the number of tokens it becomes.
 struct VisionGrid {
   int64_t height = 0;
@@ -103,6 +121,15 @@ class Qwen3VisionEncoder {
   // rgb: U8 [H, W, 3]. F32 [patches, patch_values()]: the processor's pixel_values. An image the
   // processor would resize is an error naming both sizes.
   Result<Tensor> image_patches(const Tensor& rgb, VisionGrid* grid) const;
+
+  // A video's vision blocks: the grid of each block of a video of `frames` sampled frames at
+  // height × width (one block per temporal_patch frames, each its own attention span, as the
+  // reference's per-frame cu_seqlens make it); a video the processor would resize, or no video
+  // processor settings beside the image processor's, is an error naming it.
+  Result<VisionGrid> video_grid_for(int64_t frames, int64_t height, int64_t width) const;
+  // frames: temporal_patch U8 [H, W, 3] of one block, in order. F32 [grid.patches(),
+  // patch_values()]: that block's rows of the video processor's pixel_values_videos.
+  Result<Tensor> video_block_patches(const std::vector<Tensor>& frames, const VisionGrid& grid) const;
 
   // The whole tower on one image's patches (F32 or BF16 [grid.patches(), patch_values()]).
   Result<VisionFeatures> encode(const Tensor& patches, const VisionGrid& grid) const;
@@ -143,9 +170,17 @@ class Qwen3VisionEncoder {
 
  private:
   Result<Tensor> merge(const Merger& merger, const Tensor& x) const;
+  // From processor_config.json's nested settings or video_preprocessor_config.json beside the
+  // image processor's file; when there are none (or they are unusable) videos are refused with why.
+  void load_video_processor(const std::string& processor_file, const nlohmann::json& processor_json);
+  // Each temporal slot t of every patch from frames[t], normalised with these settings.
+  Result<Tensor> frame_patches(const std::vector<Tensor>& frames, const VisionGrid& grid, double rescale_factor,
+                               const std::array<double, 3>& mean, const std::array<double, 3>& std) const;
 
   Qwen3VisionConfig config_;
   Qwen3ImageProcessorConfig processor_;
+  Qwen3VideoProcessorConfig video_processor_;
+  Status video_processor_error_ = ok_status();  // why videos are refused, when they are
   Tensor patch_w_;  // [hidden, patch_values()]
   Tensor patch_b_;
   Tensor pos_embed_;  // [num_position_embeddings, hidden]
