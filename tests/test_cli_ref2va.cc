@@ -183,7 +183,7 @@ TEST_F(CliRef2va, ASoundtrackReferenceIsTheLibrarysEncode) {
   auto conditioner =
       must(text::TextConditioner::load({encoder_dir(), test::golden_path("qwen_tokenizer_trimmed.json"), 2}));
   const text::Presentation presentation = must(conditioner->reference_presentation(
-      kPrompt, {std::array<int64_t, 2>{pixels.size(0), pixels.size(1)}, std::nullopt}));
+      kPrompt, {text::PresentedReference::picture(pixels.size(0), pixels.size(1)), text::PresentedReference::audio()}));
   const Tensor states = must(conditioner->encode_presentation(presentation, {pixels}));
   std::vector<int32_t> tags;
   for (const bool vision : presentation.vision) tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);

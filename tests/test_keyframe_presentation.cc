@@ -72,8 +72,9 @@ TEST_F(KeyframePresentation, TokensFlagsAndStates) {
   vision.insert(vision.end(), prompt.size(), false);
   EXPECT_EQ(p.ids, want);
   EXPECT_EQ(p.vision, vision);
-  ASSERT_EQ(p.grids.size(), 2u);
-  EXPECT_EQ(p.grids[0].tokens(), 6);
+  ASSERT_EQ(p.blocks.size(), 2u);
+  EXPECT_EQ(p.blocks[0].grid.tokens(), 6);
+  EXPECT_EQ(p.blocks[1].visual, 1u);
 
   const Tensor states = must(conditioner->encode_presentation(p, {test_image(64, 96), test_image(64, 96)}));
   EXPECT_EQ(states.shape(), Shape({static_cast<int64_t>(want.size()), 8}));
@@ -91,7 +92,8 @@ TEST_F(KeyframePresentation, TokensFlagsAndStates) {
 TEST_F(KeyframePresentation, ReferencesAreLabelledPerModality) {
   auto conditioner = load();
   const Presentation p =
-      must(conditioner->reference_presentation("A cat.", {std::nullopt, std::array<int64_t, 2>{64, 96}, std::nullopt}));
+      must(conditioner->reference_presentation("A cat.", {PresentedReference::audio(), PresentedReference::picture(64, 96),
+                                                          PresentedReference::audio()}));
   std::vector<int32_t> want;
   std::vector<bool> vision;
   const auto text = [&](const std::string& s) {
@@ -109,11 +111,86 @@ TEST_F(KeyframePresentation, ReferencesAreLabelledPerModality) {
   text("A cat.");
   EXPECT_EQ(p.ids, want);
   EXPECT_EQ(p.vision, vision);
-  EXPECT_EQ(p.grids.size(), 1u);
+  EXPECT_EQ(p.blocks.size(), 1u);
   // All pictures: the keyframes' presentation.
   const Presentation pictures = must(conditioner->reference_presentation(
-      "A cat.", {std::array<int64_t, 2>{64, 96}, std::array<int64_t, 2>{64, 96}}));
+      "A cat.", {PresentedReference::picture(64, 96), PresentedReference::picture(64, 96)}));
   EXPECT_EQ(pictures.ids, must(conditioner->keyframe_presentation("A cat.", {{64, 96}, {64, 96}})).ids);
+}
+
+Tensor test_video(int64_t frames, int64_t h, int64_t w) {
+  Tensor t = Tensor::empty({frames, h, w, 3}, DType::kU8);
+  uint8_t* p = t.data_as<uint8_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<uint8_t>((i * 29 + i / 5 + i / 18432) % 253);
+  return t;
+}
+
+// ref2va with videos: a video's "<Video k>: " label (after "<Audio j>: " when it has sound), then
+// per 2 fps block its timestamp label and a <|video_pad|> block; the blocks read the sampled frames.
+TEST_F(KeyframePresentation, VideosAreLabelledAndTimestampedPerBlock) {
+  auto conditioner = load();
+  const Presentation p = must(conditioner->reference_presentation(
+      "A cat.", {PresentedReference::video(37, 24.0, 64, 96, true), PresentedReference::picture(64, 96),
+                 PresentedReference::video(25, 24.0, 64, 96, false)}));
+  std::vector<int32_t> want;
+  std::vector<bool> vision;
+  const auto text = [&](const std::string& s) {
+    const std::vector<int32_t> ids = must(conditioner->tokenize(s));
+    want.insert(want.end(), ids.begin(), ids.end());
+    vision.insert(vision.end(), ids.size(), false);
+  };
+  const auto block = [&](int32_t pad) {
+    want.push_back(151652);
+    want.insert(want.end(), 6, pad);
+    want.push_back(151653);
+    vision.insert(vision.end(), 8, true);
+  };
+  text("<Audio 1>: ");
+  text("<Video 1>: ");
+  text("<0.2 seconds>");
+  block(151656);
+  text("<1.2 seconds>");
+  block(151656);
+  text("<Picture 1>: ");
+  block(151655);
+  text("<Video 2>: ");
+  text("<0.2 seconds>");
+  block(151656);
+  text("<1.0 seconds>");
+  block(151656);
+  text("A cat.");
+  EXPECT_EQ(p.ids, want);
+  EXPECT_EQ(p.vision, vision);
+  ASSERT_EQ(p.blocks.size(), 5u);
+  EXPECT_EQ(p.visuals, 3u);
+  EXPECT_EQ(p.blocks[1].frames, (std::vector<int64_t>{24, 36}));
+  EXPECT_EQ(p.blocks[2].visual, 1u);
+  EXPECT_TRUE(p.blocks[2].frames.empty());
+  EXPECT_EQ(p.blocks[4].frames, (std::vector<int64_t>{24, 24}));  // the last sampled frame repeated
+
+  const Tensor v1 = test_video(37, 64, 96), v2 = test_video(25, 64, 96);
+  const Tensor states = must(conditioner->encode_presentation(p, {v1, test_image(64, 96), v2}));
+  EXPECT_EQ(states.shape(), Shape({static_cast<int64_t>(want.size()), 8}));
+  EXPECT_GT(test::rel_l2(states, must(conditioner->encode(p.ids))), 1e-2);
+  // A block reads its own frames: another frame 36 changes the states from the second block on.
+  Tensor changed = v1.clone();
+  changed.data_as<uint8_t>()[36 * 64 * 96 * 3] ^= 0xff;
+  const Tensor other = must(conditioner->encode_presentation(p, {changed, test_image(64, 96), v2}));
+  EXPECT_NE(std::memcmp(states.data(), other.data(), states.nbytes()), 0);
+
+  // Refusals name the video.
+  const auto short_video = conditioner->reference_presentation("A cat.", {PresentedReference::video(12, 24.0, 64, 96, false)});
+  ASSERT_FALSE(short_video.ok());
+  EXPECT_NE(short_video.status().message().find("video 1: a reference video is read at 2 fps"), std::string::npos)
+      << short_video.status().message();
+  const auto truncated = conditioner->encode_presentation(p, {test_video(30, 64, 96), test_image(64, 96), v2});
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_NE(truncated.status().message().find("video 1: 30 frames given; its presentation reads frame 36"),
+            std::string::npos)
+      << truncated.status().message();
+  const auto wrong = conditioner->encode_presentation(p, {v1, test_image(64, 96), test_video(25, 96, 64)});
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find("video 2: "), std::string::npos) << wrong.status().message();
 }
 
 TEST_F(KeyframePresentation, WrongSizesAndMissingTowersAreNamed) {

@@ -275,14 +275,14 @@ Status check_references(const RequestOptions& request, const text::TextCondition
   if (images == 0) {
     return invalid_argument(references + ": an audio reference needs an image reference beside it");
   }
-  std::vector<text::TextConditioner::PresentedReference> presented;
+  std::vector<text::PresentedReference> presented;
   size_t image = 0;
   for (const h3::ReferenceKind kind : checked.references.kinds) {
     if (kind == h3::ReferenceKind::kAudio) {
-      presented.push_back(std::nullopt);
+      presented.push_back(text::PresentedReference::audio());
     } else {
       const Tensor& p = checked.references.pixels[image++];
-      presented.push_back(std::array<int64_t, 2>{p.size(0), p.size(1)});
+      presented.push_back(text::PresentedReference::picture(p.size(0), p.size(1)));
     }
   }
   auto presentation = text->reference_presentation(request.prompt, presented);

@@ -51,6 +51,7 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
   const int64_t positions = s.vision_position_side * s.vision_position_side;
   if (s.vision_depth > 0) {
     config["image_token_id"] = 151655;
+    config["video_token_id"] = 151656;
     config["vision_start_token_id"] = 151652;
     config["vision_end_token_id"] = 151653;
     config["vision_config"] = {{"depth", s.vision_depth}, {"hidden_size", s.vision_hidden},
@@ -67,6 +68,12 @@ Status write_synthetic_qwen3(const std::string& dir, const SyntheticQwen3Shape& 
     std::ofstream out(dir + "/preprocessor_config.json");
     out << processor.dump(2);
     if (!out) return invalid_argument(dir + "/preprocessor_config.json: cannot write");
+    nlohmann::json video = processor;
+    video.erase("image_processor_type");
+    video["video_processor_type"] = "Qwen3VLVideoProcessor";
+    std::ofstream video_out(dir + "/video_preprocessor_config.json");
+    video_out << video.dump(2);
+    if (!video_out) return invalid_argument(dir + "/video_preprocessor_config.json: cannot write");
   }
   {
     std::ofstream out(dir + "/config.json");

@@ -75,23 +75,35 @@ void TextConditioner::load_vision(const TextConditionerOptions& options) {
 
 Result<Presentation> TextConditioner::keyframe_presentation(
     std::string_view prompt, const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const {
-  return reference_presentation(prompt, std::vector<PresentedReference>(keyframe_sizes.begin(), keyframe_sizes.end()));
+  std::vector<PresentedReference> pictures;
+  for (const auto& [h, w] : keyframe_sizes) pictures.push_back(PresentedReference::picture(h, w));
+  return reference_presentation(prompt, pictures);
 }
 
 Result<Presentation> TextConditioner::reference_presentation(std::string_view prompt,
                                                              const std::vector<PresentedReference>& references) const {
+  using Kind = PresentedReference::Kind;
   Presentation p;
-  const bool pictures =
-      std::any_of(references.begin(), references.end(), [](const PresentedReference& r) { return r.has_value(); });
-  if (pictures && !vision_) return vision_error_;
-  int32_t start = 0, pad = 0, end = 0;
-  if (pictures) {
+  const bool visuals = std::any_of(references.begin(), references.end(),
+                                   [](const PresentedReference& r) { return r.kind != Kind::kAudio; });
+  if (visuals && !vision_) return vision_error_;
+  int32_t start = 0, end = 0;
+  std::array<int32_t, 2> pads{};  // <|image_pad|>, <|video_pad|>
+  if (visuals) {
     VORTEX_ASSIGN_OR_RETURN(start, tokenizer_.token_id("<|vision_start|>"));
-    VORTEX_ASSIGN_OR_RETURN(pad, tokenizer_.token_id("<|image_pad|>"));
     VORTEX_ASSIGN_OR_RETURN(end, tokenizer_.token_id("<|vision_end|>"));
-    if (pad != encoder_->config().image_token_id) {
-      return invalid_argument(tokenizer_path_ + " spells <|image_pad|> as id " + std::to_string(pad) + ", " +
-                              encoder_->source() + "'s config as " + std::to_string(encoder_->config().image_token_id));
+    const auto& config = encoder_->config();
+    const std::array<std::pair<const char*, int64_t>, 2> names{
+        {{"<|image_pad|>", config.image_token_id}, {"<|video_pad|>", config.video_token_id}}};
+    for (size_t k = 0; k < 2; ++k) {
+      const bool needed = k == 0 || std::any_of(references.begin(), references.end(),
+                                                [](const PresentedReference& r) { return r.kind == Kind::kVideo; });
+      if (!needed) continue;
+      VORTEX_ASSIGN_OR_RETURN(pads[k], tokenizer_.token_id(names[k].first));
+      if (pads[k] != names[k].second) {
+        return invalid_argument(tokenizer_path_ + " spells " + names[k].first + " as id " + std::to_string(pads[k]) +
+                                ", " + encoder_->source() + "'s config as " + std::to_string(names[k].second));
+      }
     }
   }
   const auto label = [&](const std::string& text) -> Status {
@@ -100,23 +112,42 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
     p.vision.insert(p.vision.end(), ids.size(), false);
     return ok_status();
   };
-  // Numbered per modality, in reading order: a picture's label and vision block, an audio
-  // reference's label alone (its waveform never reaches the text encoder).
-  int images = 0, audios = 0;
-  for (const PresentedReference& r : references) {
-    if (!r) {
-      VORTEX_RETURN_IF_ERROR(label("<Audio " + std::to_string(++audios) + ">: "));
-      continue;
-    }
-    ++images;
-    auto grid = vision_->grid_for((*r)[0], (*r)[1]);
-    if (!grid.ok()) return grid.status().with_context("picture " + std::to_string(images));
-    VORTEX_RETURN_IF_ERROR(label("<Picture " + std::to_string(images) + ">: "));
+  const auto block = [&](int32_t pad, PresentedBlock b) {
     p.ids.push_back(start);
-    p.ids.insert(p.ids.end(), static_cast<size_t>(grid->tokens()), pad);
+    p.ids.insert(p.ids.end(), static_cast<size_t>(b.grid.tokens()), pad);
     p.ids.push_back(end);
-    p.vision.insert(p.vision.end(), static_cast<size_t>(grid->tokens() + 2), true);
-    p.grids.push_back(*grid);
+    p.vision.insert(p.vision.end(), static_cast<size_t>(b.grid.tokens() + 2), true);
+    p.blocks.push_back(std::move(b));
+  };
+  // Numbered per modality, in reading order: a picture's label and vision block, a video's label
+  // and timestamped blocks (after its soundtrack's label), an audio reference's label alone (its
+  // waveform never reaches the text encoder).
+  int pictures = 0, videos = 0, audios = 0;
+  for (const PresentedReference& r : references) {
+    if (r.kind == Kind::kAudio || r.has_audio) {
+      VORTEX_RETURN_IF_ERROR(label("<Audio " + std::to_string(++audios) + ">: "));
+    }
+    if (r.kind == Kind::kPicture) {
+      ++pictures;
+      auto grid = vision_->grid_for(r.height, r.width);
+      if (!grid.ok()) return grid.status().with_context("picture " + std::to_string(pictures));
+      VORTEX_RETURN_IF_ERROR(label("<Picture " + std::to_string(pictures) + ">: "));
+      block(pads[0], {*grid, p.visuals++, {}});
+    } else if (r.kind == Kind::kVideo) {
+      const std::string name = "video " + std::to_string(++videos);
+      const int64_t temporal = vision_->config().temporal_patch;
+      auto sampling = sample_video_frames(r.frames, r.fps, kVideoSampleFps, temporal);
+      if (!sampling.ok()) return sampling.status().with_context(name);
+      // The processor sizes a video by its sampled frames before they are padded to pairs.
+      auto grid = vision_->video_grid_for(sampling->sampled, r.height, r.width);
+      if (!grid.ok()) return grid.status().with_context(name);
+      VORTEX_RETURN_IF_ERROR(label("<Video " + std::to_string(videos) + ">: "));
+      for (size_t b = 0; b < sampling->blocks.size(); ++b) {
+        VORTEX_RETURN_IF_ERROR(label(seconds_label(sampling->block_seconds[b])));
+        block(pads[1], {*grid, p.visuals, sampling->blocks[b]});
+      }
+      ++p.visuals;
+    }
   }
   VORTEX_ASSIGN_OR_RETURN(const std::vector<int32_t> prompt_ids, tokenize(prompt));
   p.ids.insert(p.ids.end(), prompt_ids.begin(), prompt_ids.end());
@@ -124,24 +155,57 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
   return p;
 }
 
-Result<Tensor> TextConditioner::encode_presentation(const Presentation& p, const std::vector<Tensor>& keyframes) {
+Result<VisionFeatures> TextConditioner::encode_block(const PresentedBlock& block, const Tensor& visual) {
+  const int64_t patch = vision_->config().patch;
+  const int64_t H = block.grid.height * patch, W = block.grid.width * patch;
+  if (block.frames.empty()) {
+    if (visual.rank() != 3 || visual.size(0) != H || visual.size(1) != W) {
+      return invalid_argument(visual.describe() + " is not the size its presentation was built for (" +
+                              std::to_string(H) + " x " + std::to_string(W) + ")");
+    }
+#if defined(VORTEX_HAVE_CUDA)
+    if (cuda_vision_) return cuda_vision_->encode_image(visual);
+#endif
+    return vision_->encode_image(visual);
+  }
+  if (visual.dtype() != DType::kU8 || visual.rank() != 4 || visual.size(1) != H || visual.size(2) != W) {
+    return invalid_argument(visual.describe() + " is not the frames its presentation was built for (u8 [frames, " +
+                            std::to_string(H) + ", " + std::to_string(W) + ", 3])");
+  }
+  std::vector<Tensor> frames;
+  for (const int64_t f : block.frames) {
+    if (f >= visual.size(0)) {
+      return invalid_argument(std::to_string(visual.size(0)) + " frames given; its presentation reads frame " +
+                              std::to_string(f));
+    }
+    VORTEX_ASSIGN_OR_RETURN(Tensor frame, visual.select(0, f));
+    frames.push_back(std::move(frame));
+  }
+  VORTEX_ASSIGN_OR_RETURN(const Tensor patches, vision_->video_block_patches(frames, block.grid));
+#if defined(VORTEX_HAVE_CUDA)
+  if (cuda_vision_) return cuda_vision_->encode(patches, block.grid);
+#endif
+  return vision_->encode(patches, block.grid);
+}
+
+Result<Tensor> TextConditioner::encode_presentation(const Presentation& p, const std::vector<Tensor>& visuals) {
   if (!vision_) return vision_error_;
-  if (keyframes.size() != p.grids.size()) {
-    return invalid_argument(std::to_string(keyframes.size()) + " keyframe image(s) for a presentation of " +
-                            std::to_string(p.grids.size()));
+  if (visuals.size() != p.visuals) {
+    return invalid_argument(std::to_string(visuals.size()) + " picture(s) and video(s) for a presentation of " +
+                            std::to_string(p.visuals));
   }
   VORTEX_RETURN_IF_ERROR(prepare());
   std::vector<VisionFeatures> features;
-  for (size_t k = 0; k < keyframes.size(); ++k) {
-#if defined(VORTEX_HAVE_CUDA)
-    auto f = cuda_vision_ ? cuda_vision_->encode_image(keyframes[k]) : vision_->encode_image(keyframes[k]);
-#else
-    auto f = vision_->encode_image(keyframes[k]);
-#endif
-    if (!f.ok()) return f.status().with_context("keyframe " + std::to_string(k + 1));
-    if (f->grid.height != p.grids[k].height || f->grid.width != p.grids[k].width) {
-      return invalid_argument("keyframe " + std::to_string(k + 1) + " is not the size its presentation was built for");
+  // Errors name the visual as the presentation numbers it, per modality.
+  std::vector<std::string> names(p.visuals);
+  int pictures = 0, videos = 0;
+  for (const PresentedBlock& block : p.blocks) {
+    std::string& name = names[block.visual];
+    if (name.empty()) {
+      name = block.frames.empty() ? "picture " + std::to_string(++pictures) : "video " + std::to_string(++videos);
     }
+    auto f = encode_block(block, visuals[block.visual]);
+    if (!f.ok()) return f.status().with_context(name);
     features.push_back(std::move(*f));
   }
 #if defined(VORTEX_HAVE_CUDA)

@@ -2,14 +2,15 @@
 // every request (generate, serve, encode-text). The presentation is the H3 pipeline's: for t2va
 // the prompt verbatim, no chat template, no special tokens added; for fl2va and image-only ref2va,
 // before it, each picture's (keyframe's or image reference's) `"<Picture i>: "` label and vision block (`<|vision_start|>`, one `<|image_pad|>` per
-// merged patch, `<|vision_end|>`), whose rows H3 tags as video. The keyframes' pixels go through
-// the Qwen3-VL vision tower (qwen3_vision_encoder.h; on cuda, cuda_qwen3_vision_encoder.h).
+// merged patch, `<|vision_end|>`), whose rows H3 tags as video; each video reference's
+// `"<Video k>: "` label and, per vision block of its 2 fps frames (video_sampling.h), a
+// `"<t seconds>"` label and a block of `<|video_pad|>`. The pixels go through the Qwen3-VL vision
+// tower (qwen3_vision_encoder.h; on cuda, cuda_qwen3_vision_encoder.h).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "text/bpe_tokenizer.h"
 #include "text/qwen3_text_encoder.h"
 #include "text/qwen3_vision_encoder.h"
+#include "text/video_sampling.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -38,11 +40,34 @@ struct TextConditionerOptions {
 class CudaQwen3TextEncoder;
 class CudaQwen3VisionEncoder;
 
-// A tokenized fl2va presentation (TextConditioner::keyframe_presentation).
+// One vision block of a presentation: a picture, or a video's temporal_patch sampled frames.
+struct PresentedBlock {
+  VisionGrid grid;
+  size_t visual = 0;            // which of encode_presentation's visuals it reads
+  std::vector<int64_t> frames;  // a video block's frame indices into that visual; empty: a picture
+};
+
+// A tokenized presentation (TextConditioner::keyframe_presentation, reference_presentation).
 struct Presentation {
   std::vector<int32_t> ids;
-  std::vector<bool> vision;        // per id: inside a keyframe's vision block (tagged video by H3)
-  std::vector<VisionGrid> grids;   // one per keyframe, in order
+  std::vector<bool> vision;             // per id: inside a vision block (tagged video by H3)
+  std::vector<PresentedBlock> blocks;   // in order
+  size_t visuals = 0;                   // the pictures and videos encode_presentation takes
+};
+
+// One ref2va reference as the presentation sees it, in reading order.
+struct PresentedReference {
+  enum class Kind { kPicture, kVideo, kAudio };
+  Kind kind = Kind::kAudio;
+  int64_t height = 0, width = 0;  // a picture's, a video's frames'
+  int64_t frames = 0;             // a video's frame count on H3's clock (at `fps`)
+  double fps = 0.0;
+  bool has_audio = false;         // a video with its soundtrack: labelled "<Audio j>: " first
+  static PresentedReference picture(int64_t height, int64_t width) { return {Kind::kPicture, height, width}; }
+  static PresentedReference audio() { return {}; }
+  static PresentedReference video(int64_t frames, double fps, int64_t height, int64_t width, bool has_audio) {
+    return {Kind::kVideo, height, width, frames, fps, has_audio};
+  }
 };
 
 class TextConditioner {
@@ -58,14 +83,15 @@ class TextConditioner {
   Result<Presentation> keyframe_presentation(std::string_view prompt,
                                              const std::vector<std::array<int64_t, 2>>& keyframe_sizes) const;
   // ref2va's presentation: per reference in reading order, an image's "<Picture i>: " label and
-  // vision block (its [height, width]) or an audio reference's "<Audio j>: " label alone (nullopt),
-  // numbered per modality. Pictures need the vision tower; audio labels do not.
-  using PresentedReference = std::optional<std::array<int64_t, 2>>;
+  // vision block, a video's ("<Audio j>: " first when it has sound) "<Video k>: " label and
+  // timestamped blocks, or an audio reference's "<Audio j>: " label alone, numbered per modality.
+  // Pictures and videos need the vision tower (videos its video processor); audio labels do not.
   Result<Presentation> reference_presentation(std::string_view prompt,
                                               const std::vector<PresentedReference>& references) const;
-  // Its states: the vision tower on each keyframe (U8 [H, W, 3] at the size it was built for), then
-  // the text encoder with their features.
-  Result<Tensor> encode_presentation(const Presentation& presentation, const std::vector<Tensor>& keyframes);
+  // Its states: the vision tower on each block, then the text encoder with their features. One
+  // visual per picture (U8 [H, W, 3]) and video (U8 [F, H, W, 3], its frames on H3's clock), in
+  // reading order, at the sizes the presentation was built for.
+  Result<Tensor> encode_presentation(const Presentation& presentation, const std::vector<Tensor>& visuals);
 
   // On cuda: uploads the layers' and the vision tower's weights now (a server does at start, so
   // that no request waits for it); nothing on the cpu, or when done already.
@@ -86,6 +112,8 @@ class TextConditioner {
  private:
   TextConditioner() = default;
   void load_vision(const TextConditionerOptions& options);
+  // One block's features from its visual; errors read after "picture k" / "video k".
+  Result<VisionFeatures> encode_block(const PresentedBlock& block, const Tensor& visual);
   BpeTokenizer tokenizer_;
   // On the heap: the CUDA encoder keeps a pointer to it.
   std::unique_ptr<Qwen3TextEncoder> encoder_;

@@ -45,6 +45,7 @@ Result<VideoSampling> sample_video_frames(int64_t num_frames, double fps, double
                             " fps (" + seconds + " seconds), got " + std::to_string(num_frames));
   }
   VideoSampling out;
+  out.sampled = count;
   for (int64_t first = 0; first < count; first += temporal_patch) {
     std::vector<int64_t> block;
     for (int64_t k = first; k < first + temporal_patch; ++k) block.push_back(indices[static_cast<size_t>(std::min(k, count - 1))]);

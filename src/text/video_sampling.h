@@ -22,6 +22,7 @@ struct VideoSampling {
   // the last sampled frame).
   std::vector<std::vector<int64_t>> blocks;
   std::vector<double> block_seconds;  // one timestamp per block
+  int64_t sampled = 0;                // distinct frames read (before the padding)
 };
 
 // An error names the minimum frame count when fewer than temporal_patch frames would be sampled.

@@ -200,6 +200,29 @@ TEST(GpuVisionEncoder, ConditionerOnCudaEncodesKeyframesAsTheCpu) {
   std::filesystem::remove_all(dir);
 }
 
+// ref2va's video blocks (tests/golden/qwen3_vl_small/video.safetensors: pairs of distinct frames
+// in the temporal patch) through the CUDA tower against the CPU program.
+TEST(GpuVisionEncoder, VideoBlocksOnCudaAreTheCpus) {
+  VORTEX_REQUIRE_GPU();
+  const std::string dir = test::golden_path("qwen3_vl_small");
+  const text::Qwen3VisionEncoder host = must(text::Qwen3VisionEncoder::load(dir, dir));
+  auto device = must(text::CudaQwen3VisionEncoder::create(host));
+  const SafetensorsFile io = must(SafetensorsFile::open(dir + "/video.safetensors"));
+  const Tensor frames = must(io.get("video.0"));
+  const text::VisionGrid grid = must(host.video_grid_for(frames.size(0), frames.size(1), frames.size(2)));
+  for (int64_t f = 0; f + 1 < frames.size(0); f += 2) {
+    const Tensor patches = must(host.video_block_patches({must(frames.select(0, f)), must(frames.select(0, f + 1))}, grid));
+    const text::VisionFeatures want = must(host.encode(patches, grid));
+    const text::VisionFeatures got = must(device->encode(patches, grid));
+    const double err = test::rel_l2(got.merged, want.merged);
+    EXPECT_LE(err, kTowerRelL2) << "block " << f / 2;
+    for (size_t j = 0; j < want.deepstack.size(); ++j) {
+      EXPECT_LE(test::rel_l2(got.deepstack[j], want.deepstack[j]), kTowerRelL2) << "block " << f / 2 << " deepstack " << j;
+    }
+    std::printf("video block %lld on cuda: merged rel-L2 %.3e against the CPU\n", static_cast<long long>(f / 2), err);
+  }
+}
+
 // The released tower's widths on the canonical 768 x 1344 canvas (4032 patches, 1008 tokens):
 // the encode's time on the GPU, median of 10, and one block's on the CPU for scale.
 TEST(GpuVisionEncoder, ReleasedWidthsOnTheCanonicalCanvasTime) {
