@@ -25,6 +25,7 @@ extern "C" {
 #include <numeric>
 #include <vector>
 
+#include "media/libav_util.h"
 #include "media/media_common.h"
 
 namespace vortex::media {
@@ -37,44 +38,6 @@ constexpr int kMaxSampleRate = 768000;
 // failed avcodec_open2.
 constexpr const char* kX264Presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
                                         "medium",    "slow",      "slower",   "veryslow", "placebo"};
-
-struct CodecContextFree {
-  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
-};
-struct FrameFree {
-  void operator()(AVFrame* f) const { av_frame_free(&f); }
-};
-struct PacketFree {
-  void operator()(AVPacket* p) const { av_packet_free(&p); }
-};
-struct SwsFree {
-  void operator()(SwsContext* s) const { sws_freeContext(s); }
-};
-struct SwrFree {
-  void operator()(SwrContext* s) const { swr_free(&s); }
-};
-struct OutputFree {
-  void operator()(AVFormatContext* oc) const {
-    if (oc->pb != nullptr) avio_closep(&oc->pb);
-    avformat_free_context(oc);
-  }
-};
-struct DictFree {
-  void operator()(AVDictionary* d) const { av_dict_free(&d); }
-};
-using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextFree>;
-using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
-
-// av_err2str is a C compound literal, which C++ does not have.
-std::string av_error_text(int err) {
-  char text[AV_ERROR_MAX_STRING_SIZE] = {0};
-  av_strerror(err, text, sizeof(text));
-  return text;
-}
-
-Status av_failure(const std::string& path, const std::string& call, int err) {
-  return io_error(path + ": " + call + " failed: " + av_error_text(err));
-}
 
 // libx264 prints per-encode statistics at AV_LOG_INFO; a runtime writing one file per request
 // should not. Only the untouched default is lowered, so an application's own choice stands.

@@ -1,0 +1,59 @@
+// What the libav-based readers and writers share: owners for libav's objects and its errors as
+// Status text. Included only where VORTEX_HAVE_MEDIA builds (libavformat, libavcodec,
+// libswscale, libswresample).
+#pragma once
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/error.h>
+#include <libswresample/swresample.h>
+#include <libswscale/swscale.h>
+}
+
+#include <memory>
+#include <string>
+
+#include "vortex/status.h"
+
+namespace vortex::media {
+
+struct CodecContextFree {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct FrameFree {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+struct PacketFree {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct SwsFree {
+  void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+struct SwrFree {
+  void operator()(SwrContext* s) const { swr_free(&s); }
+};
+struct OutputFree {
+  void operator()(AVFormatContext* oc) const {
+    if (oc->pb != nullptr) avio_closep(&oc->pb);
+    avformat_free_context(oc);
+  }
+};
+struct DictFree {
+  void operator()(AVDictionary* d) const { av_dict_free(&d); }
+};
+using CodecContextPtr = std::unique_ptr<AVCodecContext, CodecContextFree>;
+using FramePtr = std::unique_ptr<AVFrame, FrameFree>;
+
+// av_err2str is a C compound literal, which C++ does not have.
+inline std::string av_error_text(int err) {
+  char text[AV_ERROR_MAX_STRING_SIZE] = {0};
+  av_strerror(err, text, sizeof(text));
+  return text;
+}
+
+inline Status av_failure(const std::string& path, const std::string& call, int err) {
+  return io_error(path + ": " + call + " failed: " + av_error_text(err));
+}
+
+}  // namespace vortex::media

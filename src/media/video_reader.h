@@ -1,0 +1,31 @@
+// Video file reader (libavformat/libavcodec/libswscale/libswresample) for ref2va's video
+// references, decoding as the reference pipeline's MiniMaxH3VideoReference.from_file does with
+// PyAV: every frame of the first video stream as RGB24 (libswscale, bilinear, the frame's own
+// colour matrix and range), the stream's average frame rate (else libav's guess), the display
+// matrix's rotation undone in quarter turns (round(rotation / 90) mod 4 clockwise turns), the
+// sample aspect ratio ignored; and the first audio stream's samples as planar float at the rate
+// and channel count the file carries. Built only with VORTEX_HAVE_MEDIA.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::media {
+
+struct DecodedVideo {
+  Tensor frames;         // U8 [F, H, W, 3] RGB, upright
+  double fps = 0.0;
+  int quarter_turns = 0;  // clockwise quarter turns applied to stand the frames upright
+  Tensor audio;          // F32 [C, S]; undefined when the file has no audio stream
+  int sample_rate = 0;
+};
+
+// Decodes at most max_frames frames (all when negative): a caller that keeps only the first
+// seconds need not hold the rest. Errors name the file and the failing step (io_error for libav's
+// failures with its text, invalid_argument for a file without video or frames).
+Result<DecodedVideo> read_video(const std::string& path, int64_t max_frames = -1);
+
+}  // namespace vortex::media
