@@ -1,5 +1,5 @@
 // The video reader (media/video_reader.h) on files our MP4 writer makes: frame count, rate, size
-// and pixels, the soundtrack's channels, rate and length; a frame cap; and the refusals. H.264 at
+// and pixels, the soundtrack's channels, rate and length; a duration cap; and the refusals. H.264 at
 // crf 0 is lossless in YUV, but 4:2:0 chroma and the two conversions are not: measured 1.37 8-bit
 // steps mean absolute error on a smooth field (bound 2; decoding with the wrong matrix, BT.601 for
 // the writer's BT.709, gives 5.4). Not checked here: PyAV's own rgb24 bits (no PyAV on our
@@ -71,8 +71,8 @@ TEST(VideoReader, ReadsBackWhatTheWriterWrote) {
   EXPECT_EQ(d.sample_rate, rate);
   EXPECT_NEAR(static_cast<double>(d.audio.size(1)), static_cast<double>(audio.size(1)), 2048.0);
 
-  // A frame cap stops the decode early.
-  EXPECT_EQ(must(read_video(path, 7)).frames.size(0), 7);
+  // A duration cap stops the decode early: the frames starting within 0.2 s at 30 fps, and one more.
+  EXPECT_EQ(must(read_video(path, 0.2)).frames.size(0), 7);
 }
 
 TEST(VideoReader, SilentVideosHaveNoSoundtrack) {

@@ -194,7 +194,7 @@ Status decode_stream(const std::string& path, AVFormatContext* in, int index, AV
 
 }  // namespace
 
-Result<DecodedVideo> read_video(const std::string& path, int64_t max_frames) {
+Result<DecodedVideo> read_video(const std::string& path, double max_seconds) {
   AVFormatContext* raw = nullptr;
   int err = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
   if (err < 0) return av_failure(path, "avformat_open_input", err);
@@ -219,7 +219,7 @@ Result<DecodedVideo> read_video(const std::string& path, int64_t max_frames) {
   VORTEX_ASSIGN_OR_RETURN(CodecContextPtr video_ctx, open_decoder(path, stream));
   VideoSink video;
   video.path = path;
-  video.max_frames = max_frames;
+  if (max_seconds >= 0.0) video.max_frames = static_cast<int64_t>(std::ceil(max_seconds * out.fps)) + 1;
   VORTEX_RETURN_IF_ERROR(decode_stream(
       path, in.get(), video_index, video_ctx.get(), [&](const AVFrame* f) { return video.take(f); },
       [&] { return video.full(); }));

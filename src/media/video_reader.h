@@ -23,9 +23,10 @@ struct DecodedVideo {
   int sample_rate = 0;
 };
 
-// Decodes at most max_frames frames (all when negative): a caller that keeps only the first
-// seconds need not hold the rest. Errors name the file and the failing step (io_error for libav's
+// Decodes the frames that start within the first max_seconds (ceil(max_seconds · fps) + 1 of them;
+// all when negative): a reference cut at the generated duration need not hold the rest. The
+// soundtrack is decoded whole. Errors name the file and the failing step (io_error for libav's
 // failures with its text, invalid_argument for a file without video or frames).
-Result<DecodedVideo> read_video(const std::string& path, int64_t max_frames = -1);
+Result<DecodedVideo> read_video(const std::string& path, double max_seconds = -1.0);
 
 }  // namespace vortex::media
