@@ -15,7 +15,14 @@
 // attention has its own fixed-order exp (cpu/attention.cc).
 #pragma once
 
+#include <cmath>
+#include <cstdint>
+
 namespace vortex {
+
+// Python's round() of a double to an integer: half to even (the default rounding mode's
+// nearbyint, exact for every double in int64's range).
+inline int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
 // Double-precision kernels, each within a few double ulp: exp and exp2 for any x (0 below −745.2
 // and −1075, inf above 709.78 and from 1024), log for x > 0 (NaN for x < 0 or NaN, −inf at 0),

@@ -11,6 +11,7 @@ extern "C" {
 #include <cstring>
 #include <vector>
 
+#include "core/portable_math.h"
 #include "media/libav_util.h"
 
 namespace vortex::media {
@@ -52,11 +53,9 @@ double display_rotation(const AVStream* stream) {
   return std::isnan(degrees) ? 0.0 : degrees;
 }
 
-// Python's round(x) mod 4, as the pipeline snaps the rotation.
+// Python's round(degrees / 90) % 4, as the pipeline snaps the rotation.
 int quarter_turns(double degrees) {
-  const double q = degrees / 90.0, f = std::floor(q), d = q - f;
-  auto r = static_cast<int64_t>(f);
-  if (d > 0.5 || (d == 0.5 && r % 2 != 0)) ++r;
+  const int64_t r = python_round(degrees / 90.0);
   return static_cast<int>(((r % 4) + 4) % 4);
 }
 

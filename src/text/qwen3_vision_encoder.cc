@@ -36,13 +36,32 @@ Result<std::array<double, 3>> channel_triple(const json& j, const std::string& k
   return std::array<double, 3>{v[0].get<double>(), v[1].get<double>(), v[2].get<double>()};
 }
 
-// Python's round(): half to even.
-int64_t round_half_even(double v) {
-  const double f = std::floor(v), d = v - f;
-  const int64_t i = static_cast<int64_t>(f);
-  if (d > 0.5) return i + 1;
-  if (d < 0.5) return i;
-  return (i % 2 == 0) ? i : i + 1;
+// The processors resize, rescale and normalise; a config that turns one off is another recipe.
+Status check_recipe_flags(const json& p, const std::string& at) {
+  for (const char* flag : {"do_resize", "do_rescale", "do_normalize"}) {
+    if (p.contains(flag) && p[flag].is_boolean() && !p[flag].get<bool>()) {
+      return unimplemented(at + ": " + flag + " is false (the Qwen3-VL recipe resizes, rescales and normalises)");
+    }
+  }
+  return ok_status();
+}
+
+// rescale_factor, image_mean and image_std, missing ones taking the processor class's defaults.
+Status read_normalisation(const json& p, const std::string& at, std::array<double, 3> default_mean,
+                          std::array<double, 3> default_std, double* rescale, std::array<double, 3>* mean,
+                          std::array<double, 3>* stdev) {
+  if (p.contains("rescale_factor")) {
+    if (!p["rescale_factor"].is_number() || p["rescale_factor"].get<double>() <= 0.0) {
+      return corrupt_data(at + ": rescale_factor is " + p["rescale_factor"].dump());
+    }
+    *rescale = p["rescale_factor"].get<double>();
+  }
+  VORTEX_ASSIGN_OR_RETURN(*mean, channel_triple(p, "image_mean", default_mean, at));
+  VORTEX_ASSIGN_OR_RETURN(*stdev, channel_triple(p, "image_std", default_std, at));
+  for (double s : *stdev) {
+    if (!(s > 0.0)) return corrupt_data(at + ": image_std has a value that is not positive");
+  }
+  return ok_status();
 }
 
 // The patch's (row, column) in its image for patch index i in block-major order.
@@ -141,11 +160,7 @@ Result<Qwen3ImageProcessorConfig> Qwen3ImageProcessorConfig::from_json(const jso
   if (type.rfind("Qwen2VLImageProcessor", 0) != 0) {
     return unimplemented(at + ": image_processor_type " + type + " (Qwen2VLImageProcessor expected)");
   }
-  for (const char* flag : {"do_resize", "do_rescale", "do_normalize"}) {
-    if (p.contains(flag) && p[flag].is_boolean() && !p[flag].get<bool>()) {
-      return unimplemented(at + ": " + flag + " is false (the Qwen3-VL recipe resizes, rescales and normalises)");
-    }
-  }
+  VORTEX_RETURN_IF_ERROR(check_recipe_flags(p, at));
   // Missing fields take Qwen2VLImageProcessor's class defaults, as transformers does.
   Qwen3ImageProcessorConfig c;
   VORTEX_ASSIGN_OR_RETURN(c.patch, optional_positive_int(p, "patch_size", 14, at));
@@ -163,17 +178,9 @@ Result<Qwen3ImageProcessorConfig> Qwen3ImageProcessorConfig::from_json(const jso
     return corrupt_data(at + ": min_pixels " + std::to_string(c.min_pixels) + " exceeds max_pixels " +
                         std::to_string(c.max_pixels));
   }
-  if (p.contains("rescale_factor")) {
-    if (!p["rescale_factor"].is_number() || p["rescale_factor"].get<double>() <= 0.0) {
-      return corrupt_data(at + ": rescale_factor is " + p["rescale_factor"].dump());
-    }
-    c.rescale_factor = p["rescale_factor"].get<double>();
-  }
-  VORTEX_ASSIGN_OR_RETURN(c.mean, channel_triple(p, "image_mean", {0.48145466, 0.4578275, 0.40821073}, at));
-  VORTEX_ASSIGN_OR_RETURN(c.std, channel_triple(p, "image_std", {0.26862954, 0.26130258, 0.27577711}, at));
-  for (double s : c.std) {
-    if (!(s > 0.0)) return corrupt_data(at + ": image_std has a value that is not positive");
-  }
+  // Qwen2VLImageProcessor's defaults are OpenAI CLIP's mean and std.
+  VORTEX_RETURN_IF_ERROR(read_normalisation(p, at, {0.48145466, 0.4578275, 0.40821073},
+                                            {0.26862954, 0.26130258, 0.27577711}, &c.rescale_factor, &c.mean, &c.std));
   return c;
 }
 
@@ -186,7 +193,7 @@ Result<std::array<int64_t, 2>> Qwen3ImageProcessorConfig::target_size(int64_t he
   }
   const int64_t factor = patch * merge;
   const double h = static_cast<double>(height), w = static_cast<double>(width), f = static_cast<double>(factor);
-  int64_t h_bar = round_half_even(h / f) * factor, w_bar = round_half_even(w / f) * factor;
+  int64_t h_bar = python_round(h / f) * factor, w_bar = python_round(w / f) * factor;
   if (h_bar * w_bar > max_pixels) {
     const double beta = std::sqrt(h * w / static_cast<double>(max_pixels));
     h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);
@@ -208,11 +215,7 @@ Result<Qwen3VideoProcessorConfig> Qwen3VideoProcessorConfig::from_json(const jso
   if (type.rfind("Qwen3VLVideoProcessor", 0) != 0) {
     return unimplemented(at + ": video_processor_type " + type + " (Qwen3VLVideoProcessor expected)");
   }
-  for (const char* flag : {"do_resize", "do_rescale", "do_normalize"}) {
-    if (p.contains(flag) && p[flag].is_boolean() && !p[flag].get<bool>()) {
-      return unimplemented(at + ": " + flag + " is false (the Qwen3-VL recipe resizes, rescales and normalises)");
-    }
-  }
+  VORTEX_RETURN_IF_ERROR(check_recipe_flags(p, at));
   if (p.contains("cap_pixels_per_frame") && p["cap_pixels_per_frame"].is_boolean() &&
       p["cap_pixels_per_frame"].get<bool>()) {
     return unimplemented(at + ": cap_pixels_per_frame is true (only the uncapped pixel budget is implemented)");
@@ -228,17 +231,8 @@ Result<Qwen3VideoProcessorConfig> Qwen3VideoProcessorConfig::from_json(const jso
     VORTEX_ASSIGN_OR_RETURN(c.min_pixels, positive_int(p["size"], "shortest_edge", at + ": size"));
     VORTEX_ASSIGN_OR_RETURN(c.max_pixels, positive_int(p["size"], "longest_edge", at + ": size"));
   }
-  if (p.contains("rescale_factor")) {
-    if (!p["rescale_factor"].is_number() || p["rescale_factor"].get<double>() <= 0.0) {
-      return corrupt_data(at + ": rescale_factor is " + p["rescale_factor"].dump());
-    }
-    c.rescale_factor = p["rescale_factor"].get<double>();
-  }
-  VORTEX_ASSIGN_OR_RETURN(c.mean, channel_triple(p, "image_mean", {0.5, 0.5, 0.5}, at));
-  VORTEX_ASSIGN_OR_RETURN(c.std, channel_triple(p, "image_std", {0.5, 0.5, 0.5}, at));
-  for (double s : c.std) {
-    if (!(s > 0.0)) return corrupt_data(at + ": image_std has a value that is not positive");
-  }
+  VORTEX_RETURN_IF_ERROR(read_normalisation(p, at, {0.5, 0.5, 0.5}, {0.5, 0.5, 0.5}, &c.rescale_factor, &c.mean,
+                                            &c.std));
   return c;
 }
 
@@ -261,8 +255,8 @@ Result<std::array<int64_t, 2>> Qwen3VideoProcessorConfig::target_size(int64_t fr
     return invalid_argument("video " + std::to_string(height) + " x " + std::to_string(width) +
                             ": the video processor takes aspect ratios below 200");
   }
-  int64_t h_bar = round_half_even(h / f) * factor, w_bar = round_half_even(w / f) * factor;
-  const int64_t t_bar = round_half_even(t / static_cast<double>(temporal_patch)) * temporal_patch;
+  int64_t h_bar = python_round(h / f) * factor, w_bar = python_round(w / f) * factor;
+  const int64_t t_bar = python_round(t / static_cast<double>(temporal_patch)) * temporal_patch;
   if (t_bar * h_bar * w_bar > max_pixels) {
     const double beta = std::sqrt(t * h * w / static_cast<double>(max_pixels));
     h_bar = std::max(factor, static_cast<int64_t>(std::floor(h / beta / f)) * factor);

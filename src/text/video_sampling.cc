@@ -3,17 +3,10 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/portable_math.h"
+
 namespace vortex::text {
 namespace {
-
-// Python's round() of a double: half to even.
-int64_t round_half_even(double v) {
-  const double f = std::floor(v), d = v - f;
-  const int64_t i = static_cast<int64_t>(f);
-  if (d > 0.5) return i + 1;
-  if (d < 0.5) return i;
-  return (i % 2 == 0) ? i : i + 1;
-}
 
 std::string shortest(double v) {
   char buf[32];
@@ -31,12 +24,12 @@ Result<VideoSampling> sample_video_frames(int64_t num_frames, double fps, double
   const double stride = fps / sample_fps;
   std::vector<int64_t> indices;
   double cursor = 0.0;
-  for (int64_t at = 0; (at = round_half_even(cursor)) < num_frames; cursor += stride) {
+  for (int64_t at = 0; (at = python_round(cursor)) < num_frames; cursor += stride) {
     if (indices.empty() || at > indices.back()) indices.push_back(at);
   }
   const auto count = static_cast<int64_t>(indices.size());
   if (count < temporal_patch) {
-    const int64_t minimum = round_half_even(static_cast<double>(temporal_patch - 1) * stride) + 1;
+    const int64_t minimum = python_round(static_cast<double>(temporal_patch - 1) * stride) + 1;
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.2g", static_cast<double>(minimum) / fps);
     return invalid_argument("a reference video is read at " + shortest(sample_fps) +

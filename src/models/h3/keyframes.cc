@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/portable_math.h"
 #include "cpu/image_resize.h"
 
 namespace vortex::h3 {
@@ -15,8 +16,6 @@ constexpr double kCanvasShortEdge = 768.0;
 constexpr double kCanvasMaxPixels = 768.0 * 1344.0;
 constexpr double kMinAspect = 0.25, kMaxAspect = 4.0;
 
-// Python's round() of a double to an integer: half to even.
-int64_t python_round(double x) { return static_cast<int64_t>(std::nearbyint(x)); }
 
 }  // namespace
 
