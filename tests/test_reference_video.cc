@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -148,6 +149,17 @@ TEST(VideoSampling, TheFramesAndLabelsAreThePipelines) {
   const std::string tail = theirs.substr(theirs.find("at least"));
   EXPECT_NE(short_video.status().message().find(tail.substr(0, tail.size() - 1)), std::string::npos)
       << short_video.status().message() << " vs " << theirs;
+}
+
+// The frames a video reference's VAE encode takes (snapped down to 17n + 5, all below 22) and the
+// latent frames the release's VAE gives for them (one clip of 5 per 17 frames, padded, 3 dropped).
+TEST(ReferenceVideo, EncodedFramesAndTheirLatentFrames) {
+  for (auto [frames, encoded, latents] : {std::tuple{1, 1, 1}, std::tuple{2, 2, 2}, std::tuple{16, 16, 2},
+                                          std::tuple{21, 21, 7}, std::tuple{22, 22, 7}, std::tuple{38, 22, 7},
+                                          std::tuple{39, 39, 12}, std::tuple{124, 124, 37}, std::tuple{140, 124, 37}}) {
+    EXPECT_EQ(h3::reference_video_encoded_frames(frames), encoded) << frames;
+    EXPECT_EQ(h3::reference_video_latent_frames(encoded), latents) << encoded;
+  }
 }
 
 }  // namespace

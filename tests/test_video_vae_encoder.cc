@@ -319,6 +319,30 @@ TEST(VideoVaeEncode, ShapesFramesAndBadInput) {
   EXPECT_NE(wrong_eps.status().to_string().find("eps"), std::string::npos);
   EXPECT_FALSE(vae::keyframe_pixels(Tensor::zeros({4, 4, 4}, DType::kU8)).ok());
   EXPECT_FALSE(vae::keyframe_pixels(Tensor::zeros({4, 4, 3}, DType::kF32)).ok());
+  EXPECT_FALSE(vae::keyframe_pixels(Tensor::zeros({2, 4, 4, 4}, DType::kU8)).ok());
+  EXPECT_FALSE(vae::keyframe_pixels(Tensor::zeros({1, 2, 4, 4, 3}, DType::kU8)).ok());
+}
+
+// A video reference's frames [F, H, W, 3] become [3, F, H, W], each frame as keyframe_pixels puts it.
+TEST(VideoVaeEncoder, KeyframePixelsTakeAFrameStack) {
+  const int64_t F = 3, H = 5, W = 7;
+  Tensor frames = Tensor::empty({F, H, W, 3}, DType::kU8);
+  for (int64_t i = 0; i < frames.numel(); ++i) frames.data_as<uint8_t>()[i] = static_cast<uint8_t>((i * 37 + 11) % 256);
+  auto stack = vae::keyframe_pixels(frames);
+  ASSERT_TRUE(stack.ok()) << stack.status().to_string();
+  ASSERT_EQ(stack->shape(), Shape({3, F, H, W}));
+  for (int64_t f = 0; f < F; ++f) {
+    Tensor frame = Tensor::empty({H, W, 3}, DType::kU8);
+    std::memcpy(frame.data(), frames.data_as<uint8_t>() + f * H * W * 3, H * W * 3);
+    auto one = vae::keyframe_pixels(frame);
+    ASSERT_TRUE(one.ok());
+    for (int64_t ch = 0; ch < 3; ++ch) {
+      EXPECT_EQ(std::memcmp(stack->data_as<float>() + (ch * F + f) * H * W, one->data_as<float>() + ch * H * W,
+                            H * W * sizeof(float)),
+                0)
+          << "frame " << f << " channel " << ch;
+    }
+  }
 }
 
 // ---- parity with the diffusers reference -------------------------------------------------------

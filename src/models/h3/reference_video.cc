@@ -1,5 +1,6 @@
 #include "models/h3/reference_video.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -53,6 +54,18 @@ Result<Tensor> normalize_reference_video(const Tensor& frames, double fps, int64
     std::memcpy(dst, fitted.contiguous().data(), frame_bytes);
   }
   return out;
+}
+
+int64_t reference_video_encoded_frames(int64_t frames) {
+  const int64_t snapped = std::max<int64_t>(1, (frames - 5) / kVaeFramesPerChunk) * kVaeFramesPerChunk + 5;
+  return std::min(frames, snapped);
+}
+
+int64_t reference_video_latent_frames(int64_t encoded_frames) {
+  constexpr int64_t kDroppedLatents = 3;  // the release's token_drop
+  if (encoded_frames <= 1) return encoded_frames;
+  const int64_t clips = (encoded_frames + kVaeFramesPerChunk - 1) / kVaeFramesPerChunk;
+  return clips * kVaeLatentsPerChunk - kDroppedLatents;
 }
 
 }  // namespace vortex::h3

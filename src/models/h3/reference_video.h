@@ -23,4 +23,13 @@ Result<std::vector<int64_t>> reference_frame_sources(int64_t num_frames, double 
 // canvas of its own aspect ratio. Errors name the tensor's shape or the rate.
 Result<Tensor> normalize_reference_video(const Tensor& frames, double fps, int64_t generated_frames);
 
+// Of a normalised video reference's frames, how many the video VAE encodes: snapped down to 17n + 5
+// (n >= 1) so that the VAE needs no padding; all of them when there are fewer than 22.
+int64_t reference_video_encoded_frames(int64_t frames);
+
+// The latent frames the release's video VAE gives for that many frames (encode_video_moments): one
+// for one frame, else ceil(frames / 17) clips of 5 with the last 3 dropped (17n + 5 → 5n + 2).
+// What a request's layout is planned with before the encoder is loaded.
+int64_t reference_video_latent_frames(int64_t encoded_frames);
+
 }  // namespace vortex::h3

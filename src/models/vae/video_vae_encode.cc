@@ -223,13 +223,15 @@ Result<Tensor> sample_video_condition(const VideoVaeConfig& c, const Tensor& mom
 }
 
 Result<Tensor> keyframe_pixels(const Tensor& rgb8) {
-  if (!rgb8.defined() || rgb8.dtype() != DType::kU8 || rgb8.rank() != 3 || rgb8.size(2) != 3 ||
-      !rgb8.is_contiguous()) {
+  const bool frames = rgb8.defined() && rgb8.rank() == 4;
+  if (!rgb8.defined() || rgb8.dtype() != DType::kU8 || (rgb8.rank() != 3 && !frames) ||
+      rgb8.size(rgb8.rank() - 1) != 3 || !rgb8.is_contiguous()) {
     return invalid_argument("keyframe: pixels " + (rgb8.defined() ? rgb8.describe() : "(undefined)") +
-                            " must be contiguous U8 [H, W, 3] (RGB)");
+                            " must be contiguous U8 [H, W, 3] or [F, H, W, 3] (RGB)");
   }
-  const int64_t H = rgb8.size(0), W = rgb8.size(1), P = H * W;
-  Tensor out = Tensor::empty({3, 1, H, W}, DType::kF32);
+  const int64_t F = frames ? rgb8.size(0) : 1;
+  const int64_t H = rgb8.size(frames ? 1 : 0), W = rgb8.size(frames ? 2 : 1), P = F * H * W;
+  Tensor out = Tensor::empty({3, F, H, W}, DType::kF32);
   const uint8_t* s = rgb8.data_as<const uint8_t>();
   float* d = out.data_as<float>();
   for (int64_t ch = 0; ch < 3; ++ch) {

@@ -112,8 +112,9 @@ Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pi
 // [C, T, h, w] the transformer reads.
 Result<Tensor> sample_video_condition(const VideoVaeConfig& config, const Tensor& moments, const Tensor& eps);
 
-// RGB8 pixels [H, W, 3] (row-major, as image decoders give them) → F32 [3, 1, H, W]:
-// (v / 255 - imagenet_mean) / imagenet_std per channel, as the pipeline feeds the encoder.
+// RGB8 pixels [H, W, 3] (row-major, as image decoders give them) → F32 [3, 1, H, W], or frames
+// [F, H, W, 3] → F32 [3, F, H, W]: (v / 255 - imagenet_mean) / imagenet_std per channel, as the
+// pipeline feeds the encoder.
 Result<Tensor> keyframe_pixels(const Tensor& rgb8);
 
 }  // namespace vortex::vae
