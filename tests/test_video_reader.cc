@@ -96,6 +96,16 @@ TEST(VideoReader, RefusalsNameTheFile) {
   const auto sound_only = read_video(wav);
   ASSERT_FALSE(sound_only.ok());
   EXPECT_NE(sound_only.status().message().find("no video stream"), std::string::npos) << sound_only.status().message();
+  // A missing file is not_found; bytes libav cannot read are corrupt_data, with libav's own last
+  // error line in the message (and nothing of libav's on stderr).
+  EXPECT_EQ(absent.status().code(), StatusCode::kNotFound) << absent.status().to_string();
+  const std::string junk = (tmp.path() / "junk.mp4").string();
+  test_util::write_bytes(junk, "not a video at all");
+  const auto unreadable = read_video(junk);
+  ASSERT_FALSE(unreadable.ok());
+  EXPECT_EQ(unreadable.status().code(), StatusCode::kCorruptData) << unreadable.status().to_string();
+  EXPECT_NE(unreadable.status().message().find(junk + ": avformat_open_input failed"), std::string::npos)
+      << unreadable.status().message();
 }
 
 }  // namespace

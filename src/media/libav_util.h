@@ -1,5 +1,5 @@
-// What the libav-based readers and writers share: owners for libav's objects and its errors as
-// Status text. Included only where VORTEX_HAVE_MEDIA builds (libavformat, libavcodec,
+// What the libav-based readers and writers share: owners for libav's objects, its log kept from
+// stderr, and its errors as Status text. Included only where VORTEX_HAVE_MEDIA builds (libavformat, libavcodec,
 // libswscale, libswresample).
 #pragma once
 
@@ -52,8 +52,14 @@ inline std::string av_error_text(int err) {
   return text;
 }
 
-inline Status av_failure(const std::string& path, const std::string& call, int err) {
-  return io_error(path + ": " + call + " failed: " + av_error_text(err));
-}
+// libav's own log lines are kept rather than printed (a failure is reported once, as a Status):
+// called as a read or write starts, it installs the capture (once) and forgets any earlier line;
+// the last error-level line since is what av_failure adds. An application that set its own log
+// level keeps libav's printing.
+void capture_libav_log();
+
+// A libav call's failure: corrupt_data for bytes libav cannot read as media, io_error otherwise;
+// the text is libav's, with its last logged error line.
+Status av_failure(const std::string& path, const std::string& call, int err);
 
 }  // namespace vortex::media

@@ -21,7 +21,6 @@ extern "C" {
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -38,15 +37,6 @@ constexpr int kMaxSampleRate = 768000;
 // failed avcodec_open2.
 constexpr const char* kX264Presets[] = {"ultrafast", "superfast", "veryfast", "faster", "fast",
                                         "medium",    "slow",      "slower",   "veryslow", "placebo"};
-
-// libx264 prints per-encode statistics at AV_LOG_INFO; a runtime writing one file per request
-// should not. Only the untouched default is lowered, so an application's own choice stands.
-void quiet_libav_once() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    if (av_log_get_level() == AV_LOG_INFO) av_log_set_level(AV_LOG_WARNING);
-  });
-}
 
 // The soundtrack, planar, at the rate the AAC encoder runs at, exactly video-long.
 struct Soundtrack {
@@ -396,7 +386,7 @@ Status write_mp4(const std::string& path, const Tensor& video, int fps, const Te
   }
   VORTEX_RETURN_IF_ERROR(check_options(path, options));
 
-  quiet_libav_once();
+  capture_libav_log();  // and libx264's per-encode statistics stay off stderr
   std::unique_ptr<Soundtrack> sound;
   if (audio != nullptr) {
     VORTEX_ASSIGN_OR_RETURN(const Tensor a, checked_audio(*audio, path + ": audio", 2));

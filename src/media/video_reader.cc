@@ -194,9 +194,14 @@ Status decode_stream(const std::string& path, AVFormatContext* in, int index, AV
 }  // namespace
 
 Result<DecodedVideo> read_video(const std::string& path, double max_seconds) {
+  capture_libav_log();
   AVFormatContext* raw = nullptr;
   int err = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
-  if (err < 0) return av_failure(path, "avformat_open_input", err);
+  if (err < 0) {
+    const Status failure = av_failure(path, "avformat_open_input", err);
+    // A missing input is the caller's to fix, like any file a request names.
+    return err == AVERROR(ENOENT) ? not_found(failure.message()) : failure;
+  }
   InputPtr in(raw);
   if ((err = avformat_find_stream_info(in.get(), nullptr)) < 0) return av_failure(path, "avformat_find_stream_info", err);
   int video_index = -1, audio_index = -1;
