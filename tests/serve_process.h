@@ -102,10 +102,11 @@ inline httplib::Result post_json(httplib::Client& c, const std::string& body) {
   return c.Post("/v1/jobs", body, "application/json");
 }
 
-// Polls the job until it reaches `state` (60 s at most) and returns its last JSON.
-inline nlohmann::json wait_for_state(httplib::Client& c, const std::string& id, const std::string& state) {
+// Polls the job until it reaches `state` (`seconds` at most) and returns its last JSON.
+inline nlohmann::json wait_for_state(httplib::Client& c, const std::string& id, const std::string& state,
+                                     int seconds = 60) {
   nlohmann::json job;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
   while (std::chrono::steady_clock::now() < deadline) {
     job = json_of(c.Get("/v1/jobs/" + id));
     if (job.value("state", "") == state) return job;

@@ -1,9 +1,9 @@
-// generate --reference as a user runs it (ref2va with image and audio references), on the small preset
+// generate --reference as a user runs it (ref2va with image, video and audio references), on the small preset
 // with a synthetic Qwen3-VL (text encoder and vision tower) and the small synthetic video VAE. The
 // CLI's latents are the bits of the library path taken by hand (each image onto its reference size,
 // the presentation through the text encoder, the VAE posterior under seed 42, generate_ref2va);
 // refusals are one line and write nothing. `vortex serve` takes the same references as numbered
-// multipart PNG parts and writes the same bits.
+// multipart parts and writes the same bits.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -20,6 +20,7 @@
 #include "h3_golden_util.h"
 #include "models/h3/generate.h"
 #include "models/h3/keyframes.h"
+#include "models/h3/reference_video.h"
 #include "models/h3/step_model.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/transformer.h"
@@ -32,6 +33,8 @@
 #include "text/text_conditioner.h"
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/png.h"
+#include "media/mp4.h"
+#include "media/video_reader.h"
 #endif
 #if defined(VORTEX_HAVE_SERVICE)
 #include "serve_process.h"
@@ -177,7 +180,7 @@ TEST_F(CliRef2va, ASoundtrackReferenceIsTheLibrarysEncode) {
   const std::string out = tmp_.file("g");
   const auto run = run_cli(request(out) + " --synthetic-audio-vae small" + references({scene(), voice}));
   ASSERT_EQ(run.code, 0) << run.err;
-  EXPECT_NE(run.err.find("encoding reference 2 (" + voice), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("encoding the soundtrack of reference 2 (" + voice), std::string::npos) << run.err;
 
   const Tensor pixels = must(h3::fit_reference_image(must(media::read_png_rgb8(scene())), kShortEdge));
   auto conditioner =
@@ -210,10 +213,10 @@ TEST_F(CliRef2va, ASoundtrackReferenceIsTheLibrarysEncode) {
   // Refusals, one line each.
   expect_one_line_error(run_cli(request(out) + references({scene(), voice})), "encoded by the audio VAE");
   expect_one_line_error(run_cli(request(out) + " --synthetic-audio-vae small" + references({voice})),
-                        "an audio reference needs an image reference beside it");
+                        "an audio reference needs an image or video reference beside it");
   test_util::write_bytes(tmp_.file("photo.jpg"), "jpeg");
   expect_one_line_error(run_cli(request(out) + references({tmp_.file("photo.jpg")})),
-                        "a reference is a .png image or a .wav soundtrack");
+                        "a reference is a .png image, a .wav soundtrack or a video (.mp4");
 }
 
 TEST_F(CliRef2va, BadInputIsOneLineAndWritesNothing) {
@@ -242,13 +245,15 @@ TEST_F(CliRef2va, BadInputIsOneLineAndWritesNothing) {
 }
 
 #if defined(VORTEX_HAVE_SERVICE)
-// A submission with its reference parts: (part name, file bytes), a reference_audio_<k> sent as a WAV.
+// A submission with its reference parts: (part name, file bytes), a reference_audio_<k> sent as a
+// WAV, a reference_video_<k> as an MP4.
 httplib::Result submit_references(httplib::Client& to, const nlohmann::json& body,
                                   const std::vector<std::pair<std::string, std::string>>& files) {
   httplib::MultipartFormDataItems parts = {{"request", body.dump(), "", "application/json"}};
   for (const auto& [part, bytes] : files) {
-    const bool audio = part.starts_with("reference_audio");
-    parts.push_back({part, bytes, part + (audio ? ".wav" : ".png"), audio ? "audio/wav" : "image/png"});
+    const bool audio = part.starts_with("reference_audio"), video = part.starts_with("reference_video");
+    parts.push_back({part, bytes, part + (audio ? ".wav" : video ? ".mp4" : ".png"),
+                     audio ? "audio/wav" : video ? "video/mp4" : "image/png"});
   }
   return to.Post("/v1/jobs", parts);
 }
@@ -346,7 +351,7 @@ TEST_F(CliRef2va, ServedSoundtracksAreTheBitsGenerateWrites) {
   expect_refused(submit_references(c, body, {{"reference_image_1", scene_png}, {"reference_audio_3", voice_wav}}),
                  "reference_audio_3: came without a reference 2");
   expect_refused(submit_references(c, body, {{"reference_audio_1", voice_wav}}),
-                 "an audio reference needs an image reference beside it");
+                 "an audio reference needs an image or video reference beside it");
   expect_refused(submit_references(c, body, {{"reference_image_1", scene_png}, {"reference_audio_2", "RIFF"}}),
                  "reference_audio_2");
   EXPECT_EQ(server.stop(), 0) << server.log();
@@ -359,6 +364,123 @@ TEST_F(CliRef2va, ServedSoundtracksAreTheBitsGenerateWrites) {
   EXPECT_EQ(images_only.stop(), 0) << images_only.log();
 }
 #endif  // VORTEX_HAVE_SERVICE
+
+// A clip of 8 frames at 12 fps, 64 x 64, with a stereo soundtrack at 48 kHz (its length is the
+// frames' 2/3 s) or silent.
+std::string write_clip(const std::string& path, bool with_sound = true) {
+  const int64_t F = 8, S = 32000;
+  Tensor video = Tensor::empty({3, F, 64, 64}, DType::kF32);
+  for (int64_t i = 0; i < video.numel(); ++i) video.data_as<float>()[i] = static_cast<float>((i * 7) % 64) / 63.0f;
+  Tensor audio = Tensor::empty({2, S}, DType::kF32);
+  for (int64_t i = 0; i < audio.numel(); ++i) audio.data_as<float>()[i] = 0.3f * std::sin(0.02f * static_cast<float>(i));
+  must(media::write_mp4(path, video, 12, with_sound ? &audio : nullptr, with_sound ? 48000 : 0));
+  return path;
+}
+
+// A video reference with its soundtrack: its frames onto the 24 fps clock (8 at 12 fps → 16) and the
+// canvas of its aspect ratio (768 x 768), shown to the text encoder as "<Audio 1>: <Video 1>: " and
+// a 2 fps block, encoded by the video VAE (16 frames → 2 latent frames, the seed-42 posterior draw)
+// and its soundtrack by the audio VAE: the CLI's latents are the library's bits, and a server's for
+// the part reference_video_1. Without an audio VAE the video's soundtrack is refused by name. (The
+// small video VAE takes about a minute per encode of the 768 x 768 canvas on two cores, so the
+// served case shares this test.)
+TEST_F(CliRef2va, AVideoReferenceIsTheLibrarysEncode) {
+  const std::string clip = write_clip(tmp_.file("clip.mp4"));
+  const std::string out = tmp_.file("g");
+  const auto run = run_cli(request(out) + " --synthetic-audio-vae small" + references({clip}));
+  ASSERT_EQ(run.code, 0) << run.err;
+  EXPECT_NE(run.err.find("encoding reference video 1 (" + clip + ", 16 frames of 768x768)"), std::string::npos)
+      << run.err;
+
+  const double seconds = 22.0 / 24.0;
+  const media::DecodedVideo decoded = must(media::read_video(clip, seconds));
+  ASSERT_EQ(decoded.frames.size(0), 8);
+  ASSERT_TRUE(decoded.audio.defined());
+  const Tensor frames = must(h3::normalize_reference_video(decoded.frames, decoded.fps, 22));
+  ASSERT_EQ(frames.shape(), Shape({16, 768, 768, 3}));
+  auto conditioner =
+      must(text::TextConditioner::load({encoder_dir(), test::golden_path("qwen_tokenizer_trimmed.json"), 2}));
+  const text::Presentation presentation = must(
+      conditioner->reference_presentation(kPrompt, {text::PresentedReference::video(16, 24.0, 768, 768, true)}));
+  const Tensor states = must(conditioner->encode_presentation(presentation, {frames}));
+  std::vector<int32_t> tags;
+  for (const bool vision : presentation.vision) tags.push_back(vision ? h3::kVideoTag : h3::kTextTag);
+  const vae::VideoVaeConfig vae_config = must(vae::video_vae_config_preset("small"));
+  const vae::VideoVaeEncoder encoder =
+      must(vae::assemble_video_vae_encoder(vae::synthetic_video_vae_encoder_tensors(vae_config, 0), vae_config));
+  const Tensor moments = must(vae::encode_video_moments(encoder, must(vae::keyframe_pixels(frames))));
+  ASSERT_EQ(moments.size(1), 2);
+  const Tensor eps = h3::seeded_normal({vae_config.latent_channels, moments.size(1), moments.size(2), moments.size(3)},
+                                       42, h3::kKeyframePosteriorStream);
+  const vae::AudioVaeConfig audio_config = must(vae::audio_vae_config_preset("small"));
+  const vae::AudioVaeEncoder audio =
+      must(vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(audio_config, 0), audio_config));
+  const Tensor rows = must(vae::encode_reference_soundtrack(audio, decoded.audio, decoded.sample_rate, seconds));
+  const std::vector<h3::Reference> refs = {
+      {h3::ReferenceKind::kVideo, must(vae::sample_video_condition(vae_config, moments, eps)), rows}};
+  const h3::GenerateResult want = expect_the_library_wrote(out, states, tags, refs);
+  EXPECT_EQ(want.layout.num_condition_audio, rows.size(0));
+  const auto summary = nlohmann::json::parse(test_util::read_bytes(out + ".json"));
+  const nlohmann::json& entry = summary["request"]["references"][0];
+  EXPECT_EQ(entry["video"], clip);
+  EXPECT_EQ(entry["fps"], 12.0);
+  EXPECT_EQ(entry["source_frames"], 8);
+  EXPECT_EQ(entry["frames"], 16);
+  EXPECT_EQ(entry["encoded_frames"], 16);
+  EXPECT_EQ(entry["latent_frames"], 2);
+  EXPECT_EQ(entry["height"], 768);
+  EXPECT_EQ(entry["width"], 768);
+  EXPECT_EQ(entry["sample_rate"], 48000);
+  EXPECT_EQ(entry["latents"], rows.size(0) / 2);
+
+  // Refusals, one line each, before any encode. A silent video needs no audio VAE: four of them
+  // get as far as the count.
+  expect_one_line_error(run_cli(request(out) + references({clip})), "clip.mp4: its soundtrack is encoded by the audio VAE");
+  const std::string silent = write_clip(tmp_.file("silent.mp4"), false);
+  expect_one_line_error(run_cli(request(out) + references(std::vector<std::string>(4, silent))),
+                        "4 video references; at most 3");
+  test_util::write_bytes(tmp_.file("broken.mp4"), "not a video");
+  expect_one_line_error(run_cli(request(out) + references({tmp_.file("broken.mp4")})),
+                        "broken.mp4: avformat_open_input failed");
+
+#if defined(VORTEX_HAVE_SERVICE)
+  // Served as the part reference_video_1, the job's latents are generate's bits; on a server
+  // without an audio VAE the clip's soundtrack is refused naming the part, not the server's file.
+  using test_util::json_of;
+  std::vector<std::string> flags = {"--text-encoder",       encoder_dir(),
+                                    "--tokenizer",          test::golden_path("qwen_tokenizer_trimmed.json"),
+                                    "--text-encoder-layer", "2",
+                                    "--synthetic-video-vae", "small"};
+  const nlohmann::json body = {{"prompt", kPrompt}, {"height", 64}, {"width", 64},       {"frames", 22},
+                               {"steps", 3},        {"seed", 5},    {"reference_short_edge", kShortEdge}};
+  const std::string clip_mp4 = test_util::read_bytes(clip);
+  {
+    test_util::ServeProcess images_only(flags, "small");
+    httplib::Client c = images_only.client();
+    EXPECT_EQ(json_of(c.Get("/healthz")).value("video_references", false), true);
+    expect_refused(submit_references(c, body, {{"reference_video_1", clip_mp4}}),
+                   "reference_video_1: its soundtrack is encoded by the audio VAE (this server encodes no soundtracks");
+    expect_refused(submit_references(c, body, {{"reference_image_1", clip_mp4}, {"reference_video_1", clip_mp4}}),
+                   "reference_video_1: came beside reference_image_1");
+    expect_refused(submit_references(c, {{"prompt", kPrompt}, {"reference_video_1", "a.mp4"}}, {}),
+                   "multipart part 'reference_video_1' (MP4");
+    EXPECT_EQ(images_only.stop(), 0) << images_only.log();
+  }
+  flags.insert(flags.end(), {"--synthetic-audio-vae", "small"});
+  test_util::ServeProcess server(flags, "small");
+  httplib::Client c = server.client();
+  const httplib::Result submitted = submit_references(c, body, {{"reference_video_1", clip_mp4}});
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  // The job's CPU encode of the canvas takes a minute alone, several beside other tests on two cores.
+  const nlohmann::json done = test_util::wait_for_state(c, json_of(submitted).at("id"), "succeeded", 600);
+  ASSERT_EQ(done.value("state", ""), "succeeded") << server.log();
+  EXPECT_EQ(done["result"]["checksums"], summary["checksums"]) << server.log();
+  EXPECT_EQ(done["result"]["request"]["references"][0].value("latent_frames", 0), 2);
+  EXPECT_EQ(test_util::read_bytes(done["request"]["references"][0]), clip_mp4);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+#endif
+}
 
 #else
 

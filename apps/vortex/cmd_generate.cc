@@ -31,9 +31,12 @@ struct GenerateArgs {
   std::string first_frame, last_frame;
   // fl2va or ref2va: the video VAE encodes pictures.
   bool encodes_images() const { return !request.keyframes.empty() || !request.references.empty(); }
-  // ref2va with a soundtrack: the audio VAE encodes it.
+  // ref2va with a soundtrack, or a video that may carry one: the audio VAE encodes it.
   bool encodes_audio() const {
-    return std::any_of(request.references.begin(), request.references.end(), is_soundtrack_reference);
+    return std::any_of(request.references.begin(), request.references.end(), [](const std::string& path) {
+      const auto kind = reference_kind_of(path);
+      return kind == h3::ReferenceKind::kAudio || kind == h3::ReferenceKind::kVideo;
+    });
   }
 };
 
@@ -163,7 +166,7 @@ void add_generate_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand(
       "generate",
       "Denoise video and audio latents from a prompt or text states (t2va), a prompt and keyframes (fl2va), or a "
-      "prompt and reference images (ref2va)");
+      "prompt and references: images, videos, soundtracks (ref2va)");
   const auto check_model_given = add_model_options(cmd, args->model);
   auto* prompt = cmd->add_option("--prompt", args->request.prompt, "The prompt, encoded by --text-encoder");
   auto* text_states =
@@ -184,10 +187,12 @@ void add_generate_command(CLI::App& app, Action& action) {
         ->excludes(text_tokens);
   }
   cmd->add_option("--reference", args->request.references,
-                  "ref2va: a reference, repeated in the order the model reads them: a PNG image (at most 9; shown "
-                  "to the text encoder with --prompt and encoded by the video VAE at its own size) or a WAV "
-                  "soundtrack (at most 3, beside an image; resampled onto the audio VAE's rate, encoded by "
-                  "--audio-vae or --synthetic-audio-vae). Run it on the checkpoint's transformer_ref partition "
+                  "ref2va: a reference, repeated in the order the model reads them (at most 12): a PNG image (at "
+                  "most 9; shown to the text encoder with --prompt and encoded by the video VAE at its own size), "
+                  "a video (.mp4, .mov, .mkv, .webm, .m4v; at most 3; put on the 24 fps clock, cut at --frames, "
+                  "on the canvas of its aspect ratio; its soundtrack encoded too) or a WAV soundtrack (at most 3, "
+                  "beside an image or video). Soundtracks are resampled onto the audio VAE's rate and encoded by "
+                  "--audio-vae or --synthetic-audio-vae. Run it on the checkpoint's transformer_ref partition "
                   "(--model .../transformer_ref)")
       ->excludes(text_states)
       ->excludes(text_tokens);

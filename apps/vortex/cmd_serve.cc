@@ -5,8 +5,10 @@
 // text encoder and a video VAE takes fl2va requests: the keyframes come as multipart PNG parts
 // first_frame / last_frame and are encoded by the video VAE encoder, loaded once; and ref2va
 // requests with references in the order the model reads them: position k is the PNG part
-// reference_image_<k> or, on a server that also has an audio VAE, the WAV part reference_audio_<k>
-// (a soundtrack, encoded by the audio VAE's encoder, loaded once).
+// reference_image_<k>, the video part reference_video_<k> (MP4, MOV, MKV or WebM: libav reads the
+// container from its bytes) or, on a server that also has an audio VAE, the WAV part
+// reference_audio_<k> (a soundtrack, encoded by the audio VAE's encoder, loaded once; a video's
+// soundtrack likewise).
 //
 // Every job's state is kept in RESULTS/<id>.job.json; a server started on the same folder lists the
 // finished jobs again and runs what was queued or running when the last one stopped (a restart
@@ -62,20 +64,60 @@ std::string json_field(const std::string& flag) {
   return f;
 }
 
-// ref2va's reference parts: reading position k (from 0) is reference_image_<k+1> (a PNG) or
-// reference_audio_<k+1> (a WAV soundtrack); one numbering for both kinds, since the model reads
-// them interleaved (h3::kMaxReferences positions in all).
-std::string image_part(int k) { return "reference_image_" + std::to_string(k + 1); }
-std::string audio_part(int k) { return "reference_audio_" + std::to_string(k + 1); }
+// ref2va's reference parts: reading position k (from 0) is reference_<kind>_<k+1>, one numbering for
+// every kind, since the model reads them interleaved (h3::kMaxReferences positions in all). The
+// extension a part is saved under is what marks its kind (reference_kind_of).
+struct ReferencePart {
+  const char* kind;       // "image", "video", "audio"
+  const char* extension;  // the saved upload's
+  const char* what;       // for the error that finds it sent as a field
+};
+constexpr ReferencePart kReferenceParts[] = {
+    {"image", ".png", "a picture comes as the multipart part '%' (a PNG)"},
+    {"video", ".mp4", "a video comes as the multipart part '%' (MP4, MOV, MKV or WebM)"},
+    {"audio", ".wav", "a soundtrack comes as the multipart part '%' (a WAV)"}};
+std::string reference_part(const ReferencePart& part, int k) {
+  return std::string("reference_") + part.kind + "_" + std::to_string(k + 1);
+}
+// The part name of reading position k's saved upload.
+std::string reference_part_of(const std::string& path, int k) {
+  const auto kind = reference_kind_of(path);
+  const int index = kind == h3::ReferenceKind::kVideo ? 1 : kind == h3::ReferenceKind::kAudio ? 2 : 0;
+  return reference_part(kReferenceParts[index], k);
+}
 
-// The multipart file parts a submission may carry, with the extension each is saved under (a
-// soundtrack's .wav is what marks it as one, is_soundtrack_reference).
+// The reference part kind a body field is named like (a file sent as a field), or null.
+const ReferencePart* sent_as_field(const std::string& key) {
+  for (const ReferencePart& part : kReferenceParts) {
+    if (key.starts_with(std::string("reference_") + part.kind)) return &part;
+  }
+  return nullptr;
+}
+
+// A check's error with each saved upload's path replaced by the part it came as: the client never
+// saw the server's file names. A video's soundtrack without an audio VAE reads as the server's to fix.
+Status name_reference_parts(const Status& error, const std::vector<std::string>& uploads) {
+  std::string message = error.message();
+  for (size_t k = 0; k < uploads.size(); ++k) {
+    const std::string part = reference_part_of(uploads[k], static_cast<int>(k));
+    for (size_t at = message.find(uploads[k]); at != std::string::npos; at = message.find(uploads[k], at + part.size())) {
+      message.replace(at, uploads[k].size(), part);
+    }
+  }
+  const std::string flags = "(give --audio-vae or --synthetic-audio-vae)";
+  if (const size_t at = message.find(flags); at != std::string::npos) {
+    message.replace(at, flags.size(), "(this server encodes no soundtracks: start it with --audio-vae or "
+                                      "--synthetic-audio-vae too)");
+  }
+  return Status(error.code(), message);
+}
+
+// The multipart file parts a submission may carry, with the extension each is saved under.
 const std::map<std::string, std::string>& upload_parts() {
   static const std::map<std::string, std::string> parts = [] {
     std::map<std::string, std::string> p = {{"text", ".safetensors"}, {"first_frame", ".png"}, {"last_frame", ".png"}};
     for (int k = 0; k < h3::kMaxReferences; ++k) {
-      p[image_part(k)] = ".png";
-      p[audio_part(k)] = ".wav";
+      for (const ReferencePart& part : kReferenceParts) p[reference_part(part, k)] = part.extension;
     }
     return p;
   }();
@@ -136,16 +178,18 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
     } else if (key == "reference_short_edge") {
       VORTEX_RETURN_IF_ERROR(integer("reference_short_edge", r.reference_short_edge, 1, 1 << 16));
-    } else if (key == "first_frame" || key == "last_frame" || key.starts_with("reference_image")) {
+    } else if (key == "first_frame" || key == "last_frame") {
       return invalid_argument(key + ": a picture comes as the multipart part '" + key + "' (a PNG), not a field");
-    } else if (key.starts_with("reference_audio")) {
-      return invalid_argument(key + ": a soundtrack comes as the multipart part '" + key + "' (a WAV), not a field");
+    } else if (const ReferencePart* part = sent_as_field(key)) {
+      std::string what = part->what;
+      what.replace(what.find('%'), 1, key);
+      return invalid_argument(key + ": " + what + ", not a field");
     } else {
       return invalid_argument("unknown field '" + key +
                               "' (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
                               "text_tokens, text_key, reference_short_edge; text states, keyframes and "
                               "references come as the multipart parts 'text', 'first_frame', 'last_frame' and "
-                              "'reference_image_<k>' or 'reference_audio_<k>' for k = 1, 2, ...)");
+                              "'reference_image_<k>', 'reference_video_<k>' or 'reference_audio_<k>' for k = 1, 2, ...)");
     }
   }
   const auto upload = [&uploads](const char* part) {
@@ -158,11 +202,15 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
   }
   // The references in reading order: one part per position, numbered from 1 without gaps.
   const auto position_part = [&](int k) -> Result<std::string> {
-    const std::string image = upload(image_part(k).c_str()), audio = upload(audio_part(k).c_str());
-    if (!image.empty() && !audio.empty()) {
-      return invalid_argument(audio_part(k) + ": came beside " + image_part(k) + " (one reference per position)");
+    std::string path, first;
+    for (const ReferencePart& part : kReferenceParts) {
+      const std::string name = reference_part(part, k), got = upload(name.c_str());
+      if (got.empty()) continue;
+      if (!path.empty()) return invalid_argument(name + ": came beside " + first + " (one reference per position)");
+      path = got;
+      first = name;
     }
-    return image.empty() ? audio : image;
+    return path;
   };
   for (int k = 0; k < h3::kMaxReferences; ++k) {
     VORTEX_ASSIGN_OR_RETURN(const std::string path, position_part(k));
@@ -170,9 +218,8 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       for (int later = k + 1; later < h3::kMaxReferences; ++later) {
         VORTEX_ASSIGN_OR_RETURN(const std::string after, position_part(later));
         if (!after.empty()) {
-          const std::string part = is_soundtrack_reference(after) ? audio_part(later) : image_part(later);
-          return invalid_argument(part + ": came without a reference " + std::to_string(k + 1) + " ('" +
-                                  image_part(k) + "' or '" + audio_part(k) +
+          return invalid_argument(reference_part_of(after, later) + ": came without a reference " +
+                                  std::to_string(k + 1) + " ('reference_<image|video|audio>_" + std::to_string(k + 1) +
                                   "'; references are numbered from 1 without gaps)");
         }
       }
@@ -406,17 +453,20 @@ int run_serve(const ServeArgs& args) {
                               "and --video-vae or --synthetic-video-vae)");
     }
     if (!r.references.empty() && !*keyframe_encoder) {
-      return invalid_argument("reference_image_1: this server encodes no references (start it with --text-encoder "
-                              "and --video-vae or --synthetic-video-vae)");
+      return invalid_argument(reference_part_of(r.references[0], 0) +
+                              ": this server encodes no references (start it with --text-encoder and --video-vae "
+                              "or --synthetic-video-vae)");
     }
     for (size_t k = 0; k < r.references.size() && soundtracks == nullptr; ++k) {
-      if (is_soundtrack_reference(r.references[k])) {
-        return invalid_argument(audio_part(static_cast<int>(k)) + ": this server encodes no soundtracks (start it "
-                                "with --audio-vae or --synthetic-audio-vae too)");
+      if (reference_kind_of(r.references[k]) == h3::ReferenceKind::kAudio) {
+        return invalid_argument(reference_part_of(r.references[k], static_cast<int>(k)) +
+                                ": this server encodes no soundtracks (start it with --audio-vae or "
+                                "--synthetic-audio-vae too)");
       }
     }
-    VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked,
-                            check_request(r, *config, text->get(), soundtracks ? &soundtracks->config : nullptr));
+    auto checked_request = check_request(r, *config, text->get(), soundtracks ? &soundtracks->config : nullptr);
+    if (!checked_request.ok()) return name_reference_parts(checked_request.status(), r.references);
+    CheckedRequest checked = std::move(*checked_request);
     if (args.model.device == "cuda" && checked.rows > max_rows) {
       return invalid_argument("the request packs " + std::to_string(checked.rows) + " rows; this server holds " +
                               std::to_string(max_rows) + " (--max-rows)");
@@ -492,7 +542,7 @@ int run_serve(const ServeArgs& args) {
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
                 {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()},
-                {"soundtrack_references", soundtracks != nullptr}};
+                {"video_references", keyframe_encoder->has_value()}, {"soundtrack_references", soundtracks != nullptr}};
   hooks.check = [&](const nlohmann::json& body, const service::Uploads& uploads) -> Result<nlohmann::json> {
     VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, uploads));
     VORTEX_ASSIGN_OR_RETURN(const CheckedRequest checked, check_served(r));

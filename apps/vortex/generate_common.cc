@@ -247,10 +247,11 @@ Status check_keyframes(const RequestOptions& request, const text::TextConditione
   return take_presentation(std::move(*presentation), checked);
 }
 
-// ref2va's text: the references read (images at their own sizes, soundtracks), their counts
-// within the release's limits, and the presentation that shows them to the text encoder before the
-// prompt (a picture's "<Picture i>: " label and vision block, as a keyframe is shown; a soundtrack's
-// "<Audio j>: " label); the picture rows are tagged video.
+// ref2va's text: the references read (images at their own sizes, videos on H3's clock and their
+// canvas, soundtracks), their counts within the release's limits, and the presentation that shows
+// them to the text encoder before the prompt (a picture's "<Picture i>: " label and vision block, as
+// a keyframe is shown; a video's "<Video k>: " label, after "<Audio j>: " when it has sound, and its
+// timestamped blocks; a soundtrack's "<Audio j>: " label); the vision rows are tagged video.
 Status check_references(const RequestOptions& request, const text::TextConditioner* text,
                         const vae::AudioVaeConfig* audio, CheckedRequest& checked) {
   const std::string references = request.field_name("reference");
@@ -259,34 +260,40 @@ Status check_references(const RequestOptions& request, const text::TextCondition
                             request.field_name("prompt") + " (not text states)");
   }
   if (!text) return invalid_argument(references + ": this model has no text encoder (start it with --text-encoder)");
-  const double seconds = static_cast<double>(checked.video.num_frames) / h3::kFps;
-  auto prepared = prepare_references(request.references, request.reference_short_edge, audio, seconds);
+  auto prepared = prepare_references(request.references, request.reference_short_edge, audio, checked.video.num_frames);
   if (!prepared.ok()) return prepared.status().with_context(references);
   checked.references = std::move(*prepared);
-  const int images = static_cast<int>(checked.references.pixels.size());
-  const int audios = static_cast<int>(checked.references.soundtracks.size());
-  for (auto [count, limit, kind] : {std::tuple{images, h3::kMaxImageReferences, "image"},
-                                    std::tuple{audios, h3::kMaxAudioReferences, "audio"}}) {
-    if (count > limit) {
-      return invalid_argument(references + ": " + std::to_string(count) + " " + kind + " references; at most " +
-                              std::to_string(limit) + " are accepted");
+  const PreparedReferences& refs = checked.references;
+  for (auto [kind, limit, name] : {std::tuple{h3::ReferenceKind::kImage, h3::kMaxImageReferences, "image"},
+                                   std::tuple{h3::ReferenceKind::kVideo, h3::kMaxVideoReferences, "video"},
+                                   std::tuple{h3::ReferenceKind::kAudio, h3::kMaxAudioReferences, "audio"}}) {
+    if (refs.count(kind) > limit) {
+      return invalid_argument(references + ": " + std::to_string(refs.count(kind)) + " " + name +
+                              " references; at most " + std::to_string(limit) + " are accepted");
     }
   }
-  if (images == 0) {
-    return invalid_argument(references + ": an audio reference needs an image reference beside it");
+  if (refs.items.size() > static_cast<size_t>(h3::kMaxReferences)) {
+    return invalid_argument(references + ": " + std::to_string(refs.items.size()) + " in all; at most " +
+                            std::to_string(h3::kMaxReferences) + " are accepted");
+  }
+  if (refs.visuals.empty()) {
+    return invalid_argument(references + ": an audio reference needs an image or video reference beside it");
   }
   std::vector<text::PresentedReference> presented;
-  size_t image = 0;
-  for (const h3::ReferenceKind kind : checked.references.kinds) {
-    if (kind == h3::ReferenceKind::kAudio) {
-      presented.push_back(text::PresentedReference::audio());
-    } else {
-      const Tensor& p = checked.references.pixels[image++];
-      presented.push_back(text::PresentedReference::picture(p.size(0), p.size(1)));
+  for (const PreparedReference& r : refs.items) {
+    switch (r.kind) {
+      case h3::ReferenceKind::kAudio: presented.push_back(text::PresentedReference::audio()); break;
+      case h3::ReferenceKind::kImage:
+        presented.push_back(text::PresentedReference::picture(r.pixels.size(0), r.pixels.size(1)));
+        break;
+      case h3::ReferenceKind::kVideo:
+        presented.push_back(text::PresentedReference::video(r.pixels.size(0), h3::kFps, r.pixels.size(1),
+                                                            r.pixels.size(2), r.has_soundtrack()));
+        break;
     }
   }
   auto presentation = text->reference_presentation(request.prompt, presented);
-  if (!presentation.ok()) return presentation.status().with_context(request.field_name("prompt"));
+  if (!presentation.ok()) return presentation.status().with_context(references);
   return take_presentation(std::move(*presentation), checked);
 }
 
@@ -296,15 +303,15 @@ Result<h3::PackedLayout> request_layout(const CheckedRequest& checked, const h3:
   if (checked.fl2va()) return h3::build_keyframe_layout(checked.text_tags, g, config, checked.keyframes.anchors);
   if (checked.ref2va()) {
     std::vector<h3::ReferenceBlock> blocks;
-    size_t image = 0, soundtrack = 0;
-    for (const h3::ReferenceKind kind : checked.references.kinds) {
-      if (kind == h3::ReferenceKind::kAudio) {
-        blocks.push_back({kind, 0, 0, 0, checked.references.soundtrack_latents[soundtrack++]});
-      } else {
-        const Tensor& p = checked.references.pixels[image++];
-        blocks.push_back({kind, 1, static_cast<int>(p.size(0) / h3::kVaeSpatialRatio),
-                          static_cast<int>(p.size(1) / h3::kVaeSpatialRatio), 0});
+    for (const PreparedReference& r : checked.references.items) {
+      h3::ReferenceBlock block{r.kind, r.latent_frames, 0, 0, r.soundtrack_latents};
+      if (r.kind != h3::ReferenceKind::kAudio) {
+        // The spatial axes: an image's [H, W, 3], a video's [F, H, W, 3].
+        const int rank = r.pixels.rank();
+        block.latent_height = static_cast<int>(r.pixels.size(rank - 3) / h3::kVaeSpatialRatio);
+        block.latent_width = static_cast<int>(r.pixels.size(rank - 2) / h3::kVaeSpatialRatio);
       }
+      blocks.push_back(block);
     }
     return h3::build_ref2va_layout(checked.text_tags, blocks, g, config);
   }
@@ -408,7 +415,7 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
   if (!text) return invalid_argument("the request's prompt needs a text encoder");
   const auto start = std::chrono::steady_clock::now();
   if (checked.fl2va() || checked.ref2va()) {
-    VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode_presentation(checked.presentation, checked.pictures()));
+    VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode_presentation(checked.presentation, checked.visuals()));
   } else {
     VORTEX_ASSIGN_OR_RETURN(checked.text_states, text->encode(checked.prompt_ids));
   }
@@ -438,7 +445,7 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   if (checked.fl2va() && checked.keyframe_latents.size() != checked.keyframes.pixels.size()) {
     return internal_error("run_request: the keyframes were not encoded");
   }
-  if (checked.ref2va() && checked.reference_latents.size() != checked.references.kinds.size()) {
+  if (checked.ref2va() && checked.reference_latents.size() != checked.references.items.size()) {
     return internal_error("run_request: the references were not encoded");
   }
   const Tensor& text_states = checked.text_states;
@@ -502,18 +509,24 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   }
   if (checked.ref2va()) {
     nlohmann::json references = nlohmann::json::array();
-    size_t image = 0, soundtrack = 0;
-    for (size_t k = 0; k < checked.references.paths.size(); ++k) {
-      if (checked.references.kinds[k] == h3::ReferenceKind::kAudio) {
-        // The file's own rate: what it was resampled from onto the audio VAE's.
-        references.push_back({{"audio", checked.references.paths[k]},
-                              {"sample_rate", checked.references.soundtracks[soundtrack].sample_rate},
-                              {"latents", checked.references.soundtrack_latents[soundtrack]}});
-        ++soundtrack;
+    for (const PreparedReference& r : checked.references.items) {
+      nlohmann::json entry;
+      if (r.kind == h3::ReferenceKind::kImage) {
+        entry = {{"image", r.path}, {"height", r.pixels.size(0)}, {"width", r.pixels.size(1)}};
+      } else if (r.kind == h3::ReferenceKind::kVideo) {
+        // The file's rate and frames, then what H3's clock and canvas made of them.
+        entry = {{"video", r.path},         {"fps", r.source_fps},        {"source_frames", r.source_frames},
+                 {"frames", r.pixels.size(0)}, {"encoded_frames", r.encoded_frames}, {"latent_frames", r.latent_frames},
+                 {"height", r.pixels.size(1)}, {"width", r.pixels.size(2)}};
       } else {
-        const Tensor& p = checked.references.pixels[image++];
-        references.push_back({{"image", checked.references.paths[k]}, {"height", p.size(0)}, {"width", p.size(1)}});
+        entry = {{"audio", r.path}};
       }
+      if (r.has_soundtrack()) {
+        // The file's own rate: what it was resampled from onto the audio VAE's.
+        entry["sample_rate"] = r.soundtrack.sample_rate;
+        entry["latents"] = r.soundtrack_latents;
+      }
+      references.push_back(std::move(entry));
     }
     run.summary["request"]["references"] = references;
     run.summary["request"]["reference_short_edge"] = r.reference_short_edge;

@@ -66,8 +66,9 @@ struct RequestOptions {
   std::vector<KeyframeInput> keyframes;
   bool size_given = true;
   // ref2va: references in the order the model reads them, with a prompt: PNG images, each encoded
-  // at its own size (reference_short_edge, the checkpoint's reference_image_short_edge), and WAV
-  // soundtracks (any rate, resampled onto the audio VAE's). The canvas is the request's (768 x 1344
+  // at its own size (reference_short_edge, the checkpoint's reference_image_short_edge), videos
+  // (MP4 and the like: onto H3's 24 fps clock, cut at the generated length, on the canvas of their
+  // aspect ratio; their soundtrack too) and WAV soundtracks (any rate, resampled onto the audio VAE's). The canvas is the request's (768 x 1344
   // by default, the pipeline's 16:9).
   std::vector<std::string> references;
   int64_t reference_short_edge = h3::kReferenceImageShortEdge;
@@ -110,9 +111,9 @@ struct CheckedRequest {
   std::vector<h3::Reference> reference_latents;
   double keyframe_encode_seconds = 0.0;  // keyframes' or references' encode
   bool fl2va() const { return !keyframes.pixels.empty(); }
-  bool ref2va() const { return !references.pixels.empty(); }
-  // The pictures shown to the text encoder: the keyframes or the image references.
-  const std::vector<Tensor>& pictures() const { return ref2va() ? references.pixels : keyframes.pixels; }
+  bool ref2va() const { return !references.items.empty(); }
+  // What the text encoder is shown: the keyframes, or the image and video references.
+  const std::vector<Tensor>& visuals() const { return ref2va() ? references.visuals : keyframes.pixels; }
   int64_t text_tokens() const { return text_states.defined() ? text_states.size(0) : static_cast<int64_t>(prompt_ids.size()); }
 };
 // `text` tokenizes a prompt; a request with a prompt and no text encoder is refused.

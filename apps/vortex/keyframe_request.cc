@@ -5,11 +5,13 @@
 #include <filesystem>
 
 #include "models/h3/config.h"
+#include "models/h3/reference_video.h"
 #if defined(VORTEX_HAVE_CUDA)
 #include "models/vae/cuda_video_vae_encoder.h"
 #endif
 #if defined(VORTEX_HAVE_MEDIA)
 #include "media/png.h"
+#include "media/video_reader.h"
 #endif
 
 namespace vortex::cli {
@@ -54,42 +56,101 @@ std::string lowercase_extension(const std::string& path) {
 
 }  // namespace
 
-bool is_soundtrack_reference(const std::string& path) { return lowercase_extension(path) == ".wav"; }
+std::optional<h3::ReferenceKind> reference_kind_of(const std::string& path) {
+  const std::string ext = lowercase_extension(path);
+  if (ext == ".wav") return h3::ReferenceKind::kAudio;
+  if (ext == ".png") return h3::ReferenceKind::kImage;
+  for (const char* video : {".mp4", ".mov", ".mkv", ".webm", ".m4v"}) {
+    if (ext == video) return h3::ReferenceKind::kVideo;
+  }
+  return std::nullopt;
+}
+
+int PreparedReferences::count(h3::ReferenceKind kind) const {
+  int n = 0;
+  for (const PreparedReference& r : items) n += r.kind == kind;
+  return n;
+}
+
+namespace {
+
+// A soundtrack is refused, naming its file, when no audio VAE encoder is named to encode it.
+Status require_audio_vae(const std::string& path, const char* what, const vae::AudioVaeConfig* audio) {
+  if (audio != nullptr) return ok_status();
+  return invalid_argument(path + ": " + what + " is encoded by the audio VAE (give --audio-vae or " +
+                          "--synthetic-audio-vae)");
+}
+
+// A soundtrack's sizing: the latents per channel its rows will hold once cut at max_seconds and
+// resampled onto the audio VAE's rate.
+Status size_soundtrack(PreparedReference& r, const vae::AudioVaeConfig* audio, double max_seconds,
+                       const char* what) {
+  VORTEX_RETURN_IF_ERROR(require_audio_vae(r.path, what, audio));
+  auto keep = vae::reference_soundtrack_samples(*audio, r.soundtrack.samples, r.soundtrack.sample_rate, max_seconds);
+  if (!keep.ok()) return keep.status().with_context(r.path);
+  const int64_t hop = audio->hop_length();
+  r.soundtrack_latents = static_cast<int>((*keep + hop - 1) / hop);
+  return ok_status();
+}
+
+#if defined(VORTEX_HAVE_MEDIA)
+// A video file's frames onto H3's clock and canvas, and its soundtrack if it carries one.
+Status prepare_video(PreparedReference& r, const vae::AudioVaeConfig* audio, double max_seconds,
+                     int64_t generated_frames) {
+  VORTEX_ASSIGN_OR_RETURN(media::DecodedVideo video, media::read_video(r.path, max_seconds));
+  r.source_fps = video.fps;
+  r.source_frames = video.frames.size(0);
+  auto frames = h3::normalize_reference_video(video.frames, video.fps, generated_frames);
+  if (!frames.ok()) return frames.status().with_context(r.path);
+  r.pixels = std::move(*frames);
+  r.encoded_frames = h3::reference_video_encoded_frames(r.pixels.size(0));
+  r.latent_frames = static_cast<int>(h3::reference_video_latent_frames(r.encoded_frames));
+  if (video.audio.defined()) {
+    r.soundtrack = {std::move(video.audio), video.sample_rate};
+    VORTEX_RETURN_IF_ERROR(size_soundtrack(r, audio, max_seconds, "its soundtrack"));
+  }
+  return ok_status();
+}
+#endif
+
+}  // namespace
 
 Result<PreparedReferences> prepare_references(const std::vector<std::string>& paths, int64_t short_edge,
-                                              const vae::AudioVaeConfig* audio, double max_seconds) {
+                                              const vae::AudioVaeConfig* audio, int64_t generated_frames) {
   PreparedReferences out;
-  out.max_seconds = max_seconds;
+  out.max_seconds = static_cast<double>(generated_frames) / h3::kFps;
   for (const std::string& path : paths) {
-    const std::string ext = lowercase_extension(path);
-    if (ext == ".wav") {
-      if (audio == nullptr) {
-        return invalid_argument(path + ": an audio reference is encoded by the audio VAE (give --audio-vae or "
-                                "--synthetic-audio-vae)");
-      }
-      VORTEX_ASSIGN_OR_RETURN(media::Waveform wave, media::read_wav(path));
-      auto keep = vae::reference_soundtrack_samples(*audio, wave.samples, wave.sample_rate, max_seconds);
-      if (!keep.ok()) return keep.status().with_context(path);
-      const int64_t hop = audio->hop_length();
-      out.soundtrack_latents.push_back(static_cast<int>((*keep + hop - 1) / hop));
-      out.soundtracks.push_back(std::move(wave));
-      out.kinds.push_back(h3::ReferenceKind::kAudio);
-    } else if (ext == ".png") {
+    const std::optional<h3::ReferenceKind> kind = reference_kind_of(path);
+    if (!kind) {
+      return invalid_argument(path + ": a reference is a .png image, a .wav soundtrack or a video (.mp4, .mov, "
+                              ".mkv, .webm, .m4v)");
+    }
+    PreparedReference r;
+    r.kind = *kind;
+    r.path = path;
+    if (r.kind == h3::ReferenceKind::kAudio) {
+      VORTEX_RETURN_IF_ERROR(require_audio_vae(path, "an audio reference", audio));
+      VORTEX_ASSIGN_OR_RETURN(r.soundtrack, media::read_wav(path));
+      VORTEX_RETURN_IF_ERROR(size_soundtrack(r, audio, out.max_seconds, "an audio reference"));
+    } else {
 #if !defined(VORTEX_HAVE_MEDIA)
       (void)short_edge;
-      return unimplemented(path + ": this build has no PNG reader (libpng was not found)");
+      (void)generated_frames;
+      return unimplemented(path + ": this build has no image or video reader (libpng / libav were not found)");
 #else
-      auto image = media::read_png_rgb8(path);
-      if (!image.ok()) return image.status();
-      auto fitted = h3::fit_reference_image(*image, short_edge);
-      if (!fitted.ok()) return fitted.status().with_context(path);
-      out.pixels.push_back(std::move(*fitted));
-      out.kinds.push_back(h3::ReferenceKind::kImage);
+      if (r.kind == h3::ReferenceKind::kImage) {
+        VORTEX_ASSIGN_OR_RETURN(const Tensor image, media::read_png_rgb8(path));
+        auto fitted = h3::fit_reference_image(image, short_edge);
+        if (!fitted.ok()) return fitted.status().with_context(path);
+        r.pixels = std::move(*fitted);
+        r.latent_frames = 1;
+      } else {
+        VORTEX_RETURN_IF_ERROR(prepare_video(r, audio, out.max_seconds, generated_frames));
+      }
+      out.visuals.push_back(r.pixels);
 #endif
-    } else {
-      return invalid_argument(path + ": a reference is a .png image or a .wav soundtrack");
     }
-    out.paths.push_back(path);
+    out.items.push_back(std::move(r));
   }
   return out;
 }
@@ -171,26 +232,40 @@ Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder(const MediaR
 Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
                                                      const vae::AudioVaeEncoder* audio) {
   std::vector<h3::Reference> out;
-  size_t image = 0, soundtrack = 0;
-  for (size_t k = 0; k < references.kinds.size(); ++k) {
-    const std::string& path = references.paths[k];
-    if (references.kinds[k] == h3::ReferenceKind::kAudio) {
-      if (audio == nullptr) return invalid_argument(path + ": no audio VAE encoder to encode this soundtrack");
-      const media::Waveform& wave = references.soundtracks[soundtrack++];
-      std::fprintf(stderr, "encoding reference %zu (%s, %lld samples) through the audio VAE on the CPU\n", k + 1,
-                   path.c_str(), static_cast<long long>(wave.samples.size(1)));
-      auto rows = vae::encode_reference_soundtrack(*audio, wave.samples, wave.sample_rate, references.max_seconds);
-      if (!rows.ok()) return rows.status().with_context(path);
-      out.push_back({h3::ReferenceKind::kAudio, Tensor(), std::move(*rows)});
-      continue;
+  for (size_t k = 0; k < references.items.size(); ++k) {
+    const PreparedReference& r = references.items[k];
+    h3::Reference encoded{r.kind, Tensor(), Tensor()};
+    if (r.kind == h3::ReferenceKind::kImage) {
+      std::fprintf(stderr, "encoding reference image %zu (%s, %lldx%lld) through the video VAE on %s\n", k + 1,
+                   r.path.c_str(), static_cast<long long>(r.pixels.size(1)), static_cast<long long>(r.pixels.size(0)),
+                   images.where());
+      auto latents = keyframe_latents(images, r.pixels, kKeyframePosteriorSeed);
+      if (!latents.ok()) return latents.status().with_context(r.path);
+      encoded.latents = std::move(*latents);
+    } else if (r.kind == h3::ReferenceKind::kVideo) {
+      std::fprintf(stderr, "encoding reference video %zu (%s, %lld frames of %lldx%lld) through the video VAE on %s\n",
+                   k + 1, r.path.c_str(), static_cast<long long>(r.encoded_frames),
+                   static_cast<long long>(r.pixels.size(2)), static_cast<long long>(r.pixels.size(1)), images.where());
+      VORTEX_ASSIGN_OR_RETURN(const Tensor frames, r.pixels.slice(0, 0, r.encoded_frames));
+      auto latents = keyframe_latents(images, frames.contiguous(), kKeyframePosteriorSeed);
+      if (!latents.ok()) return latents.status().with_context(r.path);
+      if (latents->size(1) != r.latent_frames) {
+        return invalid_argument(r.path + ": the video VAE encoded " + std::to_string(latents->size(1)) +
+                                " latent frames from " + std::to_string(r.encoded_frames) + "; the request was laid out for " +
+                                std::to_string(r.latent_frames) + " (a VAE of another temporal geometry than the release's)");
+      }
+      encoded.latents = std::move(*latents);
     }
-    const Tensor& pixels = references.pixels[image++];
-    std::fprintf(stderr, "encoding reference image %zu (%s, %lldx%lld) through the video VAE on %s\n", k + 1,
-                 path.c_str(), static_cast<long long>(pixels.size(1)), static_cast<long long>(pixels.size(0)),
-                 images.where());
-    auto latents = keyframe_latents(images, pixels, kKeyframePosteriorSeed);
-    if (!latents.ok()) return latents.status().with_context(path);
-    out.push_back({h3::ReferenceKind::kImage, std::move(*latents), Tensor()});
+    if (r.has_soundtrack()) {
+      if (audio == nullptr) return invalid_argument(r.path + ": no audio VAE encoder to encode this soundtrack");
+      std::fprintf(stderr, "encoding the soundtrack of reference %zu (%s, %lld samples at %d Hz) through the audio VAE on the CPU\n",
+                   k + 1, r.path.c_str(), static_cast<long long>(r.soundtrack.samples.size(1)), r.soundtrack.sample_rate);
+      auto rows = vae::encode_reference_soundtrack(*audio, r.soundtrack.samples, r.soundtrack.sample_rate,
+                                                   references.max_seconds);
+      if (!rows.ok()) return rows.status().with_context(r.path);
+      encoded.audio_rows = std::move(*rows);
+    }
+    out.push_back(std::move(encoded));
   }
   return out;
 }

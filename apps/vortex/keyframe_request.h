@@ -47,25 +47,47 @@ struct PreparedKeyframes {
 Result<PreparedKeyframes> prepare_keyframes(const std::vector<KeyframeInput>& inputs,
                                             const std::optional<h3::Canvas>& canvas);
 
-// ref2va's references in reading order: PNG images, each at its reference size, and WAV
-// soundtracks (audio references), as read.
-struct PreparedReferences {
-  std::vector<h3::ReferenceKind> kinds;
-  std::vector<std::string> paths;
-  std::vector<Tensor> pixels;                // U8 [H, W, 3], the image references' in order
-  std::vector<media::Waveform> soundtracks;  // the audio references' in order
-  std::vector<int> soundtrack_latents;       // per audio reference: the latents its rows will hold
-  double max_seconds = 0;                    // the generated duration a soundtrack is cut at
+// One ref2va reference as read, before its encode.
+struct PreparedReference {
+  h3::ReferenceKind kind = h3::ReferenceKind::kImage;
+  std::string path;
+  // An image's U8 [H, W, 3] at its reference size, or a video's frames U8 [F, H, W, 3] on H3's
+  // clock and its canvas (h3::normalize_reference_video); undefined for an audio reference.
+  Tensor pixels;
+  // An audio reference's waveform as read, or a video's soundtrack (samples undefined when the
+  // video is silent), at the file's own rate.
+  media::Waveform soundtrack;
+  int soundtrack_latents = 0;  // the latents per channel its rows will hold (0: no soundtrack)
+  // A video's: the file's frame rate, the frames decoded from it, the frames of `pixels` the video
+  // VAE encodes and the latent frames that gives (h3::reference_video_latent_frames). An image is
+  // one latent frame.
+  double source_fps = 0.0;
+  int64_t source_frames = 0;
+  int64_t encoded_frames = 0;
+  int latent_frames = 0;
+  bool has_soundtrack() const { return soundtrack.samples.defined(); }
 };
 
-// A reference path naming a soundtrack: a .wav (any case); otherwise it is read as an image.
-bool is_soundtrack_reference(const std::string& path);
+// ref2va's references in reading order, and the pictures and videos among them in that order (what
+// the text encoder's presentation shows).
+struct PreparedReferences {
+  std::vector<PreparedReference> items;
+  std::vector<Tensor> visuals;
+  double max_seconds = 0;  // the generated duration a soundtrack is cut at
+  int count(h3::ReferenceKind kind) const;
+};
 
-// Reads each reference by its extension: .png (resized to h3::fit_reference_image at `short_edge`)
-// or .wav (at `audio`'s sampling rate; cut at `max_seconds`). Audio references need the audio VAE
-// encoder's config (`audio`; null refuses them by name). Errors name the file.
+// What a reference path names, by its extension (any case): .wav a soundtrack, .mp4 / .mov / .mkv /
+// .webm / .m4v a video, .png an image; nullopt for anything else.
+std::optional<h3::ReferenceKind> reference_kind_of(const std::string& path);
+
+// Reads each reference by its extension: an image resized to h3::fit_reference_image at
+// `short_edge`; a soundtrack at its own rate (cut at the generated duration when encoded); a video
+// decoded (media::read_video), put on H3's clock cut at `generated_frames` and on its canvas, with
+// its soundtrack if it has one. Soundtracks need the audio VAE encoder's config (`audio`; null
+// refuses them, naming the file). Errors name the file.
 Result<PreparedReferences> prepare_references(const std::vector<std::string>& paths, int64_t short_edge,
-                                              const vae::AudioVaeConfig* audio, double max_seconds);
+                                              const vae::AudioVaeConfig* audio, int64_t generated_frames);
 
 // Exactly one of --video-vae or --synthetic-video-vae names the keyframes' encoder (checked before
 // anything loads).
@@ -90,7 +112,8 @@ class KeyframeEncoder {
   std::shared_ptr<vae::CudaVideoVaeEncoder> gpu_;  // the GPU's
 };
 
-// One canvas image's normalised conditioning latents, F32 [C, 1, H/16, W/16].
+// Canvas pixels' normalised conditioning latents: an image U8 [H, W, 3] → F32 [C, 1, H/16, W/16],
+// frames U8 [F, H, W, 3] → F32 [C, F', H/16, W/16].
 Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pixels, uint64_t seed);
 
 // Every prepared keyframe's latents with its anchor, through `encoder`.
@@ -101,9 +124,11 @@ Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyf
 // neither is named.
 Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder(const MediaRequest& media);
 
-// Every reference's conditioning in reading order: an image's latents (F32 [C, 1, H/16, W/16], the
-// same seed-42 posterior draw as a keyframe's) through `images`, a soundtrack's rows through `audio`
-// (vae::encode_reference_soundtrack; null only when there is no audio reference).
+// Every reference's conditioning in reading order through `images`: an image's latents (F32 [C, 1,
+// H/16, W/16], the same seed-42 posterior draw as a keyframe's), a video's (F32 [C, F', H/16, W/16]
+// from its first encoded_frames frames, the same draw of the moments' shape); and a soundtrack's
+// rows, an audio reference's or a video's, through `audio` (vae::encode_reference_soundtrack; null
+// only when no reference has sound).
 Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
                                                      const vae::AudioVaeEncoder* audio);
 
