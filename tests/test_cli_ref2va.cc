@@ -365,10 +365,10 @@ TEST_F(CliRef2va, ServedSoundtracksAreTheBitsGenerateWrites) {
 }
 #endif  // VORTEX_HAVE_SERVICE
 
-// A clip of 8 frames at 12 fps, 64 x 64, with a stereo soundtrack at 48 kHz (its length is the
-// frames' 2/3 s) or silent.
-std::string write_clip(const std::string& path, bool with_sound = true) {
-  const int64_t F = 8, S = 32000;
+// A clip of `frames` frames at 12 fps, 64 x 64, with a stereo soundtrack at 48 kHz (as long as the
+// frames: 2/3 s for 8) or silent.
+std::string write_clip(const std::string& path, bool with_sound = true, int64_t frames = 8) {
+  const int64_t F = frames, S = frames * 4000;
   Tensor video = Tensor::empty({3, F, 64, 64}, DType::kF32);
   for (int64_t i = 0; i < video.numel(); ++i) video.data_as<float>()[i] = static_cast<float>((i * 7) % 64) / 63.0f;
   Tensor audio = Tensor::empty({2, S}, DType::kF32);
@@ -439,6 +439,10 @@ TEST_F(CliRef2va, AVideoReferenceIsTheLibrarysEncode) {
   const std::string silent = write_clip(tmp_.file("silent.mp4"), false);
   expect_one_line_error(run_cli(request(out) + references(std::vector<std::string>(4, silent))),
                         "4 video references; at most 3");
+  // 4 frames at 12 fps are 8 on the clock: too few for two frames sampled at 2 fps.
+  const std::string short_clip = write_clip(tmp_.file("short.mp4"), false, 4);
+  expect_one_line_error(run_cli(request(out) + references({scene(), short_clip})),
+                        "short.mp4: video 1: a reference video is read at 2 fps");
   test_util::write_bytes(tmp_.file("broken.mp4"), "not a video");
   expect_one_line_error(run_cli(request(out) + references({tmp_.file("broken.mp4")})),
                         "broken.mp4: avformat_open_input failed");
