@@ -63,6 +63,34 @@ TEST(ReferenceVideo, FramesAtTheirCanvasPassThroughOnTheClock) {
   EXPECT_EQ(wide.shape(), Shape({2, 768, 1344, 3}));
 }
 
+// Frame by frame, as the decoder feeds it: a 60 fps source shows frames 1, 3, 6, 8, ... (frame 0's
+// slot is empty), frames past the cut are ignored, and a frame of another size or no frame at all
+// is refused by name.
+TEST(ReferenceVideo, TheNormalizerTakesFramesOneAtATime) {
+  auto normalizer = must(h3::ReferenceVideoNormalizer::create(60.0, 4));
+  for (int f = 0; f < 12; ++f) {
+    Tensor frame = Tensor::zeros({768, 768, 3}, DType::kU8);
+    frame.data_as<uint8_t>()[0] = static_cast<uint8_t>(f);
+    must(normalizer.add(frame));
+  }
+  EXPECT_TRUE(normalizer.full());
+  const Tensor out = must(normalizer.finish());
+  ASSERT_EQ(out.shape(), Shape({4, 768, 768, 3}));
+  const std::vector<int64_t> sources = must(h3::reference_frame_sources(12, 60.0, 4));
+  for (int64_t f = 0; f < 4; ++f) EXPECT_EQ(out.data_as<uint8_t>()[f * 768 * 768 * 3], sources[f]) << f;
+  EXPECT_EQ(sources, (std::vector<int64_t>{1, 3, 6, 8}));
+
+  auto mixed = must(h3::ReferenceVideoNormalizer::create(24.0, 10));
+  must(mixed.add(Tensor::zeros({768, 768, 3}, DType::kU8)));
+  const Status other = mixed.add(Tensor::zeros({720, 1280, 3}, DType::kU8));
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.message().find("frame 1"), std::string::npos) << other.message();
+  auto empty = must(h3::ReferenceVideoNormalizer::create(24.0, 10));
+  EXPECT_FALSE(empty.finish().ok());
+  EXPECT_FALSE(h3::ReferenceVideoNormalizer::create(0.0, 10).ok());
+  EXPECT_FALSE(h3::ReferenceVideoNormalizer::create(24.0, 0).ok());
+}
+
 TEST(VideoSampling, TwoFramesPerSecondInPairsWithTimestamps) {
   // 121 frames at 24 fps: indices 0, 12, ..., 120 (11 frames), padded to 12 → 6 blocks.
   const text::VideoSampling s = must(text::sample_video_frames(121, 24.0, text::kVideoSampleFps, 2));

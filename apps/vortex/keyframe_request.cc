@@ -97,10 +97,21 @@ Status size_soundtrack(PreparedReference& r, const vae::AudioVaeConfig* audio, d
 // A video file's frames onto H3's clock and canvas, and its soundtrack if it carries one.
 Status prepare_video(PreparedReference& r, const vae::AudioVaeConfig* audio, double max_seconds,
                      int64_t generated_frames) {
-  VORTEX_ASSIGN_OR_RETURN(media::DecodedVideo video, media::read_video(r.path, max_seconds));
+  // Each frame onto the canvas as it is decoded: a 4K clip's own frames are never all held.
+  std::optional<h3::ReferenceVideoNormalizer> clock;
+  const auto on_frame = [&](const media::VideoStream& stream, const Tensor& rgb) -> Status {
+    if (!clock) {
+      auto created = h3::ReferenceVideoNormalizer::create(stream.fps, generated_frames);
+      if (!created.ok()) return created.status().with_context(r.path);
+      clock = std::move(*created);
+    }
+    const Status added = clock->add(rgb);
+    return added.ok() ? added : added.with_context(r.path);
+  };
+  VORTEX_ASSIGN_OR_RETURN(media::DecodedVideo video, media::read_video(r.path, max_seconds, on_frame));
   r.source_fps = video.fps;
-  r.source_frames = video.frames.size(0);
-  auto frames = h3::normalize_reference_video(video.frames, video.fps, generated_frames);
+  r.source_frames = video.frame_count;
+  auto frames = clock->finish();
   if (!frames.ok()) return frames.status().with_context(r.path);
   r.pixels = std::move(*frames);
   r.encoded_frames = h3::reference_video_encoded_frames(r.pixels.size(0));

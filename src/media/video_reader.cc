@@ -96,14 +96,17 @@ Status decode_packet(const std::string& path, AVCodecContext* ctx, const AVPacke
   return ok_status();
 }
 
+// Each decoded frame converted to RGB24, turned upright and handed on; only the count is kept.
 struct VideoSink {
   std::string path;
+  VideoStream stream;
+  const VideoFrameSink* deliver = nullptr;
   int64_t max_frames = -1;
+  int64_t count = 0;
   std::unique_ptr<SwsContext, SwsFree> sws;
   int width = 0, height = 0;
-  std::vector<std::vector<uint8_t>> frames;
 
-  bool full() const { return max_frames >= 0 && static_cast<int64_t>(frames.size()) >= max_frames; }
+  bool full() const { return max_frames >= 0 && count >= max_frames; }
 
   Status take(const AVFrame* f) {
     if (full()) return ok_status();
@@ -118,17 +121,19 @@ struct VideoSink {
       sws_setColorspaceDetails(sws.get(), sws_getCoefficients(space), full_range, sws_getCoefficients(SWS_CS_DEFAULT),
                                1, 0, 1 << 16, 1 << 16);
     } else if (f->width != width || f->height != height) {
-      return invalid_argument(path + ": frame " + std::to_string(frames.size()) + " is " + std::to_string(f->width) +
-                              " x " + std::to_string(f->height) + ", the stream began at " + std::to_string(width) +
-                              " x " + std::to_string(height));
+      return invalid_argument(path + ": frame " + std::to_string(count) + " is " + std::to_string(f->width) + " x " +
+                              std::to_string(f->height) + ", the stream began at " + std::to_string(width) + " x " +
+                              std::to_string(height));
     }
-    std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
-    uint8_t* planes[1] = {rgb.data()};
+    Tensor rgb = Tensor::empty({1, height, width, 3}, DType::kU8);
+    uint8_t* planes[1] = {rgb.data_as<uint8_t>()};
     const int strides[1] = {width * 3};
     const int rows = sws_scale(sws.get(), f->data, f->linesize, 0, height, planes, strides);
     if (rows != height) return io_error(path + ": sws_scale converted " + std::to_string(rows) + " rows");
-    frames.push_back(std::move(rgb));
-    return ok_status();
+    if (stream.quarter_turns != 0) rgb = rotate_clockwise(rgb, stream.quarter_turns);
+    VORTEX_ASSIGN_OR_RETURN(const Tensor frame, rgb.select(0, 0));
+    ++count;
+    return (*deliver)(stream, frame);
   }
 };
 
@@ -193,7 +198,7 @@ Status decode_stream(const std::string& path, AVFormatContext* in, int index, AV
 
 }  // namespace
 
-Result<DecodedVideo> read_video(const std::string& path, double max_seconds) {
+Result<DecodedVideo> read_video(const std::string& path, double max_seconds, const VideoFrameSink& sink) {
   capture_libav_log();
   AVFormatContext* raw = nullptr;
   int err = avformat_open_input(&raw, path.c_str(), nullptr, nullptr);
@@ -223,18 +228,14 @@ Result<DecodedVideo> read_video(const std::string& path, double max_seconds) {
   VORTEX_ASSIGN_OR_RETURN(CodecContextPtr video_ctx, open_decoder(path, stream));
   VideoSink video;
   video.path = path;
+  video.stream = {out.fps, out.quarter_turns};
+  video.deliver = &sink;
   if (max_seconds >= 0.0) video.max_frames = static_cast<int64_t>(std::ceil(max_seconds * out.fps)) + 1;
   VORTEX_RETURN_IF_ERROR(decode_stream(
       path, in.get(), video_index, video_ctx.get(), [&](const AVFrame* f) { return video.take(f); },
       [&] { return video.full(); }));
-  if (video.frames.empty()) return invalid_argument(path + ": no video frames to decode");
-  Tensor frames = Tensor::empty({static_cast<int64_t>(video.frames.size()), video.height, video.width, 3}, DType::kU8);
-  const size_t frame_bytes = video.frames[0].size();
-  for (size_t f = 0; f < video.frames.size(); ++f) {
-    std::memcpy(frames.data_as<uint8_t>() + f * frame_bytes, video.frames[f].data(), frame_bytes);
-  }
-  video.frames.clear();
-  out.frames = out.quarter_turns == 0 ? std::move(frames) : rotate_clockwise(frames, out.quarter_turns);
+  if (video.count == 0) return invalid_argument(path + ": no video frames to decode");
+  out.frame_count = video.count;
 
   if (audio_index >= 0) {
     // Decoding the video drained the demuxer: the soundtrack is read in a second pass.
@@ -254,6 +255,22 @@ Result<DecodedVideo> read_video(const std::string& path, double max_seconds) {
       }
       out.sample_rate = audio.rate;
     }
+  }
+  return out;
+}
+
+Result<DecodedVideo> read_video(const std::string& path, double max_seconds) {
+  std::vector<Tensor> frames;
+  VORTEX_ASSIGN_OR_RETURN(DecodedVideo out, read_video(path, max_seconds, [&](const VideoStream&, const Tensor& rgb) {
+                            frames.push_back(rgb);
+                            return ok_status();
+                          }));
+  const int64_t H = frames[0].size(0), W = frames[0].size(1);
+  const size_t frame_bytes = static_cast<size_t>(H * W * 3);
+  out.frames = Tensor::empty({static_cast<int64_t>(frames.size()), H, W, 3}, DType::kU8);
+  for (size_t f = 0; f < frames.size(); ++f) {
+    std::memcpy(out.frames.data_as<uint8_t>() + f * frame_bytes, frames[f].data(), frame_bytes);
+    frames[f] = Tensor();  // each decoded frame let go once copied
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "vortex/status.h"
@@ -16,17 +17,31 @@
 namespace vortex::media {
 
 struct DecodedVideo {
-  Tensor frames;         // U8 [F, H, W, 3] RGB, upright
+  Tensor frames;         // U8 [F, H, W, 3] RGB, upright (undefined when a sink took them)
+  int64_t frame_count = 0;
   double fps = 0.0;
   int quarter_turns = 0;  // clockwise quarter turns applied to stand the frames upright
   Tensor audio;          // F32 [C, S]; undefined when the file has no audio stream
   int sample_rate = 0;
 };
 
+// What a frame sink knows of the stream before its first frame.
+struct VideoStream {
+  double fps = 0.0;
+  int quarter_turns = 0;
+};
+// Takes each decoded frame, U8 [H, W, 3] RGB upright, in order; an error stops the read.
+using VideoFrameSink = std::function<Status(const VideoStream& stream, const Tensor& rgb)>;
+
 // Decodes the frames that start within the first max_seconds (ceil(max_seconds · fps) + 1 of them;
 // all when negative): a reference cut at the generated duration need not hold the rest. The
 // soundtrack is decoded whole. Errors name the file and the failing step (io_error for libav's
 // failures with its text, invalid_argument for a file without video or frames).
 Result<DecodedVideo> read_video(const std::string& path, double max_seconds = -1.0);
+
+// The same read, every frame handed to `sink` as it is decoded instead of kept (a 4K frame is
+// 25 MB: a caller that resizes each one holds a clip's worth of its own size, not the file's);
+// the result's frames are undefined and frame_count says how many went.
+Result<DecodedVideo> read_video(const std::string& path, double max_seconds, const VideoFrameSink& sink);
 
 }  // namespace vortex::media

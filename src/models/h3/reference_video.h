@@ -23,6 +23,29 @@ Result<std::vector<int64_t>> reference_frame_sources(int64_t num_frames, double 
 // canvas of its own aspect ratio. Errors name the tensor's shape or the rate.
 Result<Tensor> normalize_reference_video(const Tensor& frames, double fps, int64_t generated_frames);
 
+// normalize_reference_video one source frame at a time, as a decoder gives them: each is put on the
+// canvas (the first frame's) as it comes and the source let go, so only the normalised clip is held.
+// The same bits as the whole-tensor call on the same frames.
+class ReferenceVideoNormalizer {
+ public:
+  static Result<ReferenceVideoNormalizer> create(double fps, int64_t generated_frames);
+  // The next source frame, U8 [H, W, 3], every one the size of the first. Once the clock is full
+  // (generated_frames frames) later frames are ignored.
+  Status add(const Tensor& frame);
+  bool full() const { return written_ >= max_frames_; }
+  // U8 [F', h, w, 3]; an error when no frame came.
+  Result<Tensor> finish();
+
+ private:
+  ReferenceVideoNormalizer(double fps, int64_t max_frames) : fps_(fps), max_frames_(max_frames) {}
+  double fps_;
+  int64_t max_frames_;
+  int64_t sources_ = 0;  // source frames added
+  int64_t written_ = 0;  // clock frames written into out_
+  int64_t height_ = 0, width_ = 0;
+  Tensor out_;           // [max_frames, canvas, 3] once the first frame gives the canvas
+};
+
 // Of a normalised video reference's frames, how many the video VAE encodes: snapped down to 17n + 5
 // (n >= 1) so that the VAE needs no padding; all of them when there are fewer than 22.
 int64_t reference_video_encoded_frames(int64_t frames);
