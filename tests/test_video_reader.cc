@@ -2,13 +2,15 @@
 // and pixels, the soundtrack's channels, rate and length; a duration cap; and the refusals. H.264 at
 // crf 0 is lossless in YUV, but 4:2:0 chroma and the two conversions are not: measured 1.37 8-bit
 // steps mean absolute error on a smooth field (bound 2; decoding with the wrong matrix, BT.601 for
-// the writer's BT.709, gives 5.4). Not checked here: PyAV's own rgb24 bits (no PyAV on our
-// machines) and display-matrix rotation (our writer writes none).
+// the writer's BT.709, gives 5.4). A display-matrix rotation (ffmpeg's `rotate` tag on a copy of such
+// a file) is undone as ffmpeg's own player does, checked against the ffmpeg binary's autorotated
+// decode. Not checked here: PyAV's own rgb24 bits (no PyAV on our machines).
 #include <gtest/gtest.h>
 
 #if defined(VORTEX_HAVE_MEDIA)
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "cli_test_util.h"
@@ -73,6 +75,44 @@ TEST(VideoReader, ReadsBackWhatTheWriterWrote) {
 
   // A duration cap stops the decode early: the frames starting within 0.2 s at 30 fps, and one more.
   EXPECT_EQ(must(read_video(path, 0.2)).frames.size(0), 7);
+}
+
+// A phone's portrait clip is stored sideways with a display matrix. ffmpeg shows it upright by
+// applying the matrix (av_display_rotation_get's counterclockwise angle); read_video's frames are
+// what the ffmpeg binary's autorotated rgb24 decode gives, for each quarter turn. (The reference
+// pipeline's _decode_video_file turns the other way: np.rot90(k = -round(rotation / 90)), which
+// stands a 90° clip on its head; we follow ffmpeg, which its comment says it meant to reproduce.)
+TEST(VideoReader, ARotatedClipIsUprightAsFfmpegShowsIt) {
+  if (std::system("ffmpeg -version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg binary (scripts/deps installs it)";
+  test_util::TempDir tmp;
+  const std::string source = (tmp.path() / "source.mp4").string();
+  const int64_t H = 32, W = 48;
+  Mp4Options options;
+  options.crf = 0;
+  must(write_mp4(source, moving_field(2, H, W), 24, nullptr, 0, options));
+  for (const int tag : {90, 180, 270}) {
+    SCOPED_TRACE("rotate=" + std::to_string(tag));
+    const std::string rotated = (tmp.path() / ("r" + std::to_string(tag) + ".mp4")).string();
+    const std::string raw = (tmp.path() / ("r" + std::to_string(tag) + ".rgb")).string();
+    ASSERT_EQ(std::system(("ffmpeg -loglevel error -y -i " + source + " -c copy -metadata:s:v:0 rotate=" +
+                           std::to_string(tag) + " " + rotated)
+                              .c_str()),
+              0);
+    ASSERT_EQ(std::system(("ffmpeg -loglevel error -y -i " + rotated + " -frames:v 1 -f rawvideo -pix_fmt rgb24 " + raw)
+                              .c_str()),
+              0);
+    const DecodedVideo d = must(read_video(rotated));
+    const Shape upright = tag == 180 ? Shape({2, H, W, 3}) : Shape({2, W, H, 3});
+    ASSERT_EQ(d.frames.shape(), upright);
+    const std::string shown = test_util::read_bytes(raw);
+    ASSERT_EQ(shown.size(), static_cast<size_t>(H * W * 3));
+    double err = 0;
+    for (size_t i = 0; i < shown.size(); ++i) {
+      err += std::abs(static_cast<int>(d.frames.data_as<const uint8_t>()[i]) - static_cast<uint8_t>(shown[i]));
+    }
+    err /= static_cast<double>(shown.size());
+    EXPECT_LT(err, 1.0) << "mean absolute difference from ffmpeg's upright frame, in 8-bit steps";
+  }
 }
 
 TEST(VideoReader, SilentVideosHaveNoSoundtrack) {

@@ -53,10 +53,13 @@ double display_rotation(const AVStream* stream) {
   return std::isnan(degrees) ? 0.0 : degrees;
 }
 
-// Python's round(degrees / 90) % 4, as the pipeline snaps the rotation.
+// The clockwise quarter turns that show a frame as ffmpeg does: the matrix turns it `degrees`
+// counterclockwise, snapped to the nearest quarter turn (Python's round, as the pipeline snaps it).
+// The pipeline itself turns the frame the other way (clockwise by round(degrees / 90)); see
+// video_reader.h.
 int quarter_turns(double degrees) {
-  const int64_t r = python_round(degrees / 90.0);
-  return static_cast<int>(((r % 4) + 4) % 4);
+  const int64_t counterclockwise = python_round(degrees / 90.0);
+  return static_cast<int>(((-counterclockwise % 4) + 4) % 4);
 }
 
 // frames [F, H, W, 3] turned `turns` quarter turns clockwise (numpy's rot90(k = -turns) on H, W).

@@ -1,10 +1,16 @@
 // Video file reader (libavformat/libavcodec/libswscale/libswresample) for ref2va's video
 // references, decoding as the reference pipeline's MiniMaxH3VideoReference.from_file does with
 // PyAV: every frame of the first video stream as RGB24 (libswscale, bilinear, the frame's own
-// colour matrix and range), the stream's average frame rate (else libav's guess), the display
-// matrix's rotation undone in quarter turns (round(rotation / 90) mod 4 clockwise turns), the
-// sample aspect ratio ignored; and the first audio stream's samples as planar float at the rate
-// and channel count the file carries. Built only with VORTEX_HAVE_MEDIA.
+// colour matrix and range), the stream's average frame rate (else libav's guess), the frames
+// stood upright as ffmpeg shows them (the display matrix's counterclockwise rotation applied,
+// snapped to quarter turns), the sample aspect ratio ignored; and the first audio stream's samples
+// as planar float at the rate and channel count the file carries. Built only with
+// VORTEX_HAVE_MEDIA.
+//
+// One deliberate difference from the pipeline: its _decode_video_file turns frames clockwise by
+// round(rotation / 90) quarter turns, the opposite of ffmpeg's display for ±90° (a phone's portrait
+// clip, rotation -90, comes out upside down), while its comment says it reproduces ffmpeg. We
+// follow ffmpeg (tests/test_video_reader.cc checks against the ffmpeg binary); 0° and 180° agree.
 #pragma once
 
 #include <cstdint>
