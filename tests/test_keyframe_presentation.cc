@@ -88,29 +88,39 @@ TEST_F(KeyframePresentation, TokensFlagsAndStates) {
   EXPECT_EQ(std::memcmp(states.data(), again.data(), states.nbytes()), 0);
 }
 
+// The ids and vision flags a presentation should hold, built up in reading order: text runs
+// tokenized by the conditioner, vision blocks of six pads (a 64 x 96 picture's, merged).
+struct ExpectedPresentation {
+  const TextConditioner& conditioner;
+  std::vector<int32_t> ids;
+  std::vector<bool> vision;
+  void text(const std::string& s) {
+    const std::vector<int32_t> run = must(conditioner.tokenize(s));
+    ids.insert(ids.end(), run.begin(), run.end());
+    vision.insert(vision.end(), run.size(), false);
+  }
+  void block(int32_t pad) {
+    ids.push_back(151652);
+    ids.insert(ids.end(), 6, pad);
+    ids.push_back(151653);
+    vision.insert(vision.end(), 8, true);
+  }
+};
+
 // ref2va: labels numbered per modality in reading order; an audio reference is its label alone.
 TEST_F(KeyframePresentation, ReferencesAreLabelledPerModality) {
   auto conditioner = load();
   const Presentation p =
       must(conditioner->reference_presentation("A cat.", {PresentedReference::audio(), PresentedReference::picture(64, 96),
                                                           PresentedReference::audio()}));
-  std::vector<int32_t> want;
-  std::vector<bool> vision;
-  const auto text = [&](const std::string& s) {
-    const std::vector<int32_t> ids = must(conditioner->tokenize(s));
-    want.insert(want.end(), ids.begin(), ids.end());
-    vision.insert(vision.end(), ids.size(), false);
-  };
-  text("<Audio 1>: ");
-  text("<Picture 1>: ");
-  want.push_back(151652);
-  want.insert(want.end(), 6, 151655);
-  want.push_back(151653);
-  vision.insert(vision.end(), 8, true);
-  text("<Audio 2>: ");
-  text("A cat.");
-  EXPECT_EQ(p.ids, want);
-  EXPECT_EQ(p.vision, vision);
+  ExpectedPresentation want{*conditioner};
+  want.text("<Audio 1>: ");
+  want.text("<Picture 1>: ");
+  want.block(151655);
+  want.text("<Audio 2>: ");
+  want.text("A cat.");
+  EXPECT_EQ(p.ids, want.ids);
+  EXPECT_EQ(p.vision, want.vision);
   EXPECT_EQ(p.blocks.size(), 1u);
   // All pictures: the keyframes' presentation.
   const Presentation pictures = must(conditioner->reference_presentation(
@@ -132,35 +142,23 @@ TEST_F(KeyframePresentation, VideosAreLabelledAndTimestampedPerBlock) {
   const Presentation p = must(conditioner->reference_presentation(
       "A cat.", {PresentedReference::video(37, 24.0, 64, 96, true), PresentedReference::picture(64, 96),
                  PresentedReference::video(25, 24.0, 64, 96, false)}));
-  std::vector<int32_t> want;
-  std::vector<bool> vision;
-  const auto text = [&](const std::string& s) {
-    const std::vector<int32_t> ids = must(conditioner->tokenize(s));
-    want.insert(want.end(), ids.begin(), ids.end());
-    vision.insert(vision.end(), ids.size(), false);
-  };
-  const auto block = [&](int32_t pad) {
-    want.push_back(151652);
-    want.insert(want.end(), 6, pad);
-    want.push_back(151653);
-    vision.insert(vision.end(), 8, true);
-  };
-  text("<Audio 1>: ");
-  text("<Video 1>: ");
-  text("<0.2 seconds>");
-  block(151656);
-  text("<1.2 seconds>");
-  block(151656);
-  text("<Picture 1>: ");
-  block(151655);
-  text("<Video 2>: ");
-  text("<0.2 seconds>");
-  block(151656);
-  text("<1.0 seconds>");
-  block(151656);
-  text("A cat.");
-  EXPECT_EQ(p.ids, want);
-  EXPECT_EQ(p.vision, vision);
+  ExpectedPresentation want{*conditioner};
+  want.text("<Audio 1>: ");
+  want.text("<Video 1>: ");
+  want.text("<0.2 seconds>");
+  want.block(151656);
+  want.text("<1.2 seconds>");
+  want.block(151656);
+  want.text("<Picture 1>: ");
+  want.block(151655);
+  want.text("<Video 2>: ");
+  want.text("<0.2 seconds>");
+  want.block(151656);
+  want.text("<1.0 seconds>");
+  want.block(151656);
+  want.text("A cat.");
+  EXPECT_EQ(p.ids, want.ids);
+  EXPECT_EQ(p.vision, want.vision);
   ASSERT_EQ(p.blocks.size(), 5u);
   EXPECT_EQ(p.visuals, 3u);
   EXPECT_EQ(p.blocks[1].frames, (std::vector<int64_t>{24, 36}));
@@ -170,7 +168,7 @@ TEST_F(KeyframePresentation, VideosAreLabelledAndTimestampedPerBlock) {
 
   const Tensor v1 = test_video(37, 64, 96), v2 = test_video(25, 64, 96);
   const Tensor states = must(conditioner->encode_presentation(p, {v1, test_image(64, 96), v2}));
-  EXPECT_EQ(states.shape(), Shape({static_cast<int64_t>(want.size()), 8}));
+  EXPECT_EQ(states.shape(), Shape({static_cast<int64_t>(want.ids.size()), 8}));
   EXPECT_GT(test::rel_l2(states, must(conditioner->encode(p.ids))), 1e-2);
   // A block reads its own frames: another frame 36 changes the states from the second block on.
   Tensor changed = v1.clone();
