@@ -68,22 +68,25 @@ std::string json_field(const std::string& flag) {
 // every kind, since the model reads them interleaved (h3::kMaxReferences positions in all). The
 // extension a part is saved under is what marks its kind (reference_kind_of).
 struct ReferencePart {
-  const char* kind;       // "image", "video", "audio"
+  h3::ReferenceKind reference;
+  const char* kind;       // "image", "video", "audio": in the part's name
   const char* extension;  // the saved upload's
   const char* what;       // for the error that finds it sent as a field
 };
 constexpr ReferencePart kReferenceParts[] = {
-    {"image", ".png", "a picture comes as the multipart part '%' (a PNG)"},
-    {"video", ".mp4", "a video comes as the multipart part '%' (MP4, MOV, MKV or WebM)"},
-    {"audio", ".wav", "a soundtrack comes as the multipart part '%' (a WAV)"}};
+    {h3::ReferenceKind::kImage, "image", ".png", "a picture comes as the multipart part '%' (a PNG)"},
+    {h3::ReferenceKind::kVideo, "video", ".mp4", "a video comes as the multipart part '%' (MP4, MOV, MKV or WebM)"},
+    {h3::ReferenceKind::kAudio, "audio", ".wav", "a soundtrack comes as the multipart part '%' (a WAV)"}};
 std::string reference_part(const ReferencePart& part, int k) {
   return std::string("reference_") + part.kind + "_" + std::to_string(k + 1);
 }
-// The part name of reading position k's saved upload.
+// The part name of reading position k's saved upload (an image's unless its extension says otherwise).
 std::string reference_part_of(const std::string& path, int k) {
-  const auto kind = reference_kind_of(path);
-  const int index = kind == h3::ReferenceKind::kVideo ? 1 : kind == h3::ReferenceKind::kAudio ? 2 : 0;
-  return reference_part(kReferenceParts[index], k);
+  const h3::ReferenceKind kind = reference_kind_of(path).value_or(h3::ReferenceKind::kImage);
+  for (const ReferencePart& part : kReferenceParts) {
+    if (part.reference == kind) return reference_part(part, k);
+  }
+  return reference_part(kReferenceParts[0], k);
 }
 
 // The reference part kind a body field is named like (a file sent as a field), or null.

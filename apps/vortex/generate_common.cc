@@ -247,25 +247,6 @@ Status check_keyframes(const RequestOptions& request, const text::TextConditione
   return take_presentation(std::move(*presentation), checked);
 }
 
-// The text encoder names a reference by its place among its kind ("picture 2: ...", "video 1: ...");
-// the request named files, so the error gets the file in front.
-Status name_reference_file(const Status& error, const PreparedReferences& refs) {
-  for (auto [label, kind] :
-       {std::pair{"picture ", h3::ReferenceKind::kImage}, std::pair{"video ", h3::ReferenceKind::kVideo}}) {
-    const std::string& m = error.message();
-    if (!m.starts_with(label)) continue;
-    const size_t digits = m.find(':');
-    if (digits == std::string::npos) continue;
-    const std::string number = m.substr(std::string(label).size(), digits - std::string(label).size());
-    if (number.empty() || number.find_first_not_of("0123456789") != std::string::npos) continue;
-    int nth = std::stoi(number);
-    for (const PreparedReference& r : refs.items) {
-      if (r.kind == kind && --nth == 0) return error.with_context(r.path);
-    }
-  }
-  return error;
-}
-
 // ref2va's text: the references read (images at their own sizes, videos on H3's clock and their
 // canvas, soundtracks), their counts within the release's limits, and the presentation that shows
 // them to the text encoder before the prompt (a picture's "<Picture i>: " label and vision block, as
@@ -310,9 +291,10 @@ Status check_references(const RequestOptions& request, const text::TextCondition
                                                             r.pixels.size(2), r.has_soundtrack()));
         break;
     }
+    presented.back().source = r.path;  // the conditioner's refusals name the file
   }
   auto presentation = text->reference_presentation(request.prompt, presented);
-  if (!presentation.ok()) return name_reference_file(presentation.status(), refs).with_context(references);
+  if (!presentation.ok()) return presentation.status().with_context(references);
   return take_presentation(std::move(*presentation), checked);
 }
 

@@ -123,6 +123,9 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
   // and timestamped blocks (after its soundtrack's label), an audio reference's label alone (its
   // waveform never reaches the text encoder).
   int pictures = 0, videos = 0, audios = 0;
+  const auto name_of = [](const PresentedReference& r, const std::string& ordinal) {
+    return r.source.empty() ? ordinal : r.source + ": " + ordinal;
+  };
   for (const PresentedReference& r : references) {
     if (r.kind == Kind::kAudio || r.has_audio) {
       VORTEX_RETURN_IF_ERROR(label("<Audio " + std::to_string(++audios) + ">: "));
@@ -130,11 +133,11 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
     if (r.kind == Kind::kPicture) {
       ++pictures;
       auto grid = vision_->grid_for(r.height, r.width);
-      if (!grid.ok()) return grid.status().with_context("picture " + std::to_string(pictures));
+      if (!grid.ok()) return grid.status().with_context(name_of(r, "picture " + std::to_string(pictures)));
       VORTEX_RETURN_IF_ERROR(label("<Picture " + std::to_string(pictures) + ">: "));
       block(pads[0], {*grid, p.visuals++, {}});
     } else if (r.kind == Kind::kVideo) {
-      const std::string name = "video " + std::to_string(++videos);
+      const std::string name = name_of(r, "video " + std::to_string(++videos));
       const int64_t temporal = vision_->config().temporal_patch;
       auto sampling = sample_video_frames(r.frames, r.fps, kVideoSampleFps, temporal);
       if (!sampling.ok()) return sampling.status().with_context(name);

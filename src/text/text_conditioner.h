@@ -63,6 +63,7 @@ struct PresentedReference {
   int64_t frames = 0;             // a video's frame count on H3's clock (at `fps`)
   double fps = 0.0;
   bool has_audio = false;         // a video with its soundtrack: labelled "<Audio j>: " first
+  std::string source;             // what the request called it (a file): named before "picture i" in errors
   static PresentedReference picture(int64_t height, int64_t width) { return {Kind::kPicture, height, width}; }
   static PresentedReference audio() { return {}; }
   static PresentedReference video(int64_t frames, double fps, int64_t height, int64_t width, bool has_audio) {
