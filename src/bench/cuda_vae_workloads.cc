@@ -1,5 +1,6 @@
 // The `vae-decode` workload of `vortex bench`: the canonical decodes of both VAEs on one GPU, one
-// manifest each; and `vae-encode`, the video VAE encoder on one canonical keyframe.
+// manifest each; and `vae-encode`, the video VAE encoder on one canonical keyframe and on one clip
+// of a video reference.
 //
 //   vae-decode-video  latents [24, 37, 48, 84] -> 124 frames of 768 x 1344 (bf16 mode, the release
 //                     config and tiling: 7 chunks x 28 tiles), synthetic weights made on the device;
@@ -12,6 +13,9 @@
 //                     (synthetic_video_vae_encoder_tensors); timed from host pixels to host moments
 //                     (per-tile uploads, downloads and the host's stitching included);
 //                     derived: one further encode's device time by op and stage.
+//   vae-encode-clip   one 17-frame clip of a video reference at 768 x 1344 -> moments [48, 2, 48, 84]
+//                     (the unit a reference of 17n + 5 frames is encoded in: ceil(F / 17) clips);
+//                     otherwise as the keyframe.
 //
 // Correctness: the audio waveform against the CPU decoder on the same weights and latents (rel-L2
 // bound 1e-4, DESIGN's fp32 parity bound); the video frames run to run (bitwise) when no peer runs, and
@@ -20,10 +24,11 @@
 // the weights, latents and vortex's output in a safetensors dump; the video model is freed before
 // its peer runs. Peak device memory: the three arenas (weights, activations, cuBLASLt workspace)
 // as allocated, the planned sizes, and the device memory in use (cudaMemGetInfo) after the decodes.
-// The keyframe's moments: run to run (bitwise) without a peer, against the peer's diffusers encode
+// The encodes' moments: run to run (bitwise) without a peer, against the peer's diffusers encode
 // (fp32, TF32 off) with one.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
@@ -56,7 +61,8 @@ constexpr double kAudioCpuBound = 1e-4;
 // 8.6e-7 from the CPU program; fp32 parity bound.
 constexpr double kEncodePeerBound = 1e-4;
 constexpr int64_t kKeyframeHeight = 768, kKeyframeWidth = 1344;
-constexpr uint64_t kKeyframeStream = 0x56414558;
+constexpr uint64_t kKeyframeStream = 0x56414558, kClipStream = 0x56414543;
+constexpr int64_t kClipFrames = 17;
 
 bool all_within(const Tensor& t, float lo, float hi) {
   const float* d = t.data_as<float>();
@@ -165,26 +171,29 @@ Result<Manifest> bench_video(const BenchOptions& o) {
   return m;
 }
 
-// The encoder's conv FLOPs on one tile of a single frame: each causal conv over its real temporal
-// taps only (the last kt - temporal_padding of them), as the encoder computes it.
-double keyframe_tile_flops(const vae::VideoVaeEncoder& e, int64_t height, int64_t width) {
+// The encoder's conv FLOPs on one tile of one clip of `frames` frames: each output frame of each
+// causal conv over its real temporal taps only (those past the causal zeros), as the encoder computes it.
+double encode_tile_flops(const vae::VideoVaeEncoder& e, int64_t frames, int64_t height, int64_t width) {
   double flops = 0.0;
-  int64_t h = height, w = width;
+  int64_t t = frames, h = height, w = width;
   const auto conv = [&](const vae::CausalConv3d& c) {
     const vae::Conv3dGeometry& g = c.geometry;
+    const int64_t t_out = vae::conv3d_output_length(t + g.temporal_padding, 0, 0, g.kt, g.st);
     h = vae::conv3d_output_length(h, g.pad_top, g.pad_bottom, g.kh, g.sh);
     w = vae::conv3d_output_length(w, g.pad_left, g.pad_right, g.kw, g.sw);
-    const int64_t real_taps = g.kt - std::min(g.temporal_padding, g.kt - 1);
-    flops += 2.0 * static_cast<double>(h * w * c.out_channels * c.in_channels * g.kh * g.kw * real_taps);
+    int64_t taps = 0;
+    for (int64_t f = 0; f < t_out; ++f) taps += g.kt - std::clamp<int64_t>(g.temporal_padding - f * g.st, 0, g.kt);
+    flops += 2.0 * static_cast<double>(h * w * c.out_channels * c.in_channels * g.kh * g.kw * taps);
+    t = t_out;
   };
   conv(e.conv_in);
   for (const vae::VideoEncoderLevel& level : e.levels) {
     for (const vae::VideoEncoderResnet& r : level.resnets) {
-      const int64_t h0 = h, w0 = w;
+      const int64_t t0 = t, h0 = h, w0 = w;
       conv(r.conv1);
       conv(r.conv2);
       if (r.has_shortcut) {
-        h = h0, w = w0;
+        t = t0, h = h0, w = w0;
         conv(r.conv_shortcut);
       }
     }
@@ -195,13 +204,17 @@ double keyframe_tile_flops(const vae::VideoVaeEncoder& e, int64_t height, int64_
   return flops;
 }
 
-Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
+// The video VAE encoder on `frames` frames of 768 x 1344: one keyframe, or one clip of a video
+// reference (17 frames, the release's clip_length: a reference of 17n + 5 frames is ceil(F / 17)
+// such clips, each encoded on its own).
+Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
+  const bool keyframe = frames == 1;
   const vae::VideoVaeConfig config = *vae::video_vae_config_preset("h3");
   vae::NamedTensors tensors = vae::synthetic_video_vae_encoder_tensors(config, o.seed);
   VORTEX_ASSIGN_OR_RETURN(const vae::VideoVaeEncoder cpu, vae::assemble_video_vae_encoder(tensors, config));
   VORTEX_ASSIGN_OR_RETURN(auto model, vae::CudaVideoVaeEncoder::create(cpu));
-  const Tensor pixels = h3::seeded_normal({config.in_channels, 1, kKeyframeHeight, kKeyframeWidth}, o.seed,
-                                          kKeyframeStream);
+  const Tensor pixels = h3::seeded_normal({config.in_channels, frames, kKeyframeHeight, kKeyframeWidth}, o.seed,
+                                          keyframe ? kKeyframeStream : kClipStream);
   Tensor moments;
   auto body = [&]() -> Status {
     VORTEX_ASSIGN_OR_RETURN(moments, model->encode_moments(pixels));
@@ -230,9 +243,9 @@ Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
   const vae::TileSplit rows = vae::split_tiles(kKeyframeHeight, tiling.tile_height, tiling.min_overlap_height, r);
   const vae::TileSplit cols = vae::split_tiles(kKeyframeWidth, tiling.tile_width, tiling.min_overlap_width, r);
   const int64_t tiles = static_cast<int64_t>(rows.starts.size() * cols.starts.size());
-  const double flops = static_cast<double>(tiles) * keyframe_tile_flops(cpu, rows.tile, cols.tile);
+  const double flops = static_cast<double>(tiles) * encode_tile_flops(cpu, frames, rows.tile, cols.tile);
   Manifest m;
-  m.workload = "vae-encode-keyframe";
+  m.workload = keyframe ? "vae-encode-keyframe" : "vae-encode-clip";
   m.samples = samples;
   m.derived = {{"tflops", flops / (samples.median() * 1e-3) / 1e12},
                {"flops", flops},
@@ -250,6 +263,9 @@ Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
                         {"config", "h3 (release): widths 128 256 256 512 512 1024, 2 resnets a level, 16x spatial"},
                         {"weights", "synthetic (synthetic_video_vae_encoder_tensors)"},
                         {"seed", o.seed}};
+  if (!keyframe) {
+    m.workload_section["clip"] = "one clip of a video reference: a reference of 17n + 5 frames is ceil(F / 17) of them";
+  }
   m.protocol = protocol_json(o);
   m.protocol["timed"] = "host pixels -> host moments (per-tile uploads and downloads, the host's stitching included)";
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
@@ -257,7 +273,8 @@ Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
                       {"recipe", "fp32 (no TF32)"},
                       {"convolutions", "im2col gather of the real temporal taps + cuBLASLt fp32 GEMM, bias in the epilogue"},
                       {"group_norm", "per frame, sums in double"},
-                      {"tiles", "encoded one at a time, stitched on the host (the CPU's stitch_tiles)"}};
+                      {"tiles", keyframe ? "levels 0-1 one tile at a time, the rest batched; stitched on the host"
+                                         : "encoded one at a time, stitched on the host (the CPU's stitch_tiles)"}};
   m.correctness = compare(moments, first, "run-to-run: a further encode vs the last timed one (bitwise expected)", 0.0);
 
   if (!o.peer_command.empty()) {
@@ -273,7 +290,7 @@ Result<Manifest> bench_keyframe_encode(const BenchOptions& o) {
         write_safetensors(path, tensors, {{"config", config.to_json().dump()}, {"tiling", tiling_json.dump()}}));
     tensors.clear();
     model.reset();  // the peer gets the whole device
-    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "vae-encode", path));
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, keyframe ? "vae-encode" : "vae-encode-clip", path));
     take_peer_correctness(m, peer, kEncodePeerBound);
     add_peer_ratios(m, peer);
   }
@@ -348,8 +365,10 @@ Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
   }
   std::vector<Manifest> out;
   if (o.workload == "vae-encode") {
-    VORTEX_ASSIGN_OR_RETURN(Manifest keyframe, bench_keyframe_encode(o));
+    VORTEX_ASSIGN_OR_RETURN(Manifest keyframe, bench_encode(o, 1));
     out.push_back(std::move(keyframe));
+    VORTEX_ASSIGN_OR_RETURN(Manifest clip, bench_encode(o, kClipFrames));
+    out.push_back(std::move(clip));
     return out;
   }
   if (o.workload != "vae-decode") {
