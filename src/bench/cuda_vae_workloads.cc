@@ -38,6 +38,7 @@
 #include "models/h3/generate.h"
 #include "models/vae/cuda_audio_vae.h"
 #include "models/vae/cuda_video_vae.h"
+#include "cuda/vae_conv3d.h"
 #include "models/vae/cuda_video_vae_encoder.h"
 
 namespace vortex::bench {
@@ -269,9 +270,17 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
   m.protocol = protocol_json(o);
   m.protocol["timed"] = "host pixels -> host moments (per-tile uploads and downloads, the host's stitching included)";
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  VORTEX_ASSIGN_OR_RETURN(const cuda::VaeConvVariant variant, cuda::vae_conv_variant_from_env());
+  const char* convolutions =
+      variant == cuda::VaeConvVariant::kGatherGemm
+          ? "gemm: im2col gather of the real temporal taps + cuBLASLt fp32 GEMM (no TF32), bias in the epilogue"
+          : variant == cuda::VaeConvVariant::kTf32x3
+                ? "tf32x3: implicit GEMM on tensor cores, each fp32 operand split into two tf32 parts (three "
+                  "products), fp32 accumulation; conv_in and conv_out (3 in / 48 out channels) as gemm"
+                : "tf32 (approximate, measurement only): implicit GEMM, one tf32 product; conv_in and conv_out as gemm";
   m.implementation = {{"backend", "cuda"},
-                      {"recipe", "fp32 (no TF32)"},
-                      {"convolutions", "im2col gather of the real temporal taps + cuBLASLt fp32 GEMM, bias in the epilogue"},
+                      {"recipe", variant == cuda::VaeConvVariant::kTf32 ? "tf32 convolutions" : "fp32 accuracy"},
+                      {"convolutions", convolutions},
                       {"group_norm", "per frame, sums in double"},
                       {"tiles", keyframe ? "levels 0-1 one tile at a time, the rest batched; stitched on the host"
                                          : "encoded one at a time, stitched on the host (the CPU's stitch_tiles)"}};

@@ -5,6 +5,9 @@
 //     spatial taps of the temporal taps [a0, kt) that read real frames (the ones before read the
 //     causal zeros and are left out of the sum, as on the CPU). A GEMM of these rows with the
 //     weight's columns [a0·kh·kw·C, kt·kh·kw·C) is the convolution of those output rows.
+//   conv3d_implicit: the same convolution (gather rows times the real taps' weight columns, plus
+//     the bias) for every output frame at once, without writing the rows: an implicit GEMM on
+//     tensor cores (vae_conv3d_tc.cu), each fp32 operand split into two tf32 parts.
 //   frame_group_norm: GroupNorm over each frame on its own, the mean and the biased variance
 //     summed in double (the variance around the double mean), then the CPU's fp32 operation
 //     sequence, optionally followed by SiLU (x / (1 + expf(-x))).
@@ -35,6 +38,29 @@ struct Conv3dTaps {
 // x: F32 [clips·T, H, W, C] contiguous device; cols: F32 [rows, (kt - a0)·kh·kw·C] contiguous device.
 Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
                      int64_t frame, int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream);
+
+// How the encoder computes a causal conv (VORTEX_VARIANT_VAE_CONV): kGatherGemm (the default)
+// conv3d_gather and an fp32 cuBLASLt GEMM; kTf32x3 and kTf32 run conv3d_implicit where it applies
+// (conv3d_implicit_supports) and kGatherGemm's path elsewhere. kTf32x3 is 2e-6 to 2e-5 rel-L2 from
+// exact sums (the tensor core's accumulation, vae_conv3d_tc.cu), against ~1e-6 for the fp32 GEMM,
+// so it is not the default yet; kTf32 (one tf32 product, PyTorch's default for convolutions,
+// ~3e-4) is for measurement only.
+enum class VaeConvVariant { kTf32x3, kTf32, kGatherGemm };
+Result<VaeConvVariant> vae_conv_variant_from_env();
+
+// Whether conv3d_implicit takes a conv of these widths: C a multiple of 32, O of 128 (every conv
+// of the release's encoder but conv_in's 3 input and conv_out's 48 output channels).
+bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels);
+
+// y[f·clips·h_out·w_out + r, o] = bias[o] + Σ_k cols_f[r, k] · weight[o, a0_f·kh·kw·C + k] for every
+// output frame f of `clips` clips of T frames stacked in x, where cols_f are conv3d_gather's rows
+// of frame f (all of them) and a0_f = clamp(temporal_padding − f·st, 0, kt) its first real tap.
+// x: F32 [clips·T, H, W, C] contiguous; weight: F32 [O, kt·kh·kw·C] contiguous; bias: F32 [O];
+// y: F32 [T_out·clips·h_out·w_out, O] contiguous (several clips need T_out = 1); all device,
+// 16-byte aligned. `variant` is kTf32x3 or kTf32.
+Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
+                       const TensorView& weight, const TensorView& bias, const TensorView& y, VaeConvVariant variant,
+                       cudaStream_t stream);
 
 // Doubles of scratch frame_group_norm needs for `frames` frames of `groups` groups.
 int64_t frame_group_norm_scratch(int64_t frames, int64_t groups);

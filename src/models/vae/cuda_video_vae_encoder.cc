@@ -64,6 +64,7 @@ Result<std::unique_ptr<CudaVideoVaeEncoder>> CudaVideoVaeEncoder::create(const V
   e->config_ = vae.config;
   e->tiling_ = vae.tiling;
   e->stream_ = stream;
+  VORTEX_ASSIGN_OR_RETURN(e->conv_variant_, cuda::vae_conv_variant_from_env());
   VORTEX_RETURN_IF_ERROR(e->upload(vae));
   VORTEX_ASSIGN_OR_RETURN(e->workspace_, cuda::DeviceArena::create(kWorkspaceBytes + kSlack));
   VORTEX_ASSIGN_OR_RETURN(e->gemm_, cuda::GemmRunner::create(e->workspace_, kWorkspaceBytes));
@@ -145,6 +146,11 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
   return ok_status();
 }
 
+bool CudaVideoVaeEncoder::implicit(const Conv& c) const {
+  return conv_variant_ != cuda::VaeConvVariant::kGatherGemm && !is_direct(c.geometry) &&
+         cuda::conv3d_implicit_supports(c.in_channels, c.out_channels);
+}
+
 Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels, int64_t clips) const {
   Plan p;
   p.clips = clips;
@@ -155,7 +161,7 @@ Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels,
   const auto step = [&](const Conv& c) -> Status {
     VORTEX_ASSIGN_OR_RETURN(Shape out, conv_output_shape(c.out_channels, c.geometry, s, per));
     const Conv3dGeometry& g = c.geometry;
-    if (!is_direct(g)) {
+    if (!is_direct(g) && !implicit(c)) {
       p.gather_floats = std::max(p.gather_floats, per * out[1] * out[2] * g.kt * g.kh * g.kw * c.in_channels);
     }
     p.activation_floats = std::max(p.activation_floats, out.numel());
@@ -212,7 +218,7 @@ Status CudaVideoVaeEncoder::reserve(const Plan& p) {
   n.frames = std::max(p.frames, reserved_.frames);
   n.pixel_floats = std::max(p.pixel_floats, reserved_.pixel_floats);
   if (reserved_batch > batch_floats) n.batch_input = reserved_.batch_input, n.clips = reserved_.clips;
-  const Shape activation{n.activation_floats}, gather{std::min(n.gather_floats, kGatherCapFloats)};
+  const Shape activation{n.activation_floats}, gather{std::clamp<int64_t>(n.gather_floats, 1, kGatherCapFloats)};
   const Shape pixel{n.pixel_floats}, batch{n.clips > 1 ? n.batch_input.numel() : 1};
   const Shape scratch{cuda::frame_group_norm_scratch(n.frames, config_.norm_num_groups)};
   const size_t bytes = 3 * cuda::DeviceArena::bytes_for(activation, DType::kF32) +
@@ -248,10 +254,16 @@ Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y
   }
   const int64_t T_out = y.size(0) / clips, plane = y.size(1) * y.size(2);
   if (clips > 1 && T_out != 1) return internal_error("video VAE encoder: batched clips must have one output frame");
+  const cuda::Conv3dTaps taps{g.kt, g.kh, g.kw, g.st, g.sh, g.sw, g.pad_top, g.pad_left, g.temporal_padding};
+  if (implicit(c)) {  // every output frame in one launch, no rows written
+    const std::string section = "conv, " + stage_;
+    const cuda::SectionScope scope(profiler_, section.c_str(), stream_);
+    return cuda::conv3d_implicit(x.view(), clips, taps, y.size(1), y.size(2), c.weight.view(), bias, y_rows.view(),
+                                 conv_variant_, stream_);
+  }
   // One output frame of one clip, or the one output frame of every clip: contiguous rows of y.
   const int64_t frame_rows = clips * plane;
   const int64_t spatial = g.kh * g.kw, KC = g.kt * spatial * C;
-  const cuda::Conv3dTaps taps{g.kt, g.kh, g.kw, g.st, g.sh, g.sw, g.pad_top, g.pad_left, g.temporal_padding};
   for (int64_t f = 0; f < T_out; ++f) {
     // Temporal taps [a0, kt) read real frames; the ones before read the causal zeros.
     const int64_t a0 = std::clamp<int64_t>(g.temporal_padding - f * g.st, 0, g.kt);

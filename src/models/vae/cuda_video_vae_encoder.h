@@ -7,6 +7,9 @@
 // residual adds are fp32. Only the GEMMs' summation order and SiLU's expf differ from the CPU, so
 // the moments agree with the CPU's to ~1e-6 rel-L2 (tests/gpu/test_gpu_video_vae_encoder.cc
 // states the bound) and the conditioning latents, rounded through fp16, mostly bit for bit.
+// VORTEX_VARIANT_VAE_CONV=tf32x3 runs every conv with a multiple of 32 input and 128 output
+// channels as an implicit GEMM on tensor cores instead (cuda::conv3d_implicit: 1.4e-5 rel-L2 from
+// the CPU's moments on the canonical keyframe, 1.3-1.4x faster; bench/notes/video_vae_encoder.md).
 //
 // Batching: the tiles of a keyframe are encoded apart, but from the first level whose input has at
 // most 4096 pixels a tile (the release: level 2, 64 x 64) they run together, as the frames of one
@@ -18,8 +21,8 @@
 // Memory: the weights in one arena (the release encoder: see weight_bytes()); one activation
 // arena sized for the largest set of chunks seen so far: three activation buffers of the largest
 // activation of one tile before the batch or of the batch after it, the batch's input, one
-// tile's pixels, GroupNorm's scratch and the gather rows (capped at 256 MB: longer frames are
-// gathered and multiplied in row blocks).
+// tile's pixels, GroupNorm's scratch and the gather rows of the convs the implicit GEMM does not
+// take (capped at 256 MB: longer frames are gathered and multiplied in row blocks).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -32,6 +35,7 @@
 #include "cuda/gemm.h"
 #include "cuda/profiler.h"
 #include "cuda/runtime.h"
+#include "cuda/vae_conv3d.h"
 #include "models/vae/video_vae_encoder.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -41,7 +45,7 @@ namespace vortex::vae {
 class CudaVideoVaeEncoder {
  public:
   // Uploads an assembled encoder (load_video_vae_encoder / assemble_video_vae_encoder); keeps its
-  // tiling as the default one.
+  // tiling as the default one. Reads VORTEX_VARIANT_VAE_CONV (a bad value is refused by name).
   static Result<std::unique_ptr<CudaVideoVaeEncoder>> create(const VideoVaeEncoder& vae, cudaStream_t stream = nullptr);
 
   const VideoVaeConfig& config() const { return config_; }
@@ -95,6 +99,8 @@ class CudaVideoVaeEncoder {
 
   CudaVideoVaeEncoder() = default;
   Status upload(const VideoVaeEncoder& vae);
+  // Whether conv `c` runs as cuda::conv3d_implicit (else a gather and a GEMM, or a GEMM alone).
+  bool implicit(const Conv& c) const;
   Result<Plan> plan(const Shape& pixels, int64_t clips) const;
   Status reserve(const Plan& plan);
   // y = conv(x) on `clips` clips stacked in x [clips·T, H, W, C]; y [clips·T_out, ...] sized by
@@ -109,6 +115,7 @@ class CudaVideoVaeEncoder {
   VideoVaeConfig config_;
   VideoTiling tiling_;
   cudaStream_t stream_ = nullptr;
+  cuda::VaeConvVariant conv_variant_ = cuda::VaeConvVariant::kGatherGemm;
   cuda::DeviceArena weights_, workspace_, activations_;
   std::unique_ptr<cuda::GemmRunner> gemm_;
   Conv conv_in_, conv_out_, quant_conv_;
