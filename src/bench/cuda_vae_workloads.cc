@@ -270,7 +270,7 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
   m.protocol = protocol_json(o);
   m.protocol["timed"] = "host pixels -> host moments (per-tile uploads and downloads, the host's stitching included)";
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
-  VORTEX_ASSIGN_OR_RETURN(const cuda::VaeConvVariant variant, cuda::vae_conv_variant_from_env());
+  const cuda::VaeConvVariant variant = model->conv_variant();
   const char* convolutions =
       variant == cuda::VaeConvVariant::kGatherGemm
           ? "gemm: im2col gather of the real temporal taps + cuBLASLt fp32 GEMM (no TF32), bias in the epilogue"

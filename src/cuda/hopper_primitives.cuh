@@ -2,8 +2,9 @@
 // (attention_wgmma_v2.cu) and int8fp8 (attention_int8fp8.cu): shared-memory mbarriers, TMA tensor
 // loads (multicast within a cluster), named barriers, setmaxnreg, 128-byte-swizzle wgmma
 // descriptors, the bf16 and 8-bit wgmma shapes the kernels issue, and the host-side
-// tensor-map encoding of a strided [N, H, D] bf16 view; ldmatrix for the attention kernels that
-// load fragments from shared memory themselves (v0, and v1's Q). Device code only for translation units
+// tensor-map encoding of a strided [N, H, D] bf16 view; ldmatrix and the cp.async copies for the
+// kernels that load fragments from shared memory themselves (attention v0 and v1's Q, the video VAE
+// encoder's implicit-GEMM convolution in vae_conv3d_tc.cu). Device code only for translation units
 // compiled for sm_90a (wgmma and setmaxnreg do not exist before it).
 #pragma once
 
@@ -158,6 +159,19 @@ __device__ __forceinline__ void tma_load_multicast(uint32_t dst, const CUtensorM
       " [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(channel), "r"(head), "r"(row), "r"(bar), "h"(cta_mask)
       : "memory");
+}
+
+// 16-byte global→shared copy through L2 only (cp.async.cg); src_bytes = 0 fills zeros, which keeps
+// tail rows finite (0 · garbage could be NaN). Groups of them are committed and waited for with
+// all but the newest kPending groups complete.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Four 8×8 b16 matrices from shared memory, lane l giving the address of row l % 8 of matrix l / 8;

@@ -36,6 +36,9 @@ namespace vortex::cuda {
 
 namespace {
 
+using hopper::cp_async_16;
+using hopper::cp_async_commit;
+using hopper::cp_async_wait;
 using hopper::ldmatrix_x4;
 using hopper::smem_address;
 
@@ -84,16 +87,6 @@ __device__ __forceinline__ int reflect_index(int i, int n) {
 // Row `row`, 16-byte chunk `chunk` of a tile, in floats: chunks XOR-swizzled by the row's low
 // three bits, so the 8 rows an ldmatrix phase reads sit in 8 different bank groups.
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * kBlockK + ((chunk ^ (row & 7)) * 4); }
-
-__device__ __forceinline__ void cp_async_16(float* dst, const float* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 __device__ __forceinline__ uint32_t to_tf32(float f) {
   uint32_t r;

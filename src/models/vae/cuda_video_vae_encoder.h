@@ -50,6 +50,7 @@ class CudaVideoVaeEncoder {
 
   const VideoVaeConfig& config() const { return config_; }
   const VideoTiling& tiling() const { return tiling_; }
+  cuda::VaeConvVariant conv_variant() const { return conv_variant_; }
 
   // VideoChunkEncoder's contract (host pixels in, host moments out, each chunk encoded on its
   // own); the observer sees the same intermediates in the same order as the CPU's.
