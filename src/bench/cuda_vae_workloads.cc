@@ -34,11 +34,11 @@
 
 #include "bench/cuda_bench_util.h"
 #include "bench/cuda_workloads.h"
+#include "cuda/vae_conv3d.h"
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
 #include "models/vae/cuda_audio_vae.h"
 #include "models/vae/cuda_video_vae.h"
-#include "cuda/vae_conv3d.h"
 #include "models/vae/cuda_video_vae_encoder.h"
 
 namespace vortex::bench {
@@ -279,7 +279,9 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
                   "products), fp32 accumulation; conv_in and conv_out (3 in / 48 out channels) as gemm"
                 : "tf32 (approximate, measurement only): implicit GEMM, one tf32 product; conv_in and conv_out as gemm";
   m.implementation = {{"backend", "cuda"},
-                      {"recipe", variant == cuda::VaeConvVariant::kTf32 ? "tf32 convolutions" : "fp32 accuracy"},
+                      {"recipe", variant == cuda::VaeConvVariant::kGatherGemm ? "fp32 (no TF32)"
+                                 : variant == cuda::VaeConvVariant::kTf32x3 ? "fp32 operands, tf32x3 products"
+                                                                            : "tf32 convolutions"},
                       {"convolutions", convolutions},
                       {"group_norm", "per frame, sums in double"},
                       {"tiles", keyframe ? "levels 0-1 one tile at a time, the rest batched; stitched on the host"
