@@ -275,12 +275,13 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
       variant == cuda::VaeConvVariant::kGatherGemm
           ? "gemm: im2col gather of the real temporal taps + cuBLASLt fp32 GEMM (no TF32), bias in the epilogue"
           : variant == cuda::VaeConvVariant::kTf32x3
-                ? "tf32x3: implicit GEMM on tensor cores, each fp32 operand split into two tf32 parts (three "
-                  "products), fp32 accumulation; conv_in and conv_out (3 in / 48 out channels) as gemm"
+                ? "tf32x3: implicit GEMM on tensor cores (wgmma), each fp32 operand split into two tf32 parts "
+                  "(three products), each k-block's products added to the running sum by fp32 FADD; conv_in and "
+                  "conv_out (3 in / 48 out channels) as gemm"
                 : "tf32 (approximate, measurement only): implicit GEMM, one tf32 product; conv_in and conv_out as gemm";
   m.implementation = {{"backend", "cuda"},
                       {"recipe", variant == cuda::VaeConvVariant::kGatherGemm ? "fp32 (no TF32)"
-                                 : variant == cuda::VaeConvVariant::kTf32x3 ? "fp32 operands, tf32x3 products"
+                                 : variant == cuda::VaeConvVariant::kTf32x3 ? "fp32 (tf32x3 products)"
                                                                             : "tf32 convolutions"},
                       {"convolutions", convolutions},
                       {"group_norm", "per frame, sums in double"},

@@ -315,6 +315,26 @@ __device__ __forceinline__ void wgmma_m64n176k16_ss(float (&d)[88], uint64_t a, 
         : "l"(a), "l"(b), "r"(1));
   }
 }
+// d = a·b (scale_d 0) or d += a·b (scale_d 1) in tf32: a [64, 8] and b [8, 128], both K-major
+// fp32 rows in shared memory (tf32 takes no transpose), of which the tensor core reads each
+// value's tf32 bits (sign, exponent, the mantissa's top 10). The accumulator layout of
+// wgmma_m64n128k16_ss.
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_ss(float (&d)[64], uint64_t a, uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " VORTEX_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("=f")
+        : "l"(a), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " VORTEX_WGMMA_D64 ", %64, %65, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("+f")
+        : "l"(a), "l"(b), "r"(1));
+  }
+}
 // The S = Q·Kᵀ shape of an N-key tile, picked by its accumulator count (N / 2 per thread).
 template <int kScaleD, int kAccumulators>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kAccumulators], uint64_t a, uint64_t b) {

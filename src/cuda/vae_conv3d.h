@@ -7,7 +7,7 @@
 //     weight's columns [a0·kh·kw·C, kt·kh·kw·C) is the convolution of those output rows.
 //   conv3d_implicit: the same convolution (gather rows times the real taps' weight columns, plus
 //     the bias) for every output frame at once, without writing the rows: an implicit GEMM on
-//     tensor cores (vae_conv3d_tc.cu), each fp32 operand split into two tf32 parts.
+//     tensor cores (wgmma, vae_conv3d_tc.cu), each fp32 operand split into two tf32 parts.
 //   frame_group_norm: GroupNorm over each frame on its own, the mean and the biased variance
 //     summed in double (the variance around the double mean), then the CPU's fp32 operation
 //     sequence, optionally followed by SiLU (x / (1 + expf(-x))).
@@ -39,12 +39,11 @@ struct Conv3dTaps {
 Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
                      int64_t frame, int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream);
 
-// How the encoder computes a causal conv (VORTEX_VARIANT_VAE_CONV): kGatherGemm (the default)
-// conv3d_gather and an fp32 cuBLASLt GEMM; kTf32x3 and kTf32 run conv3d_implicit where it applies
-// (conv3d_implicit_supports) and kGatherGemm's path elsewhere. kTf32x3 is 2e-6 to 2e-5 rel-L2 from
-// exact sums (the tensor core's accumulation, vae_conv3d_tc.cu), against ~1e-6 for the fp32 GEMM,
-// so it is not the default yet; kTf32 (one tf32 product, PyTorch's default for convolutions,
-// ~3e-4) is for measurement only.
+// How the encoder computes a causal conv (VORTEX_VARIANT_VAE_CONV): kTf32x3 (the default) and
+// kTf32 run conv3d_implicit where it applies (conv3d_implicit_supports) and kGatherGemm's path
+// elsewhere; kGatherGemm is conv3d_gather and an fp32 cuBLASLt GEMM everywhere. kTf32x3 is ~3e-7
+// rel-L2 from exact sums (vae_conv3d_tc.cu), as close as the fp32 GEMM; kTf32 (one tf32 product,
+// ~8e-4) is for measurement only.
 enum class VaeConvVariant { kTf32x3, kTf32, kGatherGemm };
 Result<VaeConvVariant> vae_conv_variant_from_env();
 

@@ -2,29 +2,31 @@
 // conv3d_implicit in vae_conv3d.h).
 //
 // What it computes: conv3d_gather's rows times the weight's real-tap columns, plus the bias — the
-// gather and the GEMM of the encoder's v0 path — without writing the rows anywhere. A CTA owns
+// gather and the GEMM of the encoder's `gemm` path — without writing the rows anywhere. A CTA owns
 // kBlockM output pixels of one output frame and kBlockN output channels; its K loop walks the
 // frame's real temporal taps, the spatial taps and the input channels in blocks of kBlockK (one
 // tap's channels at a time, so every shared row is one input pixel's 32 contiguous channels,
 // reflected and causal-offset as conv3d_gather reads them). A and B tiles stream through a
-// kStages-deep cp.async ring; fragments come by ldmatrix (an fp32 row of 4 values is the 16 bytes
-// ldmatrix moves per row, so its b16 fragments are the tf32 mma's A and B fragments); the products
-// are mma.sync m16n8k8 tf32 with fp32 accumulation.
+// kStages-deep cp.async ring whose 128-byte rows (16-byte chunks XORed with the row's low three
+// bits, tiles on 1024-byte boundaries) are the 128-byte swizzle wgmma reads. Two warpgroups of 64
+// pixel rows each issue wgmma m64n128k8 tf32 per k8 step, A and B from shared memory.
 //
-// Numerics (variants, VORTEX_VARIANT_VAE_CONV; the encoder's default is still `gemm`):
-//   tf32x3: each fp32 operand is split into a tf32 high part and the tf32 rounding of its remainder,
-//       and a·b is accumulated as a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (the a_lo·b_lo term, ~2^-22
-//       relative, is dropped). Each product is then good to ~2^-21, but the tensor core's own fp32
-//       accumulation is not IEEE round-to-nearest: measured on the H100, 2e-6 to 2e-5 rel-L2 from
-//       double sums over K = 864 to 3456 (a_hi·b_hi alone: 2.9e-4), against ~1e-7 to 1e-6 for an
-//       fp32 GEMM. Adding each k-block's products into the running sum outside the tensor core
-//       (fp32 FADD) is the known remedy; it needs a second accumulator set (64 registers).
-//   tf32: a_hi·b_hi alone (PyTorch's default for convolutions): ~3e-4, for measurement.
-//   gemm: the v0 path (conv3d_gather + cuBLASLt fp32), chosen in the encoder, not here.
+// Numerics (VORTEX_VARIANT_VAE_CONV):
+//   tf32x3 (the encoder's default): each fp32 operand is split into its tf32 rounding (hi) and the
+//       tf32 rounding of the remainder (lo), and a·b is a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (a_lo·b_lo,
+//       ~2^-22 relative, is dropped): each product good to ~2^-21. Every thread splits its share of
+//       a landed stage in place (hi over the value, lo into a second tile of the same layout). The
+//       tensor core's fp32 accumulation is not IEEE round-to-nearest (it truncates to the largest
+//       addend's exponent), so each k-block's 12 products (4 k8 steps × 3) run in a fresh
+//       accumulator set that is then added to the running sum by FADD. Measured on the H100: 2.5e-7
+//       to 2.9e-7 rel-L2 from double sums over K = 864 to 3456 (with the running sum inside the
+//       tensor core instead, 2e-6 to 2e-5).
+//   tf32: one product of the raw fp32 values, of which the tensor core reads the tf32 bits
+//       (truncation): ~7.7e-4, for measurement only.
+//   gemm: conv3d_gather + cuBLASLt fp32, chosen in the encoder, not here.
 // Sums run in a fixed order (no split-K, no atomics): the output is the same bits run to run.
 #include "cuda/vae_conv3d.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -39,22 +41,16 @@ namespace {
 using hopper::cp_async_16;
 using hopper::cp_async_commit;
 using hopper::cp_async_wait;
-using hopper::ldmatrix_x4;
 using hopper::smem_address;
 
 // A 128 x 128 CTA tile: 128 output pixels by 128 output channels (every encoder conv but conv_in's
 // and conv_out's has a multiple of 128 output channels), kBlockK = 32 input channels (128-byte
-// shared rows; every conv but conv_in's has a multiple of 32 input channels).
+// shared rows, the swizzle's width; every conv but conv_in's has a multiple of 32 input channels).
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 32;
-// Three stages: the copies of k-blocks kb + 1 and kb + 2 run under the products of kb. A stage is
-// 32 KB (A and B), so two CTAs fit an SM's shared memory.
+// Three stages: the copies of k-block kb + 2 and the split of kb + 1 run under the products of kb.
 constexpr int kStages = 3;
-// Eight warps as 2 x 4, each 64 pixels by 32 channels: 4 x 4 m16n8 tiles, 64 fp32 accumulators
-// per thread, and the split fragments (A 32, B 16 registers) beside them.
-constexpr int kWarpsM = 2, kWarpsN = 4;
-constexpr int kThreads = kWarpsM * kWarpsN * 32;
-constexpr int kWarpM = kBlockM / kWarpsM, kWarpN = kBlockN / kWarpsN;
-constexpr int kMTiles = kWarpM / 16, kNTiles = kWarpN / 8;
+// Two consumer warpgroups of 64 pixel rows; they also load and split.
+constexpr int kThreads = 2 * 128;
 // 16-byte chunks of a shared row; the CTA's threads load kLoadRows rows per pass.
 constexpr int kChunks = kBlockK / 4;
 constexpr int kLoadRows = kThreads / kChunks;
@@ -62,10 +58,15 @@ constexpr int kRowsPerThread = kBlockM / kLoadRows;
 static_assert(kBlockM == kBlockN, "A and B tiles share the load pattern and the tile size");
 static_assert(kChunks == 8, "the swizzle permutes 8 chunks per row");
 constexpr int kTileFloats = kBlockM * kBlockK;
+constexpr int kTileBytes = kTileFloats * static_cast<int>(sizeof(float));  // 16 KB
+constexpr int kStageBytes = 2 * kTileBytes;                                 // A, B
+constexpr int kRingBytes = kStages * kStageBytes;
+// Dynamic shared memory: the ring, for three products two low-part buffers (A_lo, B_lo), and
+// 1 KB to align the tiles to the swizzle's period.
+constexpr int smem_bytes(int products) { return kRingBytes + (products == 3 ? 2 * kStageBytes : 0) + 1024; }
 // A row's first frame in x before its temporal tap is added (negative for a clip's first frames,
 // whose early taps are the causal zeros): this marks a row past the frame's end instead.
 constexpr int kPastTheEnd = INT32_MIN;
-constexpr int kSmemBytes = kStages * 2 * kTileFloats * static_cast<int>(sizeof(float));
 
 struct ImplicitParams {
   const float* x;     // [clips·T, H, W, C]
@@ -84,8 +85,7 @@ __device__ __forceinline__ int reflect_index(int i, int n) {
   return i;
 }
 
-// Row `row`, 16-byte chunk `chunk` of a tile, in floats: chunks XOR-swizzled by the row's low
-// three bits, so the 8 rows an ldmatrix phase reads sit in 8 different bank groups.
+// Row `row`, 16-byte chunk `chunk` of a tile, in floats: the 128-byte swizzle.
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * kBlockK + ((chunk ^ (row & 7)) * 4); }
 
 __device__ __forceinline__ uint32_t to_tf32(float f) {
@@ -94,37 +94,48 @@ __device__ __forceinline__ uint32_t to_tf32(float f) {
   return r;
 }
 
-// hi = tf32(f), lo = tf32(f − hi) (the subtraction is exact).
-__device__ __forceinline__ void split(uint32_t f, uint32_t& hi, uint32_t& lo) {
-  hi = to_tf32(__uint_as_float(f));
-  lo = to_tf32(__uint_as_float(f) - __uint_as_float(hi));
+// f → hi = tf32(f) in place, lo = tf32(f − hi) (the subtraction is exact).
+__device__ __forceinline__ void split(float& f, float& lo) {
+  const float hi = __uint_as_float(to_tf32(f));
+  lo = __uint_as_float(to_tf32(f - hi));
+  f = hi;
 }
 
-__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// Splits this thread's share of a stage (A then B, 2·kTileFloats floats at `raw`), the low parts
+// to the same offsets at `lo` (the split is elementwise, so the swizzle is moot).
+__device__ __forceinline__ void split_stage(float* raw, float* lo, int tid) {
+  constexpr int kVectors = 2 * kTileFloats / 4;
+#pragma unroll
+  for (int i = 0; i < kVectors / kThreads; ++i) {
+    const int v = tid + kThreads * i;
+    float4 x = reinterpret_cast<float4*>(raw)[v], l;
+    split(x.x, l.x), split(x.y, l.y), split(x.z, l.z), split(x.w, l.w);
+    reinterpret_cast<float4*>(raw)[v] = x;
+    reinterpret_cast<float4*>(lo)[v] = l;
+  }
 }
 
 // One CTA: output pixels [m0, m0 + kBlockM) of frame blockIdx.z, channels [n0, n0 + kBlockN).
-template <bool kSplit>
-__global__ void __launch_bounds__(kThreads, 2) conv3d_tf32_kernel(ImplicitParams p) {
-  extern __shared__ __align__(128) float smem[];
-  float* a_tiles = smem;
-  float* b_tiles = smem + kStages * kTileFloats;
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int warp_m = warp % kWarpsM, warp_n = warp / kWarpsM;
+template <int kProducts>
+__global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParams p) {
+  static_assert(kProducts == 1 || kProducts == 3, "one tf32 product or the hi/lo split's three");
+  extern __shared__ uint8_t smem_unaligned[];
+  const uint32_t unaligned = smem_address(smem_unaligned);
+  const uint32_t base = (unaligned + 1023) & ~1023u;
+  uint8_t* smem = smem_unaligned + (base - unaligned);
+  // Tile `which` (0: A, 1: B) of ring stage `stage`, or of low-part buffer `buffer`.
+  const auto raw_tile = [&](int stage, int which) {
+    return reinterpret_cast<float*>(smem + stage * kStageBytes + which * kTileBytes);
+  };
+  const auto lo_tile = [&](int buffer, int which) {
+    return reinterpret_cast<float*>(smem + kRingBytes + buffer * kStageBytes + which * kTileBytes);
+  };
+  const int tid = threadIdx.x, wg = tid / 128;
   const int frame = blockIdx.z, m0 = blockIdx.x * kBlockM, n0 = blockIdx.y * kBlockN;
-  // Temporal taps [a0, kt) of this frame read real frames; the ones before read the causal zeros.
   const int a0 = min(max(p.temporal_padding - frame * p.st, 0), p.kt);
   const int spatial = p.kh * p.kw, c_blocks = p.C / kBlockK;
   const int k_blocks = (p.kt - a0) * spatial * c_blocks;
 
-  // This thread loads chunk `chunk` of rows load_row + kLoadRows·i of both tiles. The tap-independent
-  // part of each A row's source coordinates (its frame in x, the top-left of its window) is worked
-  // out once and kept in shared memory, not registers: two CTAs an SM need ≤ 128 registers a thread.
   __shared__ int row_t[kBlockM], row_h[kBlockM], row_w[kBlockM];
   const int chunk = tid % kChunks, load_row = tid / kChunks;
   if (tid < kBlockM) {
@@ -138,100 +149,99 @@ __global__ void __launch_bounds__(kThreads, 2) conv3d_tf32_kernel(ImplicitParams
   const auto load_stage = [&](int stage, int kb) {
     const int tap = kb / c_blocks, c0 = (kb % c_blocks) * kBlockK + chunk * 4;
     const int ta = a0 + tap / spatial, b = (tap % spatial) / p.kw, d = tap % p.kw;
-    float* a_tile = a_tiles + stage * kTileFloats;
-    float* b_tile = b_tiles + stage * kTileFloats;
+    float* a_tile = raw_tile(stage, 0);
+    float* b_tile = raw_tile(stage, 1);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
       const int row = load_row + kLoadRows * i, t0 = row_t[row];
       const int t = t0 + ta, hi = reflect_index(row_h[row] + b, p.H), wi = reflect_index(row_w[row] + d, p.W);
       const float* src = p.x + ((static_cast<int64_t>(t) * p.H + hi) * p.W + wi) * p.C + c0;
-      // Rows past the frame's end arrive as zeros (and are not stored).
       cp_async_16(a_tile + swizzled(row, chunk), t0 != kPastTheEnd ? src : p.x, t0 != kPastTheEnd ? 16 : 0);
       const float* w_src = p.w + static_cast<int64_t>(n0 + row) * p.k_total +
                            static_cast<int64_t>(a0 * spatial + tap) * p.C + c0;
       cp_async_16(b_tile + swizzled(row, chunk), w_src, 16);
     }
   };
+  // Stage kb's copies have landed (this thread's); make them, and this thread's split of them,
+  // visible to every warpgroup's products (the async proxy) once all threads pass the barrier.
+  const auto prepare_stage = [&](int kb) {
+    if constexpr (kProducts == 3) split_stage(raw_tile(kb % kStages, 0), lo_tile(kb % 2, 0), tid);
+    hopper::fence_proxy_async_shared();
+  };
 
-  float acc[kMTiles][kNTiles][4] = {};
+  float acc[64] = {};
+  float part[64];
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_blocks) load_stage(s, s);
     cp_async_commit();
   }
-  for (int kb = 0; kb < k_blocks; ++kb) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // k-block kb has landed for everyone, and everyone is done with kb − 1's stage
-    const int next = kb + kStages - 1;
-    if (next < k_blocks) load_stage(next % kStages, next);
-    cp_async_commit();  // possibly empty: keeps "all but the newest kStages − 2 groups" meaning kb + 1
+  cp_async_wait<kStages - 2>();
+  __syncthreads();
+  if (k_blocks > 0) prepare_stage(0);
+  __syncthreads();
 
-    const float* a_tile = a_tiles + (kb % kStages) * kTileFloats;
-    const float* b_tile = b_tiles + (kb % kStages) * kTileFloats;
-    // Not unrolled: unrolled, ptxas hoists the next steps' fragments and spills at two CTAs an SM.
-#pragma unroll 1
-    for (int kk = 0; kk < kBlockK / 8; ++kk) {
-      // B fragments for the warp's four n8 tiles: b0 = B[k = t][n = g], b1 = B[t + 4][g], read
-      // from the [n][k] tile two n8 tiles per ldmatrix.x4.
-      uint32_t b_hi[kNTiles][2], b_lo[kNTiles][2];
+  for (int kb = 0; kb < k_blocks; ++kb) {
+    const uint32_t a_hi = smem_address(raw_tile(kb % kStages, 0)) + wg * 64 * kBlockK * 4;
+    const uint32_t b_hi = smem_address(raw_tile(kb % kStages, 1));
+    const uint64_t a_desc = hopper::k_major_descriptor(a_hi), b_desc = hopper::k_major_descriptor(b_hi);
+    hopper::wgmma_fence();
+    if constexpr (kProducts == 3) {
+      const uint32_t a_lo = smem_address(lo_tile(kb % 2, 0)) + wg * 64 * kBlockK * 4;
+      const uint32_t b_lo = smem_address(lo_tile(kb % 2, 1));
+      const uint64_t a_lo_desc = hopper::k_major_descriptor(a_lo), b_lo_desc = hopper::k_major_descriptor(b_lo);
+      // k8 step s is 32 bytes into each 128-byte row: +2 in the descriptor's 16-byte units.
+      hopper::wgmma_m64n128k8_tf32_ss<0>(part, a_lo_desc, b_desc);
+      hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc, b_lo_desc);
+      hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc, b_desc);
 #pragma unroll
-      for (int nt = 0; nt < kNTiles; nt += 2) {
-        uint32_t raw[4];
-        const int row = warp_n * kWarpN + nt * 8 + (lane / 16) * 8 + lane % 8;
-        ldmatrix_x4(raw, smem_address(b_tile + swizzled(row, 2 * kk + (lane / 8) % 2)));
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if constexpr (kSplit) {
-            split(raw[j], b_hi[nt + j / 2][j % 2], b_lo[nt + j / 2][j % 2]);
-          } else {
-            b_hi[nt + j / 2][j % 2] = to_tf32(__uint_as_float(raw[j]));
-          }
-        }
+      for (int s = 1; s < kBlockK / 8; ++s) {
+        hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_lo_desc + 2 * s, b_desc + 2 * s);
+        hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc + 2 * s, b_lo_desc + 2 * s);
+        hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc + 2 * s, b_desc + 2 * s);
       }
+    } else {
 #pragma unroll
-      for (int mt = 0; mt < kMTiles; ++mt) {
-        // A fragment: a0 = A[g][t], a1 = A[g + 8][t], a2 = A[g][t + 4], a3 = A[g + 8][t + 4].
-        uint32_t raw[4], a_hi[4], a_lo[4];
-        const int row = warp_m * kWarpM + mt * 16 + lane % 16;
-        ldmatrix_x4(raw, smem_address(a_tile + swizzled(row, 2 * kk + lane / 16)));
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          if constexpr (kSplit) {
-            split(raw[j], a_hi[j], a_lo[j]);
-          } else {
-            a_hi[j] = to_tf32(__uint_as_float(raw[j]));
-          }
-        }
-#pragma unroll
-        for (int nt = 0; nt < kNTiles; ++nt) {
-          if constexpr (kSplit) {
-            mma_tf32(acc[mt][nt], a_lo, b_hi[nt][0], b_hi[nt][1]);
-            mma_tf32(acc[mt][nt], a_hi, b_lo[nt][0], b_lo[nt][1]);
-          }
-          mma_tf32(acc[mt][nt], a_hi, b_hi[nt][0], b_hi[nt][1]);
-        }
-      }
+      for (int s = 0; s < kBlockK / 8; ++s) hopper::wgmma_m64n128k8_tf32_ss<1>(acc, a_desc + 2 * s, b_desc + 2 * s);
     }
+    hopper::wgmma_commit();
+
+    // Under the products: the copies of k-block kb + 2 (into kb − 1's stage, whose products
+    // retired before the last barrier) and the split of kb + 1 (into kb − 1's low buffer).
+    if (kb + kStages - 1 < k_blocks) load_stage((kb + kStages - 1) % kStages, kb + kStages - 1);
+    cp_async_commit();
+    if (kb + 1 < k_blocks) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();
+      prepare_stage(kb + 1);
+    }
+    hopper::wgmma_wait<0>();
+    if constexpr (kProducts == 3) {
+      hopper::pin_registers(part);
+#pragma unroll
+      for (int i = 0; i < 64; ++i) acc[i] += part[i];
+    } else {
+      hopper::pin_registers(acc);
+    }
+    __syncthreads();
   }
   cp_async_wait<0>();
 
-  // Epilogue: accumulator c0, c1 = row g, columns 2t, 2t + 1; c2, c3 = row g + 8. Plus the bias.
+  // Epilogue: thread t of warpgroup wg holds rows 16·(t/32 % 4) + (t%32)/4 and + 8 of its 64,
+  // columns 8j + 2·(t%4) and + 1 (acc[4j], acc[4j + 1]; acc[4j + 2], acc[4j + 3] for row + 8).
   float* y = p.y + static_cast<int64_t>(frame) * p.frame_rows * p.O;
+  const int lane = tid % 32, row = m0 + wg * 64 + (tid / 32 % 4) * 16 + lane / 4;
 #pragma unroll
-  for (int nt = 0; nt < kNTiles; ++nt) {
-    const int col = n0 + warp_n * kWarpN + nt * 8 + (lane % 4) * 2;
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
     const float2 bias = *reinterpret_cast<const float2*>(p.bias + col);
-#pragma unroll
-    for (int mt = 0; mt < kMTiles; ++mt) {
-      const int row = m0 + warp_m * kWarpM + mt * 16 + lane / 4;
-      if (row < p.frame_rows) {
-        *reinterpret_cast<float2*>(y + static_cast<int64_t>(row) * p.O + col) =
-            make_float2(acc[mt][nt][0] + bias.x, acc[mt][nt][1] + bias.y);
-      }
-      if (row + 8 < p.frame_rows) {
-        *reinterpret_cast<float2*>(y + static_cast<int64_t>(row + 8) * p.O + col) =
-            make_float2(acc[mt][nt][2] + bias.x, acc[mt][nt][3] + bias.y);
-      }
+    if (row < p.frame_rows) {
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row) * p.O + col) =
+          make_float2(acc[4 * j] + bias.x, acc[4 * j + 1] + bias.y);
+    }
+    if (row + 8 < p.frame_rows) {
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row + 8) * p.O + col) =
+          make_float2(acc[4 * j + 2] + bias.x, acc[4 * j + 3] + bias.y);
     }
   }
 }
@@ -243,10 +253,10 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 Result<VaeConvVariant> vae_conv_variant_from_env() {
   const char* v = std::getenv("VORTEX_VARIANT_VAE_CONV");
   const std::string s = v == nullptr ? "" : v;
-  if (s.empty() || s == "gemm") return VaeConvVariant::kGatherGemm;
-  if (s == "tf32x3") return VaeConvVariant::kTf32x3;
+  if (s.empty() || s == "tf32x3") return VaeConvVariant::kTf32x3;
+  if (s == "gemm") return VaeConvVariant::kGatherGemm;
   if (s == "tf32") return VaeConvVariant::kTf32;
-  return invalid_argument("VORTEX_VARIANT_VAE_CONV must be gemm, tf32x3 or tf32 (got '" + s + "')");
+  return invalid_argument("VORTEX_VARIANT_VAE_CONV must be tf32x3, gemm or tf32 (got '" + s + "')");
 }
 
 bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels) {
@@ -323,17 +333,14 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
                          k_total};
   const dim3 grid(static_cast<unsigned>((frame_rows + kBlockM - 1) / kBlockM), static_cast<unsigned>(O / kBlockN),
                   static_cast<unsigned>(t_out));
-  if (variant == VaeConvVariant::kTf32x3) {
-    VORTEX_CUDA_CHECK(
-        cudaFuncSetAttribute(conv3d_tf32_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    conv3d_tf32_kernel<true><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  } else {
-    VORTEX_CUDA_CHECK(
-        cudaFuncSetAttribute(conv3d_tf32_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    conv3d_tf32_kernel<false><<<grid, kThreads, kSmemBytes, stream>>>(p);
-  }
-  VORTEX_CUDA_CHECK_LAUNCH();
-  return ok_status();
+  const auto launch = [&](auto kernel, int smem) -> Status {
+    VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    VORTEX_CUDA_CHECK_LAUNCH();
+    return ok_status();
+  };
+  return variant == VaeConvVariant::kTf32x3 ? launch(conv3d_wgmma_kernel<3>, smem_bytes(3))
+                                            : launch(conv3d_wgmma_kernel<1>, smem_bytes(1));
 }
 
 }  // namespace vortex::cuda

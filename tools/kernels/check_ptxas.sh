@@ -11,7 +11,7 @@
 #   tools/kernels/check_ptxas.sh BUILD_DIR
 set -euo pipefail
 build_dir=${1:?usage: check_ptxas.sh BUILD_DIR}
-sources=(src/cuda/attention_wgmma.cu src/cuda/attention_wgmma_v2.cu src/cuda/attention_int8fp8.cu)
+sources=(src/cuda/attention_wgmma.cu src/cuda/attention_wgmma_v2.cu src/cuda/attention_int8fp8.cu src/cuda/vae_conv3d_tc.cu)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 failures=0

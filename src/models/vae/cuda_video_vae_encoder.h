@@ -1,15 +1,17 @@
 // The H3 video VAE encoder on one GPU: encode_video_chunk's program (video_vae_encoder.h) in fp32
 // on the CUDA backend, inside the CPU's clips, tiles and stitching (encode_video_moments_with).
 //
-// Numerics: the CPU program's. Each causal conv is an im2col gather of the real temporal taps
-// (cuda/vae_conv3d.h) and an fp32 cuBLASLt GEMM (no TF32) against those taps' weight columns with
-// the bias in the epilogue; GroupNorm sums in double and applies in explicitly rounded fp32; the
-// residual adds are fp32. Only the GEMMs' summation order and SiLU's expf differ from the CPU, so
-// the moments agree with the CPU's to ~1e-6 rel-L2 (tests/gpu/test_gpu_video_vae_encoder.cc
-// states the bound) and the conditioning latents, rounded through fp16, mostly bit for bit.
-// VORTEX_VARIANT_VAE_CONV=tf32x3 runs every conv with a multiple of 32 input and 128 output
-// channels as an implicit GEMM on tensor cores instead (cuda::conv3d_implicit: 1.4e-5 rel-L2 from
-// the CPU's moments on the canonical keyframe, 1.3-1.4x faster; bench/notes/video_vae_encoder.md).
+// Numerics: the CPU program's in fp32. Every conv with a multiple of 32 input and 128 output
+// channels (all but conv_in and conv_out) is an implicit GEMM on tensor cores whose tf32x3 products
+// and round-to-nearest accumulation across k-blocks give fp32 sums (cuda::conv3d_implicit, ~3e-7
+// rel-L2 from exact sums); conv_in and conv_out are an im2col gather of the real temporal taps
+// (cuda/vae_conv3d.h) and an fp32 cuBLASLt GEMM (no TF32); each with the bias in its epilogue.
+// GroupNorm sums in double and applies in explicitly rounded fp32; the residual adds are fp32. Only
+// the convs' summation order and SiLU's expf differ from the CPU, so the moments agree with the
+// CPU's to ~1e-6 rel-L2 (tests/gpu/test_gpu_video_vae_encoder.cc states the bound) and the
+// conditioning latents, rounded through fp16, mostly bit for bit. VORTEX_VARIANT_VAE_CONV=gemm runs
+// every conv as the gather and the fp32 GEMM (the earlier path, 1.3-1.5x slower), `tf32` the
+// implicit GEMM with one tf32 product (approximate, for measurement; bench/notes/video_vae_encoder.md).
 //
 // Batching: the tiles of a keyframe are encoded apart, but from the first level whose input has at
 // most 4096 pixels a tile (the release: level 2, 64 x 64) they run together, as the frames of one
@@ -116,7 +118,7 @@ class CudaVideoVaeEncoder {
   VideoVaeConfig config_;
   VideoTiling tiling_;
   cudaStream_t stream_ = nullptr;
-  cuda::VaeConvVariant conv_variant_ = cuda::VaeConvVariant::kGatherGemm;
+  cuda::VaeConvVariant conv_variant_ = cuda::VaeConvVariant::kTf32x3;
   cuda::DeviceArena weights_, workspace_, activations_;
   std::unique_ptr<cuda::GemmRunner> gemm_;
   Conv conv_in_, conv_out_, quant_conv_;
