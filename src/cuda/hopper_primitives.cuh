@@ -335,6 +335,24 @@ __device__ __forceinline__ void wgmma_m64n128k8_tf32_ss(float (&d)[64], uint64_t
         : "l"(a), "l"(b), "r"(1));
   }
 }
+// The same with a [64, 8] in registers: the m16n8k8 tf32 A fragment of the warp's 16 rows,
+// {row g, k t}, {g + 8, t}, {g, t + 4}, {g + 8, t + 4} (g = lane / 4, t = lane % 4).
+template <int kScaleD>
+__device__ __forceinline__ void wgmma_m64n128k8_tf32_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (kScaleD == 0) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " VORTEX_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("=f")
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(0));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 " VORTEX_WGMMA_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : VORTEX_WGMMA_D64_OPERANDS("+f")
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+}
 // The S = Q·Kᵀ shape of an N-key tile, picked by its accumulator count (N / 2 per thread).
 template <int kScaleD, int kAccumulators>
 __device__ __forceinline__ void wgmma_ss(float (&d)[kAccumulators], uint64_t a, uint64_t b) {

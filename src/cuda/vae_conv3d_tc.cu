@@ -6,23 +6,25 @@
 // kBlockM output pixels of one output frame and kBlockN output channels; its K loop walks the
 // frame's real temporal taps, the spatial taps and the input channels in blocks of kBlockK (one
 // tap's channels at a time, so every shared row is one input pixel's 32 contiguous channels,
-// reflected and causal-offset as conv3d_gather reads them). A and B tiles stream through a
+// reflected and causal-offset as conv3d_gather reads them; each thread keeps its rows' source
+// offsets for the current tap and steps the tap without divisions). A and B tiles stream through a
 // kStages-deep cp.async ring whose 128-byte rows (16-byte chunks XORed with the row's low three
 // bits, tiles on 1024-byte boundaries) are the 128-byte swizzle wgmma reads. Two warpgroups of 64
-// pixel rows each issue wgmma m64n128k8 tf32 per k8 step, A and B from shared memory.
+// pixel rows each issue wgmma m64n128k8 tf32 per k8 step, B from shared memory.
 //
 // Numerics (VORTEX_VARIANT_VAE_CONV):
 //   tf32x3 (the encoder's default): each fp32 operand is split into its tf32 rounding (hi) and the
 //       tf32 rounding of the remainder (lo), and a·b is a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (a_lo·b_lo,
-//       ~2^-22 relative, is dropped): each product good to ~2^-21. Every thread splits its share of
-//       a landed stage in place (hi over the value, lo into a second tile of the same layout). The
-//       tensor core's fp32 accumulation is not IEEE round-to-nearest (it truncates to the largest
-//       addend's exponent), so each k-block's 12 products (4 k8 steps × 3) run in a fresh
-//       accumulator set that is then added to the running sum by FADD. Measured on the H100: 2.5e-7
-//       to 2.9e-7 rel-L2 from double sums over K = 864 to 3456 (with the running sum inside the
-//       tensor core instead, 2e-6 to 2e-5).
-//   tf32: one product of the raw fp32 values, of which the tensor core reads the tf32 bits
-//       (truncation): ~7.7e-4, for measurement only.
+//       ~2^-22 relative, is dropped): each product good to ~2^-21. A is split in registers (each
+//       warp's fragments by ldmatrix, the products read A from registers), B in shared memory
+//       (every thread splits its share of a landed stage: hi in place, lo into a second tile of the
+//       same layout). The tensor core's fp32 accumulation is not IEEE round-to-nearest (it
+//       truncates to the largest addend's exponent), so each k-block's 12 products (4 k8 steps × 3)
+//       run in a fresh accumulator set that is then added to the running sum by FADD. Measured on
+//       the H100: 2.5e-7 to 2.9e-7 rel-L2 from double sums over K = 864 to 3456 (with the running
+//       sum inside the tensor core instead, 2e-6 to 2e-5).
+//   tf32: one product of the raw fp32 values, A and B from shared memory, of which the tensor core
+//       reads the tf32 bits (truncation): ~7.7e-4, for measurement only.
 //   gemm: conv3d_gather + cuBLASLt fp32, chosen in the encoder, not here.
 // Sums run in a fixed order (no split-K, no atomics): the output is the same bits run to run.
 #include "cuda/vae_conv3d.h"
@@ -49,7 +51,7 @@ using hopper::smem_address;
 constexpr int kBlockM = 128, kBlockN = 128, kBlockK = 32;
 // Three stages: the copies of k-block kb + 2 and the split of kb + 1 run under the products of kb.
 constexpr int kStages = 3;
-// Two consumer warpgroups of 64 pixel rows; they also load and split.
+// Two warpgroups of 64 pixel rows; they also load and split.
 constexpr int kThreads = 2 * 128;
 // 16-byte chunks of a shared row; the CTA's threads load kLoadRows rows per pass.
 constexpr int kChunks = kBlockK / 4;
@@ -61,9 +63,9 @@ constexpr int kTileFloats = kBlockM * kBlockK;
 constexpr int kTileBytes = kTileFloats * static_cast<int>(sizeof(float));  // 16 KB
 constexpr int kStageBytes = 2 * kTileBytes;                                 // A, B
 constexpr int kRingBytes = kStages * kStageBytes;
-// Dynamic shared memory: the ring, for three products two low-part buffers (A_lo, B_lo), and
-// 1 KB to align the tiles to the swizzle's period.
-constexpr int smem_bytes(int products) { return kRingBytes + (products == 3 ? 2 * kStageBytes : 0) + 1024; }
+// Dynamic shared memory: the ring, for three products two buffers of B's low parts, and 1 KB to
+// align the tiles to the swizzle's period.
+constexpr int smem_bytes(int products) { return kRingBytes + (products == 3 ? 2 * kTileBytes : 0) + 1024; }
 // A row's first frame in x before its temporal tap is added (negative for a clip's first frames,
 // whose early taps are the causal zeros): this marks a row past the frame's end instead.
 constexpr int kPastTheEnd = INT32_MIN;
@@ -75,8 +77,8 @@ struct ImplicitParams {
   float* y;           // [T_out·frame_rows, O]
   int T, H, W, C, O;
   int kt, kh, kw, st, sh, sw, pad_top, pad_left, temporal_padding;
-  int plane, w_out, frame_rows;  // frame_rows = clips · plane
-  int64_t k_total;               // kt·kh·kw·C
+  int plane, w_out, frame_rows;  // frame_rows = clips · plane; offsets into x and w fit an int
+  int k_total;                   // kt·kh·kw·C
 };
 
 __device__ __forceinline__ int reflect_index(int i, int n) {
@@ -101,12 +103,12 @@ __device__ __forceinline__ void split(float& f, float& lo) {
   f = hi;
 }
 
-// Splits this thread's share of a stage (A then B, 2·kTileFloats floats at `raw`), the low parts
-// to the same offsets at `lo` (the split is elementwise, so the swizzle is moot).
-__device__ __forceinline__ void split_stage(float* raw, float* lo, int tid) {
-  constexpr int kVectors = 2 * kTileFloats / 4;
+// Splits this thread's share of a B tile at `raw`, the low parts to the same offsets at `lo` (the
+// split is elementwise, so the swizzle is moot).
+__device__ __forceinline__ void split_tile(float* raw, float* lo, int tid) {
+  static_assert(kTileFloats % (4 * kThreads) == 0, "whole float4s per thread");
 #pragma unroll
-  for (int i = 0; i < kVectors / kThreads; ++i) {
+  for (int i = 0; i < kTileFloats / 4 / kThreads; ++i) {
     const int v = tid + kThreads * i;
     float4 x = reinterpret_cast<float4*>(raw)[v], l;
     split(x.x, l.x), split(x.y, l.y), split(x.z, l.z), split(x.w, l.w);
@@ -123,57 +125,74 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   const uint32_t unaligned = smem_address(smem_unaligned);
   const uint32_t base = (unaligned + 1023) & ~1023u;
   uint8_t* smem = smem_unaligned + (base - unaligned);
-  // Tile `which` (0: A, 1: B) of ring stage `stage`, or of low-part buffer `buffer`.
+  // Tile `which` (0: A, 1: B) of ring stage `stage`; B's low parts in buffer `buffer`.
   const auto raw_tile = [&](int stage, int which) {
     return reinterpret_cast<float*>(smem + stage * kStageBytes + which * kTileBytes);
   };
-  const auto lo_tile = [&](int buffer, int which) {
-    return reinterpret_cast<float*>(smem + kRingBytes + buffer * kStageBytes + which * kTileBytes);
-  };
-  const int tid = threadIdx.x, wg = tid / 128;
+  const auto b_lo_tile = [&](int buffer) { return reinterpret_cast<float*>(smem + kRingBytes + buffer * kTileBytes); };
+  const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32;
   const int frame = blockIdx.z, m0 = blockIdx.x * kBlockM, n0 = blockIdx.y * kBlockN;
+  // Temporal taps [a0, kt) of this frame read real frames; the ones before read the causal zeros.
   const int a0 = min(max(p.temporal_padding - frame * p.st, 0), p.kt);
-  const int spatial = p.kh * p.kw, c_blocks = p.C / kBlockK;
-  const int k_blocks = (p.kt - a0) * spatial * c_blocks;
+  const int c_blocks = p.C / kBlockK;
+  const int k_blocks = (p.kt - a0) * p.kh * p.kw * c_blocks;
 
-  __shared__ int row_t[kBlockM], row_h[kBlockM], row_w[kBlockM];
+  // This thread copies chunk `chunk` of rows load_row + kLoadRows·i of both tiles. Each A row's
+  // source is its frame in x before the temporal tap and its window's top-left (reflected per tap).
   const int chunk = tid % kChunks, load_row = tid / kChunks;
-  if (tid < kBlockM) {
-    const int r = m0 + tid, clip = r / p.plane, pixel = r % p.plane;
-    row_t[tid] = r < p.frame_rows ? clip * p.T + frame * p.st - p.temporal_padding : kPastTheEnd;
-    row_h[tid] = (pixel / p.w_out) * p.sh - p.pad_top;
-    row_w[tid] = (pixel % p.w_out) * p.sw - p.pad_left;
+  int row_t[kRowsPerThread], row_h[kRowsPerThread], row_w[kRowsPerThread], w_row[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int row = load_row + kLoadRows * i, r = m0 + row, clip = r / p.plane, pixel = r % p.plane;
+    row_t[i] = r < p.frame_rows ? clip * p.T + frame * p.st - p.temporal_padding : kPastTheEnd;
+    row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
+    row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
+    w_row[i] = (n0 + row) * p.k_total;
   }
-  __syncthreads();
-
-  const auto load_stage = [&](int stage, int kb) {
-    const int tap = kb / c_blocks, c0 = (kb % c_blocks) * kBlockK + chunk * 4;
-    const int ta = a0 + tap / spatial, b = (tap % spatial) / p.kw, d = tap % p.kw;
+  // The load cursor: the next k-block to copy as its tap (ta, b, d), its weight column tap and its
+  // channel block, and that tap's A row offsets in x (−1: a row past the frame's end, zeros).
+  int ta = a0, tb = 0, td = 0, w_tap = a0 * p.kh * p.kw, cb = 0;
+  int a_off[kRowsPerThread];
+  const auto aim = [&] {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const int hi = reflect_index(row_h[i] + tb, p.H), wi = reflect_index(row_w[i] + td, p.W);
+      a_off[i] = row_t[i] == kPastTheEnd ? -1 : (((row_t[i] + ta) * p.H + hi) * p.W + wi) * p.C;
+    }
+  };
+  aim();
+  const auto load_next = [&](int stage) {
+    const int c0 = cb * kBlockK + chunk * 4, w_col = w_tap * p.C + c0;
     float* a_tile = raw_tile(stage, 0);
     float* b_tile = raw_tile(stage, 1);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int row = load_row + kLoadRows * i, t0 = row_t[row];
-      const int t = t0 + ta, hi = reflect_index(row_h[row] + b, p.H), wi = reflect_index(row_w[row] + d, p.W);
-      const float* src = p.x + ((static_cast<int64_t>(t) * p.H + hi) * p.W + wi) * p.C + c0;
-      cp_async_16(a_tile + swizzled(row, chunk), t0 != kPastTheEnd ? src : p.x, t0 != kPastTheEnd ? 16 : 0);
-      const float* w_src = p.w + static_cast<int64_t>(n0 + row) * p.k_total +
-                           static_cast<int64_t>(a0 * spatial + tap) * p.C + c0;
-      cp_async_16(b_tile + swizzled(row, chunk), w_src, 16);
+      const int row = load_row + kLoadRows * i;
+      cp_async_16(a_tile + swizzled(row, chunk), a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
+      cp_async_16(b_tile + swizzled(row, chunk), p.w + w_row[i] + w_col, 16);
+    }
+    if (++cb == c_blocks) {
+      cb = 0, ++w_tap;
+      if (++td == p.kw) {
+        td = 0;
+        if (++tb == p.kh) tb = 0, ++ta;
+      }
+      aim();
     }
   };
-  // Stage kb's copies have landed (this thread's); make them, and this thread's split of them,
-  // visible to every warpgroup's products (the async proxy) once all threads pass the barrier.
+  // Stage kb's copies have landed (this thread's); make them, and this thread's split of B, visible
+  // to every warpgroup's products (the async proxy) once all threads pass the barrier.
   const auto prepare_stage = [&](int kb) {
-    if constexpr (kProducts == 3) split_stage(raw_tile(kb % kStages, 0), lo_tile(kb % 2, 0), tid);
+    if constexpr (kProducts == 3) split_tile(raw_tile(kb % kStages, 1), b_lo_tile(kb % 2), tid);
     hopper::fence_proxy_async_shared();
   };
 
   float acc[64] = {};
   float part[64];
+  uint32_t a_hi[16], a_lo[16];  // three products: k8 step s's A fragment at [4s, 4s + 4)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_blocks) load_stage(s, s);
+    if (s < k_blocks) load_next(s);
     cp_async_commit();
   }
   cp_async_wait<kStages - 2>();
@@ -182,25 +201,42 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   __syncthreads();
 
   for (int kb = 0; kb < k_blocks; ++kb) {
-    const uint32_t a_hi = smem_address(raw_tile(kb % kStages, 0)) + wg * 64 * kBlockK * 4;
-    const uint32_t b_hi = smem_address(raw_tile(kb % kStages, 1));
-    const uint64_t a_desc = hopper::k_major_descriptor(a_hi), b_desc = hopper::k_major_descriptor(b_hi);
-    hopper::wgmma_fence();
+    // k8 step s is 32 bytes into each 128-byte row: +2 in the descriptor's 16-byte units.
+    const uint64_t b_desc = hopper::k_major_descriptor(smem_address(raw_tile(kb % kStages, 1)));
     if constexpr (kProducts == 3) {
-      const uint32_t a_lo = smem_address(lo_tile(kb % 2, 0)) + wg * 64 * kBlockK * 4;
-      const uint32_t b_lo = smem_address(lo_tile(kb % 2, 1));
-      const uint64_t a_lo_desc = hopper::k_major_descriptor(a_lo), b_lo_desc = hopper::k_major_descriptor(b_lo);
-      // k8 step s is 32 bytes into each 128-byte row: +2 in the descriptor's 16-byte units.
-      hopper::wgmma_m64n128k8_tf32_ss<0>(part, a_lo_desc, b_desc);
-      hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc, b_lo_desc);
-      hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc, b_desc);
+      // This warp's 16 rows of A by ldmatrix (an fp32 row of 4 values is the 16 bytes it moves per
+      // row, so its b16 fragments are the tf32 A fragment), split in registers.
+      const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(b_lo_tile(kb % 2)));
+      const float* a_tile = raw_tile(kb % kStages, 0);
+      const int a_row = wg * 64 + (tid / 32 % 4) * 16 + lane % 16;
 #pragma unroll
-      for (int s = 1; s < kBlockK / 8; ++s) {
-        hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_lo_desc + 2 * s, b_desc + 2 * s);
-        hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc + 2 * s, b_lo_desc + 2 * s);
-        hopper::wgmma_m64n128k8_tf32_ss<1>(part, a_desc + 2 * s, b_desc + 2 * s);
+      for (int s = 0; s < kBlockK / 8; ++s) {
+        uint32_t raw[4];
+        hopper::ldmatrix_x4(raw, smem_address(a_tile + swizzled(a_row, 2 * s + lane / 16)));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float hi = __uint_as_float(raw[j]), lo;
+          split(hi, lo);
+          a_hi[4 * s + j] = __float_as_uint(hi), a_lo[4 * s + j] = __float_as_uint(lo);
+        }
+      }
+      hopper::wgmma_fence();
+#pragma unroll
+      for (int s = 0; s < kBlockK / 8; ++s) {
+        const uint32_t(&hi)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_hi + 4 * s);
+        const uint32_t(&lo)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_lo + 4 * s);
+        if (s == 0) {
+          hopper::wgmma_m64n128k8_tf32_rs<0>(part, lo, b_desc);
+        } else {
+          hopper::wgmma_m64n128k8_tf32_rs<1>(part, lo, b_desc + 2 * s);
+        }
+        hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_lo_desc + 2 * s);
+        hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_desc + 2 * s);
       }
     } else {
+      const uint32_t a_addr = smem_address(raw_tile(kb % kStages, 0)) + wg * 64 * kBlockK * 4;
+      const uint64_t a_desc = hopper::k_major_descriptor(a_addr);
+      hopper::wgmma_fence();
 #pragma unroll
       for (int s = 0; s < kBlockK / 8; ++s) hopper::wgmma_m64n128k8_tf32_ss<1>(acc, a_desc + 2 * s, b_desc + 2 * s);
     }
@@ -208,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
 
     // Under the products: the copies of k-block kb + 2 (into kb − 1's stage, whose products
     // retired before the last barrier) and the split of kb + 1 (into kb − 1's low buffer).
-    if (kb + kStages - 1 < k_blocks) load_stage((kb + kStages - 1) % kStages, kb + kStages - 1);
+    if (kb + kStages - 1 < k_blocks) load_next((kb + kStages - 1) % kStages);
     cp_async_commit();
     if (kb + 1 < k_blocks) {
       cp_async_wait<kStages - 2>();
@@ -218,6 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
     hopper::wgmma_wait<0>();
     if constexpr (kProducts == 3) {
       hopper::pin_registers(part);
+      hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
 #pragma unroll
       for (int i = 0; i < 64; ++i) acc[i] += part[i];
     } else {
@@ -230,7 +267,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   // Epilogue: thread t of warpgroup wg holds rows 16·(t/32 % 4) + (t%32)/4 and + 8 of its 64,
   // columns 8j + 2·(t%4) and + 1 (acc[4j], acc[4j + 1]; acc[4j + 2], acc[4j + 3] for row + 8).
   float* y = p.y + static_cast<int64_t>(frame) * p.frame_rows * p.O;
-  const int lane = tid % 32, row = m0 + wg * 64 + (tid / 32 % 4) * 16 + lane / 4;
+  const int row = m0 + wg * 64 + (tid / 32 % 4) * 16 + lane / 4;
 #pragma unroll
   for (int j = 0; j < kBlockN / 8; ++j) {
     const int col = n0 + 8 * j + 2 * (lane % 4);
@@ -305,7 +342,8 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
       w_reach > 2 * (x.shape[2] - 1)) {
     return bad("the spatial window reaches past one reflection");
   }
-  if (x.numel() >= (int64_t{1} << 31) / 2 || frame_rows >= (int64_t{1} << 31) / 2 || t_out > 65535) {
+  if (x.numel() >= (int64_t{1} << 31) / 2 || weight.numel() >= (int64_t{1} << 31) / 2 ||
+      frame_rows >= (int64_t{1} << 31) / 2 || t_out > 65535) {
     return bad("too large for the kernel's 32-bit coordinates");
   }
   if (frame_rows == 0) return ok_status();
@@ -330,7 +368,7 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
                          static_cast<int>(plane),
                          static_cast<int>(w_out),
                          static_cast<int>(frame_rows),
-                         k_total};
+                         static_cast<int>(k_total)};
   const dim3 grid(static_cast<unsigned>((frame_rows + kBlockM - 1) / kBlockM), static_cast<unsigned>(O / kBlockN),
                   static_cast<unsigned>(t_out));
   const auto launch = [&](auto kernel, int smem) -> Status {
