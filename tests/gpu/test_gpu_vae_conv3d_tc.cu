@@ -2,7 +2,7 @@
 // cuda/vae_conv3d_tc.cu) against a host causal conv in double, written here from conv3d_gather's
 // contract (every output frame, its real temporal taps, reflected spatial taps).
 //
-// Bounds: tf32x3 within 2e-6 rel-L2 of the double sums (measured 2.5e-7 to 2.9e-7 on the H100; with
+// Bounds: tf32x3 within 1e-6 rel-L2 of the double sums (measured 2.5e-7 to 2.9e-7 on the H100; with
 // the running sum inside the tensor core instead of added by FADD per k-block, 2e-6 to 2e-5, so the
 // bound catches a kernel that lost the promotion); one tf32 product (the approximate variant) must
 // measure above 1e-4 (7.7e-4), so the bound would also catch a kernel that lost the low parts.
@@ -98,7 +98,7 @@ TEST_F(GpuVaeConv3dImplicit, MatchesTheDoubleSumsOnEveryFrame) {
                                            y.view(), cuda::VaeConvVariant::kTf32x3, stream_));
     const Tensor got = to_host(y);
     const test::Comparison c = compare(got, want);
-    EXPECT_LE(c.rel_l2, 2e-6) << k.what << ": " << c.summary();
+    EXPECT_LE(c.rel_l2, 1e-6) << k.what << ": " << c.summary();
     VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
                                            y.view(), cuda::VaeConvVariant::kTf32x3, stream_));
     test::expect_bitwise(compare(to_host(y), got), k.what + ", run to run");

@@ -10,7 +10,7 @@
 // the convs' summation order and SiLU's expf differ from the CPU, so the moments agree with the
 // CPU's to ~1e-6 rel-L2 (tests/gpu/test_gpu_video_vae_encoder.cc states the bound) and the
 // conditioning latents, rounded through fp16, mostly bit for bit. VORTEX_VARIANT_VAE_CONV=gemm runs
-// every conv as the gather and the fp32 GEMM (the earlier path, 1.3-1.5x slower), `tf32` the
+// every conv as the gather and the fp32 GEMM (the earlier path, 1.7-2x slower), `tf32` the
 // implicit GEMM with one tf32 product (approximate, for measurement; bench/notes/video_vae_encoder.md).
 //
 // Batching: the tiles of a keyframe are encoded apart, but from the first level whose input has at
