@@ -25,6 +25,36 @@ TEST(Tensor, SliceSharesStorageWithoutCopy) {
   EXPECT_EQ(c.data_as<float>()[5], 10.0f);
 }
 
+// contiguous() of permuted and sliced views, for every element size, large enough that the rows
+// are spread over the cores: every element where the view's logical order puts it.
+TEST(Tensor, ContiguousCopiesStridedViewsInLogicalOrder) {
+  for (const DType dtype : {DType::kU8, DType::kBF16, DType::kF32, DType::kI64}) {
+    Tensor t = Tensor::zeros({3, 9, 40, 70}, dtype);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+      const int64_t value = (i * 7919) % 251;  // exact in every one of these types
+      switch (dtype) {
+        case DType::kU8: t.data_as<uint8_t>()[i] = static_cast<uint8_t>(value); break;
+        case DType::kBF16: t.data_as<uint16_t>()[i] = static_cast<uint16_t>(0x4000 + value); break;
+        case DType::kF32: t.data_as<float>()[i] = static_cast<float>(value); break;
+        default: t.data_as<int64_t>()[i] = value * bytes; break;
+      }
+    }
+    const Tensor channels_last = must(t.permute({1, 2, 3, 0}));
+    const Tensor window = must(must(channels_last.slice(1, 3, 37)).slice(2, 1, 69));
+    const Tensor reversed_inner = must(t.permute({3, 2, 1, 0}));
+    for (const Tensor& view : {channels_last, window, reversed_inner, must(t.select(0, 1))}) {
+      if (view.is_contiguous()) continue;
+      const Tensor c = view.contiguous();
+      ASSERT_TRUE(c.is_contiguous());
+      ASSERT_EQ(c.shape(), view.shape());
+      for (int64_t i = 0; i < view.numel(); ++i) {
+        ASSERT_EQ(element_as_double(c, i), element_as_double(view, i)) << dtype_name(dtype) << " element " << i;
+      }
+    }
+  }
+}
+
 TEST(Tensor, PermuteAndSelect) {
   Tensor t = Tensor::from_f32({0, 1, 2, 3, 4, 5}, {2, 3});
   auto p = t.transpose(0, 1);

@@ -1,6 +1,7 @@
 #include "vortex/tensor.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -282,18 +283,55 @@ static void for_each_offset(const Shape& shape, const Shape& strides, Fn fn) {
   }
 }
 
+// A strided view's elements in row-major order into dst, a row of the innermost dimension at a
+// time (element by element through a generic copy this cost ~4 ns an element: 12 ms for one
+// 3 x 17 x 256 x 256 tile's channels-last permute in the video VAE encoder), the rows spread over
+// the cores. T is a type of the element's size: only bits move.
+template <class T>
+static void copy_rows(const T* src, T* dst, const Shape& shape, const Shape& strides) {
+  const int rank = shape.rank();
+  const int64_t inner = shape[rank - 1], step = strides[rank - 1], rows = shape.numel() / inner;
+  const auto copy = [&](int64_t r0, int64_t r1) {
+    // The odometer over the outer dimensions, started at row r0.
+    std::array<int64_t, kMaxDims> index{};
+    int64_t offset = 0;
+    for (int64_t d = rank - 2, r = r0; d >= 0; --d) {
+      index[d] = r % shape[d];
+      r /= shape[d];
+      offset += index[d] * strides[d];
+    }
+    for (int64_t row = r0; row < r1; ++row) {
+      const T* s = src + offset;
+      T* o = dst + row * inner;
+      for (int64_t j = 0; j < inner; ++j) o[j] = s[j * step];
+      for (int d = rank - 2; d >= 0; --d) {
+        if (++index[d] < shape[d]) {
+          offset += strides[d];
+          break;
+        }
+        offset -= (shape[d] - 1) * strides[d];
+        index[d] = 0;
+      }
+    }
+  };
+  parallel_for(0, rows, copy, std::max<int64_t>(1, (int64_t{1} << 16) / inner));
+}
+
 Tensor Tensor::contiguous_copy() const {
   Tensor out = empty(shape_, dtype_);
-  const size_t esize = dtype_size(dtype_);
   if (is_contiguous()) {
     std::memcpy(out.data(), data(), nbytes());
     return out;
   }
-  const char* src = static_cast<const char*>(data());
-  char* dst = static_cast<char*>(out.data());
-  for_each_offset(shape_, strides_, [&](int64_t i, int64_t off) {
-    std::memcpy(dst + i * esize, src + off * static_cast<int64_t>(esize), esize);
-  });
+  if (numel() == 0) return out;
+  const void* src = data();
+  void* dst = out.data();
+  switch (dtype_size(dtype_)) {
+    case 1: copy_rows(static_cast<const uint8_t*>(src), static_cast<uint8_t*>(dst), shape_, strides_); break;
+    case 2: copy_rows(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), shape_, strides_); break;
+    case 4: copy_rows(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), shape_, strides_); break;
+    default: copy_rows(static_cast<const uint64_t*>(src), static_cast<uint64_t*>(dst), shape_, strides_); break;
+  }
   return out;
 }
 
