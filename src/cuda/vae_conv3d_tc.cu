@@ -180,8 +180,9 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
       aim();
     }
   };
-  // Stage kb's copies have landed (this thread's); make them, and this thread's split of B, visible
-  // to every warpgroup's products (the async proxy) once all threads pass the barrier.
+  // Called after a barrier that follows every thread's wait for stage kb's copies: this thread's
+  // share of B split, then the stage made visible to the products (the async proxy), which read it
+  // once all threads pass the next barrier.
   const auto prepare_stage = [&](int kb) {
     if constexpr (kProducts == 3) split_tile(raw_tile(kb % kStages, 1), b_lo_tile(kb % 2), tid);
     hopper::fence_proxy_async_shared();
