@@ -262,25 +262,46 @@ Result<Tensor> Tensor::transpose(int dim0, int dim1) const {
   return permute(order);
 }
 
+// Row-major walk over the first `dims` dimensions of a strided shape: the element offset of the
+// current index, stepped one position at a time (an odometer: no division per step).
+class StridedWalk {
+ public:
+  // Starts at row-major position `start` of those dimensions.
+  StridedWalk(const Shape& shape, const Shape& strides, int dims, int64_t start)
+      : shape_(shape), strides_(strides), dims_(dims) {
+    for (int d = dims - 1; d >= 0; --d) {
+      index_[d] = start % shape[d];
+      start /= shape[d];
+      offset_ += index_[d] * strides[d];
+    }
+  }
+  int64_t offset() const { return offset_; }
+  void next() {
+    for (int d = dims_ - 1; d >= 0; --d) {
+      if (++index_[d] < shape_[d]) {
+        offset_ += strides_[d];
+        return;
+      }
+      offset_ -= (shape_[d] - 1) * strides_[d];
+      index_[d] = 0;
+    }
+  }
+
+ private:
+  const Shape& shape_;
+  const Shape& strides_;
+  int dims_;
+  std::array<int64_t, kMaxDims> index_{};
+  int64_t offset_ = 0;
+};
+
 // Calls fn(logical_index, element_offset) for every element in row-major logical order.
 template <class Fn>
 static void for_each_offset(const Shape& shape, const Shape& strides, Fn fn) {
-  const int rank = shape.rank();
   const int64_t n = shape.numel();
   if (n == 0) return;
-  std::array<int64_t, kMaxDims> index{};
-  int64_t offset = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    fn(i, offset);
-    for (int d = rank - 1; d >= 0; --d) {
-      if (++index[d] < shape[d]) {
-        offset += strides[d];
-        break;
-      }
-      offset -= (shape[d] - 1) * strides[d];
-      index[d] = 0;
-    }
-  }
+  StridedWalk walk(shape, strides, shape.rank(), 0);
+  for (int64_t i = 0; i < n; ++i, walk.next()) fn(i, walk.offset());
 }
 
 // A strided view's elements in row-major order into dst, a row of the innermost dimension at a
@@ -292,26 +313,11 @@ static void copy_rows(const T* src, T* dst, const Shape& shape, const Shape& str
   const int rank = shape.rank();
   const int64_t inner = shape[rank - 1], step = strides[rank - 1], rows = shape.numel() / inner;
   const auto copy = [&](int64_t r0, int64_t r1) {
-    // The odometer over the outer dimensions, started at row r0.
-    std::array<int64_t, kMaxDims> index{};
-    int64_t offset = 0;
-    for (int64_t d = rank - 2, r = r0; d >= 0; --d) {
-      index[d] = r % shape[d];
-      r /= shape[d];
-      offset += index[d] * strides[d];
-    }
-    for (int64_t row = r0; row < r1; ++row) {
-      const T* s = src + offset;
+    StridedWalk walk(shape, strides, rank - 1, r0);  // over the rows
+    for (int64_t row = r0; row < r1; ++row, walk.next()) {
+      const T* s = src + walk.offset();
       T* o = dst + row * inner;
       for (int64_t j = 0; j < inner; ++j) o[j] = s[j * step];
-      for (int d = rank - 2; d >= 0; --d) {
-        if (++index[d] < shape[d]) {
-          offset += strides[d];
-          break;
-        }
-        offset -= (shape[d] - 1) * strides[d];
-        index[d] = 0;
-      }
     }
   };
   parallel_for(0, rows, copy, std::max<int64_t>(1, (int64_t{1} << 16) / inner));
