@@ -270,20 +270,30 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
   m.protocol = protocol_json(o);
   m.protocol["timed"] = "host pixels -> host moments (per-tile uploads and downloads, the host's stitching included)";
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
-  const cuda::VaeConvVariant variant = model->conv_variant();
-  const char* convolutions =
-      variant == cuda::VaeConvVariant::kGatherGemm
-          ? "gemm: im2col gather of the real temporal taps + cuBLASLt fp32 GEMM (no TF32), bias in the epilogue"
-          : variant == cuda::VaeConvVariant::kTf32x3
-                ? "tf32x3: implicit GEMM on tensor cores (wgmma), each fp32 operand split into two tf32 parts "
-                  "(three products), each k-block's products added to the running sum by fp32 FADD; conv_in and "
-                  "conv_out (3 in / 48 out channels) as gemm"
-                : "tf32 (approximate, measurement only): implicit GEMM, one tf32 product; conv_in and conv_out as gemm";
+  // The conv variant the encoder ran: the manifest's recipe and how its convolutions were computed.
+  struct ConvRecipe {
+    const char* recipe;
+    const char* convolutions;
+  };
+  const ConvRecipe conv = [&]() -> ConvRecipe {
+    switch (model->conv_variant()) {
+      case cuda::VaeConvVariant::kGatherGemm:
+        return {"fp32 (no TF32)",
+                "gemm: im2col gather of the real temporal taps + cuBLASLt fp32 GEMM (no TF32), bias in the epilogue"};
+      case cuda::VaeConvVariant::kTf32x3:
+        return {"fp32 (tf32x3 products)",
+                "tf32x3: implicit GEMM on tensor cores (wgmma), each fp32 operand split into two tf32 parts (three "
+                "products), each k-block's products added to the running sum by fp32 FADD; conv_in and conv_out "
+                "(3 in / 48 out channels) as gemm"};
+      case cuda::VaeConvVariant::kTf32:
+        break;
+    }
+    return {"tf32 convolutions",
+            "tf32 (approximate, measurement only): implicit GEMM, one tf32 product; conv_in and conv_out as gemm"};
+  }();
   m.implementation = {{"backend", "cuda"},
-                      {"recipe", variant == cuda::VaeConvVariant::kGatherGemm ? "fp32 (no TF32)"
-                                 : variant == cuda::VaeConvVariant::kTf32x3 ? "fp32 (tf32x3 products)"
-                                                                            : "tf32 convolutions"},
-                      {"convolutions", convolutions},
+                      {"recipe", conv.recipe},
+                      {"convolutions", conv.convolutions},
                       {"group_norm", "per frame, sums in double"},
                       {"tiles", keyframe ? "levels 0-1 one tile at a time, the rest batched; stitched on the host"
                                          : "encoded one at a time, stitched on the host (the CPU's stitch_tiles)"}};

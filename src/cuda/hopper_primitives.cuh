@@ -1,11 +1,12 @@
 // Hopper (sm_90a) building blocks shared by the attention kernels v1 (attention_wgmma.cu), v2
 // (attention_wgmma_v2.cu) and int8fp8 (attention_int8fp8.cu): shared-memory mbarriers, TMA tensor
 // loads (multicast within a cluster), named barriers, setmaxnreg, 128-byte-swizzle wgmma
-// descriptors, the bf16 and 8-bit wgmma shapes the kernels issue, and the host-side
-// tensor-map encoding of a strided [N, H, D] bf16 view; ldmatrix and the cp.async copies for the
-// kernels that load fragments from shared memory themselves (attention v0 and v1's Q, the video VAE
-// encoder's implicit-GEMM convolution in vae_conv3d_tc.cu). Device code only for translation units
-// compiled for sm_90a (wgmma and setmaxnreg do not exist before it).
+// descriptors, the bf16 and 8-bit wgmma shapes the kernels issue (and the tf32 ones of the video
+// VAE encoder's convolution), and the host-side tensor-map encoding of a strided [N, H, D] bf16
+// view; ldmatrix and the cp.async copies for the kernels that load fragments from shared memory
+// themselves (attention v0 and v1's Q, the video VAE encoder's implicit-GEMM convolution in
+// vae_conv3d_tc.cu). Device code only for translation units compiled for sm_90a (wgmma and
+// setmaxnreg do not exist before it).
 #pragma once
 
 #include <cuda.h>          // CUtensorMap and its enums (types only: the encoder comes via the runtime)
