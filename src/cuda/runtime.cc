@@ -85,9 +85,9 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
     void* pinned = nullptr;
     cudaEvent_t done[2] = {nullptr, nullptr};  // events of the device the area serves
   };
-  // One staging area per device, made on first use and kept: weight loading is the only caller,
-  // and the ranks of a sequence-parallel group load theirs at once, each on its own thread and
-  // device.
+  // One staging area per device, made on first use and kept: weight loading and the video VAE
+  // encoder's pixel upload call it, and the ranks of a sequence-parallel group load theirs at once,
+  // each on its own thread and device.
   static std::mutex registry_mutex;
   static std::map<int, std::unique_ptr<Staging>> registry;
   int device_id = 0;

@@ -15,6 +15,8 @@ namespace vortex::cuda {
 
 // tokens[n, c] = z[c, t0 + t, y0 + y, x0 + x] for n = (t·h + y)·w + x: z is an F32 [C, T, H, W]
 // contiguous device tensor, tokens an F32 [frames·h·w, C] contiguous device view (h, w: the box).
+// With the whole of z as the box it is the channels-first → channels-last permute, which the
+// encoder's pixel upload uses too.
 Status gather_latent_tokens(const TensorView& z, int64_t t0, int64_t y0, int64_t x0, int64_t h, int64_t w,
                             const TensorView& tokens, cudaStream_t stream);
 

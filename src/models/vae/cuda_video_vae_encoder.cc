@@ -7,6 +7,7 @@
 
 #include "cuda/elementwise.h"
 #include "cuda/vae_conv3d.h"
+#include "cuda/vae_video_layout.h"
 
 namespace vortex::vae {
 
@@ -373,11 +374,17 @@ Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const std::vector
     Tensor x;
     int cur = 0;
     for (int64_t k = 0; k < n; ++k) {
-      VORTEX_ASSIGN_OR_RETURN(Tensor channels_last, chunks[g0 + k].permute({1, 2, 3, 0}));
-      VORTEX_ASSIGN_OR_RETURN(Tensor px, view_of(pixels_buffer_, channels_last.shape()));
+      const Tensor& chunk = chunks[g0 + k];
+      const int64_t C = chunk.size(0), T = chunk.size(1), H = chunk.size(2), W = chunk.size(3);
+      VORTEX_ASSIGN_OR_RETURN(Tensor px, view_of(pixels_buffer_, Shape{T, H, W, C}));
       {
+        // The chunk goes up as it is (channels first) into buffer 1, which conv_in leaves alone, and
+        // the GPU turns it channels-last: on the host that permute cost 0.2-0.35 s a clip.
         const cuda::SectionScope section(profiler_, "pixels upload", stream_);
-        VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(channels_last.contiguous(), px, stream_));
+        VORTEX_ASSIGN_OR_RETURN(Tensor planes, view_of(buffers_[1], chunk.shape()));
+        VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(chunk, planes, stream_));
+        VORTEX_ASSIGN_OR_RETURN(Tensor pixel_rows, view_of(pixels_buffer_, Shape{T * H * W, C}));
+        VORTEX_RETURN_IF_ERROR(cuda::gather_latent_tokens(planes.view(), 0, 0, 0, H, W, pixel_rows.view(), stream_));
       }
       cur = 0;
       stage_ = "conv_in";
