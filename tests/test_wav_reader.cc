@@ -130,6 +130,10 @@ TEST(WavReader, MalformedFilesAreNamed) {
   std::string short_list = wave_file(1, 16, 1, s16);
   short_list.resize(short_list.find("LIST") + 9);
   refused(short_list, "chunk 'LIST' of 3 bytes runs past the end of the file");
+  // A damaged tag is shown escaped: the message stays on one line.
+  std::string bad_tag = short_list;
+  bad_tag[bad_tag.find("LIST") + 2] = '\n';
+  refused(bad_tag, "chunk 'LI\\x0AT' of 3 bytes runs past the end of the file");
   EXPECT_EQ(media::read_wav(dir.file("none.wav")).status().code(), StatusCode::kNotFound);
 }
 

@@ -14,34 +14,12 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "core/quote.h"
 #include "formats/safetensors_internal.h"
 
 namespace vortex {
 
 namespace safetensors_detail {
-
-std::string quote(const std::string& name) {
-  constexpr size_t kMaxShown = 160;
-  size_t shown = std::min(name.size(), kMaxShown);
-  // Do not cut a UTF-8 sequence in half: back up to the start of the character.
-  while (shown < name.size() && shown > 0 && (static_cast<unsigned char>(name[shown]) & 0xC0) == 0x80) {
-    --shown;
-  }
-  std::string out = "'";
-  for (size_t i = 0; i < shown; ++i) {
-    const unsigned char c = static_cast<unsigned char>(name[i]);
-    if (c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\x%02X", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  out += '\'';
-  if (shown < name.size()) out += " (" + std::to_string(name.size()) + " bytes, shortened)";
-  return out;
-}
 
 std::string json_error_text(const char* what) {
   std::string text = what;
@@ -60,7 +38,6 @@ std::string json_error_text(const char* what) {
 namespace {
 
 using safetensors_detail::json_error_text;
-using safetensors_detail::quote;
 using Json = nlohmann::json;
 
 // The header length prefix: at least 8 bytes in, little-endian whatever the host.

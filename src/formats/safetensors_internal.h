@@ -6,14 +6,11 @@
 #include <utility>
 #include <vector>
 
+#include "core/quote.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
 namespace vortex::safetensors_detail {
-
-// 'name' for an error message: non-printable bytes escaped as \xNN and long names shortened, so
-// that a hostile header can neither break the one-line message rule nor make it megabytes long.
-std::string quote(const std::string& name);
 
 // An nlohmann exception's what() without its "[json.exception.parse_error.101] " tag, made safe
 // for a one-line message.

@@ -17,7 +17,6 @@ namespace vortex {
 namespace {
 
 using Json = nlohmann::json;
-using safetensors_detail::quote;
 
 // A JSON string literal; nlohmann refuses strings that are not UTF-8.
 Result<std::string> json_string(const std::string& text, const std::string& what) {

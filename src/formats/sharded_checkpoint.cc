@@ -17,7 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using safetensors_detail::json_error_text;
-using safetensors_detail::quote;
 using Json = nlohmann::json;
 
 constexpr const char* kIndexSuffix = ".safetensors.index.json";

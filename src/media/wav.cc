@@ -7,6 +7,7 @@
 #include <iterator>
 #include <limits>
 
+#include "core/quote.h"
 #include "formats/safetensors.h"
 #include "media/media_common.h"
 
@@ -124,7 +125,7 @@ Result<Waveform> read_wav(const std::string& path) {
     const size_t body = at + 8;
     if (body + size > b.size()) {
       if (id != "data") {
-        return invalid_argument(path + ": byte " + std::to_string(at) + ": chunk '" + id + "' of " +
+        return invalid_argument(path + ": byte " + std::to_string(at) + ": chunk " + quote(id) + " of " +
                                 std::to_string(size) + " bytes runs past the end of the file");
       }
     }
