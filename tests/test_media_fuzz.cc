@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -38,10 +39,31 @@ std::string damage(const std::string& good, size_t header_bytes, std::mt19937& r
   return image;
 }
 
-// A refusal is a Status with a message on one line.
-void expect_one_line_refusal(const Status& status) {
-  EXPECT_FALSE(status.message().empty());
-  EXPECT_EQ(status.message().find('\n'), std::string::npos) << status.message();
+// `iterations` damaged copies of `good` (damage(); `mend` may touch each up after) written to
+// `path` and handed to `read` (path → Result): a refusal must be a one-line Status, an accepted
+// file is handed to `check`. Both outcomes must occur.
+template <typename Read, typename Check>
+void fuzz_reader(const std::string& good, size_t header_bytes, int iterations, uint32_t seed,
+                 const std::string& path, Read read, Check check,
+                 const std::function<void(std::string&, int)>& mend = {}) {
+  std::mt19937 rng(seed);
+  int accepted = 0, refused = 0;
+  for (int iter = 0; iter < iterations; ++iter) {
+    std::string image = damage(good, header_bytes, rng);
+    if (mend) mend(image, iter);
+    test_util::write_bytes(path, image);
+    auto result = read(path);
+    if (!result.ok()) {
+      ++refused;
+      EXPECT_FALSE(result.status().message().empty());
+      EXPECT_EQ(result.status().message().find('\n'), std::string::npos) << result.status().message();
+      continue;
+    }
+    ++accepted;
+    check(*result);
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_GT(accepted, 0);
 }
 
 TEST(MediaFuzz, DamagedWavesAreReadOrRefusedNeverCrash) {
@@ -52,27 +74,14 @@ TEST(MediaFuzz, DamagedWavesAreReadOrRefusedNeverCrash) {
   ASSERT_TRUE(media::write_wav(good_path, audio, 32000).ok());
   const std::string good = test_util::read_bytes(good_path);
 
-  std::mt19937 rng(2026);
-  const std::string path = dir.file("fuzz.wav");
-  int read = 0, refused = 0;
-  for (int iter = 0; iter < 2000; ++iter) {
-    test_util::write_bytes(path, damage(good, 44, rng));
-    auto wave = media::read_wav(path);
-    if (!wave.ok()) {
-      ++refused;
-      expect_one_line_refusal(wave.status());
-      continue;
-    }
-    ++read;
-    const Tensor& s = wave->samples;
+  fuzz_reader(good, 44, 2000, 2026, dir.file("fuzz.wav"), media::read_wav, [](const media::Waveform& wave) {
+    const Tensor& s = wave.samples;
     ASSERT_EQ(s.dtype(), DType::kF32);
     ASSERT_EQ(s.rank(), 2);
     EXPECT_GE(s.size(0), 1);
     EXPECT_GE(s.size(1), 1);
-    EXPECT_GT(wave->sample_rate, 0);
-  }
-  EXPECT_GT(refused, 0);
-  EXPECT_GT(read, 0);
+    EXPECT_GT(wave.sample_rate, 0);
+  });
 }
 
 #if defined(VORTEX_HAVE_MEDIA)
@@ -109,30 +118,21 @@ TEST(MediaFuzz, DamagedPngsAreReadOrRefusedNeverCrash) {
   ASSERT_TRUE(media::write_png(good_path, frame).ok());
   const std::string good = test_util::read_bytes(good_path);
 
-  std::mt19937 rng(77);
-  const std::string path = dir.file("fuzz.png");
-  int read = 0, refused = 0;
-  for (int iter = 0; iter < 2000; ++iter) {
-    // The signature, IHDR and the first chunk headers sit in the first 64 bytes.
-    // Every other image gets its checksums mended, or libpng would refuse every flip at the CRC.
-    std::string image = damage(good, 64, rng);
-    if (iter % 2 == 1) fix_png_crcs(image);
-    test_util::write_bytes(path, image);
-    auto rgb = media::read_png_rgb8(path);
-    if (!rgb.ok()) {
-      ++refused;
-      expect_one_line_refusal(rgb.status());
-      continue;
-    }
-    ++read;
-    ASSERT_EQ(rgb->dtype(), DType::kU8);
-    ASSERT_EQ(rgb->rank(), 3);
-    EXPECT_EQ(rgb->size(2), 3);
-    EXPECT_GE(rgb->size(0), 1);
-    EXPECT_GE(rgb->size(1), 1);
-  }
-  EXPECT_GT(refused, 0);
-  EXPECT_GT(read, 0);  // flips in pixel data, behind mended checksums, decode
+  // The signature, IHDR and the first chunk headers sit in the first 64 bytes. Every other image
+  // gets its checksums mended, or libpng would refuse every flip at the CRC; flips in the pixel
+  // data behind mended checksums decode.
+  fuzz_reader(
+      good, 64, 2000, 77, dir.file("fuzz.png"), media::read_png_rgb8,
+      [](const Tensor& rgb) {
+        ASSERT_EQ(rgb.dtype(), DType::kU8);
+        ASSERT_EQ(rgb.rank(), 3);
+        EXPECT_EQ(rgb.size(2), 3);
+        EXPECT_GE(rgb.size(0), 1);
+        EXPECT_GE(rgb.size(1), 1);
+      },
+      [](std::string& image, int iter) {
+        if (iter % 2 == 1) fix_png_crcs(image);
+      });
 }
 
 TEST(MediaFuzz, DamagedMp4sAreReadOrRefusedNeverCrash) {
@@ -149,33 +149,22 @@ TEST(MediaFuzz, DamagedMp4sAreReadOrRefusedNeverCrash) {
   ASSERT_TRUE(media::write_mp4(good_path, video, fps, &audio, rate, {}).ok());
   const std::string good = test_util::read_bytes(good_path);
 
-  std::mt19937 rng(4242);
-  const std::string path = dir.file("fuzz.mp4");
-  int read = 0, refused = 0;
-  for (int iter = 0; iter < 1000; ++iter) {
-    // faststart puts the index (moov) first: the first kilobytes are the container's tables.
-    test_util::write_bytes(path, damage(good, 4096, rng));
-    auto decoded = media::read_video(path);
-    if (!decoded.ok()) {
-      ++refused;
-      expect_one_line_refusal(decoded.status());
-      continue;
-    }
-    ++read;
-    const Tensor& frames = decoded->frames;
-    ASSERT_EQ(frames.dtype(), DType::kU8);
-    ASSERT_EQ(frames.rank(), 4);
-    EXPECT_EQ(frames.size(3), 3);
-    EXPECT_GE(frames.size(0), 1);
-    EXPECT_EQ(decoded->frame_count, frames.size(0));
-    EXPECT_TRUE(std::isfinite(decoded->fps) && decoded->fps > 0) << decoded->fps;
-    if (decoded->audio.defined()) {
-      ASSERT_EQ(decoded->audio.rank(), 2);
-      EXPECT_GT(decoded->sample_rate, 0);
-    }
-  }
-  EXPECT_GT(refused, 0);
-  EXPECT_GT(read, 0);
+  // faststart puts the index (moov) first: the first kilobytes are the container's tables.
+  fuzz_reader(good, 4096, 1000, 4242, dir.file("fuzz.mp4"),
+              [](const std::string& path) { return media::read_video(path); },
+              [](const media::DecodedVideo& decoded) {
+                const Tensor& frames = decoded.frames;
+                ASSERT_EQ(frames.dtype(), DType::kU8);
+                ASSERT_EQ(frames.rank(), 4);
+                EXPECT_EQ(frames.size(3), 3);
+                EXPECT_GE(frames.size(0), 1);
+                EXPECT_EQ(decoded.frame_count, frames.size(0));
+                EXPECT_TRUE(std::isfinite(decoded.fps) && decoded.fps > 0) << decoded.fps;
+                if (decoded.audio.defined()) {
+                  ASSERT_EQ(decoded.audio.rank(), 2);
+                  EXPECT_GT(decoded.sample_rate, 0);
+                }
+              });
 }
 
 #endif  // VORTEX_HAVE_MEDIA
