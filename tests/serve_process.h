@@ -122,7 +122,9 @@ inline void expect_bad_request(httplib::Client& c, const std::string& body, cons
   const httplib::Result r = post_json(c, body);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
-  EXPECT_NE(json_of(r).value("error", "").find(needle), std::string::npos) << r->body;
+  const std::string error = json_of(r).value("error", "");
+  EXPECT_NE(error.find(needle), std::string::npos) << r->body;
+  EXPECT_EQ(error.find('\n'), std::string::npos) << r->body;  // one line, whatever the request held
 }
 
 }  // namespace vortex::test_util

@@ -94,6 +94,10 @@ TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"height": 48, "width": 64, "frames": 22})", "height 48 must be a positive multiple of 32"},
       {R"({"heigth": 64})", "unknown field 'heigth'"},
+      {R"({"hei\ngth\u00e9": 64})", "unknown field 'hei\\x0Agth\u00e9'"},  // escaped, and the é kept
+      {R"({"reference_image_1\t": 1})", "'reference_image_1\\x09': a picture comes as the multipart part"},
+      {R"({"attention": "int8fp8", "exact_blocks": [4294967299], "height": 64, "width": 64, "frames": 22})",
+       "exact_blocks: 4294967299 is not a block index"},
       {R"({"steps": "12"})", "steps: an integer is expected"},
       {R"({"steps": 1, "height": 64, "width": 64, "frames": 22})", "steps must be >= 2"},
       {R"({"seed": -1})", "seed: a non-negative integer"},
@@ -105,6 +109,16 @@ TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
       {R"({"steps": )", "request body: not JSON"},
   };
   for (const auto& [body, needle] : cases) expect_bad_request(c, body, needle);
+  // A long value is shown cut short.
+  std::string long_array = "[";
+  for (int i = 0; i < 4000; ++i) long_array += "1,";
+  const httplib::Result long_value = post_json(c, R"({"steps": )" + long_array + "1]}");
+  ASSERT_TRUE(long_value);
+  EXPECT_EQ(long_value->status, 400);
+  const std::string long_error = json_of(long_value).value("error", "");
+  EXPECT_NE(long_error.find("steps: an integer is expected, got [1,1,1"), std::string::npos) << long_error;
+  EXPECT_NE(long_error.find("... (8003 characters)"), std::string::npos) << long_error;
+  EXPECT_LT(long_error.size(), 200u) << long_error;
   // An upload that is not safetensors: the error names the saved file, which is removed again.
   const httplib::MultipartFormDataItems bad_text = {{"text", "not a safetensors file", "t.safetensors", ""}};
   const httplib::Result r = c.Post("/v1/jobs", bad_text);
@@ -117,6 +131,11 @@ TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
   const httplib::Result wrong_type = c.Post("/v1/jobs", "height=64", "application/x-www-form-urlencoded");
   EXPECT_EQ(wrong_type->status, 415);
   EXPECT_EQ(c.Get("/v1/jobs/nope")->status, 404);
+  // A job id that is not UTF-8 is named escaped (the JSON error could not hold its bytes raw).
+  const httplib::Result odd_id = c.Get("/v1/jobs/%FF%0A");
+  ASSERT_TRUE(odd_id);
+  EXPECT_EQ(odd_id->status, 404);
+  EXPECT_EQ(json_of(odd_id).value("error", ""), "no job '\\xFF\\x0A'") << odd_id->body;
   EXPECT_EQ(c.Delete("/v1/jobs/nope")->status, 404);
   EXPECT_EQ(c.Get("/v1/jobs/nope/latents")->status, 404);
   EXPECT_EQ(c.Get("/v2/anything")->status, 404);

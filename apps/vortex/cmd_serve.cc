@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -35,6 +36,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/quote.h"
 #include "decode_media.h"
 #include "formats/safetensors.h"
 #include "generate_common.h"
@@ -57,6 +59,15 @@ struct ServeArgs {
   MediaRequest media;      // the VAEs (media.out is set from the results folder)
 };
 
+// A submitted value as an error shows it: its JSON (non-ASCII escaped), cut after 80 characters so
+// that a megabyte-long value does not make a megabyte-long message.
+std::string shown(const nlohmann::json& value) {
+  constexpr size_t kMaxShown = 80;
+  const std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (text.size() <= kMaxShown) return text;
+  return text.substr(0, kMaxShown) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
 // A served request's JSON keys are the generate flags' names with '_' for '-'.
 std::string json_field(const std::string& flag) {
   std::string f = flag;
@@ -74,9 +85,9 @@ struct ReferencePart {
   const char* what;       // for the error that finds it sent as a field
 };
 constexpr ReferencePart kReferenceParts[] = {
-    {h3::ReferenceKind::kImage, "image", ".png", "a picture comes as the multipart part '%' (a PNG)"},
-    {h3::ReferenceKind::kVideo, "video", ".mp4", "a video comes as the multipart part '%' (MP4, MOV, MKV or WebM)"},
-    {h3::ReferenceKind::kAudio, "audio", ".wav", "a soundtrack comes as the multipart part '%' (a WAV)"}};
+    {h3::ReferenceKind::kImage, "image", ".png", "a picture comes as the multipart part % (a PNG)"},
+    {h3::ReferenceKind::kVideo, "video", ".mp4", "a video comes as the multipart part % (MP4, MOV, MKV or WebM)"},
+    {h3::ReferenceKind::kAudio, "audio", ".wav", "a soundtrack comes as the multipart part % (a WAV)"}};
 std::string reference_part(const ReferencePart& part, int k) {
   return std::string("reference_") + part.kind + "_" + std::to_string(k + 1);
 }
@@ -138,7 +149,7 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
   r.field_name = json_field;
   const auto integer = [&](const char* key, auto& out, int64_t lo, int64_t hi) -> Status {
     const nlohmann::json& v = body.at(key);
-    if (!v.is_number_integer()) return invalid_argument(std::string(key) + ": an integer is expected, got " + v.dump());
+    if (!v.is_number_integer()) return invalid_argument(std::string(key) + ": an integer is expected, got " + shown(v));
     const int64_t x = v.get<int64_t>();
     if (x < lo || x > hi) {
       return invalid_argument(std::string(key) + ": " + std::to_string(x) + " is outside [" + std::to_string(lo) +
@@ -159,24 +170,28 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     } else if (key == "text_tokens") {
       VORTEX_RETURN_IF_ERROR(integer("text_tokens", r.text_tokens, 0, 1 << 20));
     } else if (key == "seed") {
-      if (!value.is_number_unsigned()) return invalid_argument("seed: a non-negative integer is expected, got " + value.dump());
+      if (!value.is_number_unsigned()) return invalid_argument("seed: a non-negative integer is expected, got " + shown(value));
       r.seed = value.get<uint64_t>();
     } else if (key == "attention") {
       if (!value.is_string() || (value != "exact" && value != "int8fp8")) {
-        return invalid_argument("attention: \"exact\" or \"int8fp8\" is expected, got " + value.dump());
+        return invalid_argument("attention: \"exact\" or \"int8fp8\" is expected, got " + shown(value));
       }
       r.attention = value.get<std::string>();
     } else if (key == "exact_blocks") {
-      if (!value.is_array()) return invalid_argument("exact_blocks: an array of block indices is expected, got " + value.dump());
+      if (!value.is_array()) return invalid_argument("exact_blocks: an array of block indices is expected, got " + shown(value));
       for (const nlohmann::json& b : value) {
-        if (!b.is_number_integer()) return invalid_argument("exact_blocks: " + b.dump() + " is not a block index");
-        r.exact_blocks.push_back(b.get<int>());
+        // In int's range before the cast (4294967299 must not become block 3); the plan checks the rest.
+        if (!b.is_number_integer() || (b.is_number_unsigned() && b.get<uint64_t>() > INT_MAX) ||
+            (!b.is_number_unsigned() && (b.get<int64_t>() < INT_MIN || b.get<int64_t>() > INT_MAX))) {
+          return invalid_argument("exact_blocks: " + shown(b) + " is not a block index");
+        }
+        r.exact_blocks.push_back(static_cast<int>(b.get<int64_t>()));
       }
     } else if (key == "text_key") {
-      if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + value.dump());
+      if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + shown(value));
       r.text_key = value.get<std::string>();
     } else if (key == "prompt") {
-      if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + value.dump());
+      if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + shown(value));
       r.prompt = value.get<std::string>();
       if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
     } else if (key == "reference_short_edge") {
@@ -185,11 +200,11 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       return invalid_argument(key + ": a picture comes as the multipart part '" + key + "' (a PNG), not a field");
     } else if (const ReferencePart* part = sent_as_field(key)) {
       std::string what = part->what;
-      what.replace(what.find('%'), 1, key);
-      return invalid_argument(key + ": " + what + ", not a field");
+      what.replace(what.find('%'), 1, quote(key));
+      return invalid_argument(quote(key) + ": " + what + ", not a field");
     } else {
-      return invalid_argument("unknown field '" + key +
-                              "' (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
+      return invalid_argument("unknown field " + quote(key) +
+                              " (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
                               "text_tokens, text_key, reference_short_edge; text states, keyframes and "
                               "references come as the multipart parts 'text', 'first_frame', 'last_frame' and "
                               "'reference_image_<k>', 'reference_video_<k>' or 'reference_audio_<k>' for k = 1, 2, ...)");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/quote.h"
 #include "formats/safetensors.h"
 
 namespace vortex::service {
@@ -87,7 +88,7 @@ struct HttpServer::Impl {
     if (req.is_multipart_form_data()) {
       for (const auto& [name, part] : req.files) {
         if (name != "request" && !hooks.upload_parts.contains(name)) {
-          return send_error(res, 400, "multipart part '" + name + "': unknown (parts: " + part_names() + ")");
+          return send_error(res, 400, "multipart part " + quote(name) + ": unknown (parts: " + part_names() + ")");
         }
       }
       if (req.has_file("request")) body_text = req.get_file_value("request").content;
@@ -98,7 +99,7 @@ struct HttpServer::Impl {
         const Status written = write_file_atomically(path, req.get_file_value(name).content);
         if (!written.ok()) {
           remove_saved();
-          return send_error(res, 500, "saving multipart part '" + name + "': " + written.to_string());
+          return send_error(res, 500, "saving multipart part " + quote(name) + ": " + written.to_string());
         }
         saved[name] = path;
       }
@@ -106,8 +107,8 @@ struct HttpServer::Impl {
       body_text = req.body;
     } else {
       return send_error(res, 415,
-                        "Content-Type '" + req.get_header_value("Content-Type") +
-                            "': send application/json, or multipart/form-data with parts " + part_names());
+                        "Content-Type " + quote(req.get_header_value("Content-Type")) +
+                            ": send application/json, or multipart/form-data with parts " + part_names());
     }
     const auto refuse = [&](int status, const std::string& message) {
       remove_saved();
@@ -136,7 +137,7 @@ struct HttpServer::Impl {
   void send_job_file(const std::string& id, const char* what, const std::string& path, const std::string& type,
                      httplib::Response& res) {
     const std::optional<JobSnapshot> job = jobs.get(id);
-    if (!job) return send_error(res, 404, "no job " + id);
+    if (!job) return send_error(res, 404, "no job " + quote(id));
     if (job->state != JobState::kSucceeded) {
       return send_error(res, 409, "job " + id + " is " + job_state_name(job->state) + ": no " + what);
     }
@@ -158,7 +159,7 @@ struct HttpServer::Impl {
     });
     server.Get(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
       const std::optional<JobSnapshot> job = jobs.get(req.matches[1]);
-      if (!job) return send_error(res, 404, "no job " + std::string(req.matches[1]));
+      if (!job) return send_error(res, 404, "no job " + quote(req.matches[1]));
       send_json(res, 200, job->to_json());
     });
     server.Delete(R"(/v1/jobs/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {

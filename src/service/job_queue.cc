@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/quote.h"
+
 namespace vortex::service {
 
 namespace {
@@ -180,7 +182,7 @@ std::vector<JobSnapshot> JobQueue::list() const {
 Result<JobSnapshot> JobQueue::cancel(const std::string& id) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = jobs_.find(id);
-  if (it == jobs_.end()) return not_found("no job " + id);
+  if (it == jobs_.end()) return not_found("no job " + quote(id));
   Job& job = *it->second;
   if (finished(job.snapshot.state)) {
     return invalid_argument("job " + id + " already " + job_state_name(job.snapshot.state));
