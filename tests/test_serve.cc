@@ -124,6 +124,16 @@ TEST(CliServe, BadRequestsAre4xxNamingTheFieldAndQueueNothing) {
   const httplib::Result r = c.Post("/v1/jobs", bad_text);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400) << r->body;
+  // A text_key naming no tensor of the uploaded states is named escaped.
+  const std::string text_file = server.dir().file("text.safetensors");
+  ASSERT_TRUE(write_safetensors(text_file, {{"prompt_embeds", h3::seeded_normal({5, 8}, 11, 0)}}).ok());
+  const httplib::MultipartFormDataItems wrong_key = {
+      {"request", R"({"height": 64, "width": 64, "frames": 22, "text_key": "a\nb"})", "", "application/json"},
+      {"text", test_util::read_bytes(text_file), "text.safetensors", "application/octet-stream"}};
+  const httplib::Result no_tensor = c.Post("/v1/jobs", wrong_key);
+  ASSERT_TRUE(no_tensor);
+  EXPECT_EQ(no_tensor->status, 400) << no_tensor->body;
+  EXPECT_NE(json_of(no_tensor).value("error", "").find("no tensor 'a\\x0Ab'"), std::string::npos) << no_tensor->body;
   const httplib::Result too_large = post_json(c, std::string(2 << 20, ' ') + "{}");
   ASSERT_TRUE(too_large);
   EXPECT_EQ(too_large->status, 413);

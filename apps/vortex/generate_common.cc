@@ -8,6 +8,7 @@
 #include <optional>
 #include <tuple>
 
+#include "core/quote.h"
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
 #include "models/h3/synthetic.h"
@@ -42,13 +43,13 @@ Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
                               " tensors; name one with " + r.field_name("text-key"));
     }
   }
-  if (!file.has(key)) return invalid_argument(r.text_path + ": no tensor '" + key + "'");
+  if (!file.has(key)) return invalid_argument(r.text_path + ": no tensor " + quote(key));
   VORTEX_ASSIGN_OR_RETURN(Tensor t, file.get(key));
   if (t.rank() == 3 && t.size(0) == 1) {
     VORTEX_ASSIGN_OR_RETURN(t, t.select(0, 0));
   }
   if (t.rank() != 2 || t.size(1) != text_dim) {
-    return invalid_argument(r.text_path + ": tensor '" + key + "' is " + t.describe() + ", expected [tokens, " +
+    return invalid_argument(r.text_path + ": tensor " + quote(key) + " is " + t.describe() + ", expected [tokens, " +
                             std::to_string(text_dim) + "]");
   }
   if (t.dtype() == DType::kF16) return t.to(DType::kF32);
