@@ -92,6 +92,8 @@ TEST(AudioVaeConfig, JsonRoundTripAndFieldErrors) {
        }},
       {"latent_dim", [](nlohmann::json& j) { j["latent_dim"] = 65; }},
       {"decoder_dim", [](nlohmann::json& j) { j["decoder_dim"] = "32"; }},
+      {"encoder_dim", [](nlohmann::json& j) { j["encoder_dim"] = 4294967360ull; }},  // not wrapped to 64
+      {"encoder_rates", [](nlohmann::json& j) { j["encoder_rates"] = {2, 4, 4, 5, -4294967291ll}; }},
       {"_class_name", [](nlohmann::json& j) { j["_class_name"] = "AutoencoderKLMiniMaxH3"; }},
   };
   for (const auto& [field, edit] : cases) {

@@ -430,5 +430,21 @@ TEST(CheckpointWriter, GroupsKeepEachBlockTogether) {
   EXPECT_EQ(specs, h3::diffusers_schema(config).size());
 }
 
+TEST(H3Config, IntegerFieldsAreTypeAndRangeChecked) {
+  const nlohmann::json good = h3::config_preset("test")->to_json();
+  const auto refused = [&](const char* key, const nlohmann::json& value, const std::string& needle) {
+    nlohmann::json j = good;
+    j[key] = value;
+    auto c = h3::config_from_json(j);
+    ASSERT_FALSE(c.ok()) << key << " = " << value.dump();
+    EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
+  };
+  refused("num_layers", "2", "config field 'num_layers' must be an integer");
+  // Out of int's range: refused, not wrapped (4294967298 would become 2).
+  refused("num_layers", 4294967298ull, "config field 'num_layers' must be an integer (32-bit)");
+  refused("patch_size", {1, 2, -4294967294ll}, "config field 'patch_size' must hold integers (32-bit)");
+  EXPECT_TRUE(h3::config_from_json(good).ok());
+}
+
 }  // namespace
 }  // namespace vortex

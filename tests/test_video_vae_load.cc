@@ -281,6 +281,9 @@ TEST(VideoVaeOriginalConfig, RefusesWhatItCannotMapNamingFileAndField) {
       {false, [](auto& j) { j["vit_decoder_kwargs"].erase("rope_theta"); }, "'vit_decoder_kwargs.rope_theta' is missing"},
       {false, [](auto& j) { j["vit_decoder_kwargs"]["rope_dim_ratio"] = 0.7; }, "'vit_decoder_kwargs.rope_dim_ratio'"},
       {false, [](auto& j) { j["vit_decoder_kwargs"]["heads"] = "32"; }, "'vit_decoder_kwargs.heads' must be an integer"},
+      // Out of int's range: refused, not wrapped (4294967328 would become 32).
+      {false, [](auto& j) { j["vit_decoder_kwargs"]["heads"] = 4294967328ull; },
+       "'vit_decoder_kwargs.heads' must be an integer (32-bit)"},
       {false, [](auto& j) { j["vit_decoder_kwargs"] = 3; }, "'vit_decoder_kwargs' must be an object"},
   };
   for (const Case& c : cases) {

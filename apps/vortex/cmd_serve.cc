@@ -23,7 +23,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <climits>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -36,6 +35,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "core/json_int.h"
 #include "core/quote.h"
 #include "decode_media.h"
 #include "formats/safetensors.h"
@@ -180,12 +180,9 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     } else if (key == "exact_blocks") {
       if (!value.is_array()) return invalid_argument("exact_blocks: an array of block indices is expected, got " + shown(value));
       for (const nlohmann::json& b : value) {
-        // In int's range before the cast (4294967299 must not become block 3); the plan checks the rest.
-        if (!b.is_number_integer() || (b.is_number_unsigned() && b.get<uint64_t>() > INT_MAX) ||
-            (!b.is_number_unsigned() && (b.get<int64_t>() < INT_MIN || b.get<int64_t>() > INT_MAX))) {
-          return invalid_argument("exact_blocks: " + shown(b) + " is not a block index");
-        }
-        r.exact_blocks.push_back(static_cast<int>(b.get<int64_t>()));
+        const std::optional<int> block = json_int(b);  // the plan checks the range
+        if (!block) return invalid_argument("exact_blocks: " + shown(b) + " is not a block index");
+        r.exact_blocks.push_back(*block);
       }
     } else if (key == "text_key") {
       if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + shown(value));

@@ -1,10 +1,12 @@
 #include "models/h3/config.h"
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_int.h"
 #include "core/portable_math.h"
 
 namespace vortex::h3 {
@@ -92,8 +94,9 @@ Status read_field(const nlohmann::json& json, const char* key, T& out) {
   auto it = json.find(key);
   if (it == json.end() || it->is_null()) return ok_status();  // keep the default
   if constexpr (std::is_same_v<T, int>) {
-    if (!it->is_number_integer()) return invalid_argument(std::string("config field '") + key + "' must be an integer");
-    out = it->template get<int>();
+    const std::optional<int> x = json_int(*it);
+    if (!x) return invalid_argument(std::string("config field '") + key + "' must be an integer (32-bit)");
+    out = *x;
   } else {
     if (!it->is_number()) return invalid_argument(std::string("config field '") + key + "' must be a number");
     out = it->template get<double>();
@@ -134,8 +137,9 @@ Result<H3Config> config_from_json(const nlohmann::json& json) {
   if (auto it = json.find("patch_size"); it != json.end()) {
     if (!it->is_array() || it->size() != 3) return invalid_argument("config field 'patch_size' must be [t, h, w]");
     for (int i = 0; i < 3; ++i) {
-      if (!(*it)[i].is_number_integer()) return invalid_argument("config field 'patch_size' must hold integers");
-      c.patch_size[i] = (*it)[i].get<int>();
+      const std::optional<int> x = json_int((*it)[i]);
+      if (!x) return invalid_argument("config field 'patch_size' must hold integers (32-bit)");
+      c.patch_size[i] = *x;
     }
   }
   VORTEX_RETURN_IF_ERROR(c.validate());

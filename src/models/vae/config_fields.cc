@@ -1,6 +1,10 @@
 #include "models/vae/config_fields.h"
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
+
+#include "core/json_int.h"
 
 namespace vortex::vae {
 
@@ -47,8 +51,9 @@ Status ConfigFields::expect_value(const nlohmann::json& json, const char* key, c
 Status ConfigFields::read_int(const nlohmann::json& json, const char* key, int& out) const {
   const nlohmann::json* v = find_field(json, key);
   if (!v) return ok_status();
-  if (!v->is_number_integer()) return invalid_argument(error(key, "must be an integer"));
-  out = v->get<int>();
+  const std::optional<int> x = json_int(*v);
+  if (!x) return invalid_argument(error(key, "must be an integer (32-bit)"));
+  out = *x;
   return ok_status();
 }
 
@@ -74,8 +79,9 @@ Status ConfigFields::read_int_list(const nlohmann::json& json, const char* key, 
   if (!v->is_array()) return invalid_argument(error(key, "must be a list of integers"));
   std::vector<int> values;
   for (const auto& x : *v) {
-    if (!x.is_number_integer()) return invalid_argument(error(key, "must be a list of integers"));
-    values.push_back(x.get<int>());
+    const std::optional<int> value = json_int(x);
+    if (!value) return invalid_argument(error(key, "must be a list of integers (32-bit)"));
+    values.push_back(*value);
   }
   out = std::move(values);
   return ok_status();
@@ -91,8 +97,9 @@ Status ConfigFields::read_int_table(const nlohmann::json& json, const char* key,
     if (!row.is_array()) return invalid_argument(error(key, "must be a list of integer lists"));
     std::vector<int> values;
     for (const auto& x : row) {
-      if (!x.is_number_integer()) return invalid_argument(error(key, "must be a list of integer lists"));
-      values.push_back(x.get<int>());
+      const std::optional<int> value = json_int(x);
+      if (!value) return invalid_argument(error(key, "must be a list of integer lists (32-bit)"));
+      values.push_back(*value);
     }
     rows.push_back(std::move(values));
   }
