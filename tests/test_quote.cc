@@ -1,9 +1,12 @@
-// quote(): how untrusted names appear in error messages (one line, bounded, valid UTF-8).
+// quote(): how untrusted names appear in error messages (one line, bounded, valid UTF-8); and the
+// UTF-8 well-formedness check under it (core/utf8.h).
 #include "core/quote.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "core/utf8.h"
 
 namespace vortex {
 namespace {
@@ -30,6 +33,15 @@ TEST(Quote, LongTextIsShortenedAtACharacterBoundary) {
   // 159 ASCII bytes then a 3-byte character that would cross the 160-byte limit: left out whole.
   const std::string text = std::string(159, 'a') + "\xE6\x97\xA5" + "tail";
   EXPECT_EQ(quote(text), "'" + std::string(159, 'a') + "' (166 bytes, shortened)");
+}
+
+TEST(Utf8, FirstInvalidByteIsFound) {
+  EXPECT_EQ(first_invalid_utf8(""), std::string_view::npos);
+  EXPECT_EQ(first_invalid_utf8("plain caf\xC3\xA9 \xF0\x9F\x8E\xB5"), std::string_view::npos);
+  EXPECT_EQ(first_invalid_utf8("ab\xC3"), 2u);              // cut short
+  EXPECT_EQ(first_invalid_utf8("a\xE0\x80\x80"), 1u);      // overlong 3-byte form
+  EXPECT_EQ(first_invalid_utf8("\xEF\xBF\xBF\xED\xBF\xBF"), 3u);  // U+FFFF fine, then a surrogate
+  EXPECT_EQ(first_invalid_utf8("\xF4\x8F\xBF\xBF\xF5"), 4u);  // U+10FFFF fine, then no lead byte
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include <unicode/regex.h>
 #include <unicode/unistr.h>
 
+#include "core/utf8.h"
+
 namespace vortex::text {
 namespace {
 
@@ -35,39 +37,6 @@ std::array<std::string, 256> byte_level_alphabet() {
     table[b] = utf8;
   }
   return table;
-}
-
-// The byte offset of the first invalid UTF-8 sequence (overlong forms, surrogates and code points
-// above U+10FFFF included), or npos.
-size_t first_invalid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    size_t len = 0;
-    uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      len = 2, cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3, cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4, cp = c & 0x07;
-    } else {
-      return i;
-    }
-    if (i + len > s.size()) return i;
-    for (size_t k = 1; k < len; ++k) {
-      const auto t = static_cast<unsigned char>(s[i + k]);
-      if ((t & 0xc0) != 0x80) return i;
-      cp = (cp << 6) | (t & 0x3f);
-    }
-    const uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-    if (cp < min_cp || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return i;
-    i += len;
-  }
-  return std::string_view::npos;
 }
 
 // A field's value or an error naming it.
