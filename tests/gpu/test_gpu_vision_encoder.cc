@@ -183,8 +183,8 @@ TEST(GpuVisionEncoder, ConditionerOnCudaEncodesKeyframesAsTheCpu) {
   shape.vision_depth = 2;
   must(text::write_synthetic_qwen3(dir.string(), shape));
   const std::string tokenizer = test::golden_path("qwen_tokenizer_trimmed.json");
-  // A build made on the GPU machine has no ICU; the carried build (scripts/gpu-check's
-  // VORTEX_BUILD_DIR) runs this.
+  // The GPU machine's image has no ICU: scripts/gpu-check builds the tokenizer there when
+  // .icu.tar.gz (scripts/pack-icu) is carried in, and this test skips otherwise.
   if (!text::BpeTokenizer::load(tokenizer).ok()) GTEST_SKIP() << "this build has no tokenizer (no ICU)";
   auto cpu = must(text::TextConditioner::load({dir.string(), tokenizer, 2, "cpu", ""}));
   auto gpu = must(text::TextConditioner::load({dir.string(), tokenizer, 2, "cuda", ""}));
