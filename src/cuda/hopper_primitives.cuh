@@ -194,11 +194,23 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t add
 
 // A warpgroup: the four warps that a wgmma and a setmaxnreg act on together.
 constexpr int kWarpgroupThreads = 128;
-// Whether the setmaxnreg budgets (registers per thread) of one producer warpgroup and `consumers`
-// consumer warpgroups fit in the SM's 65,536 registers.
-constexpr bool register_budgets_fit(int producer, int consumers, int consumer) {
-  return kWarpgroupThreads * (producer + consumers * consumer) <= 65536;
+// The registers per thread a CTA of `threads` is launched with at one CTA an SM: the file's 65,536
+// over the threads, in the allocation's steps of 8 (168 for three warpgroups, 128 for four).
+constexpr int launch_registers_per_thread(int threads) {
+  const int per_thread = 65536 / threads / 8 * 8;
+  return per_thread < 255 ? per_thread : 255;
 }
+// Whether the setmaxnreg budgets (registers per thread) of one producer warpgroup and `consumers`
+// consumer warpgroups fit. setmaxnreg only moves registers between the CTA's own warps, so the
+// budgets must fit what the CTA was launched with, not the whole file: 112 + 2 · 200 (65,536) does
+// not fit three warpgroups' 384 · 168 = 64,512, and its consumers' setmaxnreg.inc waited forever
+// (bench/notes/video_vae_encoder.md, session 43).
+constexpr bool register_budgets_fit(int producer, int consumers, int consumer) {
+  const int threads = kWarpgroupThreads * (1 + consumers);
+  return kWarpgroupThreads * (producer + consumers * consumer) <= threads * launch_registers_per_thread(threads);
+}
+static_assert(register_budgets_fit(24, 2, 240) && register_budgets_fit(24, 3, 160), "the attention kernels' budgets");
+static_assert(!register_budgets_fit(112, 2, 200), "over three warpgroups' launch allocation");
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
