@@ -203,8 +203,9 @@ constexpr int launch_registers_per_thread(int threads) {
 // Whether the setmaxnreg budgets (registers per thread) of one producer warpgroup and `consumers`
 // consumer warpgroups fit. setmaxnreg only moves registers between the CTA's own warps, so the
 // budgets must fit what the CTA was launched with, not the whole file: 112 + 2 · 200 (65,536) does
-// not fit three warpgroups' 384 · 168 = 64,512, and its consumers' setmaxnreg.inc waited forever
-// (bench/notes/video_vae_encoder.md, session 43).
+// not fit three warpgroups' 384 · 168 = 64,512, and the consumers' setmaxnreg.inc would wait for
+// registers no warp can give back (what a warp-specialized conv with those budgets did, it seems:
+// it hung; bench/notes/video_vae_encoder.md, session 43).
 constexpr bool register_budgets_fit(int producer, int consumers, int consumer) {
   const int threads = kWarpgroupThreads * (1 + consumers);
   return kWarpgroupThreads * (producer + consumers * consumer) <= threads * launch_registers_per_thread(threads);
