@@ -107,7 +107,9 @@ TEST(MediaFuzz, DamagedMp4sAreReadOrRefusedNeverCrash) {
   }
   const int rate = 32000, fps = 24;
   Tensor audio = Tensor::empty({2, F * rate / fps}, DType::kF32);
-  for (int64_t i = 0; i < audio.numel(); ++i) audio.data_as<float>()[i] = 0.3f * std::sin(0.05f * static_cast<float>(i));
+  for (int64_t i = 0; i < audio.numel(); ++i) {
+    audio.data_as<float>()[i] = 0.3f * std::sin(0.05f * static_cast<float>(i));
+  }
   const std::string good_path = dir.file("good.mp4");
   ASSERT_TRUE(media::write_mp4(good_path, video, fps, &audio, rate, {}).ok());
   const std::string good = test_util::read_bytes(good_path);
