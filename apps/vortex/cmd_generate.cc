@@ -103,10 +103,11 @@ int run_generate(const GenerateArgs& args) {
   auto text = load_text_conditioner(args.model, *config);
   if (!text.ok()) return report_error(text.status());
   // The audio VAE's encoder only when the request has a soundtrack (without one named, the check says so).
-  Result<std::optional<vae::AudioVaeEncoder>> audio_encoder = std::optional<vae::AudioVaeEncoder>();
-  if (args.encodes_audio()) audio_encoder = load_soundtrack_encoder(args.media);
+  Result<std::optional<SoundtrackEncoder>> audio_encoder = std::optional<SoundtrackEncoder>();
+  if (args.encodes_audio()) audio_encoder = SoundtrackEncoder::load(args.media, args.model.device);
   if (!audio_encoder.ok()) return report_error(audio_encoder.status().with_context("--reference"));
-  auto checked = check_request(args.request, *config, text->get(), *audio_encoder ? &(*audio_encoder)->config : nullptr);
+  auto checked =
+      check_request(args.request, *config, text->get(), *audio_encoder ? &(*audio_encoder)->config() : nullptr);
   if (!checked.ok()) return report_error(checked.status());
   if (args.encodes_images()) {
     const Status named = check_keyframe_encoder_named(args.media.video_vae_path, args.media.synthetic_video_vae);
@@ -129,7 +130,7 @@ int run_generate(const GenerateArgs& args) {
       auto encoder = KeyframeEncoder::load(args.media.video_vae_path, args.media.synthetic_video_vae,
                                            args.media.weights_seed, args.model.device);
       if (!encoder.ok()) return report_error(encoder.status());
-      const vae::AudioVaeEncoder* audio = *audio_encoder ? &**audio_encoder : nullptr;
+      const SoundtrackEncoder* audio = *audio_encoder ? &**audio_encoder : nullptr;
       if (Status encoded = encode_request_images(*checked, *encoder, audio); !encoded.ok()) return report_error(encoded);
       audio_encoder->reset();
     }

@@ -391,11 +391,11 @@ Result<std::optional<KeyframeEncoder>> load_keyframe_encoder_once(const ServeArg
 // The audio VAE's encoder for soundtrack references, on a server that encodes references and
 // names an audio VAE (the decoder's, with --media); none otherwise (soundtracks are then refused
 // by name).
-Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder_once(const ServeArgs& args, bool has_text_encoder) {
-  if (!encodes_references(args, has_text_encoder)) return std::optional<vae::AudioVaeEncoder>();
+Result<std::optional<SoundtrackEncoder>> load_soundtrack_encoder_once(const ServeArgs& args, bool has_text_encoder) {
+  if (!encodes_references(args, has_text_encoder)) return std::optional<SoundtrackEncoder>();
   MediaRequest m = args.media;
   m.weights_seed = args.model.weights_seed;
-  return load_soundtrack_encoder(m);
+  return SoundtrackEncoder::load(m, args.model.device);
 }
 
 std::string job_record_path(const std::filesystem::path& results, const std::string& id) {
@@ -447,7 +447,7 @@ int run_serve(const ServeArgs& args) {
   if (!keyframe_encoder.ok()) return report_error(keyframe_encoder.status());
   auto soundtrack_encoder = load_soundtrack_encoder_once(args, has_text_encoder);
   if (!soundtrack_encoder.ok()) return report_error(soundtrack_encoder.status());
-  const vae::AudioVaeEncoder* soundtracks = *soundtrack_encoder ? &**soundtrack_encoder : nullptr;
+  const SoundtrackEncoder* soundtracks = *soundtrack_encoder ? &**soundtrack_encoder : nullptr;
   if (*text && args.model.device == "cuda") {
     std::fprintf(stderr, "vortex serve: loading the text encoder onto the device...\n");
     if (Status prepared = (*text)->prepare(); !prepared.ok()) return report_error(prepared);
@@ -479,7 +479,7 @@ int run_serve(const ServeArgs& args) {
                                 "--synthetic-audio-vae too)");
       }
     }
-    auto checked_request = check_request(r, *config, text->get(), soundtracks ? &soundtracks->config : nullptr);
+    auto checked_request = check_request(r, *config, text->get(), soundtracks ? &soundtracks->config() : nullptr);
     if (!checked_request.ok()) return name_reference_parts(checked_request.status(), r.references);
     CheckedRequest checked = std::move(*checked_request);
     if (args.model.device == "cuda" && checked.rows > max_rows) {

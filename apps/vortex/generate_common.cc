@@ -427,7 +427,7 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {
 }
 
 Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder,
-                             const vae::AudioVaeEncoder* audio_encoder) {
+                             const SoundtrackEncoder* audio_encoder) {
   if (!checked.fl2va() && !checked.ref2va()) return ok_status();
   const auto start = std::chrono::steady_clock::now();
   if (checked.fl2va()) {

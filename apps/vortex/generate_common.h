@@ -155,7 +155,7 @@ Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text);
 // encoder (on the CPU or the GPU), into checked.keyframe_latents / reference_latents; nothing to do
 // for t2va.
 Status encode_request_images(CheckedRequest& checked, const KeyframeEncoder& encoder,
-                             const vae::AudioVaeEncoder* audio_encoder = nullptr);
+                             const SoundtrackEncoder* audio_encoder = nullptr);
 
 // Denoises one checked request (its text states encoded) on the loaded model and writes
 // PREFIX.safetensors and PREFIX.json (each atomically: a failed or cancelled run leaves neither).

@@ -7,6 +7,7 @@
 #include "models/h3/config.h"
 #include "models/h3/reference_video.h"
 #if defined(VORTEX_HAVE_CUDA)
+#include "models/vae/cuda_audio_vae_encoder.h"
 #include "models/vae/cuda_video_vae_encoder.h"
 #endif
 #if defined(VORTEX_HAVE_MEDIA)
@@ -228,20 +229,45 @@ Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyf
   return out;
 }
 
-Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder(const MediaRequest& media) {
+Result<std::optional<SoundtrackEncoder>> SoundtrackEncoder::load(const MediaRequest& media, const std::string& device) {
+  vae::AudioVaeEncoder cpu;
   if (!media.audio_vae_path.empty()) {
-    VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e, vae::load_audio_vae_encoder(media.audio_vae_path));
-    return std::optional<vae::AudioVaeEncoder>(std::move(e));
+    VORTEX_ASSIGN_OR_RETURN(cpu, vae::load_audio_vae_encoder(media.audio_vae_path));
+  } else if (!media.synthetic_audio_vae.empty()) {
+    VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig c, vae::audio_vae_config_preset(media.synthetic_audio_vae));
+    VORTEX_ASSIGN_OR_RETURN(cpu,
+                            vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, media.weights_seed), c));
+  } else {
+    return std::optional<SoundtrackEncoder>();
   }
-  if (media.synthetic_audio_vae.empty()) return std::optional<vae::AudioVaeEncoder>();
-  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeConfig c, vae::audio_vae_config_preset(media.synthetic_audio_vae));
-  VORTEX_ASSIGN_OR_RETURN(vae::AudioVaeEncoder e,
-                          vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, media.weights_seed), c));
-  return std::optional<vae::AudioVaeEncoder>(std::move(e));
+  SoundtrackEncoder e;
+  e.config_ = cpu.config;
+  if (device == "cuda") {
+#if defined(VORTEX_HAVE_CUDA)
+    VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<vae::CudaAudioVaeEncoder> gpu, vae::CudaAudioVaeEncoder::create(cpu));
+    e.gpu_ = std::move(gpu);
+    return std::optional<SoundtrackEncoder>(std::move(e));
+#else
+    return unimplemented("--device cuda: this build has no CUDA backend (the soundtracks' audio VAE encoder)");
+#endif
+  }
+  e.cpu_ = std::move(cpu);
+  return std::optional<SoundtrackEncoder>(std::move(e));
+}
+
+Result<Tensor> SoundtrackEncoder::rows(const Tensor& waveform, int sample_rate, double max_seconds) const {
+#if defined(VORTEX_HAVE_CUDA)
+  if (gpu_) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor stereo, vae::normalize_reference_soundtrack(waveform, sample_rate,
+                                                                                     config_.sampling_rate, max_seconds));
+    return gpu_->encode(stereo);
+  }
+#endif
+  return vae::encode_reference_soundtrack(*cpu_, waveform, sample_rate, max_seconds);
 }
 
 Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
-                                                     const vae::AudioVaeEncoder* audio) {
+                                                     const SoundtrackEncoder* audio) {
   std::vector<h3::Reference> out;
   for (size_t k = 0; k < references.items.size(); ++k) {
     const PreparedReference& r = references.items[k];
@@ -269,10 +295,10 @@ Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& r
     }
     if (r.has_soundtrack()) {
       if (audio == nullptr) return invalid_argument(r.path + ": no audio VAE encoder to encode this soundtrack");
-      std::fprintf(stderr, "encoding the soundtrack of reference %zu (%s, %lld samples at %d Hz) through the audio VAE on the CPU\n",
-                   k + 1, r.path.c_str(), static_cast<long long>(r.soundtrack.samples.size(1)), r.soundtrack.sample_rate);
-      auto rows = vae::encode_reference_soundtrack(*audio, r.soundtrack.samples, r.soundtrack.sample_rate,
-                                                   references.max_seconds);
+      std::fprintf(stderr, "encoding the soundtrack of reference %zu (%s, %lld samples at %d Hz) through the audio VAE on %s\n",
+                   k + 1, r.path.c_str(), static_cast<long long>(r.soundtrack.samples.size(1)), r.soundtrack.sample_rate,
+                   audio->where());
+      auto rows = audio->rows(r.soundtrack.samples, r.soundtrack.sample_rate, references.max_seconds);
       if (!rows.ok()) return rows.status().with_context(r.path);
       encoded.audio_rows = std::move(*rows);
     }

@@ -22,6 +22,7 @@
 #include "vortex/tensor.h"
 
 namespace vortex::vae {
+class CudaAudioVaeEncoder;
 class CudaVideoVaeEncoder;
 }
 
@@ -119,17 +120,29 @@ Result<Tensor> keyframe_latents(const KeyframeEncoder& encoder, const Tensor& pi
 // Every prepared keyframe's latents with its anchor, through `encoder`.
 Result<std::vector<h3::Keyframe>> encode_keyframes(const PreparedKeyframes& keyframes, const KeyframeEncoder& encoder);
 
-// The audio VAE's encoder for soundtrack references: --audio-vae's checkpoint or the
-// --synthetic-audio-vae preset (drawn from `media.weights_seed`, as the decoders are); none when
-// neither is named.
-Result<std::optional<vae::AudioVaeEncoder>> load_soundtrack_encoder(const MediaRequest& media);
+// The audio VAE's encoder for soundtrack references, on the CPU or (--device cuda) the GPU.
+class SoundtrackEncoder {
+ public:
+  // --audio-vae's checkpoint or the --synthetic-audio-vae preset (drawn from `media.weights_seed`, as
+  // the decoders are); none when neither is named. `device` "cpu" or "cuda".
+  static Result<std::optional<SoundtrackEncoder>> load(const MediaRequest& media, const std::string& device);
+
+  const vae::AudioVaeConfig& config() const { return config_; }
+  const char* where() const { return gpu_ ? "the GPU" : "the CPU"; }
+  // vae::encode_reference_soundtrack's contract: the normalised rows [2 · A, latent_channels].
+  Result<Tensor> rows(const Tensor& waveform, int sample_rate, double max_seconds) const;
+
+ private:
+  vae::AudioVaeConfig config_;
+  std::optional<vae::AudioVaeEncoder> cpu_;        // the CPU's, or
+  std::shared_ptr<vae::CudaAudioVaeEncoder> gpu_;  // the GPU's
+};
 
 // Every reference's conditioning in reading order through `images`: an image's latents (F32 [C, 1,
 // H/16, W/16], the same seed-42 posterior draw as a keyframe's), a video's (F32 [C, F', H/16, W/16]
 // from its first encoded_frames frames, the same draw of the moments' shape); and a soundtrack's
-// rows, an audio reference's or a video's, through `audio` (vae::encode_reference_soundtrack; null
-// only when no reference has sound).
+// rows, an audio reference's or a video's, through `audio` (null only when no reference has sound).
 Result<std::vector<h3::Reference>> encode_references(const PreparedReferences& references, const KeyframeEncoder& images,
-                                                     const vae::AudioVaeEncoder* audio);
+                                                     const SoundtrackEncoder* audio);
 
 }  // namespace vortex::cli

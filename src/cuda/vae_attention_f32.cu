@@ -2,6 +2,8 @@
 //
 //   out[i, h, :] = Σ_j softmax_j(scale · q[i, h, :] · k[j, h, :]) · v[j, h, :]
 //
+// over every key j, or (causal) over j <= i.
+//
 // One variant, flash-style on CUDA cores: a CTA takes (128 / kSplit queries, one head); each query
 // is owned by kSplit adjacent threads, each holding kWidth = kMaxD / kSplit of its q and output
 // accumulator in registers (kWidth <= 64 keeps q, the accumulator and a tile of scores within the
@@ -41,6 +43,7 @@ struct AttentionF32Params {
   int64_t nq, nk;
   int d;
   float scale;
+  bool causal;  // key j is seen by queries j.. only
 };
 
 template <int kMaxD>
@@ -86,8 +89,10 @@ __global__ void __launch_bounds__(kThreads) attention_f32_kernel(AttentionF32Par
   const float* v_base = p.v + h * p.v_head;
   const float* k_part = k_tile + part * T::kPartFloats;
   const float* v_part = v_tile + part * T::kPartFloats;
-
-  for (int64_t j0 = 0; j0 < p.nk; j0 += kKeys) {
+  // Keys this thread reads: causal ones up to its query; the CTA's tiles up to its last query's.
+  const int64_t seen = p.causal ? min(p.nk, query + 1) : p.nk;
+  const int64_t cta_keys = p.causal ? min(p.nk, static_cast<int64_t>(blockIdx.x + 1) * T::kQueries) : p.nk;
+  for (int64_t j0 = 0; j0 < cta_keys; j0 += kKeys) {
     __syncthreads();  // the previous tile is no longer read
     load_tile<kMaxD>(k_base, p.k_row, j0, p, k_tile);
     load_tile<kMaxD>(v_base, p.v_row, j0, p, v_tile);
@@ -109,10 +114,12 @@ __global__ void __launch_bounds__(kThreads) attention_f32_kernel(AttentionF32Par
       }
 #pragma unroll
       for (int offset = 1; offset < T::kSplit; offset <<= 1) dot += __shfl_xor_sync(0xffffffffu, dot, offset);
-      s[j] = j0 + j < p.nk ? dot * p.scale : -INFINITY;
+      s[j] = j0 + j < seen ? dot * p.scale : -INFINITY;
       tile_max = fmaxf(tile_max, s[j]);
     }
-    const float new_max = fmaxf(running_max, tile_max);  // finite: every tile holds a key
+    // Finite: the first tile holds key 0, which every query sees; a later tile of only masked keys
+    // keeps the max, and its weights are exp(-inf) = 0.
+    const float new_max = fmaxf(running_max, tile_max);
     const float correction = expf(running_max - new_max);
     row_sum *= correction;
 #pragma unroll
@@ -154,10 +161,8 @@ std::string describe(const char* name, const TensorView& t) {
   return std::string(name) + " " + dtype_name(t.dtype) + t.shape.to_string();
 }
 
-}  // namespace
-
-Status attention_f32(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
-                     cudaStream_t stream) {
+Status checked_launch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                      float scale, bool causal, cudaStream_t stream) {
   const auto bad = [&](const std::string& what) {
     return invalid_argument("cuda attention_f32: " + what + " (" + describe("q", q) + ", " + describe("k", k) + ", " +
                             describe("v", v) + ", " + describe("out", out) + ")");
@@ -171,6 +176,7 @@ Status attention_f32(const TensorView& q, const TensorView& k, const TensorView&
     return bad("shapes must be q, out [Nq, H, D] and k, v [Nk, H, D]");
   }
   if (nq < 1 || nk < 1 || heads < 1 || d < 1) return bad("Nq, Nk, H and D must be >= 1");
+  if (causal && nq != nk) return bad("causal attention needs Nq == Nk");
   if (d > kAttentionF32MaxHeadDim) return bad("head dim above " + std::to_string(kAttentionF32MaxHeadDim));
   if (heads > 65535 || nq / Tiling<kAttentionF32MaxHeadDim>::kQueries >= INT32_MAX) {
     return bad("too large for one launch");
@@ -191,9 +197,23 @@ Status attention_f32(const TensorView& q, const TensorView& k, const TensorView&
   p.nk = nk;
   p.d = static_cast<int>(d);
   p.scale = scale;
+  p.causal = causal;
   if (d <= 32) return launch<32>(p, heads, stream);
   if (d <= 64) return launch<64>(p, heads, stream);
-  return launch<128>(p, heads, stream);
+  if (d <= 128) return launch<128>(p, heads, stream);
+  return launch<256>(p, heads, stream);
+}
+
+}  // namespace
+
+Status attention_f32(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out, float scale,
+                     cudaStream_t stream) {
+  return checked_launch(q, k, v, out, scale, /*causal=*/false, stream);
+}
+
+Status causal_attention_f32(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                            float scale, cudaStream_t stream) {
+  return checked_launch(q, k, v, out, scale, /*causal=*/true, stream);
 }
 
 }  // namespace vortex::cuda

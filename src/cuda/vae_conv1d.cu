@@ -66,6 +66,17 @@ bool f32_device_contiguous(const TensorView& t) {
   return t.device == Device::kCuda && t.dtype == DType::kF32 && t.is_contiguous();
 }
 
+// A contiguous F32 device matrix [rows, cols] at `data`.
+TensorView matrix(void* data, int64_t rows, int64_t cols) {
+  TensorView v;
+  v.data = data;
+  v.dtype = DType::kF32;
+  v.device = Device::kCuda;
+  v.shape = Shape({rows, cols});
+  v.strides = Shape({cols, 1});
+  return v;
+}
+
 }  // namespace
 
 Status conv1d_im2col(const TensorView& x, const Conv1dGeometry& g, int64_t row0, const TensorView& col,
@@ -111,6 +122,38 @@ Status conv_transpose1d_overlap_add(const TensorView& z, int64_t batch, int64_t 
                            padding, y.shape[1], total};
   overlap_add_kernel<<<blocks_for(total), kThreads, 0, stream>>>(p);
   VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status conv1d(GemmRunner& gemm, const TensorView& x, const Conv1dGeometry& geometry, const TensorView& weight,
+              const TensorView* bias, const TensorView& columns, const TensorView& y, cudaStream_t stream) {
+  if (!f32_device_contiguous(x) || x.rank() != 3 || !f32_device_contiguous(y) || y.rank() != 3 ||
+      !f32_device_contiguous(columns) || weight.rank() != 2) {
+    return invalid_argument("conv1d: x and y must be contiguous F32 [B, T, C] device tensors, the weight [O, K·C]");
+  }
+  const int64_t B = x.shape[0], T = x.shape[1], C = x.shape[2], O = weight.shape[0], T_out = y.shape[1];
+  const int64_t width = geometry.kernel * C;
+  if (y.shape[0] != B || y.shape[2] != O || weight.shape[1] != width || geometry.out_length != T_out) {
+    return invalid_argument("conv1d: x " + x.shape.to_string() + ", weight " + weight.shape.to_string() + " and y " +
+                            y.shape.to_string() + " do not make a convolution of kernel " +
+                            std::to_string(geometry.kernel));
+  }
+  if (geometry.kernel == 1 && geometry.stride == 1 && geometry.padding == 0) {
+    if (T_out != T) return invalid_argument("conv1d: a 1x1 convolution keeps the length " + std::to_string(T));
+    return gemm.linear(matrix(x.data, B * T, C), weight, bias, matrix(y.data, B * T_out, O), stream);
+  }
+  const int64_t block = columns.numel() / width;
+  if (block < 1) {
+    return invalid_argument("conv1d: a scratch of " + std::to_string(columns.numel()) + " floats holds no row of " +
+                            std::to_string(width));
+  }
+  float* out = static_cast<float*>(y.data);
+  for (int64_t r0 = 0; r0 < B * T_out; r0 += block) {
+    const int64_t rows = std::min(block, B * T_out - r0);
+    const TensorView col = matrix(columns.data, rows, width);
+    VORTEX_RETURN_IF_ERROR(conv1d_im2col(x, geometry, r0, col, stream));
+    VORTEX_RETURN_IF_ERROR(gemm.linear(col, weight, bias, matrix(out + r0 * O, rows, O), stream));
+  }
   return ok_status();
 }
 

@@ -1,5 +1,5 @@
-// The gather halves of the audio VAE's 1-D convolutions on the GPU (numerics: models/vae/conv1d.h):
-// a convolution is im2col then one fp32 GEMM (cuda/gemm.h) against the weight packed [O, K·C]; a
+// The audio VAE's 1-D convolutions on the GPU (numerics: models/vae/conv1d.h), and their gather
+// halves: a convolution is im2col then one fp32 GEMM (cuda/gemm.h) against the weight packed [O, K·C]; a
 // transposed convolution is one fp32 GEMM Z = x · W (W packed [K·O, C]) then the overlap-add of Z
 // into the output samples. Activations are time-major [B, T, C], F32, contiguous, on the device.
 #pragma once
@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "cuda/gemm.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -28,5 +29,12 @@ Status conv1d_im2col(const TensorView& x, const Conv1dGeometry& geometry, int64_
 // z: [B·T, K·O]; bias: F32 [O] device array or null; y: [B, T_out, O].
 Status conv_transpose1d_overlap_add(const TensorView& z, int64_t batch, int64_t kernel, int64_t stride,
                                     int64_t padding, const float* bias, const TensorView& y, cudaStream_t stream);
+
+// y [B, T_out, O] = conv1d(x [B, T, C]) with the weight packed [O, K·C] and an F32 bias [O] or null:
+// one GEMM when the convolution is 1x1, stride 1, unpadded; otherwise im2col into `columns` (a
+// contiguous F32 device scratch of at least K·C floats; the output rows that do not fit at once
+// run in row blocks) and one GEMM per block. geometry.out_length is y's T_out.
+Status conv1d(GemmRunner& gemm, const TensorView& x, const Conv1dGeometry& geometry, const TensorView& weight,
+              const TensorView* bias, const TensorView& columns, const TensorView& y, cudaStream_t stream);
 
 }  // namespace vortex::cuda

@@ -11,6 +11,8 @@
 // at 0 and adds the taps in the CPU's order with explicitly rounded products and sums, and the
 // snake is the CPU's sequence of roundings, so the only difference from the CPU is sinf's last bit
 // (CUDA's sinf is within 2 ulp, glibc's within 1).
+//
+// The plain snake (the DAC encoder's): a grid-stride loop over the elements, the same roundings.
 #include "cuda/vae_snake.h"
 
 #include <algorithm>
@@ -88,6 +90,17 @@ __global__ void __launch_bounds__(kThreads) alias_free_snake_kernel(SnakeParams 
   }
 }
 
+__global__ void snake_kernel(const float* x, const float* frequency, const float* magnitude, float* y, int64_t n,
+                             int64_t C) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t c = i % C;
+    const float v = x[i];
+    const float s = sinf(__fmul_rn(frequency[c], v));
+    y[i] = __fadd_rn(v, __fmul_rn(magnitude[c], __fmul_rn(s, s)));
+  }
+}
+
 }  // namespace
 
 Result<SnakeFilters> make_snake_filters(const std::vector<float>& up, const std::vector<float>& down) {
@@ -147,6 +160,24 @@ Status alias_free_snake(const TensorView& x, const float* frequency, const float
                   static_cast<unsigned>((C + tile - 1) / tile), static_cast<unsigned>(B));
   const size_t smem = static_cast<size_t>((kTileOut - 1) * kRatio + filters.down_taps) * tile * sizeof(float);
   alias_free_snake_kernel<<<grid, block, smem, stream>>>(p);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
+Status snake(const TensorView& x, const float* frequency, const float* magnitude, const TensorView& y,
+             cudaStream_t stream) {
+  for (const TensorView* t : {&x, &y}) {
+    if (t->device != Device::kCuda || t->dtype != DType::kF32 || t->rank() < 1 || !t->is_contiguous()) {
+      return invalid_argument("snake: x and y must be contiguous F32 device tensors");
+    }
+  }
+  if (y.shape != x.shape) return invalid_argument("snake: y " + y.shape.to_string() + " is not x's " + x.shape.to_string());
+  if (frequency == nullptr || magnitude == nullptr) return invalid_argument("snake: no snake parameters");
+  const int64_t n = x.numel(), C = x.shape[x.rank() - 1];
+  if (n == 0) return ok_status();
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 132 * 16);
+  snake_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(static_cast<const float*>(x.data), frequency,
+                                                                        magnitude, static_cast<float*>(y.data), n, C);
   VORTEX_CUDA_CHECK_LAUNCH();
   return ok_status();
 }

@@ -1,6 +1,7 @@
-// The BigVGAN decoder's alias-free activation on the GPU, fused: upsample 2x (Kaiser-sinc
-// transposed depthwise conv), SnakeBeta, low-pass downsample 2x (numerics: models/vae/resample.h,
-// models/vae/activations.h). The upsampled signal never reaches global memory.
+// The audio VAE's snake activations on the GPU (numerics: models/vae/activations.h): the BigVGAN
+// decoder's alias-free one, fused — upsample 2x (Kaiser-sinc transposed depthwise conv), SnakeBeta,
+// low-pass downsample 2x (models/vae/resample.h), the upsampled signal never in global memory — and
+// the DAC encoder's plain one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,5 +36,11 @@ int64_t alias_free_snake_length(const SnakeFilters& filters, int64_t length);
 // frequency, magnitude: F32 device arrays [C].
 Status alias_free_snake(const TensorView& x, const float* frequency, const float* magnitude,
                         const SnakeFilters& filters, const TensorView& y, cudaStream_t stream);
+
+// y = x + magnitude[c] · sin(frequency[c] · x)², vae::apply_snake's roundings. x, y: contiguous F32
+// device tensors of the same shape, channels last (x == y is in place); frequency, magnitude: F32
+// device arrays of x's last dim.
+Status snake(const TensorView& x, const float* frequency, const float* magnitude, const TensorView& y,
+             cudaStream_t stream);
 
 }  // namespace vortex::cuda

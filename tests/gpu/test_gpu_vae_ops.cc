@@ -2,13 +2,17 @@
 // (fixed seeds), odd sizes and strided views.
 //
 // Bounds:
-//   conv1d_im2col, conv_transpose1d_overlap_add, gather_latent_tokens, divide_by, clamp: bitwise
-//     (the CPU's gathers and fp32 operations in the CPU's order).
+//   conv1d_im2col, conv_transpose1d_overlap_add, gather_latent_tokens, divide_by, clamp,
+//     heads_mean_pool, normalize_channels: bitwise (the CPU's gathers and fp32 operations in the
+//     CPU's order).
+//   gelu_tanh_gate: max-rel <= 2^-23 (the host's double operations one by one; CUDA's tanh may
+//     differ from glibc's in the last double bits, which moves a float rounding only next to a tie).
+//   snake: rel-L2 <= 1e-6 (sinf, as alias_free_snake).
 //   layer_norm: F32 out rel-L2 <= 1e-6 and max-abs <= 1e-5; BF16 out within 1 ulp, at most 1e-3 of
 //     the elements at 1 ulp. Mean and variance are summed in double on both sides, in different
 //     orders, so they agree after rounding to fp32 except next to a tie.
-//   attention_f32: rel-L2 <= 1e-5, max-abs <= 1e-5. fp32 throughout; summation order and expf
-//     (2 ulp on both sides) differ.
+//   attention_f32, causal_attention_f32: rel-L2 <= 1e-5, max-abs <= 1e-5. fp32 throughout;
+//     summation order and expf (2 ulp on both sides) differ.
 //   alias_free_snake: rel-L2 <= 1e-6, max-abs <= 1e-5. The upsampling, the snake's roundings and
 //     the downsampling replay the CPU's fp32 operations (a host replay of the kernel's tiling is
 //     bit-identical to the CPU); CUDA's sinf (2 ulp) against glibc's (1 ulp) is the difference.
@@ -19,6 +23,7 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/elementwise.h"
 #include "cuda/vae_attention_f32.h"
 #include "cuda/vae_conv1d.h"
 #include "cuda/vae_layer_norm.h"
@@ -82,30 +87,40 @@ TEST_F(GpuVaeOps, AttentionF32MatchesTheCpu) {
   struct Case {
     int64_t n, heads, dim;
   };
-  for (const Case cs : {Case{1, 1, 8}, Case{33, 3, 32}, Case{200, 2, 64}, Case{77, 1, 100}, Case{130, 2, 128}}) {
-    ArenaScope scope(arena_);
-    const std::string what = "attention_f32 N " + std::to_string(cs.n) + " H " + std::to_string(cs.heads) + " D " +
-                             std::to_string(cs.dim);
-    const int64_t inner = cs.heads * cs.dim;
-    // q, k, v as column slices of one fused [N, 3·H·D] buffer, as the decoder holds them.
-    const Tensor qkv = random_tensor({cs.n, 3 * inner}, DType::kF32, 21 + cs.n, 1.0f);
-    Tensor want = Tensor::empty({cs.n, cs.heads, cs.dim}, DType::kF32);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(cs.dim));
-    VORTEX_EXPECT_OK(cpu::attention(head_view(qkv, 0, cs.heads, cs.dim), head_view(qkv, inner, cs.heads, cs.dim),
-                                    head_view(qkv, 2 * inner, cs.heads, cs.dim), want.view(), scale));
-    const Tensor qkv_dev = to_device(qkv);
-    const Tensor out = must(arena_.alloc({cs.n, cs.heads, cs.dim}, DType::kF32));
-    VORTEX_EXPECT_OK(cuda::attention_f32(head_view(qkv_dev, 0, cs.heads, cs.dim),
-                                         head_view(qkv_dev, inner, cs.heads, cs.dim),
-                                         head_view(qkv_dev, 2 * inner, cs.heads, cs.dim), out.view(), scale, stream_));
-    const Comparison c = compare(to_host(out), want);
-    EXPECT_LE(c.rel_l2, 1e-5) << what << ": " << c.summary();
-    EXPECT_LE(c.max_abs, 1e-5) << what << ": " << c.summary();
-    EXPECT_EQ(c.nonfinite, 0) << what;
+  for (const bool causal : {false, true}) {
+    for (const Case cs : {Case{1, 1, 8}, Case{33, 3, 32}, Case{200, 2, 64}, Case{77, 1, 100}, Case{130, 2, 128},
+                          Case{207, 8, 256}, Case{45, 2, 200}}) {
+      ArenaScope scope(arena_);
+      const std::string what = std::string(causal ? "causal_attention_f32" : "attention_f32") + " N " +
+                               std::to_string(cs.n) + " H " + std::to_string(cs.heads) + " D " + std::to_string(cs.dim);
+      const int64_t inner = cs.heads * cs.dim;
+      // q, k, v as column slices of one fused [N, 3·H·D] buffer, as the decoders hold them.
+      const Tensor qkv = random_tensor({cs.n, 3 * inner}, DType::kF32, 21 + cs.n, 1.0f);
+      Tensor want = Tensor::empty({cs.n, cs.heads, cs.dim}, DType::kF32);
+      const float scale = 1.0f / std::sqrt(static_cast<float>(cs.dim));
+      const auto cpu_attention = causal ? cpu::causal_attention : cpu::attention;
+      VORTEX_EXPECT_OK(cpu_attention(head_view(qkv, 0, cs.heads, cs.dim), head_view(qkv, inner, cs.heads, cs.dim),
+                                     head_view(qkv, 2 * inner, cs.heads, cs.dim), want.view(), scale,
+                                     cpu::default_gemm_variant()));
+      const Tensor qkv_dev = to_device(qkv);
+      const Tensor out = must(arena_.alloc({cs.n, cs.heads, cs.dim}, DType::kF32));
+      const auto gpu_attention = causal ? cuda::causal_attention_f32 : cuda::attention_f32;
+      VORTEX_EXPECT_OK(gpu_attention(head_view(qkv_dev, 0, cs.heads, cs.dim), head_view(qkv_dev, inner, cs.heads, cs.dim),
+                                     head_view(qkv_dev, 2 * inner, cs.heads, cs.dim), out.view(), scale, stream_));
+      const Comparison c = compare(to_host(out), want);
+      EXPECT_LE(c.rel_l2, 1e-5) << what << ": " << c.summary();
+      EXPECT_LE(c.max_abs, 1e-5) << what << ": " << c.summary();
+      EXPECT_EQ(c.nonfinite, 0) << what;
+    }
   }
-  const Tensor big = to_device(random_tensor({4, 1, 136}, DType::kF32, 3));
+  const Tensor big = to_device(random_tensor({4, 1, 264}, DType::kF32, 3));
   EXPECT_EQ(cuda::attention_f32(big.view(), big.view(), big.view(), big.view(), 0.1f, stream_).code(),
             StatusCode::kInvalidArgument);
+  const Tensor q = to_device(random_tensor({4, 1, 8}, DType::kF32, 4));
+  const Tensor kv = to_device(random_tensor({5, 1, 8}, DType::kF32, 5));
+  const Tensor o = must(arena_.alloc({4, 1, 8}, DType::kF32));
+  EXPECT_EQ(cuda::causal_attention_f32(q.view(), kv.view(), kv.view(), o.view(), 0.1f, stream_).code(),
+            StatusCode::kInvalidArgument);  // Nq != Nk
 }
 
 TEST_F(GpuVaeOps, AliasFreeSnakeMatchesTheCpu) {
@@ -221,6 +236,73 @@ TEST_F(GpuVaeOps, DivideAndClampAreBitwise) {
   VORTEX_EXPECT_OK(cuda::clamp(b.view(), -1.0f, 1.0f, stream_));
   expect_bitwise_tensor(to_host(a), divided, "divide_by");
   expect_bitwise_tensor(to_host(b), clamped, "clamp");
+}
+
+// The audio VAE encoder's plain snake, head-mean pooling, gated GELU and normalisation.
+TEST_F(GpuVaeOps, AudioEncoderPointwiseOpsMatchTheCpu) {
+  // snake, out of place and in place, against vae::apply_snake.
+  const Tensor x = random_tensor({2, 37, 19}, DType::kF32, 61, 1.5f);
+  const vae::SnakeParams params = must(vae::snake_params("snake", random_tensor({19}, DType::kF32, 62, 0.5f, 1.0f)));
+  Tensor want = x.clone();
+  VORTEX_EXPECT_OK(vae::apply_snake(params, want));
+  const Tensor freq = to_device(Tensor::from_f32(params.frequency, {19}));
+  const Tensor mag = to_device(Tensor::from_f32(params.magnitude, {19}));
+  const Tensor x_dev = to_device(x);
+  const Tensor y = must(arena_.alloc(x.shape(), DType::kF32));
+  VORTEX_EXPECT_OK(cuda::snake(x_dev.view(), freq.data_as<float>(), mag.data_as<float>(), y.view(), stream_));
+  Comparison c = compare(to_host(y), want);
+  EXPECT_LE(c.rel_l2, 1e-6) << "snake: " << c.summary();
+  VORTEX_EXPECT_OK(cuda::snake(x_dev.view(), freq.data_as<float>(), mag.data_as<float>(), x_dev.view(), stream_));
+  expect_bitwise_tensor(to_host(x_dev), to_host(y), "snake in place");
+
+  // heads_mean_pool: 3 heads of 11 pooled to 4 (windows of 3 and 4, overlapping).
+  const int64_t rows = 9, heads = 3, width = 11, out = 4;
+  const Tensor a = random_tensor({rows, heads * width}, DType::kF32, 63);
+  Tensor pooled_want = Tensor::empty({rows, out}, DType::kF32);
+  for (int64_t r = 0; r < rows; ++r) {
+    std::vector<float> mean(width);
+    for (int64_t w = 0; w < width; ++w) {
+      float sum = 0.0f;
+      for (int64_t h = 0; h < heads; ++h) sum += a.data_as<float>()[r * heads * width + h * width + w];
+      mean[w] = sum / static_cast<float>(heads);
+    }
+    for (int64_t i = 0; i < out; ++i) {
+      const int64_t start = i * width / out, end = ((i + 1) * width + out - 1) / out;
+      float sum = 0.0f;
+      for (int64_t w = start; w < end; ++w) sum += mean[w];
+      pooled_want.data_as<float>()[r * out + i] = sum / static_cast<float>(end - start);
+    }
+  }
+  const Tensor pooled = must(arena_.alloc({rows, out}, DType::kF32));
+  VORTEX_EXPECT_OK(cuda::heads_mean_pool(to_device(a).view(), heads, pooled.view(), stream_));
+  expect_bitwise_tensor(to_host(pooled), pooled_want, "heads_mean_pool");
+  EXPECT_EQ(cuda::heads_mean_pool(to_device(a).view(), 4, pooled.view(), stream_).code(), StatusCode::kInvalidArgument);
+
+  // gelu_tanh_gate against cpu::gelu and the fp32 product.
+  const Tensor g = random_tensor({13, 64}, DType::kF32, 64, 2.0f);
+  const Tensor v = random_tensor({13, 64}, DType::kF32, 65);
+  Tensor gate_want = Tensor::empty(g.shape(), DType::kF32);
+  VORTEX_EXPECT_OK(cpu::gelu(g.view(), gate_want.view(), cpu::GeluApproximation::kTanh));
+  for (int64_t i = 0; i < g.numel(); ++i) gate_want.data_as<float>()[i] *= v.data_as<float>()[i];
+  const Tensor g_dev = to_device(g);
+  VORTEX_EXPECT_OK(cuda::gelu_tanh_gate(g_dev.view(), to_device(v).view(), stream_));
+  c = compare(to_host(g_dev), gate_want);
+  EXPECT_LE(c.max_rel, std::ldexp(1.0, -23)) << "gelu_tanh_gate: " << c.summary();
+
+  // normalize_channels.
+  const Tensor m = random_tensor({6, 5}, DType::kF32, 66);
+  const std::vector<float> mean = {0.1f, -0.2f, 0.0f, 0.3f, 1.0f}, stddev = {0.5f, 1.5f, 0.9f, 2.0f, 0.7f};
+  Tensor norm_want = m.clone();
+  for (int64_t r = 0; r < 6; ++r) {
+    for (int64_t ch = 0; ch < 5; ++ch) {
+      float& e = norm_want.data_as<float>()[r * 5 + ch];
+      e = (e - mean[ch]) / stddev[ch];
+    }
+  }
+  const Tensor m_dev = to_device(m);
+  VORTEX_EXPECT_OK(cuda::normalize_channels(m_dev.view(), to_device(Tensor::from_f32(mean, {5})).data_as<float>(),
+                                            to_device(Tensor::from_f32(stddev, {5})).data_as<float>(), stream_));
+  expect_bitwise_tensor(to_host(m_dev), norm_want, "normalize_channels");
 }
 
 }  // namespace

@@ -119,8 +119,7 @@ Result<Tensor> pre_block(const AudioVaeEncoder& e, const Tensor& x, int64_t item
 
 }  // namespace
 
-Result<Tensor> encode_audio(const AudioVaeEncoder& e, const Tensor& waveform, const AudioVaeObserver* observer) {
-  const AudioVaeConfig& c = e.config;
+Result<Tensor> padded_waveform(const AudioVaeConfig& c, const Tensor& waveform) {
   if (!waveform.defined() || waveform.rank() != 2 || waveform.size(0) != 2 || waveform.size(1) < 1) {
     return invalid_argument("waveform: " + (waveform.defined() ? waveform.describe() : std::string("(undefined)")) +
                             " must be stereo [2, samples >= 1]");
@@ -140,6 +139,13 @@ Result<Tensor> encode_audio(const AudioVaeEncoder& e, const Tensor& waveform, co
     }
     std::memcpy(x.data_as<float>() + b * padded, s, sizeof(float) * samples);
   }
+  return x;
+}
+
+Result<Tensor> encode_audio(const AudioVaeEncoder& e, const Tensor& waveform, const AudioVaeObserver* observer) {
+  const AudioVaeConfig& c = e.config;
+  VORTEX_ASSIGN_OR_RETURN(Tensor x, padded_waveform(c, waveform));
+  const int64_t padded = x.size(1), hop = c.hop_length(), items = 2;
 
   VORTEX_ASSIGN_OR_RETURN(x, conv1d(e.stem, x));
   emit(observer, "encoder.block.0", x);

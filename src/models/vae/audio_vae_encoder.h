@@ -58,6 +58,10 @@ struct AudioVaeEncoder {
 // The encoder side of the state dict (validated as a whole first; its tensors must be present).
 Result<AudioVaeEncoder> assemble_audio_vae_encoder(const NamedTensors& tensors, const AudioVaeConfig& config);
 
+// The encoder's input: waveform F32 [2, S >= 1], finite (checked, refusals name the sample),
+// right-padded with zeros to a multiple of the hop, time-major: F32 [2, padded, 1].
+Result<Tensor> padded_waveform(const AudioVaeConfig& config, const Tensor& waveform);
+
 // Every intermediate as the reference's modules name them: "encoder.block.<i>" ([B, T, C] here, the
 // reference's [B, C, T] transposed), "pre_block" ([B, T, latent]), "mean" ([B, T, latent]).
 // waveform: F32 [2, S] (S >= 1), finite. Returns the normalised rows F32 [2 · A, latent_channels].

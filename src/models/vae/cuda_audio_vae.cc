@@ -177,29 +177,11 @@ Status CudaAudioVae::upload(const AudioVae& vae) {
   return ok_status();
 }
 
-// y [B, T_out, O] = conv(x [B, T, C]): one GEMM for a 1x1 convolution, else im2col and a GEMM per
-// block of output rows that fits the column scratch.
 Status CudaAudioVae::conv(const Conv& c, const Tensor& x, const Tensor& y) {
-  const int64_t B = x.size(0), T = x.size(1), O = c.shape.out_channels, T_out = y.size(1);
   const TensorView bias = c.bias.defined() ? c.bias.view() : TensorView();
-  const TensorView* bias_ptr = c.bias.defined() ? &bias : nullptr;
-  VORTEX_ASSIGN_OR_RETURN(Tensor y2, y.reshape({B * T_out, O}));
-  if (direct(c.shape)) {
-    VORTEX_ASSIGN_OR_RETURN(Tensor x2, x.reshape({B * T, c.shape.in_channels}));
-    return gemm_->linear(x2.view(), c.weight.view(), bias_ptr, y2.view(), stream_);
-  }
-  const int64_t width = c.shape.kernel * c.shape.in_channels;
-  const int64_t block = std::max<int64_t>(1, buffers_.columns.numel() / width);
-  const cuda::Conv1dGeometry geometry{c.shape.kernel, c.shape.stride, c.shape.dilation, c.shape.padding, T_out};
-  for (int64_t r0 = 0; r0 < B * T_out; r0 += block) {
-    const int64_t rows = std::min(block, B * T_out - r0);
-    VORTEX_ASSIGN_OR_RETURN(Tensor flat, buffers_.columns.slice(0, 0, rows * width));
-    VORTEX_ASSIGN_OR_RETURN(Tensor col, flat.reshape({rows, width}));
-    VORTEX_ASSIGN_OR_RETURN(Tensor out, y2.slice(0, r0, r0 + rows));
-    VORTEX_RETURN_IF_ERROR(cuda::conv1d_im2col(x.view(), geometry, r0, col.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(gemm_->linear(col.view(), c.weight.view(), bias_ptr, out.view(), stream_));
-  }
-  return ok_status();
+  const cuda::Conv1dGeometry geometry{c.shape.kernel, c.shape.stride, c.shape.dilation, c.shape.padding, y.size(1)};
+  return cuda::conv1d(*gemm_, x.view(), geometry, c.weight.view(), c.bias.defined() ? &bias : nullptr,
+                      buffers_.columns.view(), y.view(), stream_);
 }
 
 Status CudaAudioVae::conv_transpose(const ConvTranspose& c, const Tensor& x, const Tensor& y) {
