@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch peers of `vortex bench vae-decode`, run by it in the same device call.
 
-    python3 bench/peers/pytorch_vae.py --workload vae-video|vae-encode|vae-encode-clip|vae-audio --io DUMP --out REPORT
+    python3 bench/peers/pytorch_vae.py --workload vae-video|vae-encode|vae-encode-clip|vae-audio|vae-audio-encode
+                                       --io DUMP --out REPORT
                                        [--warmup 3 --reps 10]
 
 vae-video  diffusers' AutoencoderKLMiniMaxH3 (bring diffusers' src as .ref and put it on PYTHONPATH)
@@ -23,6 +24,10 @@ vae-encode-clip  the same on a 17-frame clip [1, 3, 17, H, W] (one clip of a vid
 vae-audio  diffusers' AutoencoderKLMiniMaxH3Audio with the dump's decoder state dict (weight_g /
            weight_v, filters) in fp32: `audio_vae.decode` of the de-normalised latents, with TF32 off
            (the checked run and one timing) and with PyTorch's defaults (cuDNN convolutions in TF32).
+vae-audio-encode  the same model with the dump's encoder state dict: the ref2va reference encoder
+           step's soundtrack encode (`audio_vae.encode` of the stereo waveform as two mono items, the
+           posterior mean, normalised, channel-major rows), on the device, fp32 without TF32 (checked
+           and timed) and with PyTorch's defaults.
 
 Protocol as vortex's (measure() of pytorch_h3.py): warm-ups, then timed repetitions with CUDA
 events, each after a 256 MB L2 flush. The report holds medians (ms) and rel-L2 / max-abs of vortex
@@ -168,16 +173,53 @@ def vae_audio(args):
     return {"correctness": correctness, "peers": reports}
 
 
+def vae_audio_encode(args):
+    from diffusers import AutoencoderKLMiniMaxH3Audio
+
+    config, io, weights = load_dump(args.io)
+    vae = AutoencoderKLMiniMaxH3Audio(**constructor_kwargs(config)).to("cuda").eval()
+    missing, unexpected = vae.load_state_dict(weights, strict=False)
+    if unexpected:
+        raise SystemExit(f"dump has tensors the model does not: {unexpected[:5]}")
+    stray = [k for k in missing if not k.startswith(("dec_in_proj.", "decoder."))]
+    if stray:
+        raise SystemExit(f"dump lacks encoder tensors: {stray[:5]}")
+    del weights
+    waveform = io["in.waveform"]
+    ours = io["out.rows"]
+    channels = config["latent_channels"]
+    mean = torch.tensor(config["latents_mean"], device="cuda").view(1, 1, -1)
+    std = torch.tensor(config["latents_std"], device="cuda").view(1, 1, -1)
+
+    def encode():
+        posterior = vae.encode(waveform[:, None], return_dict=False)[0]
+        latents = posterior.mode().float().transpose(1, 2)
+        return ((latents - mean) / std).reshape(-1, channels)
+
+    reports = []
+    with torch.no_grad():
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        correctness = compare(ours, encode())
+        correctness["comparator"] = ("diffusers AutoencoderKLMiniMaxH3Audio.encode as the ref2va reference encoder "
+                                     "step runs it, fp32 without TF32, same weights and waveform; normalised rows")
+        reports.append({"name": "diffusers-audio-encode-fp32", **measure(encode, args.warmup, args.reps)})
+        torch.backends.cudnn.allow_tf32 = True  # PyTorch's default for convolutions
+        reports.append({"name": "diffusers-audio-encode-default-tf32-convs", **measure(encode, args.warmup, args.reps)})
+    return {"correctness": correctness, "peers": reports}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workload", required=True, choices=["vae-video", "vae-encode", "vae-encode-clip", "vae-audio"])
+    parser.add_argument("--workload", required=True,
+                        choices=["vae-video", "vae-encode", "vae-encode-clip", "vae-audio", "vae-audio-encode"])
     parser.add_argument("--io", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
     report = {"vae-video": vae_video, "vae-encode": vae_encode, "vae-encode-clip": vae_encode,
-              "vae-audio": vae_audio}[args.workload](args)
+              "vae-audio": vae_audio, "vae-audio-encode": vae_audio_encode}[args.workload](args)
     report["torch"] = torch.__version__
     report["cudnn"] = torch.backends.cudnn.version()
     with open(args.out, "w") as f:

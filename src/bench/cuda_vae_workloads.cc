@@ -1,6 +1,6 @@
 // The `vae-decode` workload of `vortex bench`: the canonical decodes of both VAEs on one GPU, one
 // manifest each; and `vae-encode`, the video VAE encoder on one canonical keyframe and on one clip
-// of a video reference.
+// of a video reference, and the audio VAE encoder on one canonical soundtrack reference.
 //
 //   vae-decode-video  latents [24, 37, 48, 84] -> 124 frames of 768 x 1344 (bf16 mode, the release
 //                     config and tiling: 7 chunks x 28 tiles), synthetic weights made on the device;
@@ -16,6 +16,10 @@
 //   vae-encode-clip   one 17-frame clip of a video reference at 768 x 1344 -> moments [48, 2, 48, 84]
 //                     (the unit a reference of 17n + 5 frames is encoded in: ceil(F / 17) clips);
 //                     otherwise as the keyframe.
+//   vae-encode-audio  a soundtrack reference of 165,600 samples a channel (5.175 s at 32 kHz, the
+//                     canonical clip's duration) -> rows [2 · 207, 32], fp32, synthetic weights
+//                     (synthetic_audio_vae_tensors); timed from the host waveform to the rows in
+//                     device memory (validation, padding and the upload included).
 //
 // Correctness: the audio waveform against the CPU decoder on the same weights and latents (rel-L2
 // bound 1e-4, DESIGN's fp32 parity bound); the video frames run to run (bitwise) when no peer runs, and
@@ -25,10 +29,12 @@
 // its peer runs. Peak device memory: the three arenas (weights, activations, cuBLASLt workspace)
 // as allocated, the planned sizes, and the device memory in use (cudaMemGetInfo) after the decodes.
 // The encodes' moments: run to run (bitwise) without a peer, against the peer's diffusers encode
-// (fp32, TF32 off) with one.
+// (fp32, TF32 off) with one. The soundtrack's rows: against the CPU encoder (1e-4), and the peer's
+// diffusers encode reported beside it.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 
@@ -38,6 +44,7 @@
 #include "formats/safetensors.h"
 #include "models/h3/generate.h"
 #include "models/vae/cuda_audio_vae.h"
+#include "models/vae/cuda_audio_vae_encoder.h"
 #include "models/vae/cuda_video_vae.h"
 #include "models/vae/cuda_video_vae_encoder.h"
 
@@ -49,8 +56,9 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kVideoLatentFrames = 37, kVideoLatentHeight = 48, kVideoLatentWidth = 84;
 constexpr int64_t kAudioLatentFrames = 207;
+constexpr int64_t kSoundtrackSamples = 165600;
 // Philox streams of the benchmark's latents (the weights use the per-tensor name streams).
-constexpr uint64_t kVideoLatentStream = 0x56414556, kAudioLatentStream = 0x56414541;
+constexpr uint64_t kVideoLatentStream = 0x56414556, kAudioLatentStream = 0x56414541, kSoundtrackStream = 0x56414557;
 // Frames vs the peer's fp16-autocast decode: the bf16 program alone is 2.5e-3 from the fp32
 // decoder on the 4-layer test preset; 36 layers and the reference's own fp16 rounding add to it.
 constexpr double kVideoPeerBound = 3e-2;
@@ -379,6 +387,72 @@ Result<Manifest> bench_audio(const BenchOptions& o) {
   return m;
 }
 
+Result<Manifest> bench_audio_encode(const BenchOptions& o) {
+  const vae::AudioVaeConfig config = *vae::audio_vae_config_preset("h3");
+  const vae::NamedTensors tensors = vae::synthetic_audio_vae_tensors(config, o.seed, /*with_encoder=*/true);
+  VORTEX_ASSIGN_OR_RETURN(const vae::AudioVaeEncoder cpu, vae::assemble_audio_vae_encoder(tensors, config));
+  VORTEX_ASSIGN_OR_RETURN(auto model, vae::CudaAudioVaeEncoder::create(cpu));
+  // A waveform in [-1, 1]: half-scale noise (the encoder's snakes and attention see a signal's range).
+  const Tensor noise = h3::seeded_normal({2, kSoundtrackSamples}, o.seed, kSoundtrackStream);
+  Tensor waveform = Tensor::empty(noise.shape(), DType::kF32);
+  for (int64_t i = 0; i < noise.numel(); ++i) {
+    waveform.data_as<float>()[i] = std::clamp(0.5f * noise.data_as<float>()[i], -1.0f, 1.0f);
+  }
+  Tensor rows;
+  auto body = [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(rows, model->encode_on_device(waveform));
+    return ok_status();
+  };
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  VORTEX_ASSIGN_OR_RETURN(Samples samples, timer->measure(o, nullptr, body));
+  VORTEX_ASSIGN_OR_RETURN(const size_t in_use, device_bytes_in_use());
+  VORTEX_ASSIGN_OR_RETURN(const Tensor got, cuda::download(rows, nullptr));
+  const auto cpu_start = std::chrono::steady_clock::now();
+  VORTEX_ASSIGN_OR_RETURN(const Tensor want, vae::encode_audio(cpu, waveform));
+  const double cpu_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - cpu_start).count();
+
+  Manifest m;
+  m.workload = "vae-encode-audio";
+  m.samples = samples;
+  const double seconds = static_cast<double>(kSoundtrackSamples) / config.sampling_rate;
+  m.derived = {{"audio_seconds", seconds},
+               {"realtime_factor", seconds / (samples.median() * 1e-3)},
+               {"cpu_encoder_ms (one run, the host's threads)", cpu_ms},
+               {"device_bytes",
+                {{"weights", model->weight_bytes()},
+                 {"activations_arena_peak", model->activation_peak_bytes()},
+                 {"in_use_after_encodes (cudaMemGetInfo, incl. context and timer's L2-flush buffer)", in_use}}}};
+  m.workload_section = {{"name", m.workload},
+                        {"waveform", waveform.shape().to_vector()},
+                        {"rows", got.shape().to_vector()},
+                        {"sampling_rate", config.sampling_rate},
+                        {"config", "h3 (release): encoder_dim 64, rates 2 4 4 5 5, latent_dim 2048, 8 heads"},
+                        {"weights", "synthetic (synthetic_audio_vae_tensors), weight norm fused"},
+                        {"seed", o.seed}};
+  m.protocol = protocol_json(o);
+  m.protocol["timed"] = "host waveform -> normalised rows in device memory (validation, padding, upload included)";
+  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  m.implementation = {{"backend", "cuda"},
+                      {"recipe", "fp32 (no TF32)"},
+                      {"convolutions", "im2col + cuBLASLt fp32 GEMM (cuda::conv1d, the decoder's)"},
+                      {"pre_block", "layer norms, fp32 GEMMs, causal fp32 attention on CUDA cores"}};
+  m.correctness = compare(got, want, "CPU encoder (encode_audio), same weights and waveform", kAudioCpuBound);
+
+  if (!o.peer_command.empty()) {
+    fs::create_directories(o.work_dir);
+    vae::NamedTensors io = tensors;
+    io.emplace_back("in.waveform", waveform);
+    io.emplace_back("out.rows", got);
+    const std::string path = o.work_dir + "/vae_audio_encode_io.safetensors";
+    VORTEX_RETURN_IF_ERROR(write_safetensors(path, io, {{"config", config.to_json_string()}}));
+    model.reset();
+    VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, "vae-audio-encode", path));
+    if (peer.is_object() && peer.contains("correctness")) m.derived["peer_correctness"] = peer["correctness"];
+    add_peer_ratios(m, peer);
+  }
+  return m;
+}
+
 }  // namespace
 
 Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
@@ -391,6 +465,8 @@ Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
     out.push_back(std::move(keyframe));
     VORTEX_ASSIGN_OR_RETURN(Manifest clip, bench_encode(o, kClipFrames));
     out.push_back(std::move(clip));
+    VORTEX_ASSIGN_OR_RETURN(Manifest soundtrack, bench_audio_encode(o));
+    out.push_back(std::move(soundtrack));
     return out;
   }
   if (o.workload != "vae-decode") {
