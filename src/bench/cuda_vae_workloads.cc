@@ -66,6 +66,9 @@ constexpr double kVideoPeerBound = 3e-2;
 // 1e-5; the canonical 207-latent clip measured 1.76e-5 on the H200 (2026-11-29), so the bench uses
 // the project's fp32 parity bound.
 constexpr double kAudioCpuBound = 1e-4;
+// The soundtrack encode: the CPU encoder's own two GEMM orders differ by 7e-5 at the release widths
+// (tests/gpu/test_gpu_audio_vae_encoder.cc says how the random stack amplifies them); twice that.
+constexpr double kSoundtrackCpuBound = 1.5e-4;
 // The keyframe encode against diffusers' fp32 encode without TF32: the GPU test's golden tiles are
 // 8.6e-7 from the CPU program; fp32 parity bound.
 constexpr double kEncodePeerBound = 1e-4;
@@ -293,6 +296,10 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
                 "tf32x3: implicit GEMM on tensor cores (wgmma), each fp32 operand split into two tf32 parts (three "
                 "products), each k-block's products added to the running sum by fp32 FADD; conv_in and conv_out "
                 "(3 in / 48 out channels) as gemm"};
+      case cuda::VaeConvVariant::kTf32x3Lockstep:
+        return {"fp32 (tf32x3 products)",
+                "tf32x3-lockstep: tf32x3's sums (the same bits) by the earlier kernel, every warpgroup copying, "
+                "splitting and multiplying between CTA barriers; conv_in and conv_out as gemm"};
       case cuda::VaeConvVariant::kTf32:
         break;
     }
@@ -436,7 +443,7 @@ Result<Manifest> bench_audio_encode(const BenchOptions& o) {
                       {"recipe", "fp32 (no TF32)"},
                       {"convolutions", "im2col + cuBLASLt fp32 GEMM (cuda::conv1d, the decoder's)"},
                       {"pre_block", "layer norms, fp32 GEMMs, causal fp32 attention on CUDA cores"}};
-  m.correctness = compare(got, want, "CPU encoder (encode_audio), same weights and waveform", kAudioCpuBound);
+  m.correctness = compare(got, want, "CPU encoder (encode_audio), same weights and waveform", kSoundtrackCpuBound);
 
   if (!o.peer_command.empty()) {
     fs::create_directories(o.work_dir);

@@ -4,9 +4,12 @@
 // not a multiple of the hop), non-identity latent statistics, the im2col in row blocks, the diffusers
 // golden, and the canonical soundtrack (5.175 s at 32 kHz) at the release widths, timed.
 //
-// Bound: rows rel-L2 <= 1e-5 (3e-5 at the release widths, whose depth carries the summation-order
-// differences further, as the decoder's test found). Both encoders are the same fp32 program; the
-// GEMMs' summation order, sinf (CUDA 2 ulp, glibc 1 ulp) and the double tanh differ.
+// Bound: rows rel-L2 <= 1e-5; 1.5e-4 at the release widths. Both encoders are the same fp32
+// program; the GEMMs' summation order, sinf (CUDA 2 ulp, glibc 1 ulp) and the double tanh differ.
+// The release-width stack on random weights amplifies such differences about 2.5x a block: the CPU
+// encoder's own two GEMMs (OpenBLAS, the k-ordered loops) differ by 9.5e-7 after the first block,
+// 5.0e-5 after the fifth and 7.0e-5 at the rows (h3, S = 2417, measured here); the GPU read 5.5e-5
+// there and 5.9e-5 on the canonical soundtrack (H100, session 44). The bound is twice the CPU's spread.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -28,7 +31,7 @@ using test::must;
 using vae::AudioVaeConfig;
 using vae::CudaAudioVaeEncoder;
 
-constexpr double kBound = 1e-5, kRealSizeBound = 3e-5;
+constexpr double kBound = 1e-5, kRealSizeBound = 1.5e-4;
 
 AudioVaeConfig config_with_statistics(const std::string& preset) {
   AudioVaeConfig c = must(vae::audio_vae_config_preset(preset));
