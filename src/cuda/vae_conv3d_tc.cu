@@ -123,6 +123,28 @@ __device__ __forceinline__ void split_tile(float* raw, float* lo, int tid) {
   }
 }
 
+// A warpgroup's 64 x kBlockN accumulators plus the bias into y: output rows [row0, row0 + 64) of
+// `frame`, channels [n0, n0 + kBlockN). Thread t of the warpgroup holds rows 16·(t/32 % 4) + (t%32)/4
+// and + 8, columns 8j + 2·(t%4) and + 1 (acc[4j], acc[4j + 1]; acc[4j + 2], acc[4j + 3] for row + 8).
+__device__ __forceinline__ void store_tile(const ImplicitParams& p, const float (&acc)[64], int frame, int row0,
+                                           int n0, int tid) {
+  float* y = p.y + static_cast<int64_t>(frame) * p.frame_rows * p.O;
+  const int lane = tid % 32, row = row0 + (tid / 32 % 4) * 16 + lane / 4;
+#pragma unroll
+  for (int j = 0; j < kBlockN / 8; ++j) {
+    const int col = n0 + 8 * j + 2 * (lane % 4);
+    const float2 bias = *reinterpret_cast<const float2*>(p.bias + col);
+    if (row < p.frame_rows) {
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row) * p.O + col) =
+          make_float2(acc[4 * j] + bias.x, acc[4 * j + 1] + bias.y);
+    }
+    if (row + 8 < p.frame_rows) {
+      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row + 8) * p.O + col) =
+          make_float2(acc[4 * j + 2] + bias.x, acc[4 * j + 3] + bias.y);
+    }
+  }
+}
+
 // One CTA: output pixels [m0, m0 + kBlockM) of frame blockIdx.z, channels [n0, n0 + kBlockN).
 template <int kProducts>
 __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParams p) {
@@ -271,23 +293,7 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   }
   cp_async_wait<0>();
 
-  // Epilogue: thread t of warpgroup wg holds rows 16·(t/32 % 4) + (t%32)/4 and + 8 of its 64,
-  // columns 8j + 2·(t%4) and + 1 (acc[4j], acc[4j + 1]; acc[4j + 2], acc[4j + 3] for row + 8).
-  float* y = p.y + static_cast<int64_t>(frame) * p.frame_rows * p.O;
-  const int row = m0 + wg * 64 + (tid / 32 % 4) * 16 + lane / 4;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * (lane % 4);
-    const float2 bias = *reinterpret_cast<const float2*>(p.bias + col);
-    if (row < p.frame_rows) {
-      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row) * p.O + col) =
-          make_float2(acc[4 * j] + bias.x, acc[4 * j + 1] + bias.y);
-    }
-    if (row + 8 < p.frame_rows) {
-      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row + 8) * p.O + col) =
-          make_float2(acc[4 * j + 2] + bias.x, acc[4 * j + 3] + bias.y);
-    }
-  }
+  store_tile(p, acc, frame, m0 + wg * 64, n0, tid);
 }
 
 // ---- warp-specialized (the default tf32x3 kernel) ----------------------------------------------
@@ -454,21 +460,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
     for (int i = 0; i < 64; ++i) acc[i] += part[i];
   }
 
-  float* y = p.y + static_cast<int64_t>(frame) * p.frame_rows * p.O;
-  const int row = m0 + consumer * 64 + (tid / 32 % 4) * 16 + lane / 4;
-#pragma unroll
-  for (int j = 0; j < kBlockN / 8; ++j) {
-    const int col = n0 + 8 * j + 2 * (lane % 4);
-    const float2 bias = *reinterpret_cast<const float2*>(p.bias + col);
-    if (row < p.frame_rows) {
-      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row) * p.O + col) =
-          make_float2(acc[4 * j] + bias.x, acc[4 * j + 1] + bias.y);
-    }
-    if (row + 8 < p.frame_rows) {
-      *reinterpret_cast<float2*>(y + static_cast<int64_t>(row + 8) * p.O + col) =
-          make_float2(acc[4 * j + 2] + bias.x, acc[4 * j + 3] + bias.y);
-    }
-  }
+  store_tile(p, acc, frame, m0 + consumer * 64, n0, tid);
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
