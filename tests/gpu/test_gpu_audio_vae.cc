@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <string>
 
+#include "gpu/audio_vae_test_util.h"
 #include "gpu/gpu_test_util.h"
 #include "models/vae/cuda_audio_vae.h"
 
@@ -21,15 +22,6 @@ namespace {
 using test::must;
 using vae::AudioVaeConfig;
 using vae::CudaAudioVae;
-
-AudioVaeConfig config_with_statistics(const std::string& preset) {
-  AudioVaeConfig c = must(vae::audio_vae_config_preset(preset));
-  for (int i = 0; i < c.latent_channels; ++i) {
-    c.latents_mean[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
-    c.latents_std[i] = 0.6f + 0.03f * static_cast<float>(i % 7);
-  }
-  return c;
-}
 
 vae::AudioVae synthetic_vae(const AudioVaeConfig& c, uint64_t seed) {
   return must(vae::assemble_audio_vae(vae::synthetic_audio_vae_tensors(c, seed, /*with_encoder=*/false), c));
@@ -65,7 +57,7 @@ TEST(GpuAudioVae, MatchesTheCpuDecoder) {
   uint64_t seed = 20;
   for (const Case cs : {Case{"test", 1}, Case{"test", 9}, Case{"small", 1}, Case{"small", 13}, Case{"h3", 3}}) {
     const std::string what = std::string(cs.preset) + " A=" + std::to_string(cs.frames);
-    const AudioVaeConfig c = config_with_statistics(cs.preset);
+    const AudioVaeConfig c = test::audio_config_with_statistics(cs.preset);
     const vae::AudioVae cpu = synthetic_vae(c, 8);
     auto gpu = must(CudaAudioVae::create(cpu));
     const Tensor latents = test::random_tensor({2, cs.frames, c.latent_channels}, DType::kF32, ++seed);
@@ -77,7 +69,7 @@ TEST(GpuAudioVae, MatchesTheCpuDecoder) {
 // A column budget of a few rows splits every convolution's im2col into many GEMMs.
 TEST(GpuAudioVae, RowBlockedConvolutionsMatchTheCpuDecoder) {
   VORTEX_REQUIRE_GPU();
-  const AudioVaeConfig c = config_with_statistics("small");
+  const AudioVaeConfig c = test::audio_config_with_statistics("small");
   const vae::AudioVae cpu = synthetic_vae(c, 4);
   vae::CudaAudioVaeOptions options;
   options.im2col_budget_bytes = 4096;
@@ -88,7 +80,7 @@ TEST(GpuAudioVae, RowBlockedConvolutionsMatchTheCpuDecoder) {
 
 TEST(GpuAudioVae, RepeatedDecodesAreBitwiseAndAllocateNothing) {
   VORTEX_REQUIRE_GPU();
-  const AudioVaeConfig c = config_with_statistics("small");
+  const AudioVaeConfig c = test::audio_config_with_statistics("small");
   auto gpu = must(CudaAudioVae::create(synthetic_vae(c, 5)));
   const Tensor latents = test::random_tensor({2, 9, c.latent_channels}, DType::kF32, 7);
   const Tensor first = must(gpu->decode(latents));
@@ -100,7 +92,7 @@ TEST(GpuAudioVae, RepeatedDecodesAreBitwiseAndAllocateNothing) {
 
 TEST(GpuAudioVae, BadInputIsInvalidArgumentNamingTheField) {
   VORTEX_REQUIRE_GPU();
-  const AudioVaeConfig c = config_with_statistics("test");
+  const AudioVaeConfig c = test::audio_config_with_statistics("test");
   auto gpu = must(CudaAudioVae::create(synthetic_vae(c, 5)));
   const int64_t C = c.latent_channels;
   const auto expect_bad = [&](const Tensor& latents, const std::string& what) {

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <string>
 
+#include "gpu/audio_vae_test_util.h"
 #include "gpu/gpu_test_util.h"
 #include "core/parallel.h"
 #include "formats/safetensors.h"
@@ -32,15 +33,6 @@ using vae::AudioVaeConfig;
 using vae::CudaAudioVaeEncoder;
 
 constexpr double kBound = 1e-5, kRealSizeBound = 1.5e-4;
-
-AudioVaeConfig config_with_statistics(const std::string& preset) {
-  AudioVaeConfig c = must(vae::audio_vae_config_preset(preset));
-  for (int i = 0; i < c.latent_channels; ++i) {
-    c.latents_mean[i] = 0.05f * static_cast<float>(i % 5) - 0.1f;
-    c.latents_std[i] = 0.6f + 0.03f * static_cast<float>(i % 7);
-  }
-  return c;
-}
 
 vae::AudioVaeEncoder synthetic_encoder(const AudioVaeConfig& c, uint64_t seed) {
   return must(vae::assemble_audio_vae_encoder(vae::synthetic_audio_vae_tensors(c, seed, /*with_encoder=*/true), c));
@@ -77,7 +69,7 @@ TEST(GpuAudioVaeEncoder, MatchesTheCpuEncoder) {
   for (const Case cs : {Case{"test", 1}, Case{"test", 333}, Case{"small", 1}, Case{"small", 2001}, Case{"h3", 1},
                         Case{"h3", 3 * 800 + 17}}) {
     const std::string what = std::string(cs.preset) + " S=" + std::to_string(cs.samples);
-    const AudioVaeConfig c = config_with_statistics(cs.preset);
+    const AudioVaeConfig c = test::audio_config_with_statistics(cs.preset);
     const vae::AudioVaeEncoder cpu = synthetic_encoder(c, 9);
     auto gpu = must(CudaAudioVaeEncoder::create(cpu));
     const Tensor wave = waveform(cs.samples, ++seed);
@@ -89,7 +81,7 @@ TEST(GpuAudioVaeEncoder, MatchesTheCpuEncoder) {
 // A column budget of a few rows splits every convolution's im2col into many GEMMs.
 TEST(GpuAudioVaeEncoder, RowBlockedConvolutionsMatchTheCpuEncoder) {
   VORTEX_REQUIRE_GPU();
-  const AudioVaeConfig c = config_with_statistics("small");
+  const AudioVaeConfig c = test::audio_config_with_statistics("small");
   const vae::AudioVaeEncoder cpu = synthetic_encoder(c, 4);
   vae::CudaAudioVaeOptions options;
   options.im2col_budget_bytes = 4096;
@@ -113,7 +105,7 @@ TEST(GpuAudioVaeEncoder, MatchesTheReferenceGolden) {
 
 TEST(GpuAudioVaeEncoder, RepeatedEncodesAreBitwiseAndAllocateNothing) {
   VORTEX_REQUIRE_GPU();
-  const AudioVaeConfig c = config_with_statistics("small");
+  const AudioVaeConfig c = test::audio_config_with_statistics("small");
   auto gpu = must(CudaAudioVaeEncoder::create(synthetic_encoder(c, 5)));
   const Tensor wave = waveform(2400, 7);
   const Tensor first = must(gpu->encode(wave));
@@ -125,7 +117,7 @@ TEST(GpuAudioVaeEncoder, RepeatedEncodesAreBitwiseAndAllocateNothing) {
 
 TEST(GpuAudioVaeEncoder, BadInputIsInvalidArgumentNamingTheField) {
   VORTEX_REQUIRE_GPU();
-  auto gpu = must(CudaAudioVaeEncoder::create(synthetic_encoder(config_with_statistics("test"), 5)));
+  auto gpu = must(CudaAudioVaeEncoder::create(synthetic_encoder(test::audio_config_with_statistics("test"), 5)));
   const auto expect_bad = [&](const Tensor& wave, const std::string& what) {
     auto r = gpu->encode(wave);
     ASSERT_FALSE(r.ok()) << what;
@@ -144,7 +136,7 @@ TEST(GpuAudioVaeEncoder, BadInputIsInvalidArgumentNamingTheField) {
 // duration) at the release widths; the wall clock of each encoder, host waveform to host rows.
 TEST(GpuAudioVaeEncoder, CanonicalSoundtrackAtTheReleaseWidths) {
   VORTEX_REQUIRE_GPU();
-  const AudioVaeConfig c = config_with_statistics("h3");
+  const AudioVaeConfig c = test::audio_config_with_statistics("h3");
   const vae::AudioVaeEncoder cpu = synthetic_encoder(c, 11);
   auto gpu = must(CudaAudioVaeEncoder::create(cpu));
   const Tensor wave = waveform(165600, 12);
