@@ -296,10 +296,10 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
                 "tf32x3: implicit GEMM on tensor cores (wgmma), each fp32 operand split into two tf32 parts (three "
                 "products), each k-block's products added to the running sum by fp32 FADD; conv_in and conv_out "
                 "(3 in / 48 out channels) as gemm"};
-      case cuda::VaeConvVariant::kTf32x3Lockstep:
+      case cuda::VaeConvVariant::kTf32x3Ws:
         return {"fp32 (tf32x3 products)",
-                "tf32x3-lockstep: tf32x3's sums (the same bits) by the earlier kernel, every warpgroup copying, "
-                "splitting and multiplying between CTA barriers; conv_in and conv_out as gemm"};
+                "tf32x3-ws: tf32x3's sums by the warp-specialized kernel (a copying and splitting warpgroup, two "
+                "multiplying ones taking turns); conv_in and conv_out as gemm"};
       case cuda::VaeConvVariant::kTf32:
         break;
     }

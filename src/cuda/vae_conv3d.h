@@ -40,12 +40,12 @@ Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps,
                      int64_t frame, int64_t a0, int64_t r0, const TensorView& cols, cudaStream_t stream);
 
 // How the encoder computes a causal conv (VORTEX_VARIANT_VAE_CONV): kTf32x3 (the default),
-// kTf32x3Lockstep and kTf32 run conv3d_implicit where it applies (conv3d_implicit_supports) and
+// kTf32x3Ws and kTf32 run conv3d_implicit where it applies (conv3d_implicit_supports) and
 // kGatherGemm's path elsewhere; kGatherGemm is conv3d_gather and an fp32 cuBLASLt GEMM everywhere.
 // kTf32x3 is ~3e-7 rel-L2 from exact sums (vae_conv3d_tc.cu), as close as the fp32 GEMM;
-// kTf32x3Lockstep is its earlier kernel, the same bits (the GPU tests compare them); kTf32 (one
-// tf32 product, ~8e-4) is for measurement only.
-enum class VaeConvVariant { kTf32x3, kTf32x3Lockstep, kTf32, kGatherGemm };
+// kTf32x3Ws is the warp-specialized kernel of the same sums (~7% faster; opt-in until the GPU test
+// comparing its bits to kTf32x3's has run); kTf32 (one tf32 product, ~8e-4) is for measurement only.
+enum class VaeConvVariant { kTf32x3, kTf32x3Ws, kTf32, kGatherGemm };
 Result<VaeConvVariant> vae_conv_variant_from_env();
 
 // Whether conv3d_implicit takes a conv of these widths: C a multiple of 32, O of 128 (every conv
@@ -57,7 +57,7 @@ bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels);
 // of frame f (all of them) and a0_f = clamp(temporal_padding − f·st, 0, kt) its first real tap.
 // x: F32 [clips·T, H, W, C] contiguous; weight: F32 [O, kt·kh·kw·C] contiguous; bias: F32 [O];
 // y: F32 [T_out·clips·h_out·w_out, O] contiguous (several clips need T_out = 1); all device,
-// 16-byte aligned. `variant` is kTf32x3, kTf32x3Lockstep or kTf32.
+// 16-byte aligned. `variant` is kTf32x3, kTf32x3Ws or kTf32.
 Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
                        const TensorView& weight, const TensorView& bias, const TensorView& y, VaeConvVariant variant,
                        cudaStream_t stream);

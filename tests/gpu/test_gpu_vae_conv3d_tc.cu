@@ -6,7 +6,7 @@
 // the running sum inside the tensor core instead of added by FADD per k-block, 2e-6 to 2e-5, so the
 // bound catches a kernel that lost the promotion); one tf32 product (the approximate variant) must
 // measure above 1e-4 (7.7e-4), so the bound would also catch a kernel that lost the low parts.
-// Run to run, and the default (warp-specialized) kernel against the lockstep one: bitwise.
+// Run to run, and the warp-specialized kernel (tf32x3-ws) against the default lockstep one: bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,8 +104,8 @@ TEST_F(GpuVaeConv3dImplicit, MatchesTheDoubleSumsOnEveryFrame) {
     test::expect_bitwise(compare(to_host(y), got), k.what + ", run to run");
     // The warp-specialized kernel's bits are the lockstep kernel's (the same sums in the same order).
     VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
-                                           y.view(), cuda::VaeConvVariant::kTf32x3Lockstep, stream_));
-    test::expect_bitwise(compare(to_host(y), got), k.what + ", lockstep kernel");
+                                           y.view(), cuda::VaeConvVariant::kTf32x3Ws, stream_));
+    test::expect_bitwise(compare(to_host(y), got), k.what + ", warp-specialized kernel");
 
     VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
                                            y.view(), cuda::VaeConvVariant::kTf32, stream_));
