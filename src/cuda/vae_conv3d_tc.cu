@@ -123,6 +123,42 @@ __device__ __forceinline__ void split_tile(float* raw, float* lo, int tid) {
   }
 }
 
+// A warp's 16 rows of the A tile at `a_tile` (row a_row, lanes' halves by lane / 16) by ldmatrix, for
+// the four k8 steps of a k-block (an fp32 row of 4 values is the 16 bytes ldmatrix moves per row, so
+// its b16 fragments are the tf32 A fragment), split in registers: k8 step s at [4s, 4s + 4).
+__device__ __forceinline__ void load_split_a(const float* a_tile, int a_row, int lane, uint32_t (&a_hi)[16],
+                                             uint32_t (&a_lo)[16]) {
+#pragma unroll
+  for (int s = 0; s < kBlockK / 8; ++s) {
+    uint32_t raw[4];
+    hopper::ldmatrix_x4(raw, smem_address(a_tile + swizzled(a_row, 2 * s + lane / 16)));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      float hi = __uint_as_float(raw[j]), lo;
+      split(hi, lo);
+      a_hi[4 * s + j] = __float_as_uint(hi), a_lo[4 * s + j] = __float_as_uint(lo);
+    }
+  }
+}
+
+// A k-block's 12 products into a fresh partial sum `part`: per k8 step a_lo·b_hi, a_hi·b_lo,
+// a_hi·b_hi (k8 step s is 32 bytes into each 128-byte row: +2 in the descriptors' 16-byte units).
+__device__ __forceinline__ void tf32x3_products(float (&part)[64], const uint32_t (&a_hi)[16],
+                                                const uint32_t (&a_lo)[16], uint64_t b_desc, uint64_t b_lo_desc) {
+#pragma unroll
+  for (int s = 0; s < kBlockK / 8; ++s) {
+    const uint32_t(&hi)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_hi + 4 * s);
+    const uint32_t(&lo)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_lo + 4 * s);
+    if (s == 0) {
+      hopper::wgmma_m64n128k8_tf32_rs<0>(part, lo, b_desc);
+    } else {
+      hopper::wgmma_m64n128k8_tf32_rs<1>(part, lo, b_desc + 2 * s);
+    }
+    hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_lo_desc + 2 * s);
+    hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_desc + 2 * s);
+  }
+}
+
 // A warpgroup's 64 x kBlockN accumulators plus the bias into y: output rows [row0, row0 + 64) of
 // `frame`, channels [n0, n0 + kBlockN). Thread t of the warpgroup holds rows 16·(t/32 % 4) + (t%32)/4
 // and + 8, columns 8j + 2·(t%4) and + 1 (acc[4j], acc[4j + 1]; acc[4j + 2], acc[4j + 3] for row + 8).
@@ -233,35 +269,10 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
     // k8 step s is 32 bytes into each 128-byte row: +2 in the descriptor's 16-byte units.
     const uint64_t b_desc = hopper::k_major_descriptor(smem_address(raw_tile(kb % kStages, 1)));
     if constexpr (kProducts == 3) {
-      // This warp's 16 rows of A by ldmatrix (an fp32 row of 4 values is the 16 bytes it moves per
-      // row, so its b16 fragments are the tf32 A fragment), split in registers.
       const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(b_lo_tile(kb % 2)));
-      const float* a_tile = raw_tile(kb % kStages, 0);
-      const int a_row = wg * 64 + (tid / 32 % 4) * 16 + lane % 16;
-#pragma unroll
-      for (int s = 0; s < kBlockK / 8; ++s) {
-        uint32_t raw[4];
-        hopper::ldmatrix_x4(raw, smem_address(a_tile + swizzled(a_row, 2 * s + lane / 16)));
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float hi = __uint_as_float(raw[j]), lo;
-          split(hi, lo);
-          a_hi[4 * s + j] = __float_as_uint(hi), a_lo[4 * s + j] = __float_as_uint(lo);
-        }
-      }
+      load_split_a(raw_tile(kb % kStages, 0), wg * 64 + (tid / 32 % 4) * 16 + lane % 16, lane, a_hi, a_lo);
       hopper::wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < kBlockK / 8; ++s) {
-        const uint32_t(&hi)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_hi + 4 * s);
-        const uint32_t(&lo)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_lo + 4 * s);
-        if (s == 0) {
-          hopper::wgmma_m64n128k8_tf32_rs<0>(part, lo, b_desc);
-        } else {
-          hopper::wgmma_m64n128k8_tf32_rs<1>(part, lo, b_desc + 2 * s);
-        }
-        hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_lo_desc + 2 * s);
-        hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_desc + 2 * s);
-      }
+      tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
     } else {
       const uint32_t a_addr = smem_address(raw_tile(kb % kStages, 0)) + wg * 64 * kBlockK * 4;
       const uint64_t a_desc = hopper::k_major_descriptor(a_addr);
@@ -421,34 +432,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
   for (int kb = 0; kb < k_blocks; ++kb) {
     const int stage = kb % kWsStages;
     hopper::mbarrier_wait(smem_address(&full_bar[stage]), (kb / kWsStages) & 1);
-    const float* a_tile = tile(stage, 0);
-#pragma unroll
-    for (int s = 0; s < kBlockK / 8; ++s) {
-      uint32_t raw[4];
-      hopper::ldmatrix_x4(raw, smem_address(a_tile + swizzled(a_row, 2 * s + lane / 16)));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        float hi = __uint_as_float(raw[j]), lo;
-        split(hi, lo);
-        a_hi[4 * s + j] = __float_as_uint(hi), a_lo[4 * s + j] = __float_as_uint(lo);
-      }
-    }
+    load_split_a(tile(stage, 0), a_row, lane, a_hi, a_lo);
     const uint64_t b_desc = hopper::k_major_descriptor(smem_address(tile(stage, 1)));
     const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(tile(stage, 2)));
     hopper::named_barrier_sync(1 + consumer, 256);
     hopper::wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < kBlockK / 8; ++s) {
-      const uint32_t(&hi)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_hi + 4 * s);
-      const uint32_t(&lo)[4] = *reinterpret_cast<const uint32_t(*)[4]>(a_lo + 4 * s);
-      if (s == 0) {
-        hopper::wgmma_m64n128k8_tf32_rs<0>(part, lo, b_desc);
-      } else {
-        hopper::wgmma_m64n128k8_tf32_rs<1>(part, lo, b_desc + 2 * s);
-      }
-      hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_lo_desc + 2 * s);
-      hopper::wgmma_m64n128k8_tf32_rs<1>(part, hi, b_desc + 2 * s);
-    }
+    tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
     hopper::wgmma_commit();
     // The other consumer's turn (consumer 1's last arrival would have no one to meet).
     if (consumer == 0 || kb + 1 < k_blocks) hopper::named_barrier_arrive(2 - consumer, 256);
