@@ -30,8 +30,6 @@ size_t aligned_bytes(const Tensor& t) {
   return t.defined() ? (t.nbytes() + kSlack - 1) / kSlack * kSlack : 0;
 }
 
-bool direct(const Conv1dShape& s) { return s.kernel == 1 && s.stride == 1 && s.padding == 0; }
-
 // Element counts a decode of A latents needs: the largest [B, T, C] tensor, the im2col scratch of
 // the largest convolution (capped by the budget: larger ones run in row blocks), the largest
 // transposed-convolution product. `D` is AudioDecoderWeights or the device decoder (same member
@@ -48,10 +46,7 @@ Result<AudioPlan> plan_audio(const D& d, int kernels, int64_t batch, int64_t fra
     const int64_t out = conv1d_output_length(k, length);
     if (out < 1) return invalid_argument("audio latents: " + std::to_string(frames) + " frames are too few to decode");
     p.stage = std::max(p.stage, batch * out * k.out_channels);
-    if (!direct(k)) {
-      const int64_t width = k.kernel * k.in_channels;
-      p.columns = std::max(p.columns, std::min(batch * out, std::max<int64_t>(1, budget_floats / width)) * width);
-    }
+    p.columns = std::max(p.columns, conv1d_columns_floats(k, batch * out, budget_floats));
     return out;
   };
   VORTEX_ASSIGN_OR_RETURN(T, conv(d.dec_in_proj.shape, T));
@@ -101,6 +96,31 @@ size_t decoder_weight_bytes(const AudioDecoderWeights& d) {
 
 }  // namespace
 
+Result<DeviceConv1d> upload_conv1d(const Conv1d& conv, cuda::DeviceArena& arena, cudaStream_t stream) {
+  DeviceConv1d out;
+  out.shape = conv.shape;
+  VORTEX_ASSIGN_OR_RETURN(out.weight, cuda::upload(conv.weight.contiguous(), arena, stream));
+  if (conv.bias.defined()) {
+    VORTEX_ASSIGN_OR_RETURN(out.bias, cuda::upload(conv.bias.contiguous(), arena, stream));
+  }
+  return out;
+}
+
+Status run_conv1d(cuda::GemmRunner& gemm, const DeviceConv1d& conv, const Tensor& x, const Tensor& columns,
+                  const Tensor& y, cudaStream_t stream) {
+  const Conv1dShape& s = conv.shape;
+  const TensorView bias = conv.bias.defined() ? conv.bias.view() : TensorView();
+  const cuda::Conv1dGeometry geometry{s.kernel, s.stride, s.dilation, s.padding, y.size(1)};
+  return cuda::conv1d(gemm, x.view(), geometry, conv.weight.view(), conv.bias.defined() ? &bias : nullptr,
+                      columns.view(), y.view(), stream);
+}
+
+int64_t conv1d_columns_floats(const Conv1dShape& s, int64_t rows, int64_t budget_floats) {
+  if (s.kernel == 1 && s.stride == 1 && s.padding == 0) return 0;
+  const int64_t width = s.kernel * s.in_channels;
+  return std::min(rows, std::max<int64_t>(1, budget_floats / width)) * width;
+}
+
 Result<CudaAudioVaeMemory> cuda_audio_vae_memory(const AudioVae& vae, int64_t latent_frames,
                                                  const CudaAudioVaeOptions& options) {
   VORTEX_RETURN_IF_ERROR(check_audio_latent_shape(vae.config, {2, latent_frames, vae.config.latent_channels}));
@@ -133,13 +153,7 @@ Status CudaAudioVae::upload(const AudioVae& vae) {
     if (!host.defined()) return Tensor();
     return cuda::upload(host.contiguous(), weights_, stream_);
   };
-  const auto conv = [&](const Conv1d& k) -> Result<Conv> {
-    Conv out;
-    out.shape = k.shape;
-    VORTEX_ASSIGN_OR_RETURN(out.weight, tensor(k.weight));
-    VORTEX_ASSIGN_OR_RETURN(out.bias, tensor(k.bias));
-    return out;
-  };
+  const auto conv = [&](const Conv1d& k) { return upload_conv1d(k, weights_, stream_); };
   const auto snake = [&](const AliasFreeSnake& a) -> Result<Snake> {
     Snake s;
     const int64_t C = a.snake.channels();
@@ -175,13 +189,6 @@ Status CudaAudioVae::upload(const AudioVae& vae) {
   VORTEX_ASSIGN_OR_RETURN(decoder_.activation_post, snake(d.activation_post));
   VORTEX_ASSIGN_OR_RETURN(decoder_.conv_post, conv(d.conv_post));
   return ok_status();
-}
-
-Status CudaAudioVae::conv(const Conv& c, const Tensor& x, const Tensor& y) {
-  const TensorView bias = c.bias.defined() ? c.bias.view() : TensorView();
-  const cuda::Conv1dGeometry geometry{c.shape.kernel, c.shape.stride, c.shape.dilation, c.shape.padding, y.size(1)};
-  return cuda::conv1d(*gemm_, x.view(), geometry, c.weight.view(), c.bias.defined() ? &bias : nullptr,
-                      buffers_.columns.view(), y.view(), stream_);
 }
 
 Status CudaAudioVae::conv_transpose(const ConvTranspose& c, const Tensor& x, const Tensor& y) {
@@ -246,7 +253,7 @@ Result<Tensor> CudaAudioVae::decode_on_device(const Tensor& latents) {
   const auto run_conv = [&](const Conv& k, const Tensor& in, const Tensor& flat) -> Result<Tensor> {
     const int64_t T_out = conv1d_output_length(k.shape, in.size(1));
     VORTEX_ASSIGN_OR_RETURN(Tensor y, shaped(flat, B, T_out, k.shape.out_channels));
-    VORTEX_RETURN_IF_ERROR(conv(k, in, y));
+    VORTEX_RETURN_IF_ERROR(run_conv1d(*gemm_, k, in, buf.columns, y, stream_));
     return y;
   };
   const auto run_snake = [&](const Snake& s, const Tensor& in) -> Result<Tensor> {

@@ -34,6 +34,25 @@ struct CudaAudioVaeOptions {
   size_t im2col_budget_bytes = size_t{128} << 20;
 };
 
+// A 1-D convolution of the audio VAE on the device (the decoder's and the encoder's): its shape,
+// the packed weight [O, K·C] and the bias [O] (undefined for none).
+struct DeviceConv1d {
+  Conv1dShape shape;
+  Tensor weight, bias;
+};
+
+// `conv` (models/vae/conv1d.h) uploaded into `arena`.
+Result<DeviceConv1d> upload_conv1d(const Conv1d& conv, cuda::DeviceArena& arena, cudaStream_t stream);
+
+// y [B, T_out, O] = conv(x [B, T, C]) by cuda::conv1d, im2col into `columns` (a flat F32 scratch).
+Status run_conv1d(cuda::GemmRunner& gemm, const DeviceConv1d& conv, const Tensor& x, const Tensor& columns,
+                  const Tensor& y, cudaStream_t stream);
+
+// The im2col scratch (floats) a convolution of `rows` output rows needs under a budget of
+// `budget_floats`: none for a 1x1, stride-1, unpadded one (a direct GEMM), else whole rows of K·C
+// up to the budget (at least one; cuda::conv1d runs the rest in row blocks).
+int64_t conv1d_columns_floats(const Conv1dShape& shape, int64_t rows, int64_t budget_floats);
+
 struct CudaAudioVaeMemory {
   size_t weights = 0, activations = 0, workspace = 0;
   size_t total() const { return weights + activations + workspace; }
@@ -65,10 +84,7 @@ class CudaAudioVae {
   size_t workspace_bytes() const { return workspace_.capacity(); }
 
  private:
-  struct Conv {
-    Conv1dShape shape;
-    Tensor weight, bias;  // [O, K·C], [O] or undefined
-  };
+  using Conv = DeviceConv1d;
   struct ConvTranspose {
     ConvTranspose1dShape shape;
     Tensor weight, bias;  // [K·O, C], [O] or undefined
@@ -96,7 +112,6 @@ class CudaAudioVae {
 
   CudaAudioVae() = default;
   Status upload(const AudioVae& vae);
-  Status conv(const Conv& c, const Tensor& x, const Tensor& y);
   Status conv_transpose(const ConvTranspose& c, const Tensor& x, const Tensor& y);
   Status snake(const Snake& s, const Tensor& x, const Tensor& y);
 

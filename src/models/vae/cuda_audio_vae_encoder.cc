@@ -26,8 +26,6 @@ size_t aligned_floats(int64_t n) { return (static_cast<size_t>(n) * 4 + kSlack -
 
 size_t aligned_bytes(const Tensor& t) { return t.defined() ? (t.nbytes() + kSlack - 1) / kSlack * kSlack : 0; }
 
-bool direct(const Conv1dShape& s) { return s.kernel == 1 && s.stride == 1 && s.padding == 0; }
-
 // Element counts an encode of `padded` samples a channel needs: the largest [2, T, C] of the DAC
 // stack (at least the pre_block's fused QKV rows), the im2col scratch of the largest convolution
 // (capped by the budget), and the latents A. `E` is AudioVaeEncoder or the device encoder (the same
@@ -43,10 +41,7 @@ Result<EncoderPlan> plan_encoder(const E& e, const AudioVaeConfig& c, int64_t pa
     const int64_t out = conv1d_output_length(k, length);
     if (out < 1) return invalid_argument("waveform: " + std::to_string(padded) + " samples are too few to encode");
     p.stage = std::max(p.stage, kItems * out * k.out_channels);
-    if (!direct(k)) {
-      const int64_t width = k.kernel * k.in_channels;
-      p.columns = std::max(p.columns, std::min(kItems * out, std::max<int64_t>(1, budget_floats / width)) * width);
-    }
+    p.columns = std::max(p.columns, conv1d_columns_floats(k, kItems * out, budget_floats));
     return out;
   };
   VORTEX_ASSIGN_OR_RETURN(int64_t T, conv(e.stem.shape, padded));
@@ -147,13 +142,7 @@ Status CudaAudioVaeEncoder::upload(const AudioVaeEncoder& e) {
   const auto values = [&](const std::vector<float>& v) {
     return tensor(Tensor::from_f32(v, {static_cast<int64_t>(v.size())}));
   };
-  const auto conv = [&](const Conv1d& k) -> Result<Conv> {
-    Conv out;
-    out.shape = k.shape;
-    VORTEX_ASSIGN_OR_RETURN(out.weight, tensor(k.weight));
-    VORTEX_ASSIGN_OR_RETURN(out.bias, tensor(k.bias));
-    return out;
-  };
+  const auto conv = [&](const Conv1d& k) { return upload_conv1d(k, weights_, stream_); };
   const auto snake = [&](const SnakeParams& s) -> Result<Snake> {
     Snake out;
     VORTEX_ASSIGN_OR_RETURN(out.frequency, values(s.frequency));
@@ -206,13 +195,6 @@ Status CudaAudioVaeEncoder::upload(const AudioVaeEncoder& e) {
   return ok_status();
 }
 
-Status CudaAudioVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y) {
-  const TensorView bias = c.bias.defined() ? c.bias.view() : TensorView();
-  const cuda::Conv1dGeometry geometry{c.shape.kernel, c.shape.stride, c.shape.dilation, c.shape.padding, y.size(1)};
-  return cuda::conv1d(*gemm_, x.view(), geometry, c.weight.view(), c.bias.defined() ? &bias : nullptr,
-                      buffers_.columns.view(), y.view(), stream_);
-}
-
 Status CudaAudioVaeEncoder::linear(const Linear& l, const Tensor& x, const Tensor& y) {
   const TensorView bias = l.bias.view();
   return gemm_->linear(x.view(), l.weight.view(), &bias, y.view(), stream_);
@@ -252,7 +234,7 @@ Result<Tensor> CudaAudioVaeEncoder::encode_on_device(const Tensor& waveform) {
   const auto run_conv = [&](const Conv& k, const Tensor& in, int into) -> Result<Tensor> {
     VORTEX_ASSIGN_OR_RETURN(Tensor y, shaped3(buf.stage[into], kItems, conv1d_output_length(k.shape, in.size(1)),
                                               k.shape.out_channels));
-    VORTEX_RETURN_IF_ERROR(conv(k, in, y));
+    VORTEX_RETURN_IF_ERROR(run_conv1d(*gemm_, k, in, buf.columns, y, stream_));
     return y;
   };
   const auto run_snake = [&](const Snake& s, const Tensor& in, int into) -> Result<Tensor> {
@@ -333,7 +315,7 @@ Result<Tensor> CudaAudioVaeEncoder::encode_on_device(const Tensor& waveform) {
   // The posterior mean, normalised; rows item-major (the left channel's latents, then the right's).
   VORTEX_ASSIGN_OR_RETURN(const Tensor h3d, h.reshape({kItems, A, Cl}));
   VORTEX_ASSIGN_OR_RETURN(const Tensor mean, shaped3(buf.narrow[7], kItems, A, Cl));
-  VORTEX_RETURN_IF_ERROR(conv(e.mean_proj, h3d, mean));
+  VORTEX_RETURN_IF_ERROR(run_conv1d(*gemm_, e.mean_proj, h3d, buf.columns, mean, stream_));
   VORTEX_ASSIGN_OR_RETURN(Tensor rows, rows_of(mean));
   VORTEX_RETURN_IF_ERROR(cuda::normalize_channels(rows.view(), e.latents_mean.data_as<float>(),
                                                   e.latents_std.data_as<float>(), stream_));

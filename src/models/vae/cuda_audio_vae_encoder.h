@@ -47,10 +47,7 @@ class CudaAudioVaeEncoder {
   size_t activation_peak_bytes() const { return activations_.peak(); }
 
  private:
-  struct Conv {
-    Conv1dShape shape;
-    Tensor weight, bias;  // [O, K·C], [O] or undefined
-  };
+  using Conv = DeviceConv1d;
   struct Snake {
     Tensor frequency, magnitude;  // F32 [C]
   };
@@ -80,7 +77,6 @@ class CudaAudioVaeEncoder {
 
   CudaAudioVaeEncoder() = default;
   Status upload(const AudioVaeEncoder& encoder);
-  Status conv(const Conv& c, const Tensor& x, const Tensor& y);
   Status linear(const Linear& l, const Tensor& x, const Tensor& y);
 
   AudioVaeConfig config_;
