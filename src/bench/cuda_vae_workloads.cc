@@ -298,8 +298,8 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
                 "(3 in / 48 out channels) as gemm"};
       case cuda::VaeConvVariant::kTf32x3Ws:
         return {"fp32 (tf32x3 products)",
-                "tf32x3-ws: tf32x3's sums by the warp-specialized kernel (a copying and splitting warpgroup, two "
-                "multiplying ones taking turns); conv_in and conv_out as gemm"};
+                "tf32x3-ws: tf32x3's sums by the warp-specialized kernel (weights split into tf32 parts at load, "
+                "a copying warpgroup, two multiplying ones taking turns); conv_in and conv_out as gemm"};
       case cuda::VaeConvVariant::kTf32:
         break;
     }

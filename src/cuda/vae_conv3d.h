@@ -43,8 +43,9 @@ Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps,
 // kTf32x3Ws and kTf32 run conv3d_implicit where it applies (conv3d_implicit_supports) and
 // kGatherGemm's path elsewhere; kGatherGemm is conv3d_gather and an fp32 cuBLASLt GEMM everywhere.
 // kTf32x3 is ~3e-7 rel-L2 from exact sums (vae_conv3d_tc.cu), as close as the fp32 GEMM;
-// kTf32x3Ws is the warp-specialized kernel of the same sums (~7% faster; opt-in until the GPU test
-// comparing its bits to kTf32x3's has run); kTf32 (one tf32 product, ~8e-4) is for measurement only.
+// kTf32x3Ws is the warp-specialized kernel of the same sums on a weight split at load
+// (split_conv_weight_tf32; opt-in until the GPU test comparing its bits to kTf32x3's has run);
+// kTf32 (one tf32 product, ~8e-4) is for measurement only.
 enum class VaeConvVariant { kTf32x3, kTf32x3Ws, kTf32, kGatherGemm };
 Result<VaeConvVariant> vae_conv_variant_from_env();
 
@@ -57,10 +58,17 @@ bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels);
 // of frame f (all of them) and a0_f = clamp(temporal_padding − f·st, 0, kt) its first real tap.
 // x: F32 [clips·T, H, W, C] contiguous; weight: F32 [O, kt·kh·kw·C] contiguous; bias: F32 [O];
 // y: F32 [T_out·clips·h_out·w_out, O] contiguous (several clips need T_out = 1); all device,
-// 16-byte aligned. `variant` is kTf32x3, kTf32x3Ws or kTf32.
+// 16-byte aligned. `variant` is kTf32x3, kTf32x3Ws or kTf32. kTf32x3Ws takes the weight as
+// split_conv_weight_tf32 leaves it (weight its high parts, weight_lo its low parts, the same
+// layout); the others take the raw weight and weight_lo = nullptr.
 Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
-                       const TensorView& weight, const TensorView& bias, const TensorView& y, VaeConvVariant variant,
-                       cudaStream_t stream);
+                       const TensorView& weight, const TensorView* weight_lo, const TensorView& bias,
+                       const TensorView& y, VaeConvVariant variant, cudaStream_t stream);
+
+// Splits a conv weight once for kTf32x3Ws: each value w becomes its tf32 rounding hi (in place)
+// and lo = tf32(w − hi), the parts every tf32x3 kernel makes of B (the same roundings, so the same
+// products). weight, lo: contiguous F32 device tensors of one shape.
+Status split_conv_weight_tf32(const TensorView& weight, const TensorView& lo, cudaStream_t stream);
 
 // Doubles of scratch frame_group_norm needs for `frames` frames of `groups` groups.
 int64_t frame_group_norm_scratch(int64_t frames, int64_t groups);

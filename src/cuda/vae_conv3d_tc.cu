@@ -14,9 +14,10 @@
 //
 // Two kernels of the same tile and the same sums: conv3d_wgmma_kernel (tf32x3, the default, and
 // tf32) has all warpgroups copy, split and multiply in lockstep between CTA barriers;
-// conv3d_ws_kernel (tf32x3-ws) gives the copies and B's split to a producer warpgroup and lets the
-// two product warpgroups take turns on mbarrier-handed stages. tf32x3-ws is opt-in until the GPU
-// test that holds it to the lockstep kernel's bits has run (DESIGN's exactness gate).
+// conv3d_ws_kernel (tf32x3-ws) reads B split at load (split_conv_weight_tf32), gives the copies to
+// a producer warpgroup and lets the two product warpgroups take turns on mbarrier-handed stages.
+// tf32x3-ws is opt-in until the GPU test that holds it to the lockstep kernel's bits has run
+// (DESIGN's exactness gate).
 //
 // Numerics (VORTEX_VARIANT_VAE_CONV):
 //   tf32x3 (the encoder's default): each fp32 operand is split into its tf32 rounding (hi) and the
@@ -35,6 +36,7 @@
 // Sums run in a fixed order (no split-K, no atomics): the output is the same bits run to run.
 #include "cuda/vae_conv3d.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -78,7 +80,8 @@ constexpr int kPastTheEnd = INT32_MIN;
 
 struct ImplicitParams {
   const float* x;     // [clips·T, H, W, C]
-  const float* w;     // [O, kt·kh·kw·C]
+  const float* w;     // [O, kt·kh·kw·C]; the tf32 high parts for conv3d_ws_kernel
+  const float* w_lo;  // conv3d_ws_kernel: the low parts, the same layout (split_conv_weight_tf32)
   const float* bias;  // [O]
   float* y;           // [T_out·frame_rows, O]
   int T, H, W, C, O;
@@ -310,18 +313,20 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
 // ---- warp-specialized (tf32x3-ws) --------------------------------------------------------------
 //
 // The same tile and the same sums as conv3d_wgmma_kernel<3> (each k-block's 12 products in a
-// fresh partial sum, added by FADD in k order; A split in registers, B in shared memory), with
-// the roles apart: warpgroup 0 copies (cp.async) and splits B, each thread the chunks it copied
-// (its own copies are visible to it after cp.async.wait, so the split needs no CTA barrier), one
-// k-block behind its copies; warpgroups 1 and 2 (64 pixel rows each) only split their A fragments,
-// issue the products and add them. Stages are handed over on mbarriers (full: 128 producer
-// arrivals; empty: 256 consumer arrivals) in a kWsStages ring, and the two consumers take turns
-// issuing (named barriers 1 and 2), so one's FADDs and A split run under the other's products
-// instead of both waiting at a CTA barrier. Measured on an H100 (bench/notes/video_vae_encoder.md,
-// session 44): the lockstep kernel's printed errors and moments, a keyframe 7% and a clip 6.5% faster.
+// fresh partial sum, added by FADD in k order; A split in registers), with the roles apart and B
+// split once at load instead of in every CTA (split_conv_weight_tf32: the same cvt.rna, so the
+// same hi and lo): warpgroup 0 only copies (cp.async) A, B's high and B's low parts, and hands a
+// stage over one k-block behind its copies (each thread's own copies are visible to it after
+// cp.async.wait; the proxy fence then publishes them to the products); warpgroups 1 and 2 (64 pixel
+// rows each) only split their A fragments, issue the products and add them. Stages are handed
+// over on mbarriers (full: 128 producer arrivals; empty: 256 consumer arrivals) in a kWsStages
+// ring, and the two consumers take turns issuing (named barriers 1 and 2), so one's FADDs and A
+// split run under the other's products instead of both waiting at a CTA barrier. Measured on an
+// H100 with B still split by the producer (bench/notes/video_vae_encoder.md, session 44): the
+// lockstep kernel's printed errors and moments, a keyframe 7% and a clip 6.5% faster.
 constexpr int kWsStages = 4;
 constexpr int kWsThreads = 3 * 128;
-constexpr int kWsStageBytes = 3 * kTileBytes;  // A, B (hi after the split), B's low parts
+constexpr int kWsStageBytes = 3 * kTileBytes;  // A, B's high parts, B's low parts
 constexpr int kWsSmemBytes = kWsStages * kWsStageBytes + 1024;
 constexpr int kProducerRegisters = 120, kConsumerRegisters = 192;
 static_assert(hopper::register_budgets_fit(kProducerRegisters, 2, kConsumerRegisters), "the register file");
@@ -363,7 +368,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
       row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
       row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
     }
-    const float* w_rows = p.w + (n0 + load_row) * p.k_total;  // row load_row + 16·i at + 16·i·k_total
+    // Row load_row + 16·i of B's parts at + 16·i·k_total.
+    const int w_row0 = (n0 + load_row) * p.k_total;
     int ta = a0, tb = 0, td = 0, w_tap = a0 * p.kh * p.kw, cb = 0;
     const auto aim = [&] {
 #pragma unroll
@@ -373,18 +379,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
       }
     };
     aim();
-    // Splits the B chunks this thread copied into stage `stage` and hands the stage over.
+    // Hands stage `stage` over once this thread's copies into it have landed.
     const auto finish = [&](int stage) {
-      float* b = tile(stage, 1);
-      float* b_lo = tile(stage, 2);
-#pragma unroll
-      for (int i = 0; i < kWsRows; ++i) {
-        const int at = swizzled(load_row + 16 * i, chunk);
-        float4 x = *reinterpret_cast<float4*>(b + at), l;
-        split(x.x, l.x), split(x.y, l.y), split(x.z, l.z), split(x.w, l.w);
-        *reinterpret_cast<float4*>(b + at) = x;
-        *reinterpret_cast<float4*>(b_lo + at) = l;
-      }
       hopper::fence_proxy_async_shared();
       hopper::mbarrier_arrive(smem_address(&full_bar[stage]));
     };
@@ -392,13 +388,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
       const int stage = kb % kWsStages;
       hopper::mbarrier_wait(smem_address(&empty_bar[stage]), ((kb / kWsStages) & 1) ^ 1);
       const int c0 = cb * kBlockK + chunk * 4, w_col = w_tap * p.C + c0;
-      float* a_tile = tile(stage, 0);
-      float* b_tile = tile(stage, 1);
 #pragma unroll
       for (int i = 0; i < kWsRows; ++i) {
-        const int row = load_row + 16 * i;
-        cp_async_16(a_tile + swizzled(row, chunk), a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
-        cp_async_16(b_tile + swizzled(row, chunk), w_rows + 16 * i * p.k_total + w_col, 16);
+        const int row = load_row + 16 * i, at = swizzled(row, chunk), w_at = w_row0 + 16 * i * p.k_total + w_col;
+        cp_async_16(tile(stage, 0) + at, a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
+        cp_async_16(tile(stage, 1) + at, p.w + w_at, 16);
+        cp_async_16(tile(stage, 2) + at, p.w_lo + w_at, 16);
       }
       cp_async_commit();
       if (++cb == c_blocks) {
@@ -452,6 +447,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
   store_tile(p, acc, frame, m0 + consumer * 64, n0, tid);
 }
 
+// w → its tf32 high part in place, the low part into lo: split(), elementwise.
+__global__ void split_tf32_kernel(float* w, float* lo, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    float hi = w[i], l;
+    split(hi, l);
+    w[i] = hi, lo[i] = l;
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
@@ -470,9 +474,26 @@ bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels) {
   return in_channels % kBlockK == 0 && out_channels % kBlockN == 0;
 }
 
+Status split_conv_weight_tf32(const TensorView& weight, const TensorView& lo, cudaStream_t stream) {
+  const auto f32_device = [](const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kF32; };
+  if (!f32_device(weight) || !f32_device(lo) || !weight.is_contiguous() || !lo.is_contiguous() ||
+      lo.shape != weight.shape) {
+    return invalid_argument("cuda split_conv_weight_tf32: weight and lo must be contiguous F32 device tensors of "
+                            "one shape (" + describe_view("weight", weight) + ", " + describe_view("lo", lo) + ")");
+  }
+  const int64_t n = weight.numel();
+  if (n == 0) return ok_status();
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 4096);
+  split_tf32_kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<float*>(weight.data),
+                                                                           static_cast<float*>(lo.data), n);
+  VORTEX_CUDA_CHECK_LAUNCH();
+  return ok_status();
+}
+
 Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
-                       const TensorView& weight, const TensorView& bias, const TensorView& y, VaeConvVariant variant,
-                       cudaStream_t stream) {
+                       const TensorView& weight, const TensorView* weight_lo, const TensorView& bias,
+                       const TensorView& y, VaeConvVariant variant, cudaStream_t stream) {
   const auto bad = [&](const std::string& what) {
     return invalid_argument("cuda conv3d_implicit: " + what + " (" + describe_view("x", x) + ", " +
                             describe_view("weight", weight) + ", " + describe_view("y", y) + ")");
@@ -482,6 +503,16 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
     return bad("x, weight, bias and y must be F32 device tensors");
   }
   if (variant == VaeConvVariant::kGatherGemm) return bad("the gather + GEMM variant is not an implicit GEMM");
+  // The warp-specialized kernel reads B split at load; the lockstep kernels split it themselves.
+  const bool presplit = variant == VaeConvVariant::kTf32x3Ws;
+  if (presplit != (weight_lo != nullptr)) {
+    return bad(presplit ? "tf32x3-ws needs weight_lo (the weight split by split_conv_weight_tf32)"
+                        : "weight_lo is for tf32x3-ws only");
+  }
+  if (presplit && (!f32_device(*weight_lo) || !weight_lo->is_contiguous() || weight_lo->shape != weight.shape ||
+                   !aligned16(weight_lo->data))) {
+    return bad("weight_lo must be a contiguous, 16-byte aligned F32 device tensor of the weight's shape");
+  }
   if (x.rank() != 4 || !x.is_contiguous()) return bad("x must be contiguous [T, H, W, C]");
   if (clips < 1 || x.shape[0] % clips != 0) return bad("x must hold a whole number of clips");
   const int64_t T = x.shape[0] / clips, C = x.shape[3];
@@ -519,6 +550,7 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
   if (frame_rows == 0) return ok_status();
   const ImplicitParams p{static_cast<const float*>(x.data),
                          static_cast<const float*>(weight.data),
+                         presplit ? static_cast<const float*>(weight_lo->data) : nullptr,
                          static_cast<const float*>(bias.data),
                          static_cast<float*>(y.data),
                          static_cast<int>(T),

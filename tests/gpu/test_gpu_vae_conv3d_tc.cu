@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -94,20 +96,35 @@ TEST_F(GpuVaeConv3dImplicit, MatchesTheDoubleSumsOnEveryFrame) {
     const Tensor want = host_conv(x, k.clips, g, h_out, w_out, weight, bias);
     const Tensor x_dev = to_device(x), w_dev = to_device(weight), b_dev = to_device(bias);
     Tensor y = must(arena_.alloc(want.shape(), DType::kF32));
-    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
+    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), nullptr, b_dev.view(),
                                            y.view(), cuda::VaeConvVariant::kTf32x3, stream_));
     const Tensor got = to_host(y);
     const test::Comparison c = compare(got, want);
     EXPECT_LE(c.rel_l2, 1e-6) << k.what << ": " << c.summary();
-    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
+    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), nullptr, b_dev.view(),
                                            y.view(), cuda::VaeConvVariant::kTf32x3, stream_));
     test::expect_bitwise(compare(to_host(y), got), k.what + ", run to run");
-    // The warp-specialized kernel's bits are the lockstep kernel's (the same sums in the same order).
-    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
-                                           y.view(), cuda::VaeConvVariant::kTf32x3Ws, stream_));
+    // The warp-specialized kernel's bits are the lockstep kernel's (the same sums in the same order)
+    // on the weight split at load into the parts the lockstep kernel makes in shared memory.
+    const Tensor w_hi = to_device(weight);
+    const Tensor w_lo = must(arena_.alloc(weight.shape(), DType::kF32));
+    VORTEX_EXPECT_OK(cuda::split_conv_weight_tf32(w_hi.view(), w_lo.view(), stream_));
+    const TensorView w_lo_view = w_lo.view();
+    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_hi.view(), &w_lo_view,
+                                           b_dev.view(), y.view(), cuda::VaeConvVariant::kTf32x3Ws, stream_));
     test::expect_bitwise(compare(to_host(y), got), k.what + ", warp-specialized kernel");
+    // hi is a tf32 value (its low 13 bits clear) and hi + lo the weight within lo's own rounding.
+    const Tensor hi = to_host(w_hi), lo = to_host(w_lo);
+    for (int64_t i = 0; i < weight.numel(); ++i) {
+      const float w = weight.data_as<const float>()[i], h = hi.data_as<const float>()[i];
+      const float l = lo.data_as<const float>()[i];
+      uint32_t h_bits;
+      std::memcpy(&h_bits, &h, sizeof h_bits);
+      ASSERT_EQ(h_bits & 0x1fffu, 0u) << k.what << ", weight " << i;
+      ASSERT_LE(std::fabs(static_cast<double>(h) + l - w), std::ldexp(std::fabs(w), -21)) << k.what << ", weight " << i;
+    }
 
-    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), b_dev.view(),
+    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_dev.view(), nullptr, b_dev.view(),
                                            y.view(), cuda::VaeConvVariant::kTf32, stream_));
     const test::Comparison one = compare(to_host(y), want);
     EXPECT_GT(one.rel_l2, 1e-4) << k.what << ", one tf32 product: " << one.summary();
@@ -123,22 +140,30 @@ TEST_F(GpuVaeConv3dImplicit, RefusesWhatItDoesNotTake) {
   const Tensor b = to_device(random_tensor({128}, DType::kF32, 3));
   Tensor y = must(arena_.alloc({2 * 16, 128}, DType::kF32));
   VORTEX_EXPECT_OK(
-      cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), b.view(), y.view(), cuda::VaeConvVariant::kTf32x3, stream_));
+      cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), nullptr, b.view(), y.view(), cuda::VaeConvVariant::kTf32x3, stream_));
   // conv_in's three channels.
   const Tensor x3 = to_device(random_tensor({2, 4, 4, 3}, DType::kF32, 4));
   const Tensor w3 = to_device(random_tensor({128, 27 * 3}, DType::kF32, 5));
   EXPECT_FALSE(
-      cuda::conv3d_implicit(x3.view(), 1, g, 4, 4, w3.view(), b.view(), y.view(), cuda::VaeConvVariant::kTf32x3, stream_)
+      cuda::conv3d_implicit(x3.view(), 1, g, 4, 4, w3.view(), nullptr, b.view(), y.view(), cuda::VaeConvVariant::kTf32x3, stream_)
           .ok());
   EXPECT_FALSE(cuda::conv3d_implicit_supports(3, 128));
   EXPECT_FALSE(cuda::conv3d_implicit_supports(1024, 48));
   // y of the wrong row count; the gather variant.
   Tensor short_y = must(arena_.alloc({2 * 16 - 1, 128}, DType::kF32));
-  EXPECT_FALSE(cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), b.view(), short_y.view(),
+  EXPECT_FALSE(cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), nullptr, b.view(), short_y.view(),
                                      cuda::VaeConvVariant::kTf32x3, stream_)
                    .ok());
-  EXPECT_FALSE(cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), b.view(), y.view(),
+  EXPECT_FALSE(cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), nullptr, b.view(), y.view(),
                                      cuda::VaeConvVariant::kGatherGemm, stream_)
+                   .ok());
+  // tf32x3-ws without the weight's low parts; the low parts given to a kernel that splits B itself.
+  const TensorView w_view = w.view();
+  EXPECT_FALSE(cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), nullptr, b.view(), y.view(),
+                                     cuda::VaeConvVariant::kTf32x3Ws, stream_)
+                   .ok());
+  EXPECT_FALSE(cuda::conv3d_implicit(x.view(), 1, g, 4, 4, w.view(), &w_view, b.view(), y.view(),
+                                     cuda::VaeConvVariant::kTf32x3, stream_)
                    .ok());
 }
 

@@ -74,10 +74,16 @@ Result<std::unique_ptr<CudaVideoVaeEncoder>> CudaVideoVaeEncoder::create(const V
 
 Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
   // Every host tensor of the encoder, in module order: first to size the arena, then to copy.
+  // The warp-specialized conv also keeps its weights' tf32 low parts (split once, here).
+  const bool split_weights = conv_variant_ == cuda::VaeConvVariant::kTf32x3Ws;
   std::vector<const Tensor*> host;
+  size_t low_part_bytes = 0;
   const auto conv_tensors = [&](const CausalConv3d& c) {
     host.push_back(&c.weight);
     host.push_back(&c.bias);
+    if (split_weights && implicit(c.geometry, c.in_channels, c.out_channels)) {
+      low_part_bytes += cuda::DeviceArena::bytes_for(c.weight.shape(), DType::kF32);
+    }
   };
   conv_tensors(vae.conv_in);
   for (const VideoEncoderLevel& level : vae.levels) {
@@ -100,7 +106,7 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
     }
     bytes += cuda::DeviceArena::bytes_for(t->shape(), DType::kF32);
   }
-  VORTEX_ASSIGN_OR_RETURN(weights_, cuda::DeviceArena::create(bytes + kSlack));
+  VORTEX_ASSIGN_OR_RETURN(weights_, cuda::DeviceArena::create(bytes + low_part_bytes + kSlack));
 
   const auto tensor = [&](const Tensor& t) -> Result<Tensor> {
     VORTEX_ASSIGN_OR_RETURN(Tensor d, weights_.alloc(t.shape(), DType::kF32));
@@ -114,6 +120,10 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
     d.geometry = c.geometry;
     VORTEX_ASSIGN_OR_RETURN(d.weight, tensor(c.weight));
     VORTEX_ASSIGN_OR_RETURN(d.bias, tensor(c.bias));
+    if (split_weights && implicit(d.geometry, d.in_channels, d.out_channels)) {
+      VORTEX_ASSIGN_OR_RETURN(d.weight_lo, weights_.alloc(d.weight.shape(), DType::kF32));
+      VORTEX_RETURN_IF_ERROR(cuda::split_conv_weight_tf32(d.weight.view(), d.weight_lo.view(), stream_));
+    }
     return d;
   };
   VORTEX_ASSIGN_OR_RETURN(conv_in_, conv(vae.conv_in));
@@ -147,9 +157,9 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
   return ok_status();
 }
 
-bool CudaVideoVaeEncoder::implicit(const Conv& c) const {
-  return conv_variant_ != cuda::VaeConvVariant::kGatherGemm && !is_direct(c.geometry) &&
-         cuda::conv3d_implicit_supports(c.in_channels, c.out_channels);
+bool CudaVideoVaeEncoder::implicit(const Conv3dGeometry& g, int64_t in_channels, int64_t out_channels) const {
+  return conv_variant_ != cuda::VaeConvVariant::kGatherGemm && !is_direct(g) &&
+         cuda::conv3d_implicit_supports(in_channels, out_channels);
 }
 
 Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels, int64_t clips) const {
@@ -162,7 +172,7 @@ Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels,
   const auto step = [&](const Conv& c) -> Status {
     VORTEX_ASSIGN_OR_RETURN(Shape out, conv_output_shape(c.out_channels, c.geometry, s, per));
     const Conv3dGeometry& g = c.geometry;
-    if (!is_direct(g) && !implicit(c)) {
+    if (!is_direct(g) && !implicit(c.geometry, c.in_channels, c.out_channels)) {
       p.gather_floats = std::max(p.gather_floats, per * out[1] * out[2] * g.kt * g.kh * g.kw * c.in_channels);
     }
     p.activation_floats = std::max(p.activation_floats, out.numel());
@@ -256,11 +266,13 @@ Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y
   const int64_t T_out = y.size(0) / clips, plane = y.size(1) * y.size(2);
   if (clips > 1 && T_out != 1) return internal_error("video VAE encoder: batched clips must have one output frame");
   const cuda::Conv3dTaps taps{g.kt, g.kh, g.kw, g.st, g.sh, g.sw, g.pad_top, g.pad_left, g.temporal_padding};
-  if (implicit(c)) {  // every output frame in one launch, no rows written
+  if (implicit(c.geometry, c.in_channels, c.out_channels)) {  // every output frame in one launch, no rows written
     const std::string section = "conv, " + stage_;
     const cuda::SectionScope scope(profiler_, section.c_str(), stream_);
-    return cuda::conv3d_implicit(x.view(), clips, taps, y.size(1), y.size(2), c.weight.view(), bias, y_rows.view(),
-                                 conv_variant_, stream_);
+    const TensorView weight_lo = c.weight_lo.defined() ? c.weight_lo.view() : TensorView{};
+    return cuda::conv3d_implicit(x.view(), clips, taps, y.size(1), y.size(2), c.weight.view(),
+                                 c.weight_lo.defined() ? &weight_lo : nullptr, bias, y_rows.view(), conv_variant_,
+                                 stream_);
   }
   // One output frame of one clip, or the one output frame of every clip: contiguous rows of y.
   const int64_t frame_rows = clips * plane;

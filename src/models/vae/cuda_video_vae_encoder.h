@@ -20,7 +20,8 @@
 // each tile's own frames, so the batch changes nothing but the GEMMs' row counts (and with them,
 // maybe, cuBLASLt's algorithm and summation order). A clip of several frames runs on its own.
 //
-// Memory: the weights in one arena (the release encoder: see weight_bytes()); one activation
+// Memory: the weights in one arena (the release encoder: see weight_bytes(); tf32x3-ws adds the
+// implicit convs' tf32 low parts, about as much again); one activation
 // arena sized for the largest set of chunks seen so far: three activation buffers of the largest
 // activation of one tile before the batch or of the batch after it, the batch's input, one
 // tile's pixels, GroupNorm's scratch and the gather rows of the convs the implicit GEMM does not
@@ -75,6 +76,9 @@ class CudaVideoVaeEncoder {
     int64_t in_channels = 0, out_channels = 0;
     Conv3dGeometry geometry;
     Tensor weight, bias;  // device F32 [O, kt·kh·kw·C], [O]
+    // tf32x3-ws's implicit convs: weight holds the tf32 high parts and weight_lo the low parts
+    // (cuda::split_conv_weight_tf32); undefined otherwise.
+    Tensor weight_lo;
   };
   struct Resnet {
     Tensor norm1_weight, norm1_bias, norm2_weight, norm2_bias;
@@ -102,8 +106,9 @@ class CudaVideoVaeEncoder {
 
   CudaVideoVaeEncoder() = default;
   Status upload(const VideoVaeEncoder& vae);
-  // Whether conv `c` runs as cuda::conv3d_implicit (else a gather and a GEMM, or a GEMM alone).
-  bool implicit(const Conv& c) const;
+  // Whether a conv of this geometry and widths runs as cuda::conv3d_implicit (else a gather and a
+  // GEMM, or a GEMM alone).
+  bool implicit(const Conv3dGeometry& g, int64_t in_channels, int64_t out_channels) const;
   Result<Plan> plan(const Shape& pixels, int64_t clips) const;
   Status reserve(const Plan& plan);
   // y = conv(x) on `clips` clips stacked in x [clips·T, H, W, C]; y [clips·T_out, ...] sized by
