@@ -12,15 +12,15 @@
 // 1024-byte boundaries) are the 128-byte swizzle wgmma reads. Two warpgroups of 64 pixel rows each
 // issue wgmma m64n128k8 tf32 per k8 step, B from shared memory.
 //
-// Two kernels of the same tile and the same sums: conv3d_wgmma_kernel (tf32x3, the default, and
-// tf32) has all warpgroups copy, split and multiply in lockstep between CTA barriers;
-// conv3d_ws_kernel (tf32x3-ws) reads B split at load (split_conv_weight_tf32), gives the copies to
-// a producer warpgroup and lets the two product warpgroups take turns on mbarrier-handed stages.
-// tf32x3-ws is opt-in until the GPU test that holds it to the lockstep kernel's bits has run
-// (DESIGN's exactness gate).
+// Two kernels of the same tile and the same sums: conv3d_ws_kernel (tf32x3-ws, the default) reads
+// B split at load (split_conv_weight_tf32), gives the copies to a producer warpgroup and lets the
+// two product warpgroups take turns on mbarrier-handed stages; conv3d_wgmma_kernel (tf32x3, and
+// tf32) has all warpgroups copy, split and multiply in lockstep between CTA barriers. The GPU test
+// holds the first to the second's bits (DESIGN's exactness gate); on the H200 the first encodes a
+// keyframe and a clip in 0.74x and 0.73x the second's time (bench/notes/video_vae_encoder.md).
 //
 // Numerics (VORTEX_VARIANT_VAE_CONV):
-//   tf32x3 (the encoder's default): each fp32 operand is split into its tf32 rounding (hi) and the
+//   tf32x3 and tf32x3-ws (the encoder's default): each fp32 operand is split into its tf32 rounding (hi) and the
 //       tf32 rounding of the remainder (lo), and a·b is a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (a_lo·b_lo,
 //       ~2^-22 relative, is dropped): each product good to ~2^-21. A is split in registers (each
 //       warp's fragments by ldmatrix, the products read A from registers), B in shared memory
@@ -463,11 +463,11 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 Result<VaeConvVariant> vae_conv_variant_from_env() {
   const char* v = std::getenv("VORTEX_VARIANT_VAE_CONV");
   const std::string s = v == nullptr ? "" : v;
-  if (s.empty() || s == "tf32x3") return VaeConvVariant::kTf32x3;
-  if (s == "tf32x3-ws") return VaeConvVariant::kTf32x3Ws;
+  if (s.empty() || s == "tf32x3-ws") return VaeConvVariant::kTf32x3Ws;
+  if (s == "tf32x3") return VaeConvVariant::kTf32x3;
   if (s == "gemm") return VaeConvVariant::kGatherGemm;
   if (s == "tf32") return VaeConvVariant::kTf32;
-  return invalid_argument("VORTEX_VARIANT_VAE_CONV must be tf32x3, tf32x3-ws, gemm or tf32 (got '" + s + "')");
+  return invalid_argument("VORTEX_VARIANT_VAE_CONV must be tf32x3-ws, tf32x3, gemm or tf32 (got '" + s + "')");
 }
 
 bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels) {

@@ -9,8 +9,10 @@
 // GroupNorm sums in double and applies in explicitly rounded fp32; the residual adds are fp32. Only
 // the convs' summation order and SiLU's expf differ from the CPU, so the moments agree with the
 // CPU's to ~1e-6 rel-L2 (tests/gpu/test_gpu_video_vae_encoder.cc states the bound) and the
-// conditioning latents, rounded through fp16, mostly bit for bit. VORTEX_VARIANT_VAE_CONV=gemm runs
-// every conv as the gather and the fp32 GEMM (the earlier path, 1.7-2x slower), `tf32` the
+// conditioning latents, rounded through fp16, mostly bit for bit. The implicit GEMM is the
+// warp-specialized kernel on weights split into tf32 parts at upload; VORTEX_VARIANT_VAE_CONV=tf32x3
+// runs the lockstep kernel of the same bits on the raw weights (~1.35x slower, 0.7 GB less),
+// `gemm` every conv as the gather and the fp32 GEMM (the earlier path, 2-3x slower), `tf32` the
 // implicit GEMM with one tf32 product (approximate, for measurement; bench/notes/video_vae_encoder.md).
 //
 // Batching: the tiles of a keyframe are encoded apart, but from the first level whose input has at
@@ -123,7 +125,7 @@ class CudaVideoVaeEncoder {
   VideoVaeConfig config_;
   VideoTiling tiling_;
   cudaStream_t stream_ = nullptr;
-  cuda::VaeConvVariant conv_variant_ = cuda::VaeConvVariant::kTf32x3;
+  cuda::VaeConvVariant conv_variant_ = cuda::VaeConvVariant::kTf32x3Ws;
   cuda::DeviceArena weights_, workspace_, activations_;
   std::unique_ptr<cuda::GemmRunner> gemm_;
   Conv conv_in_, conv_out_, quant_conv_;
