@@ -20,16 +20,17 @@
 // keyframe and a clip in 0.74x and 0.73x the second's time (bench/notes/video_vae_encoder.md).
 //
 // Numerics (VORTEX_VARIANT_VAE_CONV):
-//   tf32x3 and tf32x3-ws (the encoder's default): each fp32 operand is split into its tf32 rounding (hi) and the
-//       tf32 rounding of the remainder (lo), and a·b is a_lo·b_hi + a_hi·b_lo + a_hi·b_hi (a_lo·b_lo,
-//       ~2^-22 relative, is dropped): each product good to ~2^-21. A is split in registers (each
-//       warp's fragments by ldmatrix, the products read A from registers), B in shared memory
-//       (every thread splits its share of a landed stage: hi in place, lo into a second tile of the
-//       same layout). The tensor core's fp32 accumulation is not IEEE round-to-nearest (it
-//       truncates to the largest addend's exponent), so each k-block's 12 products (4 k8 steps × 3)
-//       run in a fresh accumulator set that is then added to the running sum by FADD. Measured on
-//       the H100: 2.5e-7 to 2.9e-7 rel-L2 from double sums over K = 864 to 3456 (with the running
-//       sum inside the tensor core instead, 2e-6 to 2e-5).
+//   tf32x3-ws (the encoder's default) and tf32x3: each fp32 operand is split into its tf32
+//       rounding (hi) and the tf32 rounding of the remainder (lo), and a·b is a_lo·b_hi + a_hi·b_lo
+//       + a_hi·b_hi (a_lo·b_lo, ~2^-22 relative, is dropped): each product good to ~2^-21. A is
+//       split in registers (each warp's fragments by ldmatrix, the products read A from
+//       registers); B once at load for tf32x3-ws, in shared memory for tf32x3 (every thread splits
+//       its share of a landed stage: hi in place, lo into a second tile of the same layout). The
+//       tensor core's fp32 accumulation is not IEEE round-to-nearest (it truncates to the largest
+//       addend's exponent), so each k-block's 12 products (4 k8 steps × 3) run in a fresh
+//       accumulator set that is then added to the running sum by FADD. Measured on the H100: 2.5e-7
+//       to 2.9e-7 rel-L2 from double sums over K = 864 to 3456 (with the running sum inside the
+//       tensor core instead, 2e-6 to 2e-5).
 //   tf32: one product of the raw fp32 values, A and B from shared memory, of which the tensor core
 //       reads the tf32 bits (truncation): ~7.7e-4, for measurement only.
 //   gemm: conv3d_gather + cuBLASLt fp32, chosen in the encoder, not here.
