@@ -87,6 +87,7 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
     std::mutex busy;
     void* pinned = nullptr;
     cudaEvent_t done[2] = {nullptr, nullptr};  // events of the device the area serves
+    size_t next_half = 0;  // the halves alternate across calls too, so back-to-back copies overlap
   };
   // One staging area per device, made on first use and kept: weight loading and the video VAE
   // encoder's pixel upload call it, and the ranks of a sequence-parallel group load theirs at once,
@@ -112,8 +113,9 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
   const char* in = static_cast<const char*>(src.data());
   char* out = static_cast<char*>(dst.data());
   const size_t total = src.nbytes();
-  for (size_t offset = 0, chunk = 0; offset < total; offset += kHalf, ++chunk) {
-    const size_t half = chunk % 2, bytes = std::min(kHalf, total - offset);
+  for (size_t offset = 0; offset < total; offset += kHalf) {
+    const size_t half = staging.next_half, bytes = std::min(kHalf, total - offset);
+    staging.next_half ^= 1;
     char* buffer = static_cast<char*>(staging.pinned) + half * kHalf;
     VORTEX_CUDA_CHECK(cudaEventSynchronize(staging.done[half]));  // the copy that last used this half
     // One thread's memcpy into pinned memory ran ~5 GB/s on the GPU machine's host (the video VAE
@@ -127,8 +129,10 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
     VORTEX_CUDA_CHECK(cudaMemcpyAsync(out + offset, buffer, bytes, cudaMemcpyHostToDevice, stream));
     VORTEX_CUDA_CHECK(cudaEventRecord(staging.done[half], stream));
   }
-  // The source may be a temporary (a dtype conversion): finish before it goes away.
-  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // No wait for the transfers: the host bytes are all in pinned memory by now, so the source (maybe
+  // a temporary) may go, and the caller's later work on `stream` sees dst. A wait here held the
+  // video VAE encoder's host at every keyframe tile until the GPU had run the tile before, and
+  // the GPU idle while the host then staged and launched the next one.
   return ok_status();
 }
 

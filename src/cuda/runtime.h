@@ -70,6 +70,9 @@ class DeviceArena {
 Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream);
 // The same through pinned staging buffers (two 32 MB halves, copies overlapping the memcpy into
 // the other half): how checkpoint weights go mmap -> pinned -> device at full PCIe speed.
+// Ordered on `stream` like cudaMemcpyAsync: it returns once `host` has been read (into the pinned
+// halves), without waiting for the transfers or for earlier work on `stream`; later work on
+// `stream` sees dst, other streams and the host need the caller's synchronisation.
 Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t stream);
 // Allocates in the arena and copies.
 Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream);

@@ -3,8 +3,11 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "cuda/runtime.h"
 
@@ -31,6 +34,50 @@ TEST(GpuRuntime, StagedCopySpansSeveralStagingHalves) {
   auto back = cuda::download(*dev, nullptr);
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(std::memcmp(back->data(), host.data(), host.nbytes()), 0);
+}
+
+// The staged copy is stream-ordered: it returns once the host bytes are in pinned memory, without
+// waiting for earlier work on the stream, and never reads the source afterwards.
+TEST(GpuRuntime, StagedCopyIsStreamOrderedAndDoneWithTheSourceOnReturn) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  // Two copies back to back (one per staging half), of 3 MB and 5 MB + 3 floats.
+  const std::vector<int64_t> sizes = {3 << 18, (5 << 18) + 3};
+  auto arena = cuda::DeviceArena::create(64 << 20);
+  ASSERT_TRUE(arena.ok());
+  std::vector<Tensor> hosts, wants, devs;
+  std::mt19937 rng(11);
+  for (int64_t n : sizes) {
+    Tensor h = Tensor::empty({n}, DType::kF32);
+    for (int64_t i = 0; i < n; ++i) h.data_as<float>()[i] = static_cast<float>(rng());
+    wants.push_back(h.clone());
+    hosts.push_back(h);
+    auto d = arena->alloc({n}, DType::kF32);
+    ASSERT_TRUE(d.ok());
+    devs.push_back(*d);
+  }
+  // The staging area exists before the timed part (its first use allocates pinned memory).
+  ASSERT_TRUE(cuda::copy_to_device_staged(hosts[0], devs[0], stream).ok());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  // The stream is held for 400 ms by a host function; the copies must not wait for it.
+  ASSERT_EQ(cudaLaunchHostFunc(
+                stream, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(400)); }, nullptr),
+            cudaSuccess);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t k = 0; k < sizes.size(); ++k) ASSERT_TRUE(cuda::copy_to_device_staged(hosts[k], devs[k], stream).ok());
+  const double waited_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(waited_ms, 200.0) << "the staged copies waited for the stream";
+  // The sources are scribbled over before the transfers can have run: the device must hold the
+  // bytes they had at the call.
+  for (Tensor& h : hosts) std::memset(h.data(), 0xff, h.nbytes());
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    auto back = cuda::download(devs[k], stream);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(std::memcmp(back->data(), wants[k].data(), wants[k].nbytes()), 0) << "copy " << k;
+  }
+  cudaStreamDestroy(stream);
 }
 
 TEST(GpuRuntime, ArenaReportsExhaustionAsAnError) {
