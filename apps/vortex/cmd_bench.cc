@@ -78,7 +78,7 @@ int run_bench(const BenchArgs& args) {
     if (m.derived.contains("tflops")) std::snprintf(tflops, sizeof(tflops), "%.1f", m.derived["tflops"].get<double>());
     std::printf("%-14s %10.3f %10.3f %10.3f %9s  %s\n", m.workload.c_str(), m.samples.median(), m.samples.min(),
                 m.samples.max(), tflops, peers.c_str());
-    std::printf("  correctness: %s rel-L2 %.3e (bound %.0e) %s\n", m.correctness.comparator.c_str(),
+    std::printf("  correctness: %s rel-L2 %.3e (bound %.2g) %s\n", m.correctness.comparator.c_str(),
                 m.correctness.rel_l2, m.correctness.bound, m.correctness.passed ? "passed" : "NOT PASSED");
     all_passed = all_passed && m.correctness.passed;
     if (!args.out_dir.empty()) {
