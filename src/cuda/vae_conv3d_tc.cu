@@ -459,6 +459,8 @@ __global__ void split_tf32_kernel(float* w, float* lo, int64_t n) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+bool f32_device(const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kF32; }
+
 }  // namespace
 
 Result<VaeConvVariant> vae_conv_variant_from_env() {
@@ -476,7 +478,6 @@ bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels) {
 }
 
 Status split_conv_weight_tf32(const TensorView& weight, const TensorView& lo, cudaStream_t stream) {
-  const auto f32_device = [](const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kF32; };
   if (!f32_device(weight) || !f32_device(lo) || !weight.is_contiguous() || !lo.is_contiguous() ||
       lo.shape != weight.shape) {
     return invalid_argument("cuda split_conv_weight_tf32: weight and lo must be contiguous F32 device tensors of "
@@ -499,7 +500,6 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
     return invalid_argument("cuda conv3d_implicit: " + what + " (" + describe_view("x", x) + ", " +
                             describe_view("weight", weight) + ", " + describe_view("y", y) + ")");
   };
-  const auto f32_device = [](const TensorView& t) { return t.device == Device::kCuda && t.dtype == DType::kF32; };
   if (!f32_device(x) || !f32_device(weight) || !f32_device(bias) || !f32_device(y)) {
     return bad("x, weight, bias and y must be F32 device tensors");
   }

@@ -81,7 +81,7 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
   const auto conv_tensors = [&](const CausalConv3d& c) {
     host.push_back(&c.weight);
     host.push_back(&c.bias);
-    if (split_weights && implicit(c.geometry, c.in_channels, c.out_channels)) {
+    if (split_weights && implicit(c)) {
       low_part_bytes += cuda::DeviceArena::bytes_for(c.weight.shape(), DType::kF32);
     }
   };
@@ -120,7 +120,7 @@ Status CudaVideoVaeEncoder::upload(const VideoVaeEncoder& vae) {
     d.geometry = c.geometry;
     VORTEX_ASSIGN_OR_RETURN(d.weight, tensor(c.weight));
     VORTEX_ASSIGN_OR_RETURN(d.bias, tensor(c.bias));
-    if (split_weights && implicit(d.geometry, d.in_channels, d.out_channels)) {
+    if (split_weights && implicit(d)) {
       VORTEX_ASSIGN_OR_RETURN(d.weight_lo, weights_.alloc(d.weight.shape(), DType::kF32));
       VORTEX_RETURN_IF_ERROR(cuda::split_conv_weight_tf32(d.weight.view(), d.weight_lo.view(), stream_));
     }
@@ -172,7 +172,7 @@ Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels,
   const auto step = [&](const Conv& c) -> Status {
     VORTEX_ASSIGN_OR_RETURN(Shape out, conv_output_shape(c.out_channels, c.geometry, s, per));
     const Conv3dGeometry& g = c.geometry;
-    if (!is_direct(g) && !implicit(c.geometry, c.in_channels, c.out_channels)) {
+    if (!is_direct(g) && !implicit(c)) {
       p.gather_floats = std::max(p.gather_floats, per * out[1] * out[2] * g.kt * g.kh * g.kw * c.in_channels);
     }
     p.activation_floats = std::max(p.activation_floats, out.numel());
@@ -266,7 +266,7 @@ Status CudaVideoVaeEncoder::conv(const Conv& c, const Tensor& x, const Tensor& y
   const int64_t T_out = y.size(0) / clips, plane = y.size(1) * y.size(2);
   if (clips > 1 && T_out != 1) return internal_error("video VAE encoder: batched clips must have one output frame");
   const cuda::Conv3dTaps taps{g.kt, g.kh, g.kw, g.st, g.sh, g.sw, g.pad_top, g.pad_left, g.temporal_padding};
-  if (implicit(c.geometry, c.in_channels, c.out_channels)) {  // every output frame in one launch, no rows written
+  if (implicit(c)) {  // every output frame in one launch, no rows written
     const std::string section = "conv, " + stage_;
     const cuda::SectionScope scope(profiler_, section.c_str(), stream_);
     const TensorView weight_lo = c.weight_lo.defined() ? c.weight_lo.view() : TensorView{};

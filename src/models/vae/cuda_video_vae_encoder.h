@@ -111,6 +111,11 @@ class CudaVideoVaeEncoder {
   // Whether a conv of this geometry and widths runs as cuda::conv3d_implicit (else a gather and a
   // GEMM, or a GEMM alone).
   bool implicit(const Conv3dGeometry& g, int64_t in_channels, int64_t out_channels) const;
+  // The same for a conv on the device (Conv) or on the host (CausalConv3d, before its upload).
+  template <class AnyConv>
+  bool implicit(const AnyConv& c) const {
+    return implicit(c.geometry, c.in_channels, c.out_channels);
+  }
   Result<Plan> plan(const Shape& pixels, int64_t clips) const;
   Status reserve(const Plan& plan);
   // y = conv(x) on `clips` clips stacked in x [clips·T, H, W, C]; y [clips·T_out, ...] sized by
