@@ -6,7 +6,7 @@
 // the running sum inside the tensor core instead of added by FADD per k-block, 2e-6 to 2e-5, so the
 // bound catches a kernel that lost the promotion); one tf32 product (the approximate variant) must
 // measure above 1e-4 (7.7e-4), so the bound would also catch a kernel that lost the low parts.
-// Run to run, and the warp-specialized kernel (tf32x3-ws) against the default lockstep one: bitwise.
+// Run to run, and the warp-specialized kernel (tf32x3-ws, the default) against the lockstep one: bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
