@@ -57,7 +57,7 @@ int run_bench(const BenchArgs& args) {
   options.peer_command = args.peer;
   options.work_dir = args.work_dir;
   options.git_commit = args.commit;
-  const bool vae = args.workload == "vae-decode" || args.workload == "vae-encode";
+  const bool vae = args.workload.rfind("vae-", 0) == 0;
   auto manifests = vae                                ? bench::run_vae_workload(options)
                    : args.workload == "text-encode"   ? bench::run_text_workload(options)
                    : args.workload == "vision-encode" ? bench::run_vision_workload(options)
@@ -111,10 +111,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a workload on the GPU and write run manifests");
   cmd->add_option("workload", args->workload, "h3-block | h3-forward | h3-denoise | h3-denoise-sp | gemm | attention | vae-decode | vae-encode | text-encode | "
-                  "vision-encode")
+                  "vision-encode; vae-encode-keyframe, vae-encode-clip or vae-encode-audio runs one item of vae-encode")
       ->required()
       ->check(CLI::IsMember({"h3-block", "h3-forward", "h3-denoise", "h3-denoise-sp", "gemm", "attention", "vae-decode",
-                              "vae-encode", "text-encode", "vision-encode"}));
+                              "vae-encode", "vae-encode-keyframe", "vae-encode-clip", "vae-encode-audio", "text-encode",
+                              "vision-encode"}));
   cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
   cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();

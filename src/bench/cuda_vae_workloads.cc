@@ -467,17 +467,24 @@ Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
     return invalid_argument("the protocol needs >= 3 warm-ups and >= 10 repetitions (DESIGN section 4)");
   }
   std::vector<Manifest> out;
-  if (o.workload == "vae-encode") {
+  // vae-encode measures three items; each can also run alone (an A/B of one of them).
+  const bool all = o.workload == "vae-encode";
+  if (all || o.workload == "vae-encode-keyframe") {
     VORTEX_ASSIGN_OR_RETURN(Manifest keyframe, bench_encode(o, 1));
     out.push_back(std::move(keyframe));
+  }
+  if (all || o.workload == "vae-encode-clip") {
     VORTEX_ASSIGN_OR_RETURN(Manifest clip, bench_encode(o, kClipFrames));
     out.push_back(std::move(clip));
+  }
+  if (all || o.workload == "vae-encode-audio") {
     VORTEX_ASSIGN_OR_RETURN(Manifest soundtrack, bench_audio_encode(o));
     out.push_back(std::move(soundtrack));
-    return out;
   }
+  if (!out.empty()) return out;
   if (o.workload != "vae-decode") {
-    return invalid_argument("unknown VAE workload '" + o.workload + "' (vae-decode, vae-encode)");
+    return invalid_argument("unknown VAE workload '" + o.workload +
+                            "' (vae-decode, vae-encode, vae-encode-keyframe, vae-encode-clip, vae-encode-audio)");
   }
   VORTEX_ASSIGN_OR_RETURN(Manifest audio, bench_audio(o));
   out.push_back(std::move(audio));

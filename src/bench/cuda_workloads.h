@@ -37,7 +37,8 @@ const std::vector<std::string>& cuda_workload_names();
 // One manifest per measured item (gemm yields four).
 Result<std::vector<Manifest>> run_cuda_workload(const BenchOptions& options);
 // `vae-decode`: the canonical video and audio VAE decodes, one manifest each; `vae-encode`: the
-// video VAE encoder on one canonical keyframe (cuda_vae_workloads.cc).
+// video VAE encoder on one canonical keyframe and one clip, and the audio VAE encoder on one soundtrack
+// (vae-encode-keyframe, -clip, -audio run one of them) (cuda_vae_workloads.cc).
 Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& options);
 // `text-encode`: the Qwen3-VL text encoder at the released widths, two prompt lengths
 // (cuda_text_workloads.cc).
