@@ -323,6 +323,45 @@ TEST(VideoVaeEncode, ShapesFramesAndBadInput) {
   EXPECT_FALSE(vae::keyframe_pixels(Tensor::zeros({1, 2, 4, 4, 3}, DType::kU8)).ok());
 }
 
+// The windows a chunk encoder takes: refused by index and reason; cut_window is the slice's copy.
+TEST(VideoVaeEncode, WindowsAreCheckedAndCutAsSlices) {
+  const vae::VideoVaeConfig c = small_config();  // spatial ratio 4
+  std::mt19937 rng(13);
+  const Tensor clip = test::random_tensor(rng, {3, 2, 16, 12});
+  const std::vector<vae::PixelWindow> tiles = {{0, 0, 8, 8}, {8, 4, 8, 8}};
+  EXPECT_TRUE(vae::check_video_encoder_windows(c, clip, tiles).ok());
+  const auto refused = [&](const std::vector<vae::PixelWindow>& windows, const char* part) {
+    const Status s = vae::check_video_encoder_windows(c, clip, windows);
+    ASSERT_FALSE(s.ok()) << part;
+    EXPECT_NE(s.to_string().find(part), std::string::npos) << s.to_string();
+  };
+  refused({{0, 0, 8, 8}, {12, 0, 8, 8}}, "window 1 (rows 12 + 8, columns 0 + 8) is not inside");
+  refused({{0, 0, 8, 8}, {0, 0, 8, 12}}, "window 1 (rows 0 + 8, columns 0 + 12) differs in size");
+  refused({{0, 0, 6, 8}}, "window 0 (rows 0 + 6, columns 0 + 8): height 6 must be a multiple of 4");
+  refused({{0, 0, 8, 4}}, "width 4 must be a multiple of 4 and at least 8");
+  refused({{-4, 0, 8, 8}}, "not inside");
+  EXPECT_FALSE(vae::check_video_encoder_windows(c, Tensor::zeros({3, 2, 16}, DType::kF32), tiles).ok());
+
+  auto cut = vae::cut_window(clip, tiles[1]);
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(cut->shape(), (Shape{3, 2, 8, 8}));
+  const float* src = clip.data_as<const float>();
+  const float* dst = cut->data_as<const float>();
+  for (int64_t ch = 0; ch < 3; ++ch) {
+    for (int64_t t = 0; t < 2; ++t) {
+      for (int64_t y = 0; y < 8; ++y) {
+        for (int64_t x = 0; x < 8; ++x) {
+          ASSERT_EQ(dst[((ch * 2 + t) * 8 + y) * 8 + x], src[((ch * 2 + t) * 16 + 8 + y) * 12 + 4 + x]);
+        }
+      }
+    }
+  }
+  auto whole = vae::cut_window(clip, {0, 0, 16, 12});
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->data(), clip.data());  // the whole clip is not copied
+  EXPECT_FALSE(vae::cut_window(clip, {0, 8, 16, 8}).ok());
+}
+
 // A video reference's frames [F, H, W, 3] become [3, F, H, W], each frame as keyframe_pixels puts it.
 TEST(VideoVaeEncoder, KeyframePixelsTakeAFrameStack) {
   const int64_t F = 3, H = 5, W = 7;

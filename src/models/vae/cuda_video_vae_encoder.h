@@ -57,9 +57,9 @@ class CudaVideoVaeEncoder {
   const VideoTiling& tiling() const { return tiling_; }
   cuda::VaeConvVariant conv_variant() const { return conv_variant_; }
 
-  // VideoChunkEncoder's contract (host pixels in, host moments out, each chunk encoded on its
-  // own); the observer sees the same intermediates in the same order as the CPU's.
-  Result<std::vector<Tensor>> encode_chunks(const std::vector<Tensor>& chunks,
+  // VideoChunkEncoder's contract (a host clip and its windows in, host moments out, each window
+  // encoded on its own); the observer sees the same intermediates in the same order as the CPU's.
+  Result<std::vector<Tensor>> encode_chunks(const Tensor& clip, const std::vector<PixelWindow>& windows,
                                             const VideoEncoderObserver* observer = nullptr);
   // encode_video_moments's contract. Without `tiling`, the checkpoint's.
   Result<Tensor> encode_moments(const Tensor& pixels, const VideoTiling& tiling,
@@ -102,7 +102,8 @@ class CudaVideoVaeEncoder {
     int64_t activation_floats = 0;  // the largest activation (a tile's, or the batch's)
     int64_t gather_floats = 0;      // the largest gather (before the cap)
     int64_t frames = 0;             // the most frames an activation has (GroupNorm's scratch)
-    int64_t pixel_floats = 0;
+    int64_t pixel_floats = 0;       // a window's pixels, channels-last
+    int64_t clip_floats = 0;        // the whole clip's, as uploaded (channels first)
   };
   using Emit = std::function<Status(const std::string& name, const Tensor& x, int64_t first_chunk, int64_t clips)>;
 
@@ -117,6 +118,9 @@ class CudaVideoVaeEncoder {
     return implicit(c.geometry, c.in_channels, c.out_channels);
   }
   Result<Plan> plan(const Shape& pixels, int64_t clips) const;
+  // Whether the activation arena holds what the plan needs; reserve grows it (losing its contents)
+  // where it does not.
+  bool reserved_for(const Plan& plan) const;
   Status reserve(const Plan& plan);
   // y = conv(x) on `clips` clips stacked in x [clips·T, H, W, C]; y [clips·T_out, ...] sized by
   // the caller (from conv_output_shape). Several clips need T_out = 1.
@@ -136,8 +140,9 @@ class CudaVideoVaeEncoder {
   Conv conv_in_, conv_out_, quant_conv_;
   std::vector<Level> levels_;
   Tensor norm_out_weight_, norm_out_bias_;
-  // The activation arena's buffers (device F32, flat): three that rotate, the batch's input.
-  Tensor pixels_buffer_, gather_buffer_, norm_scratch_, batch_buffer_;
+  // The activation arena's buffers (device F32, flat): three that rotate, the batch's input, the
+  // uploaded clip and the window gathered out of it.
+  Tensor pixels_buffer_, clip_buffer_, gather_buffer_, norm_scratch_, batch_buffer_;
   Tensor buffers_[3];
   Plan reserved_;
   cuda::SectionProfiler* profiler_ = nullptr;

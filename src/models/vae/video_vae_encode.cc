@@ -46,6 +46,18 @@ Result<Tensor> resnet_forward(const VideoEncoderResnet& r, const VideoVaeConfig&
 
 }  // namespace
 
+namespace {
+
+// A height or width the encoder takes: a multiple of the spatial ratio with at least two latent
+// cells (the reflect pads of the last level need them). "" when it does, else why not.
+std::string extent_problem(int64_t n, int64_t r, const char* which) {
+  if (n % r == 0 && n >= 2 * r) return "";
+  return std::string(which) + " " + std::to_string(n) + " must be a multiple of " + std::to_string(r) +
+         " and at least " + std::to_string(2 * r);
+}
+
+}  // namespace
+
 Status check_video_encoder_pixels(const VideoVaeConfig& c, const Tensor& pixels) {
   if (!pixels.defined() || pixels.dtype() != DType::kF32 || pixels.rank() != 4 || !pixels.is_contiguous() ||
       pixels.device() != Device::kCpu) {
@@ -58,16 +70,47 @@ Status check_video_encoder_pixels(const VideoVaeConfig& c, const Tensor& pixels)
                             std::to_string(c.in_channels));
   }
   if (pixels.size(1) < 1) return invalid_argument("video VAE encode: pixels " + pixels.describe() + " hold no frame");
-  const int64_t r = c.spatial_ratio();
   for (int d : {2, 3}) {
-    const int64_t n = pixels.size(d);
-    if (n % r != 0 || n < 2 * r) {
-      return invalid_argument("video VAE encode: pixels " + pixels.describe() + ": " +
-                              (d == 2 ? "height " : "width ") + std::to_string(n) + " must be a multiple of " +
-                              std::to_string(r) + " and at least " + std::to_string(2 * r));
+    const std::string problem = extent_problem(pixels.size(d), c.spatial_ratio(), d == 2 ? "height" : "width");
+    if (!problem.empty()) return invalid_argument("video VAE encode: pixels " + pixels.describe() + ": " + problem);
+  }
+  return ok_status();
+}
+
+Status check_video_encoder_windows(const VideoVaeConfig& c, const Tensor& clip,
+                                   const std::vector<PixelWindow>& windows) {
+  VORTEX_RETURN_IF_ERROR(check_video_encoder_pixels(c, clip));
+  const int64_t r = c.spatial_ratio();
+  for (size_t k = 0; k < windows.size(); ++k) {
+    const PixelWindow& w = windows[k];
+    const std::string name = "video VAE encode: window " + std::to_string(k) + " (rows " + std::to_string(w.y0) +
+                             " + " + std::to_string(w.height) + ", columns " + std::to_string(w.x0) + " + " +
+                             std::to_string(w.width) + ")";
+    if (w.y0 < 0 || w.x0 < 0 || w.height < 1 || w.width < 1 || w.y0 + w.height > clip.size(2) ||
+        w.x0 + w.width > clip.size(3)) {
+      return invalid_argument(name + " is not inside the pixels " + clip.describe());
+    }
+    if (w.height != windows[0].height || w.width != windows[0].width) {
+      return invalid_argument(name + " differs in size from window 0");
+    }
+    for (const std::string& problem : {extent_problem(w.height, r, "height"), extent_problem(w.width, r, "width")}) {
+      if (!problem.empty()) return invalid_argument(name + ": " + problem);
     }
   }
   return ok_status();
+}
+
+Result<Tensor> cut_window(const Tensor& clip, const PixelWindow& w) {
+  if (clip.rank() != 4 || w.y0 < 0 || w.x0 < 0 || w.height < 1 || w.width < 1 || w.y0 + w.height > clip.size(2) ||
+      w.x0 + w.width > clip.size(3)) {
+    return invalid_argument("video VAE encode: a window (rows " + std::to_string(w.y0) + " + " +
+                            std::to_string(w.height) + ", columns " + std::to_string(w.x0) + " + " +
+                            std::to_string(w.width) + ") is not inside the pixels " + clip.describe());
+  }
+  if (w.y0 == 0 && w.x0 == 0 && w.height == clip.size(2) && w.width == clip.size(3)) return clip;
+  VORTEX_ASSIGN_OR_RETURN(Tensor rows, clip.slice(2, w.y0, w.y0 + w.height));
+  VORTEX_ASSIGN_OR_RETURN(Tensor window, rows.slice(3, w.x0, w.x0 + w.width));
+  return window.contiguous();
 }
 
 namespace {
@@ -78,23 +121,19 @@ Result<Tensor> encode_clip(const VideoVaeConfig& c, const VideoChunkEncoder& enc
   const int64_t r = c.spatial_ratio();
   const int64_t height = pixels.size(2), width = pixels.size(3);
   if (!tiling.enabled) {
-    VORTEX_ASSIGN_OR_RETURN(std::vector<Tensor> whole, encode_chunks({pixels}));
+    VORTEX_ASSIGN_OR_RETURN(std::vector<Tensor> whole, encode_chunks(pixels, {PixelWindow{0, 0, height, width}}));
     if (whole.size() != 1) return internal_error("video VAE encode: one chunk in, " + std::to_string(whole.size()) + " out");
     return whole[0];
   }
   const TileSplit ys = split_tiles(height, tiling.tile_height, tiling.min_overlap_height, r);
   const TileSplit xs = split_tiles(width, tiling.tile_width, tiling.min_overlap_width, r);
-  std::vector<Tensor> chunks;
-  for (size_t i = 0; i < ys.starts.size(); ++i) {
-    for (size_t j = 0; j < xs.starts.size(); ++j) {
-      VORTEX_ASSIGN_OR_RETURN(Tensor rows, pixels.slice(2, ys.starts[i], ys.starts[i] + ys.tile));
-      VORTEX_ASSIGN_OR_RETURN(Tensor tile, rows.slice(3, xs.starts[j], xs.starts[j] + xs.tile));
-      chunks.push_back(tile.contiguous());
-    }
+  std::vector<PixelWindow> windows;
+  for (const int64_t y0 : ys.starts) {
+    for (const int64_t x0 : xs.starts) windows.push_back({y0, x0, ys.tile, xs.tile});
   }
-  VORTEX_ASSIGN_OR_RETURN(std::vector<Tensor> moments, encode_chunks(chunks));
-  if (moments.size() != chunks.size()) {
-    return internal_error("video VAE encode: " + std::to_string(chunks.size()) + " tiles in, " +
+  VORTEX_ASSIGN_OR_RETURN(std::vector<Tensor> moments, encode_chunks(pixels, windows));
+  if (moments.size() != windows.size()) {
+    return internal_error("video VAE encode: " + std::to_string(windows.size()) + " tiles in, " +
                           std::to_string(moments.size()) + " out");
   }
   std::vector<std::vector<Tensor>> tiles(ys.starts.size());
@@ -145,13 +184,17 @@ Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChu
   const int64_t clips = (T + L - 1) / L, C = pixels.size(0), plane = pixels.size(2) * pixels.size(3);
   std::vector<Tensor> parts;
   for (int64_t k = 0; k < clips; ++k) {
-    Tensor clip = Tensor::empty({C, L, pixels.size(2), pixels.size(3)}, DType::kF32);
-    const float* s = pixels.data_as<const float>();
-    float* d = clip.data_as<float>();
-    for (int64_t ch = 0; ch < C; ++ch) {
-      for (int64_t f = 0; f < L; ++f) {
-        const int64_t src = std::min(k * L + f, T - 1);
-        std::memcpy(d + (ch * L + f) * plane, s + (ch * T + src) * plane, static_cast<size_t>(plane) * sizeof(float));
+    Tensor clip = pixels;  // exactly one clip's frames: encoded as they are, without a copy
+    if (T != L) {
+      clip = Tensor::empty({C, L, pixels.size(2), pixels.size(3)}, DType::kF32);
+      const float* s = pixels.data_as<const float>();
+      float* d = clip.data_as<float>();
+      for (int64_t ch = 0; ch < C; ++ch) {
+        for (int64_t f = 0; f < L; ++f) {
+          const int64_t src = std::min(k * L + f, T - 1);
+          std::memcpy(d + (ch * L + f) * plane, s + (ch * T + src) * plane,
+                      static_cast<size_t>(plane) * sizeof(float));
+        }
       }
     }
     VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_clip(c, encode_chunks, clip, tiling));
@@ -177,10 +220,13 @@ Result<Tensor> encode_video_moments_with(const VideoVaeConfig& c, const VideoChu
 
 Result<Tensor> encode_video_moments(const VideoVaeEncoder& vae, const Tensor& pixels, const VideoTiling& tiling,
                                     const VideoEncoderObserver* observer) {
-  const VideoChunkEncoder one_by_one = [&](const std::vector<Tensor>& chunks) -> Result<std::vector<Tensor>> {
+  const VideoChunkEncoder one_by_one = [&](const Tensor& clip,
+                                           const std::vector<PixelWindow>& windows) -> Result<std::vector<Tensor>> {
+    VORTEX_RETURN_IF_ERROR(check_video_encoder_windows(vae.config, clip, windows));
     std::vector<Tensor> out;
-    for (const Tensor& chunk : chunks) {
-      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_video_chunk(vae, chunk, observer));
+    for (const PixelWindow& window : windows) {
+      VORTEX_ASSIGN_OR_RETURN(const Tensor pixels, cut_window(clip, window));
+      VORTEX_ASSIGN_OR_RETURN(Tensor moments, encode_video_chunk(vae, pixels, observer));
       out.push_back(std::move(moments));
     }
     return out;

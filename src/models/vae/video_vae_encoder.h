@@ -92,10 +92,27 @@ Result<Tensor> encode_video_chunk(const VideoVaeEncoder& vae, const Tensor& pixe
 // The checks encode_video_chunk makes of its pixels (invalid_argument naming the tensor).
 Status check_video_encoder_pixels(const VideoVaeConfig& config, const Tensor& pixels);
 
-// The chunks of one clip (its tiles, or the whole clip), all of one shape, each encoded on its own
-// (encode_video_chunk's contract) and returned in order: the CPU's one after the other, or the
-// GPU's batched (cuda_video_vae_encoder.h).
-using VideoChunkEncoder = std::function<Result<std::vector<Tensor>>(const std::vector<Tensor>& chunks)>;
+// A window of a clip: rows [y0, y0 + height) and columns [x0, x0 + width) of every frame (one
+// tile, or the whole clip).
+struct PixelWindow {
+  int64_t y0 = 0, x0 = 0, height = 0, width = 0;
+};
+
+// The windows of one clip (its tiles, or the whole clip), all of one size, each encoded on its own
+// (encode_video_chunk's contract on the window's pixels) and returned in order: the CPU's cut out
+// and encoded one after the other, the GPU's gathered from one upload of the clip and batched
+// (cuda_video_vae_encoder.h). clip: F32 [in_channels, T, H, W] contiguous, as encode_video_chunk's.
+using VideoChunkEncoder =
+    std::function<Result<std::vector<Tensor>>(const Tensor& clip, const std::vector<PixelWindow>& windows)>;
+
+// The checks a chunk encoder makes: the clip's as check_video_encoder_pixels, and the windows all
+// of one size, each inside the clip, that size one the encoder takes (invalid_argument naming the
+// window by its index).
+Status check_video_encoder_windows(const VideoVaeConfig& config, const Tensor& clip,
+                                   const std::vector<PixelWindow>& windows);
+
+// A window's pixels, contiguous F32 [C, T, height, width]; the window must lie inside the clip.
+Result<Tensor> cut_window(const Tensor& clip, const PixelWindow& window);
 
 // encode_video_moments around any chunk encoder: the clips, the tiles and their stitching, the
 // dropped latent frames; the observer sees "moments".
