@@ -25,8 +25,9 @@
 // Memory: the weights in one arena (the release encoder: see weight_bytes(); tf32x3-ws adds the
 // implicit convs' tf32 low parts, about as much again); one activation
 // arena sized for the largest set of chunks seen so far: three activation buffers of the largest
-// activation of one tile before the batch or of the batch after it, the batch's input, one
-// tile's pixels, GroupNorm's scratch and the gather rows of the convs the implicit GEMM does not
+// activation of one tile before the batch or of the batch after it, the batch's input, the clip's
+// pixels as uploaded (channels first; each tile is gathered out of them), one tile's pixels
+// channels-last, GroupNorm's scratch and the gather rows of the convs the implicit GEMM does not
 // take (capped at 256 MB: longer frames are gathered and multiplied in row blocks).
 #pragma once
 
