@@ -44,16 +44,22 @@ Result<Tensor> resnet_forward(const VideoEncoderResnet& r, const VideoVaeConfig&
   return h;
 }
 
-}  // namespace
-
-namespace {
-
 // A height or width the encoder takes: a multiple of the spatial ratio with at least two latent
 // cells (the reflect pads of the last level need them). "" when it does, else why not.
 std::string extent_problem(int64_t n, int64_t r, const char* which) {
   if (n % r == 0 && n >= 2 * r) return "";
   return std::string(which) + " " + std::to_string(n) + " must be a multiple of " + std::to_string(r) +
          " and at least " + std::to_string(2 * r);
+}
+
+std::string describe_window(const PixelWindow& w) {
+  return "(rows " + std::to_string(w.y0) + " + " + std::to_string(w.height) + ", columns " + std::to_string(w.x0) +
+         " + " + std::to_string(w.width) + ")";
+}
+
+bool inside(const PixelWindow& w, const Tensor& clip) {
+  return clip.rank() == 4 && w.y0 >= 0 && w.x0 >= 0 && w.height >= 1 && w.width >= 1 &&
+         w.y0 + w.height <= clip.size(2) && w.x0 + w.width <= clip.size(3);
 }
 
 }  // namespace
@@ -83,13 +89,8 @@ Status check_video_encoder_windows(const VideoVaeConfig& c, const Tensor& clip,
   const int64_t r = c.spatial_ratio();
   for (size_t k = 0; k < windows.size(); ++k) {
     const PixelWindow& w = windows[k];
-    const std::string name = "video VAE encode: window " + std::to_string(k) + " (rows " + std::to_string(w.y0) +
-                             " + " + std::to_string(w.height) + ", columns " + std::to_string(w.x0) + " + " +
-                             std::to_string(w.width) + ")";
-    if (w.y0 < 0 || w.x0 < 0 || w.height < 1 || w.width < 1 || w.y0 + w.height > clip.size(2) ||
-        w.x0 + w.width > clip.size(3)) {
-      return invalid_argument(name + " is not inside the pixels " + clip.describe());
-    }
+    const std::string name = "video VAE encode: window " + std::to_string(k) + " " + describe_window(w);
+    if (!inside(w, clip)) return invalid_argument(name + " is not inside the pixels " + clip.describe());
     if (w.height != windows[0].height || w.width != windows[0].width) {
       return invalid_argument(name + " differs in size from window 0");
     }
@@ -101,11 +102,9 @@ Status check_video_encoder_windows(const VideoVaeConfig& c, const Tensor& clip,
 }
 
 Result<Tensor> cut_window(const Tensor& clip, const PixelWindow& w) {
-  if (clip.rank() != 4 || w.y0 < 0 || w.x0 < 0 || w.height < 1 || w.width < 1 || w.y0 + w.height > clip.size(2) ||
-      w.x0 + w.width > clip.size(3)) {
-    return invalid_argument("video VAE encode: a window (rows " + std::to_string(w.y0) + " + " +
-                            std::to_string(w.height) + ", columns " + std::to_string(w.x0) + " + " +
-                            std::to_string(w.width) + ") is not inside the pixels " + clip.describe());
+  if (!inside(w, clip)) {
+    return invalid_argument("video VAE encode: a window " + describe_window(w) + " is not inside the pixels " +
+                            clip.describe());
   }
   if (w.y0 == 0 && w.x0 == 0 && w.height == clip.size(2) && w.width == clip.size(3)) return clip;
   VORTEX_ASSIGN_OR_RETURN(Tensor rows, clip.slice(2, w.y0, w.y0 + w.height));
