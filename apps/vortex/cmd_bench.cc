@@ -111,10 +111,11 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a workload on the GPU and write run manifests");
   cmd->add_option("workload", args->workload, "h3-block | h3-forward | h3-denoise | h3-denoise-sp | gemm | attention | vae-decode | vae-encode | text-encode | "
-                  "vision-encode; vae-encode-keyframe, vae-encode-clip or vae-encode-audio runs one item of vae-encode")
+                  "vision-encode; vae-encode-keyframe, vae-encode-clip or vae-encode-audio runs one item of vae-encode, "
+                  "vae-encode-video a 22-frame (two-clip) video reference")
       ->required()
       ->check(CLI::IsMember({"h3-block", "h3-forward", "h3-denoise", "h3-denoise-sp", "gemm", "attention", "vae-decode",
-                              "vae-encode", "vae-encode-keyframe", "vae-encode-clip", "vae-encode-audio", "text-encode",
+                              "vae-encode", "vae-encode-keyframe", "vae-encode-clip", "vae-encode-audio", "vae-encode-video", "text-encode",
                               "vision-encode"}));
   cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
   cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();

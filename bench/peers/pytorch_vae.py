@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch peers of `vortex bench vae-decode`, run by it in the same device call.
 
-    python3 bench/peers/pytorch_vae.py --workload vae-video|vae-encode|vae-encode-clip|vae-audio|vae-audio-encode
+    python3 bench/peers/pytorch_vae.py --workload vae-video|vae-encode|vae-encode-clip|vae-encode-video|vae-audio|vae-audio-encode
                                        --io DUMP --out REPORT
                                        [--warmup 3 --reps 10]
 
@@ -21,6 +21,8 @@ vae-encode diffusers' AutoencoderKLMiniMaxH3 with the dump's encoder weights (vo
            (cuDNN convolutions in TF32) too.
 vae-encode-clip  the same on a 17-frame clip [1, 3, 17, H, W] (one clip of a video reference): the fp32
            encode is checked once (its time reported as reference_first_run_ms), the defaults timed.
+vae-encode-video  the same as the clip on a 22-frame video [1, 3, 22, H, W]: diffusers' encode pads it
+           to two clips with copies of the last frame and drops the trailing latent frames, as vortex.
 vae-audio  diffusers' AutoencoderKLMiniMaxH3Audio with the dump's decoder state dict (weight_g /
            weight_v, filters) in fp32: `audio_vae.decode` of the de-normalised latents, with TF32 off
            (the checked run and one timing) and with PyTorch's defaults (cuDNN convolutions in TF32).
@@ -123,7 +125,7 @@ def vae_encode(args):
         return vae.encode(pixels, return_dict=False)[0].parameters
 
     reports = []
-    clip = args.workload == "vae-encode-clip"
+    clip = args.workload in ("vae-encode-clip", "vae-encode-video")
     with torch.no_grad():
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -212,14 +214,16 @@ def vae_audio_encode(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workload", required=True,
-                        choices=["vae-video", "vae-encode", "vae-encode-clip", "vae-audio", "vae-audio-encode"])
+                        choices=["vae-video", "vae-encode", "vae-encode-clip", "vae-encode-video", "vae-audio",
+                                 "vae-audio-encode"])
     parser.add_argument("--io", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
     args = parser.parse_args()
     report = {"vae-video": vae_video, "vae-encode": vae_encode, "vae-encode-clip": vae_encode,
-              "vae-audio": vae_audio, "vae-audio-encode": vae_audio_encode}[args.workload](args)
+              "vae-encode-video": vae_encode, "vae-audio": vae_audio,
+              "vae-audio-encode": vae_audio_encode}[args.workload](args)
     report["torch"] = torch.__version__
     report["cudnn"] = torch.backends.cudnn.version()
     with open(args.out, "w") as f:
