@@ -115,8 +115,8 @@ void add_bench_command(CLI::App& app, Action& action) {
                   "vae-encode-video a 22-frame (two-clip) video reference")
       ->required()
       ->check(CLI::IsMember({"h3-block", "h3-forward", "h3-denoise", "h3-denoise-sp", "gemm", "attention", "vae-decode",
-                              "vae-encode", "vae-encode-keyframe", "vae-encode-clip", "vae-encode-audio", "vae-encode-video", "text-encode",
-                              "vision-encode"}));
+                              "vae-encode", "vae-encode-keyframe", "vae-encode-clip", "vae-encode-audio",
+                              "vae-encode-video", "text-encode", "vision-encode"}));
   cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
   cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();

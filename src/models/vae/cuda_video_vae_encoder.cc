@@ -215,18 +215,14 @@ Result<CudaVideoVaeEncoder::Plan> CudaVideoVaeEncoder::plan(const Shape& pixels,
   return p;
 }
 
-bool CudaVideoVaeEncoder::reserved_for(const Plan& p) const {
-  const int64_t batch_floats = p.clips > 1 ? p.batch_input.numel() : 1;
-  const int64_t reserved_batch = reserved_.clips > 1 ? reserved_.batch_input.numel() : 1;
-  return p.activation_floats <= reserved_.activation_floats && p.gather_floats <= reserved_.gather_floats &&
-         p.frames <= reserved_.frames && p.pixel_floats <= reserved_.pixel_floats &&
-         p.clip_floats <= reserved_.clip_floats && batch_floats <= reserved_batch && pixels_buffer_.defined();
-}
-
 Status CudaVideoVaeEncoder::reserve(const Plan& p) {
-  if (reserved_for(p)) return ok_status();
   const int64_t batch_floats = p.clips > 1 ? p.batch_input.numel() : 1;
   const int64_t reserved_batch = reserved_.clips > 1 ? reserved_.batch_input.numel() : 1;
+  if (p.activation_floats <= reserved_.activation_floats && p.gather_floats <= reserved_.gather_floats &&
+      p.frames <= reserved_.frames && p.pixel_floats <= reserved_.pixel_floats &&
+      p.clip_floats <= reserved_.clip_floats && batch_floats <= reserved_batch && pixels_buffer_.defined()) {
+    return ok_status();
+  }
   Plan n = p;  // never smaller than before: a later, smaller set reuses the arena
   n.activation_floats = std::max(p.activation_floats, reserved_.activation_floats);
   n.gather_floats = std::max(p.gather_floats, reserved_.gather_floats);
@@ -383,8 +379,8 @@ Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const Tensor& cli
   const Shape window_shape{C, T, H, W};
   // Single frames (a keyframe's tiles) run as one batch; the tiles of a clip one at a time.
   const int64_t group = T == 1 ? count : 1;
-  // The arena is sized once for the largest group (a reserve that grows it later would lose the
-  // uploaded clip): every later plan fits it.
+  // The arena is sized once, for the first group: a later group is never larger (only the last
+  // can be smaller), and growing the arena then would lose the uploaded clip.
   {
     VORTEX_ASSIGN_OR_RETURN(Plan largest, plan(window_shape, group));
     largest.clip_floats = clip.numel();
@@ -400,9 +396,7 @@ Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const Tensor& cli
   }
   for (int64_t g0 = 0; g0 < count; g0 += group) {
     const int64_t n = std::min(group, count - g0);
-    VORTEX_ASSIGN_OR_RETURN(Plan p, plan(window_shape, n));
-    p.clip_floats = clip.numel();
-    if (!reserved_for(p)) return internal_error("video VAE encoder: a group's plan outgrew the largest group's");
+    VORTEX_ASSIGN_OR_RETURN(const Plan p, plan(window_shape, n));  // its batch level and input
     Tensor x;
     int cur = 0;
     for (int64_t k = 0; k < n; ++k) {

@@ -119,9 +119,7 @@ class CudaVideoVaeEncoder {
     return implicit(c.geometry, c.in_channels, c.out_channels);
   }
   Result<Plan> plan(const Shape& pixels, int64_t clips) const;
-  // Whether the activation arena holds what the plan needs; reserve grows it (losing its contents)
-  // where it does not.
-  bool reserved_for(const Plan& plan) const;
+  // Grows the activation arena (losing its contents) where it does not hold what the plan needs.
   Status reserve(const Plan& plan);
   // y = conv(x) on `clips` clips stacked in x [clips·T, H, W, C]; y [clips·T_out, ...] sized by
   // the caller (from conv_output_shape). Several clips need T_out = 1.
