@@ -60,10 +60,12 @@ bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels);
 // y: F32 [T_out·clips·h_out·w_out, O] contiguous (several clips need T_out = 1); all device,
 // 16-byte aligned. `variant` is kTf32x3, kTf32x3Ws or kTf32. kTf32x3Ws takes the weight as
 // split_conv_weight_tf32 leaves it (weight its high parts, weight_lo its low parts, the same
-// layout); the others take the raw weight and weight_lo = nullptr.
+// layout); the others take the raw weight and weight_lo = nullptr. kTf32x3Ws runs `ctas` persistent
+// CTAs that walk the 128 x 128 output tiles between them (0: one an SM; the tests give fewer, so
+// that each walks several tiles).
 Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
                        const TensorView& weight, const TensorView* weight_lo, const TensorView& bias,
-                       const TensorView& y, VaeConvVariant variant, cudaStream_t stream);
+                       const TensorView& y, VaeConvVariant variant, cudaStream_t stream, int ctas = 0);
 
 // Splits a conv weight once for kTf32x3Ws: each value w becomes its tf32 rounding hi (in place)
 // and lo = tf32(w − hi), the parts every tf32x3 kernel makes of B (the same roundings, so the same

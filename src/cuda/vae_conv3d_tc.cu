@@ -325,6 +325,11 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
 // split run under the other's products instead of both waiting at a CTA barrier. Measured on an
 // H100 with B still split by the producer (bench/notes/video_vae_encoder.md, session 44): the
 // lockstep kernel's printed errors and moments, a keyframe 7% and a clip 6.5% faster.
+//
+// Persistent: a CTA walks tiles blockIdx.x, + gridDim.x, ... (m fastest, then n, then the output
+// frame: the order the per-tile grid ran them in), and the ring's stages and phases run on across
+// its tiles, so the producer copies the next tile's first k-blocks while the consumers finish this
+// tile's products and store it, instead of a new CTA filling its ring from nothing.
 constexpr int kWsStages = 4;
 constexpr int kWsThreads = 3 * 128;
 constexpr int kWsStageBytes = 3 * kTileBytes;  // A, B's high parts, B's low parts
@@ -333,7 +338,23 @@ constexpr int kProducerRegisters = 120, kConsumerRegisters = 192;
 static_assert(hopper::register_budgets_fit(kProducerRegisters, 2, kConsumerRegisters), "the register file");
 constexpr int kWsRows = kBlockM * kChunks / 128;  // rows a producer thread copies in each tile
 
-__global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams p) {
+// Where tile `index` of a conv3d_ws_kernel launch lies, and its k-blocks (the output frame's real
+// temporal taps × the spatial taps × the channel blocks).
+struct WsTile {
+  int m0, n0, frame, a0, k_blocks;
+};
+__device__ __forceinline__ WsTile ws_tile(const ImplicitParams& p, int index) {
+  const int m_tiles = (p.frame_rows + kBlockM - 1) / kBlockM, n_tiles = p.O / kBlockN;
+  WsTile t;
+  t.m0 = index % m_tiles * kBlockM;
+  t.n0 = index / m_tiles % n_tiles * kBlockN;
+  t.frame = index / (m_tiles * n_tiles);
+  t.a0 = min(max(p.temporal_padding - t.frame * p.st, 0), p.kt);
+  t.k_blocks = (p.kt - t.a0) * p.kh * p.kw * (p.C / kBlockK);
+  return t;
+}
+
+__global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams p, int tiles) {
   extern __shared__ uint8_t smem_unaligned[];
   __shared__ __align__(8) uint64_t full_bar[kWsStages], empty_bar[kWsStages];
   const uint32_t unaligned = smem_address(smem_unaligned);
@@ -344,10 +365,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
     return reinterpret_cast<float*>(smem + stage * kWsStageBytes + which * kTileBytes);
   };
   const int tid = threadIdx.x, role = tid / 128, lane = tid % 32;
-  const int frame = blockIdx.z, m0 = blockIdx.x * kBlockM, n0 = blockIdx.y * kBlockN;
-  const int a0 = min(max(p.temporal_padding - frame * p.st, 0), p.kt);
   const int c_blocks = p.C / kBlockK;
-  const int k_blocks = (p.kt - a0) * p.kh * p.kw * c_blocks;
   if (tid == 0) {
     for (int s = 0; s < kWsStages; ++s) {
       hopper::mbarrier_init(smem_address(&full_bar[s]), 128);
@@ -361,58 +379,63 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
     hopper::release_registers<kProducerRegisters>();
     // This thread copies chunk `chunk` of rows load_row + 16·i of both tiles.
     const int chunk = tid % kChunks, load_row = tid / kChunks;
-    int row_t[kWsRows], row_h[kWsRows], row_w[kWsRows], a_off[kWsRows];
-#pragma unroll
-    for (int i = 0; i < kWsRows; ++i) {
-      const int r = m0 + load_row + 16 * i, clip = r / p.plane, pixel = r % p.plane;
-      row_t[i] = r < p.frame_rows ? clip * p.T + frame * p.st - p.temporal_padding : kPastTheEnd;
-      row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
-      row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
-    }
-    // Row load_row + 16·i of B's parts at + 16·i·k_total.
-    const int w_row0 = (n0 + load_row) * p.k_total;
-    int ta = a0, tb = 0, td = 0, w_tap = a0 * p.kh * p.kw, cb = 0;
-    const auto aim = [&] {
-#pragma unroll
-      for (int i = 0; i < kWsRows; ++i) {
-        const int hi = reflect_index(row_h[i] + tb, p.H), wi = reflect_index(row_w[i] + td, p.W);
-        a_off[i] = row_t[i] == kPastTheEnd ? -1 : (((row_t[i] + ta) * p.H + hi) * p.W + wi) * p.C;
-      }
-    };
-    aim();
     // Hands stage `stage` over once this thread's copies into it have landed.
     const auto finish = [&](int stage) {
       hopper::fence_proxy_async_shared();
       hopper::mbarrier_arrive(smem_address(&full_bar[stage]));
     };
-    for (int kb = 0; kb < k_blocks; ++kb) {
-      const int stage = kb % kWsStages;
-      hopper::mbarrier_wait(smem_address(&empty_bar[stage]), ((kb / kWsStages) & 1) ^ 1);
-      const int c0 = cb * kBlockK + chunk * 4, w_col = w_tap * p.C + c0;
+    int g = 0;  // k-blocks copied by this CTA so far, over all its tiles: the ring's position
+    for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
+      const WsTile t = ws_tile(p, index);
+      int row_t[kWsRows], row_h[kWsRows], row_w[kWsRows], a_off[kWsRows];
 #pragma unroll
       for (int i = 0; i < kWsRows; ++i) {
-        const int row = load_row + 16 * i, at = swizzled(row, chunk), w_at = w_row0 + 16 * i * p.k_total + w_col;
-        cp_async_16(tile(stage, 0) + at, a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
-        cp_async_16(tile(stage, 1) + at, p.w + w_at, 16);
-        cp_async_16(tile(stage, 2) + at, p.w_lo + w_at, 16);
+        const int r = t.m0 + load_row + 16 * i, clip = r / p.plane, pixel = r % p.plane;
+        row_t[i] = r < p.frame_rows ? clip * p.T + t.frame * p.st - p.temporal_padding : kPastTheEnd;
+        row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
+        row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
       }
-      cp_async_commit();
-      if (++cb == c_blocks) {
-        cb = 0, ++w_tap;
-        if (++td == p.kw) {
-          td = 0;
-          if (++tb == p.kh) tb = 0, ++ta;
+      // Row load_row + 16·i of B's parts at + 16·i·k_total.
+      const int w_row0 = (t.n0 + load_row) * p.k_total;
+      int ta = t.a0, tb = 0, td = 0, w_tap = t.a0 * p.kh * p.kw, cb = 0;
+      const auto aim = [&] {
+#pragma unroll
+        for (int i = 0; i < kWsRows; ++i) {
+          const int hi = reflect_index(row_h[i] + tb, p.H), wi = reflect_index(row_w[i] + td, p.W);
+          a_off[i] = row_t[i] == kPastTheEnd ? -1 : (((row_t[i] + ta) * p.H + hi) * p.W + wi) * p.C;
         }
-        aim();
-      }
-      if (kb > 0) {
-        cp_async_wait<1>();
-        finish((kb - 1) % kWsStages);
+      };
+      aim();
+      for (int kb = 0; kb < t.k_blocks; ++kb, ++g) {
+        const int stage = g % kWsStages;
+        hopper::mbarrier_wait(smem_address(&empty_bar[stage]), ((g / kWsStages) & 1) ^ 1);
+        const int c0 = cb * kBlockK + chunk * 4, w_col = w_tap * p.C + c0;
+#pragma unroll
+        for (int i = 0; i < kWsRows; ++i) {
+          const int row = load_row + 16 * i, at = swizzled(row, chunk), w_at = w_row0 + 16 * i * p.k_total + w_col;
+          cp_async_16(tile(stage, 0) + at, a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
+          cp_async_16(tile(stage, 1) + at, p.w + w_at, 16);
+          cp_async_16(tile(stage, 2) + at, p.w_lo + w_at, 16);
+        }
+        cp_async_commit();
+        if (++cb == c_blocks) {
+          cb = 0, ++w_tap;
+          if (++td == p.kw) {
+            td = 0;
+            if (++tb == p.kh) tb = 0, ++ta;
+          }
+          aim();
+        }
+        // The previous k-block (this tile's or the last tile's) is handed over one behind.
+        if (g > 0) {
+          cp_async_wait<1>();
+          finish((g - 1) % kWsStages);
+        }
       }
     }
-    if (k_blocks > 0) {
+    if (g > 0) {
       cp_async_wait<0>();
-      finish((k_blocks - 1) % kWsStages);
+      finish((g - 1) % kWsStages);
     }
     return;
   }
@@ -420,32 +443,40 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
   hopper::claim_registers<kConsumerRegisters>();
   const int consumer = role - 1;
   const int a_row = consumer * 64 + (tid / 32 % 4) * 16 + lane % 16;
-  // Turns: consumer c issues after named barrier 1 + c has both consumers' 256 threads.
-  if (consumer == 1) hopper::named_barrier_arrive(1, 256);
-  float acc[64] = {};
+  // Turns: consumer c issues after named barrier 1 + c has both consumers' 256 threads. Consumer 1
+  // makes no arrival after the CTA's last k-block (no one would meet it), so it counts them first.
+  int remaining = 0;
+  if (consumer == 1) {
+    for (int index = blockIdx.x; index < tiles; index += gridDim.x) remaining += ws_tile(p, index).k_blocks;
+    if (remaining > 0) hopper::named_barrier_arrive(1, 256);
+  }
   float part[64];
   uint32_t a_hi[16], a_lo[16];
-  for (int kb = 0; kb < k_blocks; ++kb) {
-    const int stage = kb % kWsStages;
-    hopper::mbarrier_wait(smem_address(&full_bar[stage]), (kb / kWsStages) & 1);
-    load_split_a(tile(stage, 0), a_row, lane, a_hi, a_lo);
-    const uint64_t b_desc = hopper::k_major_descriptor(smem_address(tile(stage, 1)));
-    const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(tile(stage, 2)));
-    hopper::named_barrier_sync(1 + consumer, 256);
-    hopper::wgmma_fence();
-    tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
-    hopper::wgmma_commit();
-    // The other consumer's turn (consumer 1's last arrival would have no one to meet).
-    if (consumer == 0 || kb + 1 < k_blocks) hopper::named_barrier_arrive(2 - consumer, 256);
-    hopper::wgmma_wait<0>();
-    hopper::pin_registers(part);
-    hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
-    hopper::mbarrier_arrive(smem_address(&empty_bar[stage]));
+  int g = 0;
+  for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
+    const WsTile t = ws_tile(p, index);
+    float acc[64] = {};
+    for (int kb = 0; kb < t.k_blocks; ++kb, ++g) {
+      const int stage = g % kWsStages;
+      hopper::mbarrier_wait(smem_address(&full_bar[stage]), (g / kWsStages) & 1);
+      load_split_a(tile(stage, 0), a_row, lane, a_hi, a_lo);
+      const uint64_t b_desc = hopper::k_major_descriptor(smem_address(tile(stage, 1)));
+      const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(tile(stage, 2)));
+      hopper::named_barrier_sync(1 + consumer, 256);
+      hopper::wgmma_fence();
+      tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
+      hopper::wgmma_commit();
+      // The other consumer's turn.
+      if (consumer == 0 || --remaining > 0) hopper::named_barrier_arrive(2 - consumer, 256);
+      hopper::wgmma_wait<0>();
+      hopper::pin_registers(part);
+      hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
+      hopper::mbarrier_arrive(smem_address(&empty_bar[stage]));
 #pragma unroll
-    for (int i = 0; i < 64; ++i) acc[i] += part[i];
+      for (int i = 0; i < 64; ++i) acc[i] += part[i];
+    }
+    store_tile(p, acc, t.frame, t.m0 + consumer * 64, t.n0, tid);
   }
-
-  store_tile(p, acc, frame, m0 + consumer * 64, n0, tid);
 }
 
 // w → its tf32 high part in place, the low part into lo: split(), elementwise.
@@ -495,7 +526,7 @@ Status split_conv_weight_tf32(const TensorView& weight, const TensorView& lo, cu
 
 Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
                        const TensorView& weight, const TensorView* weight_lo, const TensorView& bias,
-                       const TensorView& y, VaeConvVariant variant, cudaStream_t stream) {
+                       const TensorView& y, VaeConvVariant variant, cudaStream_t stream, int ctas) {
   const auto bad = [&](const std::string& what) {
     return invalid_argument("cuda conv3d_implicit: " + what + " (" + describe_view("x", x) + ", " +
                             describe_view("weight", weight) + ", " + describe_view("y", y) + ")");
@@ -544,8 +575,9 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
       w_reach > 2 * (x.shape[2] - 1)) {
     return bad("the spatial window reaches past one reflection");
   }
+  const int64_t tiles = (frame_rows + kBlockM - 1) / kBlockM * (O / kBlockN) * t_out;
   if (x.numel() >= (int64_t{1} << 31) / 2 || weight.numel() >= (int64_t{1} << 31) / 2 ||
-      frame_rows >= (int64_t{1} << 31) / 2 || t_out > 65535) {
+      frame_rows >= (int64_t{1} << 31) / 2 || t_out > 65535 || tiles >= (int64_t{1} << 31) / 2) {
     return bad("too large for the kernel's 32-bit coordinates");
   }
   if (frame_rows == 0) return ok_status();
@@ -581,12 +613,26 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
     return ok_status();
   };
   switch (variant) {
-    case VaeConvVariant::kTf32x3Ws:
+    case VaeConvVariant::kTf32x3Ws: {
+      // One CTA an SM (its ring takes most of an SM's shared memory), each walking its tiles.
+      if (ctas <= 0) {
+        // Experiment knob for the persistent loop's A/B (a count at least the tiles' is the per-tile
+        // grid); removed once measured.
+        if (const char* e = std::getenv("VORTEX_VAE_CONV_CTAS"); e != nullptr && std::atoi(e) > 0) {
+          ctas = std::atoi(e);
+        } else {
+          int device = 0;
+          VORTEX_CUDA_CHECK(cudaGetDevice(&device));
+          VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device));
+        }
+      }
       VORTEX_CUDA_CHECK(
           cudaFuncSetAttribute(conv3d_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
-      conv3d_ws_kernel<<<grid, kWsThreads, kWsSmemBytes, stream>>>(p);
+      const int walkers = static_cast<int>(std::min<int64_t>(ctas, tiles));
+      conv3d_ws_kernel<<<walkers, kWsThreads, kWsSmemBytes, stream>>>(p, static_cast<int>(tiles));
       VORTEX_CUDA_CHECK_LAUNCH();
       return ok_status();
+    }
     case VaeConvVariant::kTf32x3:
       return launch(conv3d_wgmma_kernel<3>, smem_bytes(3));
     case VaeConvVariant::kTf32:

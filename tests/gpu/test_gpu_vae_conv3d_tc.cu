@@ -6,7 +6,8 @@
 // the running sum inside the tensor core instead of added by FADD per k-block, 2e-6 to 2e-5, so the
 // bound catches a kernel that lost the promotion); one tf32 product (the approximate variant) must
 // measure above 1e-4 (7.7e-4), so the bound would also catch a kernel that lost the low parts.
-// Run to run, and the warp-specialized kernel (tf32x3-ws, the default) against the lockstep one: bitwise.
+// Run to run, and the warp-specialized kernel (tf32x3-ws, the default) against the lockstep one, with
+// its persistent CTAs walking one tile or several each: bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -110,9 +111,14 @@ TEST_F(GpuVaeConv3dImplicit, MatchesTheDoubleSumsOnEveryFrame) {
     const Tensor w_lo = must(arena_.alloc(weight.shape(), DType::kF32));
     VORTEX_EXPECT_OK(cuda::split_conv_weight_tf32(w_hi.view(), w_lo.view(), stream_));
     const TensorView w_lo_view = w_lo.view();
-    VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_hi.view(), &w_lo_view,
-                                           b_dev.view(), y.view(), cuda::VaeConvVariant::kTf32x3Ws, stream_));
-    test::expect_bitwise(compare(to_host(y), got), k.what + ", warp-specialized kernel");
+    // Its CTAs walk the tiles: one an SM (each here has at most one tile), one CTA for all of them,
+    // and three (tiles of different frames, so of different k-block counts, one after another).
+    for (const int ctas : {0, 1, 3}) {
+      VORTEX_EXPECT_OK(cuda::conv3d_implicit(x_dev.view(), k.clips, g, h_out, w_out, w_hi.view(), &w_lo_view,
+                                             b_dev.view(), y.view(), cuda::VaeConvVariant::kTf32x3Ws, stream_, ctas));
+      test::expect_bitwise(compare(to_host(y), got),
+                           k.what + ", warp-specialized kernel, " + std::to_string(ctas) + " CTAs (0: one an SM)");
+    }
     // hi is a tf32 value (its low 13 bits clear) and hi + lo the weight within lo's own rounding.
     const Tensor hi = to_host(w_hi), lo = to_host(w_lo);
     for (int64_t i = 0; i < weight.numel(); ++i) {
