@@ -329,7 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
 // Persistent: a CTA walks tiles blockIdx.x, + gridDim.x, ... (m fastest, then n, then the output
 // frame: the order the per-tile grid ran them in), and the ring's stages and phases run on across
 // its tiles, so the producer copies the next tile's first k-blocks while the consumers finish this
-// tile's products and store it, instead of a new CTA filling its ring from nothing.
+// tile's products and store it, instead of a new CTA filling its ring from nothing. Measured on an
+// H100 against one tile a CTA: a clip 0.7% faster (level 0's convs 2%), a keyframe 0.5%.
 constexpr int kWsStages = 4;
 constexpr int kWsThreads = 3 * 128;
 constexpr int kWsStageBytes = 3 * kTileBytes;  // A, B's high parts, B's low parts
@@ -616,15 +617,9 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
     case VaeConvVariant::kTf32x3Ws: {
       // One CTA an SM (its ring takes most of an SM's shared memory), each walking its tiles.
       if (ctas <= 0) {
-        // Experiment knob for the persistent loop's A/B (a count at least the tiles' is the per-tile
-        // grid); removed once measured.
-        if (const char* e = std::getenv("VORTEX_VAE_CONV_CTAS"); e != nullptr && std::atoi(e) > 0) {
-          ctas = std::atoi(e);
-        } else {
-          int device = 0;
-          VORTEX_CUDA_CHECK(cudaGetDevice(&device));
-          VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device));
-        }
+        int device = 0;
+        VORTEX_CUDA_CHECK(cudaGetDevice(&device));
+        VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device));
       }
       VORTEX_CUDA_CHECK(
           cudaFuncSetAttribute(conv3d_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
