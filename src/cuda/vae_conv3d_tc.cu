@@ -12,12 +12,13 @@
 // 1024-byte boundaries) are the 128-byte swizzle wgmma reads. Two warpgroups of 64 pixel rows each
 // issue wgmma m64n128k8 tf32 per k8 step, B from shared memory.
 //
-// Two kernels of the same tile and the same sums: conv3d_ws_kernel (tf32x3-ws, the default) reads
+// Two kernels of the same tile and the same sums: conv3d_ws_kernel<3> (tf32x3-ws, the default) reads
 // B split at load (split_conv_weight_tf32), gives the copies to a producer warpgroup and lets the
-// two product warpgroups take turns on mbarrier-handed stages; conv3d_wgmma_kernel (tf32x3, and
-// tf32) has all warpgroups copy, split and multiply in lockstep between CTA barriers. The GPU test
-// holds the first to the second's bits (DESIGN's exactness gate); on the H200 the first encodes a
-// keyframe and a clip in 0.74x and 0.73x the second's time (bench/notes/video_vae_encoder.md).
+// two product warpgroups take turns on mbarrier-handed stages; conv3d_wgmma_kernel (tf32x3) has all
+// warpgroups copy, split and multiply in lockstep between CTA barriers. The GPU test holds the
+// first to the second's bits (DESIGN's exactness gate); on the H200 the first encodes a keyframe
+// and a clip in 0.74x and 0.73x the second's time (bench/notes/video_vae_encoder.md).
+// conv3d_ws_kernel<1> (tf32) is the warp-specialized kernel with one product.
 //
 // Numerics (VORTEX_VARIANT_VAE_CONV):
 //   tf32x3-ws (the encoder's default) and tf32x3: each fp32 operand is split into its tf32
@@ -32,7 +33,7 @@
 //       to 2.9e-7 rel-L2 from double sums over K = 864 to 3456 (with the running sum inside the
 //       tensor core instead, 2e-6 to 2e-5).
 //   tf32: one product of the raw fp32 values, A and B from shared memory, of which the tensor core
-//       reads the tf32 bits (truncation): ~7.7e-4, for measurement only.
+//       reads the tf32 bits (truncation), summed in the tensor core over the whole K: ~7.7e-4.
 //   gemm: conv3d_gather + cuBLASLt fp32, chosen in the encoder, not here.
 // Sums run in a fixed order (no split-K, no atomics): the output is the same bits run to run.
 #include "cuda/vae_conv3d.h"
@@ -72,9 +73,9 @@ constexpr int kTileFloats = kBlockM * kBlockK;
 constexpr int kTileBytes = kTileFloats * static_cast<int>(sizeof(float));  // 16 KB
 constexpr int kStageBytes = 2 * kTileBytes;                                 // A, B
 constexpr int kRingBytes = kStages * kStageBytes;
-// Dynamic shared memory: the ring, for three products two buffers of B's low parts, and 1 KB to
-// align the tiles to the swizzle's period.
-constexpr int smem_bytes(int products) { return kRingBytes + (products == 3 ? 2 * kTileBytes : 0) + 1024; }
+// Dynamic shared memory: the ring, two buffers of B's low parts, and 1 KB to align the tiles to the
+// swizzle's period.
+constexpr int kLockstepSmemBytes = kRingBytes + 2 * kTileBytes + 1024;
 // A row's first frame in x before its temporal tap is added (negative for a clip's first frames,
 // whose early taps are the causal zeros): this marks a row past the frame's end instead.
 constexpr int kPastTheEnd = INT32_MIN;
@@ -186,9 +187,7 @@ __device__ __forceinline__ void store_tile(const ImplicitParams& p, const float 
 }
 
 // One CTA: output pixels [m0, m0 + kBlockM) of frame blockIdx.z, channels [n0, n0 + kBlockN).
-template <int kProducts>
 __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParams p) {
-  static_assert(kProducts == 1 || kProducts == 3, "one tf32 product or the hi/lo split's three");
   extern __shared__ uint8_t smem_unaligned[];
   const uint32_t unaligned = smem_address(smem_unaligned);
   const uint32_t base = (unaligned + 1023) & ~1023u;
@@ -252,13 +251,13 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   // share of B split, then the stage made visible to the products (the async proxy), which read it
   // once all threads pass the next barrier.
   const auto prepare_stage = [&](int kb) {
-    if constexpr (kProducts == 3) split_tile(raw_tile(kb % kStages, 1), b_lo_tile(kb % 2), tid);
+    split_tile(raw_tile(kb % kStages, 1), b_lo_tile(kb % 2), tid);
     hopper::fence_proxy_async_shared();
   };
 
   float acc[64] = {};
   float part[64];
-  uint32_t a_hi[16], a_lo[16];  // three products: k8 step s's A fragment at [4s, 4s + 4)
+  uint32_t a_hi[16], a_lo[16];  // k8 step s's A fragment at [4s, 4s + 4)
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < k_blocks) load_next(s);
@@ -272,18 +271,10 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   for (int kb = 0; kb < k_blocks; ++kb) {
     // k8 step s is 32 bytes into each 128-byte row: +2 in the descriptor's 16-byte units.
     const uint64_t b_desc = hopper::k_major_descriptor(smem_address(raw_tile(kb % kStages, 1)));
-    if constexpr (kProducts == 3) {
-      const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(b_lo_tile(kb % 2)));
-      load_split_a(raw_tile(kb % kStages, 0), wg * 64 + (tid / 32 % 4) * 16 + lane % 16, lane, a_hi, a_lo);
-      hopper::wgmma_fence();
-      tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
-    } else {
-      const uint32_t a_addr = smem_address(raw_tile(kb % kStages, 0)) + wg * 64 * kBlockK * 4;
-      const uint64_t a_desc = hopper::k_major_descriptor(a_addr);
-      hopper::wgmma_fence();
-#pragma unroll
-      for (int s = 0; s < kBlockK / 8; ++s) hopper::wgmma_m64n128k8_tf32_ss<1>(acc, a_desc + 2 * s, b_desc + 2 * s);
-    }
+    const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(b_lo_tile(kb % 2)));
+    load_split_a(raw_tile(kb % kStages, 0), wg * 64 + (tid / 32 % 4) * 16 + lane % 16, lane, a_hi, a_lo);
+    hopper::wgmma_fence();
+    tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
     hopper::wgmma_commit();
 
     // Under the products: the copies of k-block kb + 2 (into kb − 1's stage, whose products
@@ -296,14 +287,10 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
       prepare_stage(kb + 1);
     }
     hopper::wgmma_wait<0>();
-    if constexpr (kProducts == 3) {
-      hopper::pin_registers(part);
-      hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
+    hopper::pin_registers(part);
+    hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] += part[i];
-    } else {
-      hopper::pin_registers(acc);
-    }
+    for (int i = 0; i < 64; ++i) acc[i] += part[i];
     __syncthreads();
   }
   cp_async_wait<0>();
@@ -331,10 +318,15 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
 // its tiles, so the producer copies the next tile's first k-blocks while the consumers finish this
 // tile's products and store it, instead of a new CTA filling its ring from nothing. Measured on an
 // H100 against one tile a CTA: a clip 0.7% faster (level 0's convs 2%), a keyframe 0.5%.
+//
+// With one product (tf32, approximate) the same roles and ring copy A and the raw B alone, and the
+// consumers multiply the raw fp32 tiles from shared memory (the tensor core reads their tf32 bits)
+// straight into the running sum: no split, no partial sums.
 constexpr int kWsStages = 4;
 constexpr int kWsThreads = 3 * 128;
-constexpr int kWsStageBytes = 3 * kTileBytes;  // A, B's high parts, B's low parts
-constexpr int kWsSmemBytes = kWsStages * kWsStageBytes + 1024;
+// A stage: A, B (the high parts for three products) and, for three products, B's low parts.
+constexpr int ws_stage_bytes(int products) { return (products == 3 ? 3 : 2) * kTileBytes; }
+constexpr int ws_smem_bytes(int products) { return kWsStages * ws_stage_bytes(products) + 1024; }
 constexpr int kProducerRegisters = 120, kConsumerRegisters = 192;
 static_assert(hopper::register_budgets_fit(kProducerRegisters, 2, kConsumerRegisters), "the register file");
 constexpr int kWsRows = kBlockM * kChunks / 128;  // rows a producer thread copies in each tile
@@ -355,7 +347,10 @@ __device__ __forceinline__ WsTile ws_tile(const ImplicitParams& p, int index) {
   return t;
 }
 
+template <int kProducts>
 __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams p, int tiles) {
+  static_assert(kProducts == 1 || kProducts == 3, "one tf32 product or the hi/lo split's three");
+  constexpr int kStageBytes = ws_stage_bytes(kProducts);
   extern __shared__ uint8_t smem_unaligned[];
   __shared__ __align__(8) uint64_t full_bar[kWsStages], empty_bar[kWsStages];
   const uint32_t unaligned = smem_address(smem_unaligned);
@@ -363,7 +358,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
   uint8_t* smem = smem_unaligned + (base - unaligned);
   // Tile `which` (0: A, 1: B, 2: B's low parts) of stage `stage`.
   const auto tile = [&](int stage, int which) {
-    return reinterpret_cast<float*>(smem + stage * kWsStageBytes + which * kTileBytes);
+    return reinterpret_cast<float*>(smem + stage * kStageBytes + which * kTileBytes);
   };
   const int tid = threadIdx.x, role = tid / 128, lane = tid % 32;
   const int c_blocks = p.C / kBlockK;
@@ -416,7 +411,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
           const int row = load_row + 16 * i, at = swizzled(row, chunk), w_at = w_row0 + 16 * i * p.k_total + w_col;
           cp_async_16(tile(stage, 0) + at, a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
           cp_async_16(tile(stage, 1) + at, p.w + w_at, 16);
-          cp_async_16(tile(stage, 2) + at, p.w_lo + w_at, 16);
+          if constexpr (kProducts == 3) cp_async_16(tile(stage, 2) + at, p.w_lo + w_at, 16);
         }
         cp_async_commit();
         if (++cb == c_blocks) {
@@ -460,21 +455,34 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
     for (int kb = 0; kb < t.k_blocks; ++kb, ++g) {
       const int stage = g % kWsStages;
       hopper::mbarrier_wait(smem_address(&full_bar[stage]), (g / kWsStages) & 1);
-      load_split_a(tile(stage, 0), a_row, lane, a_hi, a_lo);
       const uint64_t b_desc = hopper::k_major_descriptor(smem_address(tile(stage, 1)));
-      const uint64_t b_lo_desc = hopper::k_major_descriptor(smem_address(tile(stage, 2)));
+      if constexpr (kProducts == 3) load_split_a(tile(stage, 0), a_row, lane, a_hi, a_lo);
       hopper::named_barrier_sync(1 + consumer, 256);
       hopper::wgmma_fence();
-      tf32x3_products(part, a_hi, a_lo, b_desc, b_lo_desc);
+      if constexpr (kProducts == 3) {
+        tf32x3_products(part, a_hi, a_lo, b_desc, hopper::k_major_descriptor(smem_address(tile(stage, 2))));
+      } else {
+        // This consumer's 64 rows of A; k8 step s is 32 bytes into each row (+2 in 16-byte units).
+        const uint64_t a_desc =
+            hopper::k_major_descriptor(smem_address(tile(stage, 0)) + consumer * 64 * kBlockK * 4);
+#pragma unroll
+        for (int s = 0; s < kBlockK / 8; ++s) hopper::wgmma_m64n128k8_tf32_ss<1>(acc, a_desc + 2 * s, b_desc + 2 * s);
+      }
       hopper::wgmma_commit();
       // The other consumer's turn.
       if (consumer == 0 || --remaining > 0) hopper::named_barrier_arrive(2 - consumer, 256);
       hopper::wgmma_wait<0>();
-      hopper::pin_registers(part);
-      hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
+      if constexpr (kProducts == 3) {
+        hopper::pin_registers(part);
+        hopper::pin_registers(a_hi), hopper::pin_registers(a_lo);  // read by the products until here
+      } else {
+        hopper::pin_registers(acc);
+      }
       hopper::mbarrier_arrive(smem_address(&empty_bar[stage]));
+      if constexpr (kProducts == 3) {
 #pragma unroll
-      for (int i = 0; i < 64; ++i) acc[i] += part[i];
+        for (int i = 0; i < 64; ++i) acc[i] += part[i];
+      }
     }
     store_tile(p, acc, t.frame, t.m0 + consumer * 64, t.n0, tid);
   }
@@ -536,7 +544,7 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
     return bad("x, weight, bias and y must be F32 device tensors");
   }
   if (variant == VaeConvVariant::kGatherGemm) return bad("the gather + GEMM variant is not an implicit GEMM");
-  // The warp-specialized kernel reads B split at load; the lockstep kernels split it themselves.
+  // tf32x3-ws reads B split at load; the lockstep kernel splits it itself, and tf32 multiplies it raw.
   const bool presplit = variant == VaeConvVariant::kTf32x3Ws;
   if (presplit != (weight_lo != nullptr)) {
     return bad(presplit ? "tf32x3-ws needs weight_lo (the weight split by split_conv_weight_tf32)"
@@ -605,33 +613,34 @@ Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& tap
                          static_cast<int>(w_out),
                          static_cast<int>(frame_rows),
                          static_cast<int>(k_total)};
-  const dim3 grid(static_cast<unsigned>((frame_rows + kBlockM - 1) / kBlockM), static_cast<unsigned>(O / kBlockN),
-                  static_cast<unsigned>(t_out));
-  const auto launch = [&](auto kernel, int smem) -> Status {
+  // The warp-specialized kernels: one CTA an SM (the ring takes most of an SM's shared memory), each
+  // walking its tiles.
+  const auto walk = [&](auto kernel, int smem) -> Status {
+    if (ctas <= 0) {
+      int device = 0;
+      VORTEX_CUDA_CHECK(cudaGetDevice(&device));
+      VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device));
+    }
     VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    kernel<<<grid, kThreads, smem, stream>>>(p);
+    const int walkers = static_cast<int>(std::min<int64_t>(ctas, tiles));
+    kernel<<<walkers, kWsThreads, smem, stream>>>(p, static_cast<int>(tiles));
     VORTEX_CUDA_CHECK_LAUNCH();
     return ok_status();
   };
   switch (variant) {
-    case VaeConvVariant::kTf32x3Ws: {
-      // One CTA an SM (its ring takes most of an SM's shared memory), each walking its tiles.
-      if (ctas <= 0) {
-        int device = 0;
-        VORTEX_CUDA_CHECK(cudaGetDevice(&device));
-        VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&ctas, cudaDevAttrMultiProcessorCount, device));
-      }
+    case VaeConvVariant::kTf32x3Ws:
+      return walk(conv3d_ws_kernel<3>, ws_smem_bytes(3));
+    case VaeConvVariant::kTf32:
+      return walk(conv3d_ws_kernel<1>, ws_smem_bytes(1));
+    case VaeConvVariant::kTf32x3: {
+      const dim3 grid(static_cast<unsigned>((frame_rows + kBlockM - 1) / kBlockM),
+                      static_cast<unsigned>(O / kBlockN), static_cast<unsigned>(t_out));
       VORTEX_CUDA_CHECK(
-          cudaFuncSetAttribute(conv3d_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kWsSmemBytes));
-      const int walkers = static_cast<int>(std::min<int64_t>(ctas, tiles));
-      conv3d_ws_kernel<<<walkers, kWsThreads, kWsSmemBytes, stream>>>(p, static_cast<int>(tiles));
+          cudaFuncSetAttribute(conv3d_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kLockstepSmemBytes));
+      conv3d_wgmma_kernel<<<grid, kThreads, kLockstepSmemBytes, stream>>>(p);
       VORTEX_CUDA_CHECK_LAUNCH();
       return ok_status();
     }
-    case VaeConvVariant::kTf32x3:
-      return launch(conv3d_wgmma_kernel<3>, smem_bytes(3));
-    case VaeConvVariant::kTf32:
-      return launch(conv3d_wgmma_kernel<1>, smem_bytes(1));
     case VaeConvVariant::kGatherGemm:
       break;
   }
