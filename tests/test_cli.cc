@@ -119,6 +119,15 @@ TEST(Cli, Fp8RecipeNeedsTheGpu) {
   EXPECT_FALSE(fs::exists(tmp.file("x.safetensors")));
 }
 
+TEST(Cli, Tf32VaeEncodeNeedsTheGpu) {
+  TempDir tmp;
+  expect_one_line_error(run_cli("generate --synthetic test --vae-encode-precision tf32 --out " + q(tmp.file("x"))),
+                        "--vae-encode-precision tf32 runs on --device cuda only");
+  expect_one_line_error(run_cli("serve --synthetic test --vae-encode-precision tf32 --results " + q(tmp.file("r"))),
+                        "--vae-encode-precision tf32 runs on --device cuda only");
+  EXPECT_FALSE(fs::exists(tmp.file("x.safetensors")));
+}
+
 TEST(Cli, ConvertRefusesANonEmptyFolder) {
   TempDir tmp;
   const std::string out = tmp.file("out");

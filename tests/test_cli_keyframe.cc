@@ -76,6 +76,13 @@ TEST(CliKeyframe, BadInputIsOneLineAndWritesNothing) {
   expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --height 64 --width 64 " +
                                 "--synthetic-video-vae test --out " + q(dir.file("k.npy"))),
                         ".safetensors");
+  // tf32 convolutions are the GPU encoder's; the CPU runs the reference program only.
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --synthetic-video-vae test " +
+                                "--vae-encode-precision tf32 --out " + q(out)),
+                        "--vae-encode-precision tf32 runs on --device cuda only");
+  expect_one_line_error(run_cli("encode-keyframe --image " + q(good) + " --synthetic-video-vae test " +
+                                "--vae-encode-precision fp16 --out " + q(out)),
+                        "--vae-encode-precision");
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

@@ -28,6 +28,7 @@ struct EncodeKeyframeArgs {
   int64_t height = 0, width = 0;  // the canvas; 0: from this image
   bool follows = false;           // a keyframe after the request's first: cover-cropped
   std::string device = "cpu";
+  std::string precision = "fp32";  // --vae-encode-precision
   std::string out;
 };
 
@@ -36,6 +37,7 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
   return unimplemented("encode-keyframe: this build has no PNG reader (libpng was not found)");
 #else
   if (!a.out.ends_with(".safetensors")) return invalid_argument("--out " + a.out + ": must end in .safetensors");
+  VORTEX_RETURN_IF_ERROR(check_vae_encode_precision(a.precision, a.device));
   if ((a.height == 0) != (a.width == 0)) return invalid_argument("--height and --width go together, or neither");
   if (a.follows && a.height == 0) {
     return invalid_argument("--follows: a following keyframe is cropped onto the request's canvas; give --height "
@@ -56,7 +58,7 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
   VORTEX_ASSIGN_OR_RETURN(Tensor rgb, h3::fit_keyframe(image, canvas, a.follows ? 1 : 0));
   const int64_t height = canvas.height, width = canvas.width;
   VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder,
-                          KeyframeEncoder::load(a.video_vae, a.synthetic_video_vae, a.weights_seed, a.device));
+                          KeyframeEncoder::load(a.video_vae, a.synthetic_video_vae, a.weights_seed, a.device, a.precision));
   std::fprintf(stderr, "vortex: encoding %s (%lldx%lld, on a %lldx%lld canvas) on %s\n", a.image.c_str(),
                static_cast<long long>(image.size(1)), static_cast<long long>(image.size(0)),
                static_cast<long long>(width), static_cast<long long>(height), encoder.where());
@@ -66,6 +68,7 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
                             {"height", std::to_string(height)},
                             {"width", std::to_string(width)},
                             {"seed", std::to_string(a.seed)},
+                            {"vae_encode_precision", a.precision},
                             {"video_vae", a.video_vae.empty() ? "synthetic:" + a.synthetic_video_vae : a.video_vae}});
 #endif
 }
@@ -89,6 +92,7 @@ void add_encode_keyframe_command(CLI::App& app, Action& action) {
   cmd->add_option("--device", args->device, "Where the encoder runs")
       ->check(CLI::IsMember({"cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--vae-encode-precision", args->precision, kVaeEncodePrecisionHelp)->capture_default_str();
   cmd->add_option("--out", args->out, "Output PATH.safetensors (tensor keyframe_latents [C, 1, H/16, W/16])")
       ->required();
   cmd->callback([args, &action] {

@@ -96,6 +96,9 @@ Status check_out_prefix(const std::string& prefix) {
 int run_generate(const GenerateArgs& args) {
   const auto load_start = std::chrono::steady_clock::now();
   if (Status out = check_out_prefix(args.out); !out.ok()) return report_error(out);
+  if (Status precision = check_vae_encode_precision(args.model.vae_encode_precision, args.model.device); !precision.ok()) {
+    return report_error(precision);
+  }
   // Everything about the request before the weights load (a real checkpoint is 40 GB); the text
   // states come first, since their row count sizes the device arena.
   auto config = model_config(args.model);
@@ -128,7 +131,7 @@ int run_generate(const GenerateArgs& args) {
     text->reset();
     if (checked->fl2va() || checked->ref2va()) {
       auto encoder = KeyframeEncoder::load(args.media.video_vae_path, args.media.synthetic_video_vae,
-                                           args.media.weights_seed, args.model.device);
+                                           args.media.weights_seed, args.model.device, args.model.vae_encode_precision);
       if (!encoder.ok()) return report_error(encoder.status());
       const SoundtrackEncoder* audio = *audio_encoder ? &**audio_encoder : nullptr;
       if (Status encoded = encode_request_images(*checked, *encoder, audio); !encoded.ok()) return report_error(encoded);

@@ -383,8 +383,9 @@ Result<std::optional<KeyframeEncoder>> load_keyframe_encoder_once(const ServeArg
     return invalid_argument("--video-vae / --synthetic-video-vae without --media mp4 encode keyframes, which are "
                             "shown to the text encoder: give --text-encoder too");
   }
-  VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder, KeyframeEncoder::load(m.video_vae_path, m.synthetic_video_vae,
-                                                                         args.model.weights_seed, args.model.device));
+  VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder,
+                          KeyframeEncoder::load(m.video_vae_path, m.synthetic_video_vae, args.model.weights_seed,
+                                                args.model.device, args.model.vae_encode_precision));
   return std::optional<KeyframeEncoder>(std::move(encoder));
 }
 
@@ -424,6 +425,9 @@ std::vector<service::JobSnapshot> read_job_records(const std::filesystem::path& 
 int run_serve(const ServeArgs& args) {
   if (Status s = prepare_results_folder(args.results); !s.ok()) return report_error(s);
   if (args.max_queue < 1) return report_error(invalid_argument("--max-queue must be >= 1"));
+  if (Status precision = check_vae_encode_precision(args.model.vae_encode_precision, args.model.device); !precision.ok()) {
+    return report_error(precision);
+  }
   const auto load_start = std::chrono::steady_clock::now();
   auto config = model_config(args.model);
   if (!config.ok()) return report_error(config.status());
@@ -557,7 +561,8 @@ int run_serve(const ServeArgs& args) {
   hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
                 {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()},
-                {"video_references", keyframe_encoder->has_value()}, {"soundtrack_references", soundtracks != nullptr}};
+                {"video_references", keyframe_encoder->has_value()}, {"soundtrack_references", soundtracks != nullptr},
+                {"vae_encode_precision", args.model.vae_encode_precision}};
   hooks.check = [&](const nlohmann::json& body, const service::Uploads& uploads) -> Result<nlohmann::json> {
     VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, uploads));
     VORTEX_ASSIGN_OR_RETURN(const CheckedRequest checked, check_served(r));

@@ -170,6 +170,7 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
                   "never stay on the device) or per step from resident weights; bitwise the same result")
       ->check(CLI::IsMember({"request", "step"}))
       ->capture_default_str();
+  cmd->add_option("--vae-encode-precision", m.vae_encode_precision, kVaeEncodePrecisionHelp)->capture_default_str();
   cmd->add_option("--text-encoder", m.text_encoder_path,
                   "Qwen3-VL checkpoint folder (config.json, model*.safetensors, tokenizer.json) that encodes --prompt "
                   "(on --device)");
@@ -481,6 +482,8 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
       {"attention", {{"mode", r.attention}, {"exact_blocks", r.exact_blocks}}},
       {"recipe", m.recipe},
       {"adaln_tables", m.device == "cuda" ? m.adaln_tables : "step"},
+      {"vae_encode_precision", checked.fl2va() || checked.ref2va() ? nlohmann::json(m.vae_encode_precision)
+                                                                   : nlohmann::json()},
       {"request",
        {{"task", checked.fl2va() ? "fl2va" : checked.ref2va() ? "ref2va" : "t2va"},
         {"height", checked.video.height}, {"width", checked.video.width}, {"frames", r.frames}, {"steps", r.steps}, {"seed", r.seed},

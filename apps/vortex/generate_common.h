@@ -33,6 +33,7 @@ struct ModelOptions {
   std::string device = "cpu";
   std::string recipe = "bf16";
   std::string adaln_tables = "request";
+  std::string vae_encode_precision = "fp32";  // the video VAE encoder's convs (check_vae_encode_precision)
   // --device cuda: reserve the int8fp8 attention workspace so that requests may ask for that mode.
   bool int8fp8_workspace = false;
   // --device cuda: the GPUs, "0,1" or "all" (empty: the current device); more than one runs the

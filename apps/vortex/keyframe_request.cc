@@ -174,9 +174,25 @@ Status check_keyframe_encoder_named(const std::string& video_vae_path, const std
   return ok_status();
 }
 
+const char* const kVaeEncodePrecisionHelp =
+    "The video VAE encoder's convolutions (keyframes and references): fp32 (the reference's sums), or tf32 "
+    "(--device cuda; one tf32 product, approximate: the moments ~2.4e-4 rel-L2 from fp32's, as diffusers' default "
+    "TF32 convolutions; ~1.4-1.8x faster)";
+
+Status check_vae_encode_precision(const std::string& precision, const std::string& device) {
+  if (precision != "fp32" && precision != "tf32") {
+    return invalid_argument("--vae-encode-precision " + precision + ": expected fp32 or tf32");
+  }
+  if (precision == "tf32" && device != "cuda") {
+    return invalid_argument("--vae-encode-precision tf32 runs on --device cuda only (the CPU runs the reference program)");
+  }
+  return ok_status();
+}
+
 Result<KeyframeEncoder> KeyframeEncoder::load(const std::string& video_vae_path,
                                               const std::string& synthetic_preset, uint64_t weights_seed,
-                                              const std::string& device) {
+                                              const std::string& device, const std::string& precision) {
+  VORTEX_RETURN_IF_ERROR(check_vae_encode_precision(precision, device));
   VORTEX_RETURN_IF_ERROR(check_keyframe_encoder_named(video_vae_path, synthetic_preset));
   vae::VideoVaeEncoder cpu;
   if (!video_vae_path.empty()) {
@@ -190,7 +206,12 @@ Result<KeyframeEncoder> KeyframeEncoder::load(const std::string& video_vae_path,
   e.config_ = cpu.config;
   if (device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
-    VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<vae::CudaVideoVaeEncoder> gpu, vae::CudaVideoVaeEncoder::create(cpu));
+    // fp32: the encoder's default kernels (VORTEX_VARIANT_VAE_CONV may name a measurement variant).
+    e.tf32_ = precision == "tf32";
+    std::optional<cuda::VaeConvVariant> variant;
+    if (e.tf32_) variant = cuda::VaeConvVariant::kTf32;
+    VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<vae::CudaVideoVaeEncoder> gpu,
+                            vae::CudaVideoVaeEncoder::create(cpu, nullptr, variant));
     e.gpu_ = std::move(gpu);
     return e;
 #else

@@ -94,16 +94,27 @@ Result<PreparedReferences> prepare_references(const std::vector<std::string>& pa
 // anything loads).
 Status check_keyframe_encoder_named(const std::string& video_vae_path, const std::string& synthetic_preset);
 
+// --vae-encode-precision: "fp32" (the default: the CPU program's sums, on the GPU as three tf32
+// products a multiply-add, ~3e-7 from exact sums) or "tf32" (--device cuda only; one tf32 product,
+// approximate: the moments ~2.4e-4 rel-L2 from fp32's, as far as diffusers' default TF32
+// convolutions are, in 0.57x (a clip) to 0.69x (a keyframe) the time on an H100). Anything else, or
+// tf32 on the CPU, is refused by name.
+Status check_vae_encode_precision(const std::string& precision, const std::string& device);
+// The option's help, alike in every command that encodes keyframes or references.
+extern const char* const kVaeEncodePrecisionHelp;
+
 // The keyframes' video VAE encoder: the CPU program, or on --device cuda its GPU twin
-// (models/vae/cuda_video_vae_encoder.h: the moments within 1e-5 rel-L2 of the CPU's).
+// (models/vae/cuda_video_vae_encoder.h: the moments within 1e-5 rel-L2 of the CPU's in fp32).
 class KeyframeEncoder {
  public:
-  // The encoder --video-vae or --synthetic-video-vae names (exactly one); `device` "cpu" or "cuda".
+  // The encoder --video-vae or --synthetic-video-vae names (exactly one); `device` "cpu" or "cuda";
+  // `precision` as check_vae_encode_precision takes it.
   static Result<KeyframeEncoder> load(const std::string& video_vae_path, const std::string& synthetic_preset,
-                                      uint64_t weights_seed, const std::string& device);
+                                      uint64_t weights_seed, const std::string& device,
+                                      const std::string& precision = "fp32");
 
   const vae::VideoVaeConfig& config() const { return config_; }
-  const char* where() const { return gpu_ ? "the GPU" : "the CPU"; }
+  const char* where() const { return !gpu_ ? "the CPU" : tf32_ ? "the GPU (tf32 convolutions)" : "the GPU"; }
   // encode_video_moments with the checkpoint's tiling.
   Result<Tensor> moments(const Tensor& pixels) const;
 
@@ -111,6 +122,7 @@ class KeyframeEncoder {
   vae::VideoVaeConfig config_;
   std::optional<vae::VideoVaeEncoder> cpu_;        // the CPU's, or
   std::shared_ptr<vae::CudaVideoVaeEncoder> gpu_;  // the GPU's
+  bool tf32_ = false;                              // its convs one tf32 product (--vae-encode-precision tf32)
 };
 
 // Canvas pixels' normalised conditioning latents: an image U8 [H, W, 3] → F32 [C, 1, H/16, W/16],

@@ -74,8 +74,10 @@ constexpr double kAudioCpuBound = 1e-4;
 // (tests/gpu/test_gpu_audio_vae_encoder.cc says how the random stack amplifies them); twice that.
 constexpr double kSoundtrackCpuBound = 1.5e-4;
 // The keyframe encode against diffusers' fp32 encode without TF32: the GPU test's golden tiles are
-// 8.6e-7 from the CPU program; fp32 parity bound.
-constexpr double kEncodePeerBound = 1e-4;
+// 8.6e-7 from the CPU program; fp32 parity bound. With tf32 convolutions (VORTEX_VARIANT_VAE_CONV=tf32,
+// --vae-encode-precision tf32; approximate) the bound is 1e-3: measured 2.2e-4 to 2.4e-4 on an H100,
+// where diffusers' own TF32 default is 2.3e-4 to 2.4e-4 from its fp32 encode.
+constexpr double kEncodePeerBound = 1e-4, kEncodePeerBoundTf32 = 1e-3;
 constexpr int64_t kKeyframeHeight = 768, kKeyframeWidth = 1344;
 constexpr uint64_t kKeyframeStream = 0x56414558, kClipStream = 0x56414543;
 constexpr int64_t kClipFrames = 17, kVideoFrames = 22;
@@ -300,6 +302,7 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
     const char* recipe;
     const char* convolutions;
   };
+  const bool tf32 = model->conv_variant() == cuda::VaeConvVariant::kTf32;
   const ConvRecipe conv = [&]() -> ConvRecipe {
     switch (model->conv_variant()) {
       case cuda::VaeConvVariant::kGatherGemm:
@@ -317,8 +320,9 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
       case cuda::VaeConvVariant::kTf32:
         break;
     }
-    return {"tf32 convolutions",
-            "tf32 (approximate, measurement only): implicit GEMM, one tf32 product; conv_in and conv_out as gemm"};
+    return {"tf32 convolutions (approximate)",
+            "tf32 (--vae-encode-precision tf32): the warp-specialized implicit GEMM with one tf32 product of the raw "
+            "fp32 values, summed in the tensor core; conv_in and conv_out as gemm"};
   }();
   m.implementation = {{"backend", "cuda"},
                       {"recipe", conv.recipe},
@@ -343,7 +347,7 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
     tensors.clear();
     model.reset();  // the peer gets the whole device
     VORTEX_ASSIGN_OR_RETURN(nlohmann::json peer, run_peer(o, keyframe ? "vae-encode" : workload, path));
-    take_peer_correctness(m, peer, kEncodePeerBound);
+    take_peer_correctness(m, peer, tf32 ? kEncodePeerBoundTf32 : kEncodePeerBound);
     add_peer_ratios(m, peer);
   }
   return m;

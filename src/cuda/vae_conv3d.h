@@ -45,7 +45,8 @@ Status conv3d_gather(const TensorView& x, int64_t clips, const Conv3dTaps& taps,
 // kTf32x3 is ~3e-7 rel-L2 from exact sums (vae_conv3d_tc.cu), as close as the fp32 GEMM;
 // kTf32x3Ws is the warp-specialized kernel of the same bits on a weight split at load
 // (split_conv_weight_tf32: ~0.7 GB more weights for the release encoder, ~27% less time);
-// kTf32 (one tf32 product, ~8e-4) is for measurement only.
+// kTf32 (one tf32 product, ~8e-4 a conv, approximate; the warp-specialized kernel without the split)
+// is --vae-encode-precision tf32's.
 enum class VaeConvVariant { kTf32x3, kTf32x3Ws, kTf32, kGatherGemm };
 Result<VaeConvVariant> vae_conv_variant_from_env();
 

@@ -59,13 +59,18 @@ Result<Tensor> rows_of(const Tensor& t) { return t.reshape({t.numel() / t.size(3
 }  // namespace
 
 Result<std::unique_ptr<CudaVideoVaeEncoder>> CudaVideoVaeEncoder::create(const VideoVaeEncoder& vae,
-                                                                         cudaStream_t stream) {
+                                                                         cudaStream_t stream,
+                                                                         std::optional<cuda::VaeConvVariant> variant) {
   VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("the video VAE encoder on --device cuda"));
   std::unique_ptr<CudaVideoVaeEncoder> e(new CudaVideoVaeEncoder());
   e->config_ = vae.config;
   e->tiling_ = vae.tiling;
   e->stream_ = stream;
-  VORTEX_ASSIGN_OR_RETURN(e->conv_variant_, cuda::vae_conv_variant_from_env());
+  if (variant) {
+    e->conv_variant_ = *variant;
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(e->conv_variant_, cuda::vae_conv_variant_from_env());
+  }
   VORTEX_RETURN_IF_ERROR(e->upload(vae));
   VORTEX_ASSIGN_OR_RETURN(e->workspace_, cuda::DeviceArena::create(kWorkspaceBytes + kSlack));
   VORTEX_ASSIGN_OR_RETURN(e->gemm_, cuda::GemmRunner::create(e->workspace_, kWorkspaceBytes));

@@ -35,6 +35,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,8 +52,10 @@ namespace vortex::vae {
 class CudaVideoVaeEncoder {
  public:
   // Uploads an assembled encoder (load_video_vae_encoder / assemble_video_vae_encoder); keeps its
-  // tiling as the default one. Reads VORTEX_VARIANT_VAE_CONV (a bad value is refused by name).
-  static Result<std::unique_ptr<CudaVideoVaeEncoder>> create(const VideoVaeEncoder& vae, cudaStream_t stream = nullptr);
+  // tiling as the default one. The convs are computed as `variant` says; without one, as
+  // VORTEX_VARIANT_VAE_CONV says (tf32x3-ws when unset; a bad value is refused by name).
+  static Result<std::unique_ptr<CudaVideoVaeEncoder>> create(const VideoVaeEncoder& vae, cudaStream_t stream = nullptr,
+                                                             std::optional<cuda::VaeConvVariant> variant = std::nullopt);
 
   const VideoVaeConfig& config() const { return config_; }
   const VideoTiling& tiling() const { return tiling_; }
