@@ -12,8 +12,10 @@
 // conditioning latents, rounded through fp16, mostly bit for bit. The implicit GEMM is the
 // warp-specialized kernel on weights split into tf32 parts at upload; VORTEX_VARIANT_VAE_CONV=tf32x3
 // runs the lockstep kernel of the same bits on the raw weights (~1.35x slower, 0.7 GB less),
-// `gemm` every conv as the gather and the fp32 GEMM (the earlier path, 2-3x slower), `tf32` the
-// implicit GEMM with one tf32 product (approximate, for measurement; bench/notes/video_vae_encoder.md).
+// `gemm` every conv as the gather and the fp32 GEMM (the earlier path, 2-3x slower). kTf32, given to
+// create() by --vae-encode-precision tf32 (or VORTEX_VARIANT_VAE_CONV=tf32), is the warp-specialized
+// kernel with one tf32 product of the raw weights: approximate, the moments ~2.4e-4 rel-L2 from
+// fp32's (as diffusers' default TF32 convolutions), 0.57-0.69x the time (bench/notes/video_vae_encoder.md).
 //
 // Batching: the tiles of a keyframe are encoded apart, but from the first level whose input has at
 // most 4096 pixels a tile (the release: level 2, 64 x 64) they run together, as the frames of one
