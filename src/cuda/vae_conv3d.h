@@ -61,9 +61,9 @@ bool conv3d_implicit_supports(int64_t in_channels, int64_t out_channels);
 // y: F32 [T_out·clips·h_out·w_out, O] contiguous (several clips need T_out = 1); all device,
 // 16-byte aligned. `variant` is kTf32x3, kTf32x3Ws or kTf32. kTf32x3Ws takes the weight as
 // split_conv_weight_tf32 leaves it (weight its high parts, weight_lo its low parts, the same
-// layout); the others take the raw weight and weight_lo = nullptr. kTf32x3Ws runs `ctas` persistent
-// CTAs that walk the 128 x 128 output tiles between them (0: one an SM; the tests give fewer, so
-// that each walks several tiles).
+// layout); the others take the raw weight and weight_lo = nullptr. kTf32x3Ws and kTf32 (the
+// warp-specialized kernel) run `ctas` persistent CTAs that walk the 128 x 128 output tiles between
+// them (0: one an SM; the tests give fewer, so that each walks several tiles).
 Status conv3d_implicit(const TensorView& x, int64_t clips, const Conv3dTaps& taps, int64_t h_out, int64_t w_out,
                        const TensorView& weight, const TensorView* weight_lo, const TensorView& bias,
                        const TensorView& y, VaeConvVariant variant, cudaStream_t stream, int ctas = 0);
