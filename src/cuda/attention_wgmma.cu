@@ -6,8 +6,8 @@
 // with bf16 q, k, v, fp32 scores, softmax and accumulation, P rounded to bf16 for the P·V product,
 // and a bf16 output rounded once — the numerics of v0 (attention.cu), on wgmma instead of mma.sync.
 //
-//   v1  FlashAttention-3 structure, head dim 128 only. One CTA per (block of 128 queries, head),
-//       three warpgroups:
+//   v1  FlashAttention-3 structure, head dims 128 and 64 (64, the video VAE decoder's heads: the
+//       bf16 output only). One CTA per (block of 128 queries, head), three warpgroups:
 //       - producer (warpgroup 0, one thread): TMA loads of the CTA's Q tile once and of K / V tiles
 //         of 128 keys into a two-stage ring whose slot j holds what the consumers' j-th issue reads,
 //         K_j and V_{j−1}, guarded by one full and one empty mbarrier;
@@ -27,7 +27,7 @@
 //         CTA's bf16 values quantized as one block of the fp8 recipe's out-projection input
 //         (attention_e4m3_tile.cuh) and no bf16 output.
 //       Q, K, V tiles are [rows, 64 channels] boxes with the 128-byte swizzle, two per 128-channel
-//       tile; TMA writes them in exactly the layout the wgmma descriptors describe.
+//       tile (one at head dim 64); TMA writes them in exactly the layout the wgmma descriptors describe.
 #include "cuda/attention_wgmma.h"
 
 #include <cuda_bf16.h>
@@ -52,7 +52,7 @@ using namespace hopper;
 
 // ---- tile configuration ---------------------------------------------------------------------------
 
-constexpr int kHeadDim = 128;
+// Head dim kD (128 or 64) is the kernel's template parameter; Tiles<kD> below has what depends on it.
 // wgmma's M: one warpgroup owns 64 query rows for the whole key sweep, so its row statistics stay
 // in registers (S and O are 64 fp32 registers per thread each at N = 128).
 constexpr int kRowsPerConsumer = 64;
@@ -81,7 +81,8 @@ constexpr int kSliceRows = kBlockK / kCluster;
 constexpr int kThreads = (1 + kConsumers) * kWarpgroupThreads;
 constexpr int kConsumerWarps = kConsumers * kWarpgroupThreads / 32;
 // setmaxnreg budgets: the producer only computes coordinates and barrier addresses; the consumers
-// hold S (64) + O (64) + P (32) + Q (32) + softmax state. 128·24 + 256·240 = 64,512 of the 65,536 registers.
+// hold S (64) + O (64) + P (32) + Q (32) + softmax state at head dim 128 (O 32 and Q 16 at 64).
+// 128·24 + 256·240 = 64,512 of the 65,536 registers.
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegisters),
@@ -91,19 +92,8 @@ static_assert(register_budgets_fit(kProducerRegisters, kConsumers, kConsumerRegi
 // two such column halves back to back, each [rows, 64] with 128-byte rows; 8 rows (1024 bytes) are
 // one swizzle period, which is also the descriptors' stride between 8-row core-matrix groups.
 constexpr int kHalfChannels = kSwizzleBytes / 2;
-constexpr int kHalves = kHeadDim / kHalfChannels;
 constexpr int kQHalfBytes = kBlockQ * kSwizzleBytes;
 constexpr int kKVHalfBytes = kBlockK * kSwizzleBytes;
-constexpr int kQTileBytes = kHalves * kQHalfBytes;
-constexpr int kKVTileBytes = kHalves * kKVHalfBytes;
-
-// Shared memory, from a 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes, and
-// the descriptors assume tiles start on a period): Q [2 halves][128 rows][64], K and V
-// [kStages][2 halves][128 keys][64], then the mbarriers.
-constexpr int kSmemQ = 0;
-constexpr int kSmemK = kSmemQ + kQTileBytes;
-constexpr int kSmemV = kSmemK + kStages * kKVTileBytes;
-constexpr int kSmemBarriers = kSmemV + kStages * kKVTileBytes;
 // The ring's slot j holds the operands of the consumers' j-th issue, K_j and V_{j−1} (slot 0 only
 // K_0, slot `tiles` only the last V): one barrier to wait on and one to release per key tile, which
 // took 1.7% of the cycles off separate K and V barriers (their two waits and two releases sat on
@@ -116,11 +106,26 @@ enum MbarrierIndex : int {
   kEmpty = kFull + kStages,       // [kStages]: every consumer warp has finished reading both
   kMbarrierCount = kEmpty + kStages
 };
-// The e4m3 output's per-warp amax words.
-constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
 constexpr int kSmemAlignment = 1024;
-constexpr int kSmemBytes = kSmemEpilogue + kConsumerWarps * 4 + kSmemAlignment;  // slack to align the base
-static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory one CTA may have on sm_90");
+
+// What depends on the head dim kD: the tiles' column halves and the shared memory, from a
+// 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes, and the descriptors assume
+// tiles start on a period): Q [halves][128 rows][64], K and V [kStages][halves][128 keys][64], the
+// mbarriers, the e4m3 output's per-warp amax words.
+template <int kD>
+struct Tiles {
+  static_assert(kD == 64 || kD == 128, "head dims 64 and 128");
+  static constexpr int kHalves = kD / kHalfChannels;
+  static constexpr int kQTileBytes = kHalves * kQHalfBytes;
+  static constexpr int kKVTileBytes = kHalves * kKVHalfBytes;
+  static constexpr int kSmemQ = 0;
+  static constexpr int kSmemK = kSmemQ + kQTileBytes;
+  static constexpr int kSmemV = kSmemK + kStages * kKVTileBytes;
+  static constexpr int kSmemBarriers = kSmemV + kStages * kKVTileBytes;
+  static constexpr int kSmemEpilogue = kSmemBarriers + kMbarrierCount * 8;
+  static constexpr int kSmemBytes = kSmemEpilogue + kConsumerWarps * 4 + kSmemAlignment;  // slack to align the base
+  static_assert(kSmemBytes <= 227 * 1024, "exceeds the shared memory one CTA may have on sm_90");
+};
 
 // Named barriers (0 is __syncthreads). Consumer c waits on kBarrierSchedule + c before issuing its
 // products and then releases the other consumer's; kBarrierEpilogue + c orders one consumer's
@@ -251,11 +256,12 @@ __device__ __forceinline__ void pack_p(const float (&s)[64], uint32_t (&p)[32]) 
 // in the softmax's block the wait held every exp2 of S_t until P_{t−1}·V_{t−1}, issued after
 // Q·K_tᵀ, had run its 512 tensor cycles (the shipped SASS, session 14). After the branch, in the
 // blocks that need it, the softmax runs under that product.
-__device__ __forceinline__ void wait_product_and_rescale(float (&o)[64], const float (&alpha)[2]) {
+template <int kD>
+__device__ __forceinline__ void wait_product_and_rescale(float (&o)[kD / 2], const float (&alpha)[2]) {
   if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
     wgmma_wait<0>();
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) {
+    for (int j = 0; j < kD / 8; ++j) {
       o[4 * j] *= alpha[0];
       o[4 * j + 1] *= alpha[0];
       o[4 * j + 2] *= alpha[1];
@@ -270,38 +276,45 @@ __device__ __forceinline__ void wait_product_and_rescale(float (&o)[64], const f
 // This warpgroup's 64 Q rows as wgmma A fragments, 4 registers per k16 step over D. Held in
 // registers for the whole sweep, Q·Kᵀ reads only K from shared memory: each k16 step of it then
 // moves 4 KB through the shared-memory pipe instead of 6 KB (the pipe ncu shows busiest, 79%).
-__device__ __forceinline__ void load_q_fragments(uint32_t (&q)[32], uint32_t q_rows, int warp, int lane) {
+template <int kD>
+__device__ __forceinline__ void load_q_fragments(uint32_t (&q)[kD / 4], uint32_t q_rows, int warp, int lane) {
   const int row = warp * 16 + lane % 16;  // ldmatrix: lanes 0-15 address k 0-7 of the rows, 16-31 k 8-15
 #pragma unroll
-  for (int step = 0; step < kHeadDim / 16; ++step) {
+  for (int step = 0; step < kD / 16; ++step) {
     const int half = step / 4, chunk = (step % 4) * 2 + lane / 16;
     uint32_t (&fragment)[4] = *reinterpret_cast<uint32_t(*)[4]>(&q[4 * step]);
     ldmatrix_x4(fragment, q_rows + half * kQHalfBytes + row * kSwizzleBytes + ((chunk ^ (row % 8)) * 16));
   }
 }
 
-// S = Q·Kᵀ for this warpgroup's 64 rows and one 128-key tile: 8 k16 steps over D. Committed as one
+// S = Q·Kᵀ for this warpgroup's 64 rows and one 128-key tile: D / 16 k16 steps. Committed as one
 // group.
-__device__ __forceinline__ void issue_qk(float (&s)[64], const uint32_t (&q)[32], uint64_t k_desc) {
+template <int kD>
+__device__ __forceinline__ void issue_qk(float (&s)[64], const uint32_t (&q)[kD / 4], uint64_t k_desc) {
   wgmma_fence();
   wgmma_m64n128k16_rs_kmajor<0>(s, q[0], q[1], q[2], q[3], k_desc);
 #pragma unroll
-  for (int step = 1; step < kHeadDim / 16; ++step) {
+  for (int step = 1; step < kD / 16; ++step) {
     wgmma_m64n128k16_rs_kmajor<1>(s, q[4 * step], q[4 * step + 1], q[4 * step + 2], q[4 * step + 3],
                                   k_desc + k_major_step(step, kKVHalfBytes));
   }
   wgmma_commit();
 }
 
-// O += P·V for one 128-key tile: 8 k16 steps over the keys, 16 keys = 2048 bytes of V each.
-__device__ __forceinline__ void issue_pv(float (&o)[64], uint32_t (&p)[32], uint64_t v_desc) {
+// O += P·V for one 128-key tile: 8 k16 steps over the keys, 16 keys = 2048 bytes of each V half.
+template <int kD>
+__device__ __forceinline__ void issue_pv(float (&o)[kD / 2], uint32_t (&p)[32], uint64_t v_desc) {
   pin_registers(o);
   pin_registers(p);
   wgmma_fence();
 #pragma unroll
   for (int step = 0; step < kBlockK / 16; ++step) {
-    wgmma_m64n128k16_rs(o, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3],
-             v_desc + static_cast<uint64_t>((step * 16 * kSwizzleBytes) >> 4));
+    const uint64_t b = v_desc + static_cast<uint64_t>((step * 16 * kSwizzleBytes) >> 4);
+    if constexpr (kD == 128) {
+      wgmma_m64n128k16_rs(o, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], b);
+    } else {
+      wgmma_m64n64k16_rs(o, p[4 * step], p[4 * step + 1], p[4 * step + 2], p[4 * step + 3], b);
+    }
   }
   wgmma_commit();
 }
@@ -310,11 +323,11 @@ __device__ __forceinline__ void issue_pv(float (&o)[64], uint32_t (&p)[32], uint
 
 // This CTA's share of a K or V tile (rank `rank` of the cluster: rows rank·kSliceRows onwards of
 // each column half) into the same stage of every CTA in the cluster, completing on `bar` in each.
-template <int kCluster>
+template <int kCluster, int kD>
 __device__ __forceinline__ void load_kv_slice(uint32_t stage_base, const CUtensorMap* map, int head, int key0,
                                               uint32_t bar, uint32_t rank) {
   const int row0 = static_cast<int>(rank) * kSliceRows<kCluster>;
-  for (int h = 0; h < kHalves; ++h) {
+  for (int h = 0; h < Tiles<kD>::kHalves; ++h) {
     const uint32_t dst = stage_base + h * kKVHalfBytes + row0 * kSwizzleBytes;
     if constexpr (kCluster == 1) {
       tma_load(dst, map, h * kHalfChannels, head, key0, bar);
@@ -324,15 +337,16 @@ __device__ __forceinline__ void load_kv_slice(uint32_t stage_base, const CUtenso
   }
 }
 
-template <int kCluster>
+template <int kCluster, int kD>
 __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
                                         uint32_t smem, uint32_t bars, int q0, int head, int tiles, uint32_t rank) {
+  using T = Tiles<kD>;
   prefetch_tensor_map(q_map);
   prefetch_tensor_map(k_map);
   prefetch_tensor_map(v_map);
-  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, kQTileBytes);
-  for (int h = 0; h < kHalves; ++h) {
-    tma_load(smem + kSmemQ + h * kQHalfBytes, q_map, h * kHalfChannels, head, q0, bars + 8 * kFullQ);
+  mbarrier_arrive_expect_tx(bars + 8 * kFullQ, T::kQTileBytes);
+  for (int h = 0; h < T::kHalves; ++h) {
+    tma_load(smem + T::kSmemQ + h * kQHalfBytes, q_map, h * kHalfChannels, head, q0, bars + 8 * kFullQ);
   }
   for (int slot = 0; slot <= tiles; ++slot) {
     const int stage = slot % kStages;
@@ -342,10 +356,13 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
     // Wait for the consumers (of every CTA in the cluster) to have released this stage's previous
     // slot (slot − kStages). This CTA expects whole tiles: its slices and the others'.
     mbarrier_wait(bars + 8 * (kEmpty + stage), parity ^ 1);
-    mbarrier_arrive_expect_tx(full, (static_cast<int>(has_k) + static_cast<int>(has_v)) * kKVTileBytes);
-    if (has_k) load_kv_slice<kCluster>(smem + kSmemK + stage * kKVTileBytes, k_map, head, slot * kBlockK, full, rank);
+    mbarrier_arrive_expect_tx(full, (static_cast<int>(has_k) + static_cast<int>(has_v)) * T::kKVTileBytes);
+    if (has_k) {
+      load_kv_slice<kCluster, kD>(smem + T::kSmemK + stage * T::kKVTileBytes, k_map, head, slot * kBlockK, full, rank);
+    }
     if (has_v) {
-      load_kv_slice<kCluster>(smem + kSmemV + stage * kKVTileBytes, v_map, head, (slot - 1) * kBlockK, full, rank);
+      load_kv_slice<kCluster, kD>(smem + T::kSmemV + stage * T::kKVTileBytes, v_map, head, (slot - 1) * kBlockK, full,
+                                  rank);
     }
   }
   if constexpr (kCluster > 1) wait_for_last_releases(bars + 8 * kEmpty, tiles + 1, kStages);
@@ -353,16 +370,18 @@ __device__ __forceinline__ void produce(const CUtensorMap* q_map, const CUtensor
 
 // ---- consumer: the key sweep -------------------------------------------------------------------------
 
-template <bool kTimeline, bool kE4m3Out, int kCluster>
+template <bool kTimeline, bool kE4m3Out, int kCluster, int kD>
 __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* smem_ptr, uint32_t smem, uint32_t bars,
                                         int q0, int head, int tiles, int consumer) {
+  using T = Tiles<kD>;
+  static_assert(!kE4m3Out || kD == 128, "the e4m3 output's blocks are 128 channels of one head");
   const int thread = static_cast<int>(threadIdx.x) % kWarpgroupThreads;
   const int warp = thread / 32, lane = thread % 32;
   const int schedule_mine = kBarrierSchedule + consumer, schedule_other = kBarrierSchedule + (1 - consumer);
   constexpr int kScheduleThreads = 2 * kWarpgroupThreads;
 
-  const auto k_desc = [&](int stage) { return k_major_descriptor(smem + kSmemK + stage * kKVTileBytes); };
-  const auto v_desc = [&](int stage) { return v_descriptor(smem + kSmemV + stage * kKVTileBytes); };
+  const auto k_desc = [&](int stage) { return k_major_descriptor(smem + T::kSmemK + stage * T::kKVTileBytes); };
+  const auto v_desc = [&](int stage) { return v_descriptor(smem + T::kSmemV + stage * T::kKVTileBytes); };
   // A stage is free once every consumer warp of the cluster has read it: lane i of each warp
   // arrives on CTA i's barrier.
   const auto release = [&](int barrier) {
@@ -383,12 +402,12 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     }
   };
 
-  float s[64];   // S, then P in fp32: [64 rows, 128 keys] of the warpgroup
-  float o[64];   // O: [64 rows, 128 channels]
-  uint32_t pk[32];  // P in bf16: A fragments of P·V
-  uint32_t qf[32];  // Q in bf16: A fragments of Q·Kᵀ
+  float s[64];          // S, then P in fp32: [64 rows, 128 keys] of the warpgroup
+  float o[kD / 2];      // O: [64 rows, kD channels]
+  uint32_t pk[32];      // P in bf16: A fragments of P·V
+  uint32_t qf[kD / 4];  // Q in bf16: A fragments of Q·Kᵀ
 #pragma unroll
-  for (int i = 0; i < 64; ++i) o[i] = 0.0f;
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f}, alpha[2];
 
   // Ping-pong: consumer 0 issues first; consumer c's k-th issue slot waits for the other's
@@ -400,12 +419,12 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   };
 
   mbarrier_wait(bars + 8 * kFullQ, 0);
-  load_q_fragments(qf, smem + kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes, warp, lane);
+  load_q_fragments<kD>(qf, smem + T::kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes, warp, lane);
 
   // Tile 0: S only.
   mbarrier_wait(bars + 8 * kFull, 0);
   named_barrier_sync(schedule_mine, kScheduleThreads);
-  issue_qk(s, qf, k_desc(0));
+  issue_qk<kD>(s, qf, k_desc(0));
   end_slot(0);
   wgmma_wait<0>();
   pin_registers(s);
@@ -433,8 +452,8 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     mark(WgmmaTimelineEvent::kOperandsReady, tile);
     named_barrier_sync(schedule_mine, kScheduleThreads);
     mark(WgmmaTimelineEvent::kSlotBegin, tile);
-    issue_qk(s, qf, k_desc(stage));
-    issue_pv(o, pk, v_desc(stage));
+    issue_qk<kD>(s, qf, k_desc(stage));
+    issue_pv<kD>(o, pk, v_desc(stage));
     mark(WgmmaTimelineEvent::kSlotEnd, tile);
     wgmma_wait<1>();  // S_t done; P·V may still run
     pin_registers(s);
@@ -453,7 +472,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     // By now P_{t−1}·V_{t−1} has (nearly) run its 512 tensor cycles after S_t. Waiting for it here,
     // behind the rescale's branch, lets the packs of P_t (F2FP, on the ALU pipe) interleave with the
     // second row's exp2s (XU) in one basic block; the conversions are the same, so are the bits.
-    wait_product_and_rescale(o, alpha);  // P_{t−1}·V_{t−1} done: its P registers and the slot are free
+    wait_product_and_rescale<kD>(o, alpha);  // P_{t−1}·V_{t−1} done: its P registers and the slot are free
     pin_registers(o);
     pin_registers(pk);
     mark(WgmmaTimelineEvent::kProductDone, tile);
@@ -466,7 +485,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
   // The last tile's P·V.
   if (!slot_ready) mbarrier_wait(slot_full(tiles), slot_parity(tiles));
-  issue_pv(o, pk, v_desc(tiles % kStages));
+  issue_pv<kD>(o, pk, v_desc(tiles % kStages));
   wgmma_wait<0>();
   pin_registers(o);
   if constexpr (kTimeline) {
@@ -487,13 +506,13 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     inverse[r] = 1.0f / sum;
   }
   if constexpr (kE4m3Out) {
-    uint32_t y[2][kHeadDim / 8];
+    uint32_t y[2][kD / 8];
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 8; ++j) {
+    for (int j = 0; j < kD / 8; ++j) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) y[r][j] = pack_bf16x2(o[4 * j + 2 * r] * inverse[r], o[4 * j + 2 * r + 1] * inverse[r]);
     }
-    uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_ptr + kSmemEpilogue);
+    uint32_t* warp_max = reinterpret_cast<uint32_t*>(smem_ptr + T::kSmemEpilogue);
     detail::store_e4m3_tile<kConsumerWarps>(y, p.e4m3, q0 / kBlockQ, head,
                                             q0 + consumer * kRowsPerConsumer + warp * 16 + lane / 4, p.nq,
                                             consumer * (kWarpgroupThreads / 32) + warp, lane, warp_max, kBarrierE4m3);
@@ -503,9 +522,9 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
   // of a row writes one chunk, the 8 rows of a warp's store land in 8 different chunks (no bank
   // conflicts). This warpgroup read its Q rows into registers before its first product, and no one
   // else reads these rows.
-  unsigned char* rows = smem_ptr + kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes;
+  unsigned char* rows = smem_ptr + T::kSmemQ + consumer * kRowsPerConsumer * kSwizzleBytes;
 #pragma unroll
-  for (int j = 0; j < kHeadDim / 8; ++j) {
+  for (int j = 0; j < kD / 8; ++j) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = warp * 16 + lane / 4 + 8 * r;
@@ -516,7 +535,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
     }
   }
   named_barrier_sync(kBarrierEpilogue + consumer, kWarpgroupThreads);
-  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunksPerRow = kD / 8;
 #pragma unroll
   for (int i = 0; i < kRowsPerConsumer * kChunksPerRow / kWarpgroupThreads; ++i) {
     const int c = thread + i * kWarpgroupThreads;
@@ -536,7 +555,7 @@ __device__ __forceinline__ void consume(const WgmmaParams& p, unsigned char* sme
 
 // kTimeline: the diagnostics instance (attention_wgmma_timeline); the same operations plus the
 // clock marks of one CTA. kE4m3Out: the e4m3-output instance (attention_wgmma_quantized_e4m3).
-template <bool kTimeline, bool kE4m3Out, int kCluster>
+template <bool kTimeline, bool kE4m3Out, int kCluster, int kD>
 __global__ void __launch_bounds__(kThreads, 1)
     attention_wgmma_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                            const __grid_constant__ CUtensorMap v_map, const WgmmaParams p) {
@@ -544,7 +563,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t raw = smem_address(smem_raw);
   const uint32_t smem = (raw + kSmemAlignment - 1) & ~static_cast<uint32_t>(kSmemAlignment - 1);
   unsigned char* smem_ptr = smem_raw + (smem - raw);
-  const uint32_t bars = smem + kSmemBarriers;
+  const uint32_t bars = smem + Tiles<kD>::kSmemBarriers;
   const int warpgroup = static_cast<int>(threadIdx.x) / kWarpgroupThreads;
   const int q0 = static_cast<int>(blockIdx.x) * kBlockQ;
   const int head = static_cast<int>(blockIdx.y);
@@ -572,10 +591,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (warpgroup == 0) {
     release_registers<kProducerRegisters>();
-    if (threadIdx.x == 0) produce<kCluster>(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles, cluster_cta_rank());
+    if (threadIdx.x == 0) {
+      produce<kCluster, kD>(&q_map, &k_map, &v_map, smem, bars, q0, head, tiles, cluster_cta_rank());
+    }
   } else {
     claim_registers<kConsumerRegisters>();
-    consume<kTimeline, kE4m3Out, kCluster>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
+    consume<kTimeline, kE4m3Out, kCluster, kD>(p, smem_ptr, smem, bars, q0, head, tiles, warpgroup - 1);
     // The first thread of each consumer, once its epilogue is done: the later of the two counts.
     if constexpr (kTimeline) {
       if (threadIdx.x % kWarpgroupThreads == 0) mark_cta(p, tiles, CtaMark::kEnd);
@@ -591,16 +612,15 @@ namespace {
 
 // Encodes the tensor maps and launches an instance: bf16 into `out`, or (kE4m3Out) e4m3 into
 // `e4m3`; `timeline` (kTimeline only) is [8 warps][tiles][events] of device memory.
-template <bool kTimeline, bool kE4m3Out, int kCluster>
+template <bool kTimeline, bool kE4m3Out, int kCluster, int kD>
 Status launch(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView* out,
               const detail::E4m3TileOut* e4m3, float scale, long long* timeline, cudaStream_t stream) {
-  if (q.shape[2] != kHeadDim) return invalid_argument("attention v1: head dim must be 128");
   const EncodeTiled encode = tensor_map_encoder();
   if (encode == nullptr) return unimplemented("attention v1: the driver offers no cuTensorMapEncodeTiled");
   CUtensorMap q_map, k_map, v_map;
-  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &q_map, "attention v1", "q", q, kHeadDim, kBlockQ));
-  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &k_map, "attention v1", "k", k, kHeadDim, kSliceRows<kCluster>));
-  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v1", "v", v, kHeadDim, kSliceRows<kCluster>));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &q_map, "attention v1", "q", q, kD, kBlockQ));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &k_map, "attention v1", "k", k, kD, kSliceRows<kCluster>));
+  VORTEX_RETURN_IF_ERROR(encode_head_view(encode, &v_map, "attention v1", "v", v, kD, kSliceRows<kCluster>));
 
   WgmmaParams params{};
   if (out != nullptr) {
@@ -618,7 +638,8 @@ Status launch(const TensorView& q, const TensorView& k, const TensorView& v, con
   params.timeline_block = static_cast<int>(q_blocks / 2);
   params.timeline_head = static_cast<int>(q.shape[1] / 2);
 
-  const auto kernel = attention_wgmma_kernel<kTimeline, kE4m3Out, kCluster>;
+  const auto kernel = attention_wgmma_kernel<kTimeline, kE4m3Out, kCluster, kD>;
+  constexpr int kSmemBytes = Tiles<kD>::kSmemBytes;
   VORTEX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   // x fastest: the CTAs resident at one time share a head, so its K and V stay in L2. The query
   // blocks are padded to whole clusters; a padding block loads its share and stores nothing.
@@ -647,14 +668,26 @@ Result<int> cluster_for(int cluster_ctas, const TensorView& q, const TensorView&
   return resolve_cluster_ctas("attention v1", cluster_ctas, q.shape[0], k.shape[0], q.shape[1]);
 }
 
-// launch's instance for clusters of cluster_ctas (as cluster_for resolves it).
+// launch's instance for clusters of cluster_ctas (as cluster_for resolves it) and q's head dim:
+// 128, or 64 for the plain bf16 output.
 template <bool kTimeline, bool kE4m3Out>
 Status launch_clustered(int cluster_ctas, const TensorView& q, const TensorView& k, const TensorView& v,
                         const TensorView* out, const detail::E4m3TileOut* e4m3, float scale, long long* timeline,
                         cudaStream_t stream) {
   VORTEX_ASSIGN_OR_RETURN(const int cluster, cluster_for(cluster_ctas, q, k));
-  if (cluster == 1) return launch<kTimeline, kE4m3Out, 1>(q, k, v, out, e4m3, scale, timeline, stream);
-  return launch<kTimeline, kE4m3Out, 2>(q, k, v, out, e4m3, scale, timeline, stream);
+  constexpr bool kPlain = !kTimeline && !kE4m3Out;
+  if constexpr (kPlain) {
+    if (q.shape[2] == 64) {
+      if (cluster == 1) return launch<false, false, 1, 64>(q, k, v, out, e4m3, scale, timeline, stream);
+      return launch<false, false, 2, 64>(q, k, v, out, e4m3, scale, timeline, stream);
+    }
+  }
+  if (q.shape[2] != 128) {
+    return invalid_argument(std::string("attention v1: head dim must be 128") + (kPlain ? " or 64" : "") + ", got " +
+                            std::to_string(q.shape[2]));
+  }
+  if (cluster == 1) return launch<kTimeline, kE4m3Out, 1, 128>(q, k, v, out, e4m3, scale, timeline, stream);
+  return launch<kTimeline, kE4m3Out, 2, 128>(q, k, v, out, e4m3, scale, timeline, stream);
 }
 
 }  // namespace
@@ -668,7 +701,7 @@ Status attention_wgmma_quantized_e4m3(const TensorView& q, const TensorView& k, 
                                       const TensorView& codes, const TensorView& scales, float scale,
                                       cudaStream_t stream, int cluster_ctas) {
   const cpu::Fp8BlockScales at =
-      cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, q.shape[0], q.shape[1] * kHeadDim);
+      cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, q.shape[0], q.shape[1] * q.shape[2]);
   const detail::E4m3TileOut e4m3{static_cast<uint8_t*>(codes.data), codes.strides[0], static_cast<float*>(scales.data),
                                  static_cast<int>(at.row_block_stride)};
   return launch_clustered<false, true>(cluster_ctas, q, k, v, nullptr, &e4m3, scale, nullptr, stream);
@@ -699,9 +732,9 @@ Result<KernelTimeline> attention_wgmma_timeline(const TensorView& q, const Tenso
 }
 
 Result<KernelResources> attention_wgmma_resources(int cluster_ctas) {
-  const void* kernel = cluster_ctas == 2 ? reinterpret_cast<const void*>(attention_wgmma_kernel<false, false, 2>)
-                                         : reinterpret_cast<const void*>(attention_wgmma_kernel<false, false, 1>);
-  return kernel_resources(kernel, kSmemBytes);
+  const void* kernel = cluster_ctas == 2 ? reinterpret_cast<const void*>(attention_wgmma_kernel<false, false, 2, 128>)
+                                         : reinterpret_cast<const void*>(attention_wgmma_kernel<false, false, 1, 128>);
+  return kernel_resources(kernel, Tiles<128>::kSmemBytes);
 }
 
 }  // namespace vortex::cuda

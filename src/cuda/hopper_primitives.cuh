@@ -462,6 +462,17 @@ __device__ __forceinline__ void wgmma_e4m3(float (&d)[32], uint32_t a0, uint32_t
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
   }
 }
+// d += a·b for 64 output columns: a [64, 16] bf16 in registers (wgmma_m64n128k16_rs's layout),
+// b [16, 64] MN-major in shared memory (transpose bit 1), d 32 fp32 registers: P·V at head dim 64.
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                   uint32_t a3, uint64_t b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " VORTEX_WGMMA_D32
+      ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : VORTEX_WGMMA_D32_OPERANDS("+f")
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(b), "r"(1));
+}
 #undef VORTEX_WGMMA_D32
 #undef VORTEX_WGMMA_D32_OPERANDS
 

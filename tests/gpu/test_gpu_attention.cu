@@ -324,6 +324,79 @@ TEST_F(GpuAttention, V1ClusterPairIsBitwiseTheSingleCtaPath) {
   EXPECT_EQ(cuda::attention_wgmma(q, k, v, out.view(), 0.088f, stream_, 4).code(), StatusCode::kInvalidArgument);
 }
 
+// v1 at head dim 64 (the video VAE decoder's heads; not yet what attention() runs there): against the
+// CPU reference with the bounds above, against v0 within the variants' bound, one CTA and clusters of
+// two bitwise equal, nothing written outside out; the decoder's tile (1,801 tokens, 32 heads) among
+// the shapes. The timeline and e4m3 instances take head dim 128 only.
+TEST_F(GpuAttention, V1AtHeadDim64MatchesTheCpuAndV0) {
+  constexpr int64_t d = 64;
+  const float scale = 0.125f;
+  struct Case {
+    int64_t nq, nk, heads;
+  };
+  uint64_t seed = 640;
+  for (const Case c : {Case{1, 1, 1}, Case{127, 127, 3}, Case{129, 300, 2}, Case{300, 129, 2}, Case{1801, 1801, 32},
+                       Case{4097, 4097, 2}}) {
+    ArenaScope scope(arena_);
+    const std::string label = "v1 D=64 Nq=" + std::to_string(c.nq) + " Nk=" + std::to_string(c.nk) +
+                              " H=" + std::to_string(c.heads);
+    const int64_t width = 3 * c.heads * d;
+    const Tensor kv_fused = test::random_tensor({c.nk, width}, DType::kBF16, seed++);
+    const Tensor q_fused = test::random_tensor({c.nq, width}, DType::kBF16, seed++);
+    Tensor ref = Tensor::empty({c.nq, c.heads, d}, DType::kF32);
+    must(cpu::attention(test::head_view(q_fused, 0, c.heads, d), test::head_view(kv_fused, c.heads * d, c.heads, d),
+                        test::head_view(kv_fused, 2 * c.heads * d, c.heads, d), ref.view(), scale));
+    const double v_max = test::max_abs_of(test::head_view(kv_fused, 2 * c.heads * d, c.heads, d));
+    const Tensor dkv = must(cuda::upload(kv_fused, arena_, stream_)), dq = must(cuda::upload(q_fused, arena_, stream_));
+    const TensorView q = test::head_view(dq, 0, c.heads, d), k = test::head_view(dkv, c.heads * d, c.heads, d),
+                     v = test::head_view(dkv, 2 * c.heads * d, c.heads, d);
+    // Outputs inside padded rows: v1 with one CTA a block, v1 with clusters of two, v0.
+    Tensor full[3];
+    for (int i = 0; i < 3; ++i) {
+      full[i] = must(arena_.alloc({c.nq, c.heads, d + kOutPad}, DType::kBF16));
+      ASSERT_EQ(cudaMemsetAsync(full[i].data(), kSentinel, full[i].nbytes(), stream_), cudaSuccess);
+    }
+    const auto out_of = [&](int i) { return must(full[i].slice(2, kOutCol0, kOutCol0 + d)); };
+    VORTEX_EXPECT_OK(cuda::attention_wgmma(q, k, v, out_of(0).view(), scale, stream_, 1));
+    VORTEX_EXPECT_OK(cuda::attention_wgmma(q, k, v, out_of(1).view(), scale, stream_, 2));
+    cuda::AttentionVariant ran = cuda::AttentionVariant::kV1;
+    VORTEX_EXPECT_OK(cuda::attention_variant(cuda::AttentionVariant::kV0, q, k, v, out_of(2).view(), scale, stream_, &ran));
+    const Tensor single = must(cuda::download(full[0], stream_)), pair = must(cuda::download(full[1], stream_));
+    EXPECT_EQ(std::memcmp(single.data(), pair.data(), single.nbytes()), 0)
+        << label << ": the clustered output (or the bytes around it) differs from one CTA per block";
+    const auto* bytes = static_cast<const unsigned char*>(single.data());
+    int64_t clobbered = 0;
+    for (int64_t row = 0; row < c.nq * c.heads; ++row) {
+      for (int64_t col = 0; col < d + kOutPad; ++col) {
+        if (col >= kOutCol0 && col < kOutCol0 + d) continue;
+        clobbered += bytes[(row * (d + kOutPad) + col) * 2] != kSentinel;
+        clobbered += bytes[(row * (d + kOutPad) + col) * 2 + 1] != kSentinel;
+      }
+    }
+    EXPECT_EQ(clobbered, 0) << label << ": bytes written outside out";
+    const auto as_f32 = [&](const Tensor& t) {
+      return must(must(t.slice(2, kOutCol0, kOutCol0 + d)).contiguous().to(DType::kF32));
+    };
+    const Tensor got = as_f32(single), v0 = as_f32(must(cuda::download(full[2], stream_)));
+    const test::Comparison cmp = test::compare(got, ref), between = test::compare(got, v0);
+    EXPECT_EQ(cmp.nonfinite, 0) << label << ": " << cmp.summary();
+    EXPECT_LE(cmp.rel_l2, kRelL2) << label << ": " << cmp.summary();
+    EXPECT_LE(cmp.max_abs, kMaxAbsOverMaxV * v_max) << label << ": " << cmp.summary();
+    if (c.nk == 1) EXPECT_EQ(cmp.differing, 0) << label << ": one key must give v exactly; " << cmp.summary();
+    EXPECT_LE(between.rel_l2, kBetweenVariantsRelL2) << label << " vs v0: " << between.summary();
+    std::printf("%-40s rel-L2 %.3e  max-abs %.3e; vs v0 rel-L2 %.3e\n", label.c_str(), cmp.rel_l2, cmp.max_abs,
+                between.rel_l2);
+  }
+  // The timeline instance takes head dim 128 only.
+  const Tensor fused = must(arena_.alloc({16, 3 * 64}, DType::kBF16));
+  const Tensor out = must(arena_.alloc({16, 1, 64}, DType::kBF16));
+  EXPECT_EQ(cuda::attention_wgmma_timeline(test::head_view(fused, 0, 1, 64), test::head_view(fused, 64, 1, 64),
+                                           test::head_view(fused, 128, 1, 64), out.view(), scale, stream_)
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(GpuAttention, OtherHeadDimsTakeTheFallback) {
   // The small models (head dims 16 and 24) and any D <= 256 other than 64 / 72 / 128 run the
   // warp-per-row fallback, with the same bounds as the tensor-core kernel.
