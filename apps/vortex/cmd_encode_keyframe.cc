@@ -57,8 +57,9 @@ Status run_encode_keyframe(const EncodeKeyframeArgs& a) {
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor rgb, h3::fit_keyframe(image, canvas, a.follows ? 1 : 0));
   const int64_t height = canvas.height, width = canvas.width;
-  VORTEX_ASSIGN_OR_RETURN(KeyframeEncoder encoder,
-                          KeyframeEncoder::load(a.video_vae, a.synthetic_video_vae, a.weights_seed, a.device, a.precision));
+  VORTEX_ASSIGN_OR_RETURN(
+      KeyframeEncoder encoder,
+      KeyframeEncoder::load(a.video_vae, a.synthetic_video_vae, a.weights_seed, a.device, a.precision));
   std::fprintf(stderr, "vortex: encoding %s (%lldx%lld, on a %lldx%lld canvas) on %s\n", a.image.c_str(),
                static_cast<long long>(image.size(1)), static_cast<long long>(image.size(0)),
                static_cast<long long>(width), static_cast<long long>(height), encoder.where());

@@ -96,7 +96,8 @@ Status check_out_prefix(const std::string& prefix) {
 int run_generate(const GenerateArgs& args) {
   const auto load_start = std::chrono::steady_clock::now();
   if (Status out = check_out_prefix(args.out); !out.ok()) return report_error(out);
-  if (Status precision = check_vae_encode_precision(args.model.vae_encode_precision, args.model.device); !precision.ok()) {
+  if (Status precision = check_vae_encode_precision(args.model.vae_encode_precision, args.model.device);
+      !precision.ok()) {
     return report_error(precision);
   }
   // Everything about the request before the weights load (a real checkpoint is 40 GB); the text

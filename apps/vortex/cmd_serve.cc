@@ -425,7 +425,8 @@ std::vector<service::JobSnapshot> read_job_records(const std::filesystem::path& 
 int run_serve(const ServeArgs& args) {
   if (Status s = prepare_results_folder(args.results); !s.ok()) return report_error(s);
   if (args.max_queue < 1) return report_error(invalid_argument("--max-queue must be >= 1"));
-  if (Status precision = check_vae_encode_precision(args.model.vae_encode_precision, args.model.device); !precision.ok()) {
+  if (Status precision = check_vae_encode_precision(args.model.vae_encode_precision, args.model.device);
+      !precision.ok()) {
     return report_error(precision);
   }
   const auto load_start = std::chrono::steady_clock::now();

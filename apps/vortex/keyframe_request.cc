@@ -184,7 +184,8 @@ Status check_vae_encode_precision(const std::string& precision, const std::strin
     return invalid_argument("--vae-encode-precision " + precision + ": expected fp32 or tf32");
   }
   if (precision == "tf32" && device != "cuda") {
-    return invalid_argument("--vae-encode-precision tf32 runs on --device cuda only (the CPU runs the reference program)");
+    return invalid_argument(
+        "--vae-encode-precision tf32 runs on --device cuda only (the CPU runs the reference program)");
   }
   return ok_status();
 }

@@ -507,7 +507,8 @@ Result<std::vector<Manifest>> run_vae_workload(const BenchOptions& o) {
   if (!out.empty()) return out;
   if (o.workload != "vae-decode") {
     return invalid_argument("unknown VAE workload '" + o.workload +
-                            "' (vae-decode, vae-encode, vae-encode-keyframe, vae-encode-clip, vae-encode-audio, vae-encode-video)");
+                            "' (vae-decode, vae-encode, vae-encode-keyframe, vae-encode-clip, vae-encode-audio, "
+                            "vae-encode-video)");
   }
   VORTEX_ASSIGN_OR_RETURN(Manifest audio, bench_audio(o));
   out.push_back(std::move(audio));

@@ -360,7 +360,8 @@ TEST_F(GpuAttention, V1AtHeadDim64MatchesTheCpuAndV0) {
     VORTEX_EXPECT_OK(cuda::attention_wgmma(q, k, v, out_of(0).view(), scale, stream_, 1));
     VORTEX_EXPECT_OK(cuda::attention_wgmma(q, k, v, out_of(1).view(), scale, stream_, 2));
     cuda::AttentionVariant ran = cuda::AttentionVariant::kV1;
-    VORTEX_EXPECT_OK(cuda::attention_variant(cuda::AttentionVariant::kV0, q, k, v, out_of(2).view(), scale, stream_, &ran));
+    VORTEX_EXPECT_OK(
+        cuda::attention_variant(cuda::AttentionVariant::kV0, q, k, v, out_of(2).view(), scale, stream_, &ran));
     const Tensor single = must(cuda::download(full[0], stream_)), pair = must(cuda::download(full[1], stream_));
     EXPECT_EQ(std::memcmp(single.data(), pair.data(), single.nbytes()), 0)
         << label << ": the clustered output (or the bytes around it) differs from one CTA per block";

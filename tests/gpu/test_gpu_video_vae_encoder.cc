@@ -247,7 +247,9 @@ TEST_F(GpuVideoVaeEncoder, ReleaseWidthsOnTheCanonicalKeyframe) {
   auto tf32 = must(vae::CudaVideoVaeEncoder::create(cpu, stream_, cuda::VaeConvVariant::kTf32));
   Tensor tf32_moments = must(tf32->encode_moments(pixels));
   std::vector<double> tf32_warm;
-  for (int i = 0; i < 5; ++i) tf32_warm.push_back(seconds_of([&] { tf32_moments = must(tf32->encode_moments(pixels)); }));
+  for (int i = 0; i < 5; ++i) {
+    tf32_warm.push_back(seconds_of([&] { tf32_moments = must(tf32->encode_moments(pixels)); }));
+  }
   std::sort(tf32_warm.begin(), tf32_warm.end());
   const double tf32_err = test::rel_l2(tf32_moments, cpu_moments);
   EXPECT_LE(tf32_err, 1e-3);

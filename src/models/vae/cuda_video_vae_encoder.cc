@@ -360,7 +360,8 @@ Status CudaVideoVaeEncoder::run_levels(size_t begin, size_t end, Tensor& x, int&
   return ok_status();
 }
 
-Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const Tensor& clip, const std::vector<PixelWindow>& windows,
+Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const Tensor& clip,
+                                                               const std::vector<PixelWindow>& windows,
                                                                const VideoEncoderObserver* observer) {
   VORTEX_RETURN_IF_ERROR(check_video_encoder_windows(config_, clip, windows));
   const int64_t count = static_cast<int64_t>(windows.size());
@@ -454,11 +455,10 @@ Result<std::vector<Tensor>> CudaVideoVaeEncoder::encode_chunks(const Tensor& cli
 
 Result<Tensor> CudaVideoVaeEncoder::encode_moments(const Tensor& pixels, const VideoTiling& tiling,
                                                    const VideoEncoderObserver* observer) {
-  return encode_video_moments_with(
-      config_,
-      [&](const Tensor& clip, const std::vector<PixelWindow>& windows) { return encode_chunks(clip, windows, observer); },
-      pixels, tiling,
-      observer);
+  const VideoChunkEncoder on_the_gpu = [&](const Tensor& clip, const std::vector<PixelWindow>& windows) {
+    return encode_chunks(clip, windows, observer);
+  };
+  return encode_video_moments_with(config_, on_the_gpu, pixels, tiling, observer);
 }
 
 Result<Tensor> CudaVideoVaeEncoder::encode_moments(const Tensor& pixels) { return encode_moments(pixels, tiling_); }
