@@ -166,7 +166,7 @@ Result<Manifest> bench_video(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
   m.implementation = {{"backend", "cuda"},
                       {"recipe", "bf16 block linears and attention, fp32 residual stream, norms and output"},
-                      {"attention", "cuda::attention (head dim 64: v0 mma.sync kernel)"},
+                      {"attention", "cuda::attention (head dim 64: v1 wgmma kernel)"},
                       {"gemm", "cuBLASLt bf16 (fp32 accumulate); fp32 for post_quant_conv / proj_in"},
                       {"layout", "tiles decoded one at a time; frames composed per chunk in one kernel"}};
   m.correctness = compare(again, first, "run-to-run: a further decode vs the last timed one (bitwise expected)", 0.0);

@@ -19,9 +19,9 @@
 //       Rounding P to bf16 is the only rounding beyond the contract's; with the output's own
 //       rounding it leaves ~2e-3 rel-L2 against the fp32 reference. The same kernel with the
 //       causal mask and grouped key/value heads is causal_attention() (the text encoder's).
-//   v1  FlashAttention-3 style on wgmma + TMA for head dim 128 (attention_wgmma.cu), the default
-//       for D = 128 on 16-byte aligned views; the same numerics. Every other case runs v0's path.
-//   v2  v1 on a persistent grid with 176-key tiles where they pad no more keys than 128
+//   v1  FlashAttention-3 style on wgmma + TMA for head dims 128 and 64 (attention_wgmma.cu), the
+//       default for them on 16-byte aligned views; the same numerics. Every other case runs v0's path.
+//   v2  v1 on a persistent grid with 176-key tiles where they pad no more keys than 128 (head dim 128)
 //       (attention_wgmma_v2.cu); the same numerics and the same fallback to v0.
 // This file holds v0 and the dispatch (argument checks, variant choice) for the family, causal
 // attention's included.
@@ -493,7 +493,8 @@ Status attention_variant(AttentionVariant variant, const TensorView& q, const Te
   // (the small test models, odd views) goes to the warp-per-row fallback with the same numerics.
   if (!v0_head_dim(d) || !aligned) return attention_fallback(q, k, v, out, scale, stream);
 
-  if (variant != AttentionVariant::kV0 && d == 128) {
+  // v1 also has a head-dim-64 instance (the video VAE decoder's heads); v2 only the 128 one.
+  if ((variant != AttentionVariant::kV0 && d == 128) || (variant == AttentionVariant::kV1 && d == 64)) {
     const Status status =
         variant == AttentionVariant::kV1
             ? attention_wgmma(q, k, v, out, scale, stream)

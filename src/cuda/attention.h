@@ -8,10 +8,10 @@
 //       P rounded to bf16 for the PV product as every flash kernel does. Head dims 64, 72 and 128 on
 //       16-byte aligned rows; other head dims (<= 256) and unaligned views take the warp-per-row
 //       fallback (attention_fallback.h) with the same numerics.
-//   v1  (default) Hopper kernel for head dim 128 on 16-byte aligned views (attention_wgmma.h):
+//   v1  (default) Hopper kernel for head dims 128 and 64 on 16-byte aligned views (attention_wgmma.h):
 //       TMA producer warpgroup, two wgmma consumer warpgroups, FlashAttention-3 style, Q held in
-//       registers; the same numerics. Every other case (head dim 64, odd dims, unaligned views, a driver without
-//       tensor-map support) runs v0's path.
+//       registers; the same numerics. Every other case (head dim 72, odd dims, unaligned views, a driver
+//       without tensor-map support) runs v0's path.
 //   v2  v1 on a persistent grid (one CTA per SM looping over (query block, head) items, the next
 //       item's loads under the last one's epilogue) with 176-key K/V tiles where they pad no
 //       more keys than 128 (attention_wgmma_v2.h); the same numerics and the same fallback.
