@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "bench/cuda_gpu_monitor.h"
+#include "models/h3/generate.h"
 
 namespace vortex::bench {
 
@@ -90,6 +91,11 @@ double cosine_similarity(const Tensor& a, const Tensor& b) {
 nlohmann::json error_json(const Tensor& a, const Tensor& reference) {
   const Correctness c = compare(a, reference, "", 1.0);
   return {{"rel_l2", c.rel_l2}, {"max_abs", c.max_abs}, {"cosine", cosine_similarity(a, reference)}};
+}
+
+nlohmann::json checksum_json(const Tensor& t) {
+  const h3::LatentChecksum c = h3::latent_checksum(t);
+  return {{"sha256", c.sha256}, {"sum", c.sum}};
 }
 
 Result<size_t> device_bytes_in_use() {

@@ -42,6 +42,9 @@ double cosine_similarity(const Tensor& a, const Tensor& b);
 // How far `a` is from `reference` (host tensors), as manifests state an approximate path's error:
 // {rel_l2, max_abs, cosine}.
 nlohmann::json error_json(const Tensor& a, const Tensor& reference);
+// {sha256, sum} of a host tensor's bytes and values: the output's bits as a manifest records them,
+// so that runs of two builds can be held bitwise equal (tools/bench/checksum_history.py, ab_summary.py).
+nlohmann::json checksum_json(const Tensor& t);
 // Device memory in use (cudaMemGetInfo: total - free), the CUDA context included.
 Result<size_t> device_bytes_in_use();
 // Runs the peer for `workload` on the dumped inputs; an empty JSON when no peer is configured.

@@ -241,8 +241,7 @@ nlohmann::json latent_error(const h3::GenerateResult& a, const h3::GenerateResul
 }
 
 nlohmann::json checksums(const h3::GenerateResult& r) {
-  const h3::LatentChecksum v = h3::latent_checksum(r.video_latents), a = h3::latent_checksum(r.audio_latents);
-  return {{"video", {{"sha256", v.sha256}, {"sum", v.sum}}}, {"audio", {{"sha256", a.sha256}, {"sum", a.sum}}}};
+  return {{"video", checksum_json(r.video_latents)}, {"audio", checksum_json(r.audio_latents)}};
 }
 
 }  // namespace

@@ -145,6 +145,7 @@ Result<Manifest> bench_video(const BenchOptions& o) {
   m.derived = {{"tflops", flops / (samples.median() * 1e-3) / 1e12},
                {"flops", flops},
                {"frames_per_second", static_cast<double>(first.size(1)) / (samples.median() * 1e-3)},
+               {"checksums", {{"frames", checksum_json(first)}}},
                {"device_bytes",
                 {{"weights", model->weight_bytes()},
                  {"activations_arena_peak", model->activation_peak_bytes()},
@@ -377,6 +378,7 @@ Result<Manifest> bench_audio(const BenchOptions& o) {
   const double seconds = static_cast<double>(got.size(1)) / config.sampling_rate;
   m.derived = {{"audio_seconds", seconds},
                {"realtime_factor", seconds / (samples.median() * 1e-3)},
+               {"checksums", {{"waveform", checksum_json(got)}}},
                {"device_bytes",
                 {{"weights", model->weight_bytes()},
                  {"activations_arena_peak", model->activation_peak_bytes()},

@@ -4,12 +4,14 @@
 - readme_table.py --check: the README's performance table is the one the committed manifests make
   (and every manifest's digests verify);
 - ncu_top_stalls.py on a small source-page CSV: shares and order;
-- ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio;
+- ab_summary.py on two pairs of synthetic runs: per-item medians in run order and the B/A ratio, and
+  whether the two sides' recorded checksums agree;
 - timeline_summary.py on a synthetic derived.timeline: per-consumer phases and shares of the round,
   the warps' spread at each mark, and the CTA records' summary;
 - ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A, also
   where B launches a kernel on other grids;
-- checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against.
+- checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against, and
+  a workload whose manifests name other outputs (a decode's frames).
 - tools/kernels/sass_outline.py: a table learned from a synthetic listing names the instructions of a
   kernel section in a synthetic ELF (found inside surrounding bytes, as in an executable).
 """
@@ -70,6 +72,29 @@ class ChecksumHistory(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("DIFFERENT from 2026-11-30-aaa", r.stdout)
             self.assertIn("checksums differ: h3-denoise", r.stderr)
+
+    def test_a_decode_checksum_beside_the_denoise(self):
+        with tempfile.TemporaryDirectory() as d:
+            results = pathlib.Path(d) / "results"
+            self.manifest(results / "h100" / "2026-12-06-aaa", "h3-denoise", "2026-12-06T01:00:00Z", "v1" * 32,
+                          "a1" * 32)
+            decode = results / "h100" / "2026-12-06-bbb"
+            decode.mkdir(parents=True)
+            frames = {"frames": {"sha256": "f1" * 32, "sum": 3.0}}
+            run_section = {"observed_at": "2026-12-06T02:00:00Z", "derived": {"checksums": frames}}
+            (decode / "vae-decode-video.json").write_text(json.dumps({"run": run_section}))
+            (decode / "notes.json").write_text("[1, 2]")  # not a manifest: skipped
+            r = run(TOOLS / "checksum_history.py", "--results", results)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("vae-decode-video", r.stdout)
+            self.assertIn("frames f1f1f1f1f1f1f1f1", r.stdout)
+            new = pathlib.Path(d) / "new"
+            new.mkdir()
+            run_section["derived"]["checksums"]["frames"]["sha256"] = "f2" * 32
+            (new / "vae-decode-video.json").write_text(json.dumps({"run": run_section}))
+            r = run(TOOLS / "checksum_history.py", "--results", results, "--against", new)
+            self.assertNotEqual(r.returncode, 0)
+            self.assertIn("checksums differ: vae-decode-video", r.stderr)
 
 
 class NcuCyclesSummary(unittest.TestCase):
@@ -183,6 +208,20 @@ class AbSummary(unittest.TestCase):
             self.assertIn("A 60.000@1650 62.000@1650", line)
             self.assertIn("B 63.000@1650 65.000@1650", line)
             self.assertIn("B/A 1.0492", line)
+            self.assertNotIn("bits", line)  # no checksums recorded
+
+    def test_checksums_of_the_two_sides(self):
+        for b_sha, verdict in (("aa", "bits A = B"), ("bb", "bits DIFFER")):
+            with tempfile.TemporaryDirectory() as d:
+                for run_name in ("a-1", "b-1", "a-2", "b-2"):
+                    folder = pathlib.Path(d) / run_name
+                    folder.mkdir()
+                    sha = b_sha if run_name.startswith("b") else "aa"
+                    run_section = {"median": 4.0, "derived": {"checksums": {"frames": {"sha256": sha, "sum": 1.0}}}}
+                    (folder / "vae-decode-video.json").write_text(json.dumps({"run": run_section}))
+                r = run(TOOLS / "ab_summary.py", d)
+                self.assertEqual(r.returncode, 0, r.stderr)
+                self.assertTrue(r.stdout.strip().endswith(verdict), r.stdout)
 
 
 class TimelineSummary(unittest.TestCase):

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""The denoise latents' checksums across the committed h3-denoise manifests: the cross-build half of
-the exactness gate (a change that claims the same bits must leave them where they were).
+"""The outputs' checksums across the committed manifests that record them (h3-denoise*: the
+denoise latents; vae-decode-*: the frames and the waveform): the cross-build half of the exactness
+gate (a change that claims the same bits must leave them where they were).
 
     python3 tools/bench/checksum_history.py                    # every committed run, oldest first
-    python3 tools/bench/checksum_history.py --against DIR      # DIR's new h3-denoise*.json against
-                                                               # the latest committed run of each
+    python3 tools/bench/checksum_history.py --against DIR      # DIR's new manifests with checksums
+                                                               # against the latest committed run of each
     python3 tools/bench/checksum_history.py --results PATH ...  # another results tree (tests)
 
 The history marks each run whose checksums differ from the previous run of the same workload (an
@@ -21,19 +22,28 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def checksums(path):
-    """(video sha256, audio sha256) of an h3-denoise manifest, or None without checksums."""
-    derived = json.loads(path.read_text()).get("run", {}).get("derived", {})
-    c = derived.get("checksums")
-    if not c:
+    """((output name, sha256), ...) of a manifest, sorted by name, or None without checksums (or when
+    the file is not a manifest)."""
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError):
         return None
-    return c["video"]["sha256"], c["audio"]["sha256"]
+    run = manifest.get("run") if isinstance(manifest, dict) else None
+    c = ((run or {}).get("derived") or {}).get("checksums")
+    if not isinstance(c, dict) or not c:
+        return None
+    return tuple(sorted((name, entry["sha256"]) for name, entry in c.items()))
+
+
+def describe(sums):
+    return "  ".join(f"{name} {sha[:16]}" for name, sha in sums)
 
 
 def history(results):
     """{workload: [(run folder name, checksums)]}, oldest first by the manifests' run.observed_at
     (the folders are named date-commit, and commits do not sort by time)."""
     runs = {}
-    for path in results.glob("*/*/h3-denoise*.json"):
+    for path in results.glob("*/*/*.json"):
         sums = checksums(path)
         if sums is not None:
             observed = json.loads(path.read_text())["run"].get("observed_at", "")
@@ -48,20 +58,20 @@ def main():
     args = parser.parse_args()
     runs = history(args.results)
     if not runs:
-        sys.exit(f"{args.results}: no h3-denoise manifest with checksums")
+        sys.exit(f"{args.results}: no manifest with checksums")
     if args.against is None:
         for workload, entries in sorted(runs.items()):
             print(workload)
             previous = None
-            for folder, (video, audio) in entries:
-                mark = "" if previous in (None, (video, audio)) else "  <- changed"
-                print(f"  {folder:24s} video {video[:16]}  audio {audio[:16]}{mark}")
-                previous = (video, audio)
+            for folder, sums in entries:
+                mark = "" if previous in (None, sums) else "  <- changed"
+                print(f"  {folder:24s} {describe(sums)}{mark}")
+                previous = sums
         return
-    new = {p.stem: checksums(p) for p in sorted(args.against.glob("h3-denoise*.json"))}
+    new = {p.stem: checksums(p) for p in sorted(args.against.glob("*.json"))}
     new = {w: s for w, s in new.items() if s is not None}
     if not new:
-        sys.exit(f"{args.against}: no h3-denoise manifest with checksums")
+        sys.exit(f"{args.against}: no manifest with checksums")
     differ = []
     for workload, sums in sorted(new.items()):
         if workload not in runs:
