@@ -4,9 +4,11 @@
 // variant: the group kernel (24, 200), the register-cached block kernel (5376), and the re-reading
 // block kernel (5001 at an odd column offset: scalar loads, more than the cache holds); with bf16
 // operands at 5376 and an aligned view, the fused pass runs on packed bf16 pairs (norm.cu's
-// rms_norm_fused_bf16_kernel) while the separate launches keep the scalar steps. Views are
-// column slices of wider buffers, aligned and odd; with a weight and without. Also: bad gate / modulation rows give NaN rows
-// as the separate ops do, and bad arguments are refused with the operand named.
+// rms_norm_fused_bf16_kernel) while the separate launches keep the scalar steps; the video VAE
+// decoder's blocks at 2048 (an fp32 residual stream and gate, bf16 or fp32 branch and output).
+// Views are column slices of wider buffers, aligned and odd; with a weight and without. Also: bad
+// gate / modulation rows give NaN rows as the separate ops do, and bad arguments are refused with
+// the operand named.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -29,17 +31,21 @@ class GpuNormFused : public test::GpuTest {};
 struct Case {
   int64_t rows, channels, col;
   DType dtype;
+  // The branch and the output in bf16 whatever `dtype` (x, gate, tables and weight) is: the video
+  // VAE decoder's blocks, an fp32 residual stream with bf16 activations.
+  bool bf16_branch_and_output = false;
 };
 constexpr Case kCases[] = {{1, 24, 8, DType::kBF16},     {129, 24, 3, DType::kF32},  {7, 200, 8, DType::kBF16},
                            {1000, 5376, 8, DType::kBF16}, {37, 5376, 3, DType::kBF16}, {5, 5001, 3, DType::kBF16},
-                           {9, 5376, 8, DType::kF32}};
+                           {9, 5376, 8, DType::kF32},     {1801, 2048, 0, DType::kF32, true},
+                           {301, 2048, 0, DType::kF32}};
 
 enum class Residual { kNone, kPlain, kGated };
 
 std::string describe(const Case& c, Residual r, bool modulate) {
   return "rows " + std::to_string(c.rows) + " channels " + std::to_string(c.channels) + " col " +
-         std::to_string(c.col) + " " + dtype_name(c.dtype) + " residual " + std::to_string(static_cast<int>(r)) +
-         (modulate ? " modulate" : "");
+         std::to_string(c.col) + " " + dtype_name(c.dtype) + (c.bf16_branch_and_output ? " bf16 branch/out" : "") +
+         " residual " + std::to_string(static_cast<int>(r)) + (modulate ? " modulate" : "");
 }
 
 TEST_F(GpuNormFused, BitwiseEqualToTheSeparateLaunches) {
@@ -53,10 +59,11 @@ TEST_F(GpuNormFused, BitwiseEqualToTheSeparateLaunches) {
         const std::string what = describe(c, residual, modulate) + (with_weight ? "" : " no weight");
         const int64_t n = c.rows, C = c.channels;
         const Tensor x = random_tensor({n, C + kPad}, c.dtype, ++seed, 3.0f, 0.2f);
-        const Tensor branch = random_tensor({n, C + kPad}, c.dtype, ++seed);
+        const DType act = c.bf16_branch_and_output ? DType::kBF16 : c.dtype;
+        const Tensor branch = random_tensor({n, C + kPad}, act, ++seed);
         const Tensor table = random_tensor({kTableRows, 3 * C}, c.dtype, ++seed, 0.5f);
         const Tensor weight = random_tensor({C}, c.dtype, ++seed, 0.2f, 1.0f);
-        const Tensor y0 = random_tensor({n, C + kPad}, c.dtype, ++seed);
+        const Tensor y0 = random_tensor({n, C + kPad}, act, ++seed);
         const std::vector<int32_t> gate_row = test::random_indices<int32_t>(n, kTableRows, ++seed);
         const std::vector<int32_t> mod_row = test::random_indices<int32_t>(n, kTableRows, ++seed);
         const int32_t* gate_row_d = device_vector(gate_row);
@@ -128,10 +135,12 @@ TEST_F(GpuNormFused, BadTableRowsGiveTheSameNanRows) {
 // a 24-wide head (4-lane groups), F32, an odd column offset (the separate-launch fallback),
 // 28,693 (token, head) rows (1,794 blocks), and head counts that exercise the several heads per
 // thread: H3's 56 (four per thread, the last rows of the block idle), 37 (three), 70 (two chunks
-// per token), 40 heads of 64 (two per thread) and 56 in F32.
+// per token), 40 heads of 64 (two per thread) and 56 in F32; the video VAE decoder's heads
+// (32 of 64, rotary 48, no weight) in bf16 and F32.
 struct QkCase {
   int64_t rows, heads, dim, rot, col;
   DType dtype;
+  bool weighted = true;
 };
 constexpr QkCase kQkCases[] = {{37, 3, 128, 96, 0, DType::kBF16}, {129, 2, 128, 128, 8, DType::kBF16},
                                {5, 4, 128, 0, 0, DType::kBF16},   {33, 2, 64, 64, 0, DType::kBF16},
@@ -140,7 +149,9 @@ constexpr QkCase kQkCases[] = {{37, 3, 128, 96, 0, DType::kBF16}, {129, 2, 128, 
                                {4099, 7, 128, 96, 0, DType::kBF16},
                                {301, 56, 128, 128, 0, DType::kBF16}, {67, 37, 128, 96, 0, DType::kBF16},
                                {45, 70, 128, 96, 8, DType::kBF16},   {23, 40, 64, 64, 0, DType::kBF16},
-                               {19, 56, 128, 96, 0, DType::kF32}};
+                               {19, 56, 128, 96, 0, DType::kF32},
+                               {1801, 32, 64, 48, 0, DType::kBF16, false},
+                               {301, 32, 64, 48, 0, DType::kF32, false}};
 
 TEST_F(GpuNormFused, QkNormRopeIsBitwiseEqualToTheSeparateLaunches) {
   uint64_t seed = 9400;
@@ -148,7 +159,7 @@ TEST_F(GpuNormFused, QkNormRopeIsBitwiseEqualToTheSeparateLaunches) {
     ArenaScope scope(arena_);
     const std::string what = "rows " + std::to_string(c.rows) + " heads " + std::to_string(c.heads) + " dim " +
                              std::to_string(c.dim) + " rot " + std::to_string(c.rot) + " col " + std::to_string(c.col) +
-                             " " + dtype_name(c.dtype);
+                             " " + dtype_name(c.dtype) + (c.weighted ? "" : " no weight");
     const int64_t inner = c.heads * c.dim, width = 3 * inner + 16;
     const Tensor qkv = random_tensor({c.rows, width}, c.dtype, ++seed, 2.0f, 0.3f);
     const Tensor wq = random_tensor({c.dim}, c.dtype, ++seed, 0.2f, 1.0f);
@@ -157,16 +168,18 @@ TEST_F(GpuNormFused, QkNormRopeIsBitwiseEqualToTheSeparateLaunches) {
     const Tensor sin = random_tensor({c.rows, std::max<int64_t>(c.rot, 1)}, DType::kF32, ++seed);
     const Tensor wqd = to_device(wq), wkd = to_device(wk), cd = to_device(cos), sd = to_device(sin);
     const TensorView wqv = wqd.view(), wkv = wkd.view(), cv = cd.view(), sv = sd.view();
+    const TensorView* wqp = c.weighted ? &wqv : nullptr;
+    const TensorView* wkp = c.weighted ? &wkv : nullptr;
     const bool rope = c.rot > 0;
     const Tensor fused = to_device(qkv), separate = to_device(qkv);
     auto heads = [&](const Tensor& t, int64_t which) { return test::head_view(t, c.col + which * inner, c.heads, c.dim); };
-    VORTEX_EXPECT_OK(cuda::rms_norm(heads(separate, 0), &wqv, 1e-6f, heads(separate, 0), stream_));
-    VORTEX_EXPECT_OK(cuda::rms_norm(heads(separate, 1), &wkv, 1e-6f, heads(separate, 1), stream_));
+    VORTEX_EXPECT_OK(cuda::rms_norm(heads(separate, 0), wqp, 1e-6f, heads(separate, 0), stream_));
+    VORTEX_EXPECT_OK(cuda::rms_norm(heads(separate, 1), wkp, 1e-6f, heads(separate, 1), stream_));
     if (rope) {
       VORTEX_EXPECT_OK(cuda::apply_rope(heads(separate, 0), cv, sv, stream_));
       VORTEX_EXPECT_OK(cuda::apply_rope(heads(separate, 1), cv, sv, stream_));
     }
-    VORTEX_EXPECT_OK(cuda::qk_norm_rope(heads(fused, 0), heads(fused, 1), &wqv, &wkv, 1e-6f, rope ? &cv : nullptr,
+    VORTEX_EXPECT_OK(cuda::qk_norm_rope(heads(fused, 0), heads(fused, 1), wqp, wkp, 1e-6f, rope ? &cv : nullptr,
                                         rope ? &sv : nullptr, stream_));
     test::expect_bitwise(compare(to_host(fused), to_host(separate)), what);
   }

@@ -414,8 +414,13 @@ Status CudaVideoVae::upload_rope(int64_t frames, int64_t h, int64_t w) {
   return ok_status();
 }
 
-// One ViT block in place on the residual stream x [n, dim] (decode_video_chunk's op sequence).
-Status CudaVideoVae::block_forward(const Block& b, const Tensor& x) {
+// One ViT block in place on the residual stream x [n, dim] (decode_video_chunk's op sequence). Its
+// last residual update, x += scale2 · ff_out(...), is left in `branch` for the next block's first
+// norm to add in the same pass (`pending`: the block whose update is due; decode_tile adds the last
+// one's); the attention's update is added by the second norm likewise, and q and k are normalised
+// and rotated in one launch. Each fused pass is bitwise equal to the launches it replaces
+// (cuda/elementwise.h; tests/gpu/test_gpu_norm_fused.cu at the decoder's dtypes and widths).
+Status CudaVideoVae::block_forward(const Block& b, const Tensor& x, const Block* pending) {
   const VideoVaeConfig& c = config_;
   const int64_t n = x.size(0), dim = c.decoder_dim(), H = c.decoder_num_attention_heads;
   const int64_t D = c.decoder_attention_head_dim;
@@ -427,19 +432,26 @@ Status CudaVideoVae::block_forward(const Block& b, const Tensor& x) {
   VORTEX_ASSIGN_OR_RETURN(Tensor hidden, rows_of(tile_.ff_hidden, n));
   VORTEX_ASSIGN_OR_RETURN(Tensor gated, rows_of(tile_.ff_gated, n));
   const int32_t* zero_rows = tile_.zero_rows.data_as<int32_t>();
-  const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
+  const TensorView n1 = b.norm1.view(), n2 = b.norm2.view(), branch_view = branch.view();
 
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
+  if (pending != nullptr) {
+    const TensorView gate = as_row(pending->scale2);
+    const cuda::NormFusion residual{&branch_view, &gate, zero_rows};
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm_fused(x.view(), &n1, eps, residual, h.view(), stream_));
+  } else {
+    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n1, eps, h.view(), stream_));
+  }
   VORTEX_RETURN_IF_ERROR(linear(b.qkv, h.view(), qkv.view()));
   const TensorView q = heads(qkv, 0, H, D), k = heads(qkv, dim, H, D), v = heads(qkv, 2 * dim, H, D);
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(q, nullptr, eps, q, stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(k, nullptr, eps, k, stream_));
-  if (c.rope_dim() > 0) {
-    VORTEX_ASSIGN_OR_RETURN(Tensor cos, rows_of(tile_.rope_cos, n));
-    VORTEX_ASSIGN_OR_RETURN(Tensor sin, rows_of(tile_.rope_sin, n));
-    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(q, cos.view(), sin.view(), stream_));
-    VORTEX_RETURN_IF_ERROR(cuda::apply_rope(k, cos.view(), sin.view(), stream_));
+  const bool rope = c.rope_dim() > 0;
+  Tensor cos, sin;  // the tile's rows of the RoPE tables, where the config rotates
+  if (rope) {
+    VORTEX_ASSIGN_OR_RETURN(cos, rows_of(tile_.rope_cos, n));
+    VORTEX_ASSIGN_OR_RETURN(sin, rows_of(tile_.rope_sin, n));
   }
+  const TensorView cos_view = cos.view(), sin_view = sin.view();
+  VORTEX_RETURN_IF_ERROR(cuda::qk_norm_rope(q, k, nullptr, nullptr, eps, rope ? &cos_view : nullptr,
+                                            rope ? &sin_view : nullptr, stream_));
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const TensorView o = heads(attn, 0, H, D);
   if (dtype_ == DType::kBF16) {
@@ -447,13 +459,13 @@ Status CudaVideoVae::block_forward(const Block& b, const Tensor& x) {
   } else {
     VORTEX_RETURN_IF_ERROR(cuda::attention_f32(q, k, v, o, scale, stream_));
   }
-  VORTEX_RETURN_IF_ERROR(linear(b.out, attn.view(), branch.view()));
-  VORTEX_RETURN_IF_ERROR(cuda::gated_residual(x.view(), as_row(b.scale1), zero_rows, branch.view(), stream_));
-  VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &n2, eps, h.view(), stream_));
+  VORTEX_RETURN_IF_ERROR(linear(b.out, attn.view(), branch_view));
+  const TensorView gate = as_row(b.scale1);
+  const cuda::NormFusion residual{&branch_view, &gate, zero_rows};
+  VORTEX_RETURN_IF_ERROR(cuda::rms_norm_fused(x.view(), &n2, eps, residual, h.view(), stream_));
   VORTEX_RETURN_IF_ERROR(linear(b.ff_in, h.view(), hidden.view()));
   VORTEX_RETURN_IF_ERROR(cuda::swiglu(hidden.view(), gated.view(), stream_));
-  VORTEX_RETURN_IF_ERROR(linear(b.ff_out, gated.view(), branch.view()));
-  return cuda::gated_residual(x.view(), as_row(b.scale2), zero_rows, branch.view(), stream_);
+  return linear(b.ff_out, gated.view(), branch_view);  // the update the next block's first norm adds
 }
 
 // decoder(post_quant_conv(z box)) for latents [t0, t0 + frames) x [y0, y0 + h) x [x0, x0 + w):
@@ -478,7 +490,16 @@ Status CudaVideoVae::decode_tile(const Tensor& z, int64_t t0, int64_t frames, in
   }
   VORTEX_CUDA_CHECK(cudaMemsetAsync(suffix + R * dim, 0, row_bytes, stream_));
   VORTEX_RETURN_IF_ERROR(upload_rope(frames, h, w));
-  for (const Block& b : blocks_) VORTEX_RETURN_IF_ERROR(block_forward(b, x));
+  const Block* pending = nullptr;
+  for (const Block& b : blocks_) {
+    VORTEX_RETURN_IF_ERROR(block_forward(b, x, pending));
+    pending = &b;
+  }
+  if (pending != nullptr) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor branch, rows_of(tile_.branch, x.size(0)));
+    const int32_t* zero_rows = tile_.zero_rows.data_as<int32_t>();
+    VORTEX_RETURN_IF_ERROR(cuda::gated_residual(x.view(), as_row(pending->scale2), zero_rows, branch.view(), stream_));
+  }
   // norm_out and proj_out on the patch tokens only: the reference drops the other rows after
   // proj_out, and both are per row.
   VORTEX_ASSIGN_OR_RETURN(Tensor normed, rows_of(tile_.h, N));

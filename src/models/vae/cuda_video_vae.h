@@ -119,7 +119,8 @@ class CudaVideoVae {
                                                      cudaStream_t stream, const Filler& fill);
   Status load_weights(const Filler& fill);
   Status linear(const Linear& l, const TensorView& x, const TensorView& y);
-  Status block_forward(const Block& b, const Tensor& x);
+  // `pending`: the block before, whose last residual update b's first norm adds (null for the first).
+  Status block_forward(const Block& b, const Tensor& x, const Block* pending);
   Status decode_tile(const Tensor& z, int64_t t0, int64_t frames, int64_t y0, int64_t x0, int64_t h, int64_t w,
                      const Tensor& out);
   Status upload_rope(int64_t frames, int64_t h, int64_t w);
