@@ -34,7 +34,9 @@
 // as allocated, the planned sizes, and the device memory in use (cudaMemGetInfo) after the decodes.
 // The encodes' moments: run to run (bitwise) without a peer, against the peer's diffusers encode
 // (fp32, TF32 off) with one. The soundtrack's rows: against the CPU encoder (1e-4), and the peer's
-// diffusers encode reported beside it.
+// diffusers encode reported beside it. Every manifest records its output's sha256 and sum
+// (run.derived.checksums): two builds that claim the same bits are held to them across runs
+// (tools/bench/checksum_history.py, ab_summary.py).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -275,6 +277,7 @@ Result<Manifest> bench_encode(const BenchOptions& o, int64_t frames) {
                {"flops", flops},
                {"breakdown_ms (one further encode, CUDA events per op and stage)", breakdown},
                {"breakdown_total_ms", device_ms},
+               {"checksums", {{"moments", checksum_json(first)}}},
                {"device_bytes",
                 {{"weights", model->weight_bytes()},
                  {"activations", model->activation_bytes()},
@@ -446,6 +449,7 @@ Result<Manifest> bench_audio_encode(const BenchOptions& o) {
   m.derived = {{"audio_seconds", seconds},
                {"realtime_factor", seconds / (samples.median() * 1e-3)},
                {"cpu_encoder_ms (one run, the host's threads)", cpu_ms},
+               {"checksums", {{"rows", checksum_json(got)}}},
                {"device_bytes",
                 {{"weights", model->weight_bytes()},
                  {"activations_arena_peak", model->activation_peak_bytes()},
