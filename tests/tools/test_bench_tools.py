@@ -10,8 +10,8 @@
   the warps' spread at each mark, and the CTA records' summary;
 - ncu_cycles_summary.py on synthetic ncu CSV reports: per kernel and grid, the medians and B/A, also
   where B launches a kernel on other grids;
-- checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against, and
-  a workload whose manifests name other outputs (a decode's frames).
+- checksum_history.py on a synthetic results tree: runs in time order, changes marked, --against, a
+  workload whose manifests name other outputs (a decode's frames), and runs held to the same GPU model's.
 - tools/kernels/sass_outline.py: a table learned from a synthetic listing names the instructions of a
   kernel section in a synthetic ELF (found inside surrounding bytes, as in an executable).
 """
@@ -95,6 +95,35 @@ class ChecksumHistory(unittest.TestCase):
             r = run(TOOLS / "checksum_history.py", "--results", results, "--against", new)
             self.assertNotEqual(r.returncode, 0)
             self.assertIn("checksums differ: vae-decode-video", r.stderr)
+
+    def test_runs_are_held_to_the_same_gpu_model(self):
+        with tempfile.TemporaryDirectory() as d:
+            results = pathlib.Path(d) / "results"
+
+            def write(folder, gpu, sha, observed):
+                folder.mkdir(parents=True, exist_ok=True)
+                run_section = {"observed_at": observed,
+                               "derived": {"checksums": {"frames": {"sha256": sha * 32, "sum": 1.0}}}}
+                manifest = {"run": run_section, "environment": {"gpu": gpu}}
+                (folder / "vae-decode-video.json").write_text(json.dumps(manifest))
+
+            # The H200's run is the newest, with other bits than the H100's (another cuBLASLt choice).
+            write(results / "h100" / "2026-12-06-aaa", "NVIDIA H100 80GB HBM3", "a1", "2026-12-06T01:00:00Z")
+            write(results / "h200" / "2026-12-06-bbb", "NVIDIA H200", "b2", "2026-12-06T02:00:00Z")
+            r = run(TOOLS / "checksum_history.py", "--results", results)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("<- changed", r.stdout)
+            self.assertIn("vae-decode-video on NVIDIA H200", r.stdout)
+            new = pathlib.Path(d) / "new"
+            write(new, "NVIDIA H100 80GB HBM3", "a1", "x")
+            r = run(TOOLS / "checksum_history.py", "--results", results, "--against", new)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("on NVIDIA H100 80GB HBM3: the same bits as 2026-12-06-aaa", r.stdout)
+            other = pathlib.Path(d) / "other"
+            write(other, "NVIDIA H100 PCIe", "c3", "x")
+            r = run(TOOLS / "checksum_history.py", "--results", results, "--against", other)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("no committed run to compare with", r.stdout)
 
 
 class NcuCyclesSummary(unittest.TestCase):

@@ -8,9 +8,12 @@ gate (a change that claims the same bits must leave them where they were).
                                                                # against the latest committed run of each
     python3 tools/bench/checksum_history.py --results PATH ...  # another results tree (tests)
 
-The history marks each run whose checksums differ from the previous run of the same workload (an
+Runs are compared per GPU model (the manifest's environment.gpu): cuBLASLt may choose other
+algorithms on another model, so an H100's bits are only held to an H100's. The history marks each
+run whose checksums differ from the previous run of the same workload on the same model (an
 intended change of the program, or a break). With --against, the exit status is 1 when any of DIR's
-workloads has checksums other than its latest committed run's, and each such workload is named.
+workloads has checksums other than its latest committed run's on that model, and each such
+workload is named.
 """
 
 import argparse
@@ -22,8 +25,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def checksums(path):
-    """((output name, sha256), ...) of a manifest, sorted by name, or None without checksums (or when
-    the file is not a manifest)."""
+    """(GPU model, ((output name, sha256), ...) sorted by name) of a manifest, or None without
+    checksums (or when the file is not a manifest)."""
     try:
         manifest = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -32,7 +35,12 @@ def checksums(path):
     c = ((run or {}).get("derived") or {}).get("checksums")
     if not isinstance(c, dict) or not c:
         return None
-    return tuple(sorted((name, entry["sha256"]) for name, entry in c.items()))
+    gpu = (manifest.get("environment") or {}).get("gpu", "")
+    return gpu, tuple(sorted((name, entry["sha256"]) for name, entry in c.items()))
+
+
+def label(workload, gpu):
+    return f"{workload} on {gpu}" if gpu else workload
 
 
 def describe(sums):
@@ -40,15 +48,16 @@ def describe(sums):
 
 
 def history(results):
-    """{workload: [(run folder name, checksums)]}, oldest first by the manifests' run.observed_at
-    (the folders are named date-commit, and commits do not sort by time)."""
+    """{(workload, GPU model): [(run folder name, checksums)]}, oldest first by the manifests'
+    run.observed_at (the folders are named date-commit, and commits do not sort by time)."""
     runs = {}
     for path in results.glob("*/*/*.json"):
-        sums = checksums(path)
-        if sums is not None:
+        found = checksums(path)
+        if found is not None:
+            gpu, sums = found
             observed = json.loads(path.read_text())["run"].get("observed_at", "")
-            runs.setdefault(path.stem, []).append((observed, path.parent.name, sums))
-    return {w: [(folder, sums) for _, folder, sums in sorted(entries)] for w, entries in runs.items()}
+            runs.setdefault((path.stem, gpu), []).append((observed, path.parent.name, sums))
+    return {key: [(folder, sums) for _, folder, sums in sorted(entries)] for key, entries in runs.items()}
 
 
 def main():
@@ -60,8 +69,8 @@ def main():
     if not runs:
         sys.exit(f"{args.results}: no manifest with checksums")
     if args.against is None:
-        for workload, entries in sorted(runs.items()):
-            print(workload)
+        for (workload, gpu), entries in sorted(runs.items()):
+            print(label(workload, gpu))
             previous = None
             for folder, sums in entries:
                 mark = "" if previous in (None, sums) else "  <- changed"
@@ -69,17 +78,17 @@ def main():
                 previous = sums
         return
     new = {p.stem: checksums(p) for p in sorted(args.against.glob("*.json"))}
-    new = {w: s for w, s in new.items() if s is not None}
+    new = {w: found for w, found in new.items() if found is not None}
     if not new:
         sys.exit(f"{args.against}: no manifest with checksums")
     differ = []
-    for workload, sums in sorted(new.items()):
-        if workload not in runs:
-            print(f"{workload}: no committed run to compare with")
+    for workload, (gpu, sums) in sorted(new.items()):
+        if (workload, gpu) not in runs:
+            print(f"{label(workload, gpu)}: no committed run to compare with")
             continue
-        folder, committed = runs[workload][-1]
+        folder, committed = runs[(workload, gpu)][-1]
         same = sums == committed
-        print(f"{workload}: {'the same bits as' if same else 'DIFFERENT from'} {folder}")
+        print(f"{label(workload, gpu)}: {'the same bits as' if same else 'DIFFERENT from'} {folder}")
         if not same:
             differ.append(workload)
     if differ:
