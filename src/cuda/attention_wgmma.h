@@ -14,9 +14,8 @@
 namespace vortex::cuda {
 
 // Same contract and numerics as attention() (attention.h) for operands it has already validated,
-// restricted to D = 128 or 64 with every pointer and N / H stride a multiple of 16 bytes. (D = 64,
-// the video VAE decoder's heads, is reachable here only: attention() still runs v0 there until the
-// instance is measured against it, bench/notes/video_vae_decoder.md.) Returns
+// restricted to D = 128 or 64 with every pointer and N / H stride a multiple of 16 bytes (D = 64:
+// the video VAE decoder's heads, which attention() sends here since 72fb8b1). Returns
 // unimplemented, having launched nothing, when the driver offers no tensor-map encoder or rejects
 // the views' tensor maps; the caller then runs v0. cluster_ctas: how many CTAs share each K / V
 // load (1 or 2), or 0 for attention_wgmma_cluster_ctas's choice; the tests give it to hold the
