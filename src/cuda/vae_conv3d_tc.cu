@@ -98,6 +98,47 @@ __device__ __forceinline__ int reflect_index(int i, int n) {
   return i;
 }
 
+// The A rows one loading thread copies, rows load_row + stride·i of a tile, and the load cursor
+// over the tile's k-blocks. A row's source is its frame in x before the temporal tap and its
+// window's top-left corner; the cursor holds the next k-block's tap (ta, tb, td), its weight column
+// tap and its channel block, and that tap's row offsets in x (reflected per tap; −1 for a row past
+// the frame's end, which reads zeros). Both conv kernels load through it.
+template <int kRows>
+struct ARowCursor {
+  int row_t[kRows], row_h[kRows], row_w[kRows], a_off[kRows];
+  int ta, tb, td, w_tap, cb;
+
+  __device__ __forceinline__ void start(const ImplicitParams& p, int m0, int frame, int a0, int load_row, int stride) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int r = m0 + load_row + stride * i, clip = r / p.plane, pixel = r % p.plane;
+      row_t[i] = r < p.frame_rows ? clip * p.T + frame * p.st - p.temporal_padding : kPastTheEnd;
+      row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
+      row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
+    }
+    ta = a0, tb = 0, td = 0, w_tap = a0 * p.kh * p.kw, cb = 0;
+    aim(p);
+  }
+  // After a k-block's copies are issued: the next channel block, or the next tap.
+  __device__ __forceinline__ void advance(const ImplicitParams& p, int c_blocks) {
+    if (++cb == c_blocks) {
+      cb = 0, ++w_tap;
+      if (++td == p.kw) {
+        td = 0;
+        if (++tb == p.kh) tb = 0, ++ta;
+      }
+      aim(p);
+    }
+  }
+  __device__ __forceinline__ void aim(const ImplicitParams& p) {
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const int hi = reflect_index(row_h[i] + tb, p.H), wi = reflect_index(row_w[i] + td, p.W);
+      a_off[i] = row_t[i] == kPastTheEnd ? -1 : (((row_t[i] + ta) * p.H + hi) * p.W + wi) * p.C;
+    }
+  }
+};
+
 // Row `row`, 16-byte chunk `chunk` of a tile, in floats: the 128-byte swizzle.
 __device__ __forceinline__ int swizzled(int row, int chunk) { return row * kBlockK + ((chunk ^ (row & 7)) * 4); }
 
@@ -204,48 +245,24 @@ __global__ void __launch_bounds__(kThreads, 1) conv3d_wgmma_kernel(ImplicitParam
   const int c_blocks = p.C / kBlockK;
   const int k_blocks = (p.kt - a0) * p.kh * p.kw * c_blocks;
 
-  // This thread copies chunk `chunk` of rows load_row + kLoadRows·i of both tiles. Each A row's
-  // source is its frame in x before the temporal tap and its window's top-left (reflected per tap).
+  // This thread copies chunk `chunk` of rows load_row + kLoadRows·i of both tiles.
   const int chunk = tid % kChunks, load_row = tid / kChunks;
-  int row_t[kRowsPerThread], row_h[kRowsPerThread], row_w[kRowsPerThread], w_row[kRowsPerThread];
+  int w_row[kRowsPerThread];
 #pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int row = load_row + kLoadRows * i, r = m0 + row, clip = r / p.plane, pixel = r % p.plane;
-    row_t[i] = r < p.frame_rows ? clip * p.T + frame * p.st - p.temporal_padding : kPastTheEnd;
-    row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
-    row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
-    w_row[i] = (n0 + row) * p.k_total;
-  }
-  // The load cursor: the next k-block to copy as its tap (ta, b, d), its weight column tap and its
-  // channel block, and that tap's A row offsets in x (−1: a row past the frame's end, zeros).
-  int ta = a0, tb = 0, td = 0, w_tap = a0 * p.kh * p.kw, cb = 0;
-  int a_off[kRowsPerThread];
-  const auto aim = [&] {
-#pragma unroll
-    for (int i = 0; i < kRowsPerThread; ++i) {
-      const int hi = reflect_index(row_h[i] + tb, p.H), wi = reflect_index(row_w[i] + td, p.W);
-      a_off[i] = row_t[i] == kPastTheEnd ? -1 : (((row_t[i] + ta) * p.H + hi) * p.W + wi) * p.C;
-    }
-  };
-  aim();
+  for (int i = 0; i < kRowsPerThread; ++i) w_row[i] = (n0 + load_row + kLoadRows * i) * p.k_total;
+  ARowCursor<kRowsPerThread> cursor;
+  cursor.start(p, m0, frame, a0, load_row, kLoadRows);
   const auto load_next = [&](int stage) {
-    const int c0 = cb * kBlockK + chunk * 4, w_col = w_tap * p.C + c0;
+    const int c0 = cursor.cb * kBlockK + chunk * 4, w_col = cursor.w_tap * p.C + c0;
     float* a_tile = raw_tile(stage, 0);
     float* b_tile = raw_tile(stage, 1);
 #pragma unroll
     for (int i = 0; i < kRowsPerThread; ++i) {
-      const int row = load_row + kLoadRows * i;
-      cp_async_16(a_tile + swizzled(row, chunk), a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
+      const int row = load_row + kLoadRows * i, a_off = cursor.a_off[i];
+      cp_async_16(a_tile + swizzled(row, chunk), a_off >= 0 ? p.x + a_off + c0 : p.x, a_off >= 0 ? 16 : 0);
       cp_async_16(b_tile + swizzled(row, chunk), p.w + w_row[i] + w_col, 16);
     }
-    if (++cb == c_blocks) {
-      cb = 0, ++w_tap;
-      if (++td == p.kw) {
-        td = 0;
-        if (++tb == p.kh) tb = 0, ++ta;
-      }
-      aim();
-    }
+    cursor.advance(p, c_blocks);
   };
   // Called after a barrier that follows every thread's wait for stage kb's copies: this thread's
   // share of B split, then the stage made visible to the products (the async proxy), which read it
@@ -383,45 +400,24 @@ __global__ void __launch_bounds__(kWsThreads, 1) conv3d_ws_kernel(ImplicitParams
     int g = 0;  // k-blocks copied by this CTA so far, over all its tiles: the ring's position
     for (int index = blockIdx.x; index < tiles; index += gridDim.x) {
       const WsTile t = ws_tile(p, index);
-      int row_t[kWsRows], row_h[kWsRows], row_w[kWsRows], a_off[kWsRows];
-#pragma unroll
-      for (int i = 0; i < kWsRows; ++i) {
-        const int r = t.m0 + load_row + 16 * i, clip = r / p.plane, pixel = r % p.plane;
-        row_t[i] = r < p.frame_rows ? clip * p.T + t.frame * p.st - p.temporal_padding : kPastTheEnd;
-        row_h[i] = (pixel / p.w_out) * p.sh - p.pad_top;
-        row_w[i] = (pixel % p.w_out) * p.sw - p.pad_left;
-      }
       // Row load_row + 16·i of B's parts at + 16·i·k_total.
       const int w_row0 = (t.n0 + load_row) * p.k_total;
-      int ta = t.a0, tb = 0, td = 0, w_tap = t.a0 * p.kh * p.kw, cb = 0;
-      const auto aim = [&] {
-#pragma unroll
-        for (int i = 0; i < kWsRows; ++i) {
-          const int hi = reflect_index(row_h[i] + tb, p.H), wi = reflect_index(row_w[i] + td, p.W);
-          a_off[i] = row_t[i] == kPastTheEnd ? -1 : (((row_t[i] + ta) * p.H + hi) * p.W + wi) * p.C;
-        }
-      };
-      aim();
+      ARowCursor<kWsRows> cursor;
+      cursor.start(p, t.m0, t.frame, t.a0, load_row, 16);
       for (int kb = 0; kb < t.k_blocks; ++kb, ++g) {
         const int stage = g % kWsStages;
         hopper::mbarrier_wait(smem_address(&empty_bar[stage]), ((g / kWsStages) & 1) ^ 1);
-        const int c0 = cb * kBlockK + chunk * 4, w_col = w_tap * p.C + c0;
+        const int c0 = cursor.cb * kBlockK + chunk * 4, w_col = cursor.w_tap * p.C + c0;
 #pragma unroll
         for (int i = 0; i < kWsRows; ++i) {
           const int row = load_row + 16 * i, at = swizzled(row, chunk), w_at = w_row0 + 16 * i * p.k_total + w_col;
-          cp_async_16(tile(stage, 0) + at, a_off[i] >= 0 ? p.x + a_off[i] + c0 : p.x, a_off[i] >= 0 ? 16 : 0);
+          const int a_off = cursor.a_off[i];
+          cp_async_16(tile(stage, 0) + at, a_off >= 0 ? p.x + a_off + c0 : p.x, a_off >= 0 ? 16 : 0);
           cp_async_16(tile(stage, 1) + at, p.w + w_at, 16);
           if constexpr (kProducts == 3) cp_async_16(tile(stage, 2) + at, p.w_lo + w_at, 16);
         }
         cp_async_commit();
-        if (++cb == c_blocks) {
-          cb = 0, ++w_tap;
-          if (++td == p.kw) {
-            td = 0;
-            if (++tb == p.kh) tb = 0, ++ta;
-          }
-          aim();
-        }
+        cursor.advance(p, c_blocks);
         // The previous k-block (this tile's or the last tile's) is handed over one behind.
         if (g > 0) {
           cp_async_wait<1>();
