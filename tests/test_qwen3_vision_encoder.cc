@@ -81,15 +81,9 @@ TEST(Qwen3VisionEncoder, EveryStageMatchesTransformers) {
   }
 }
 
-TEST(Qwen3VisionEncoder, ImagesTheProcessorWouldResizeAreRefused) {
+TEST(Qwen3VisionEncoder, BadImagesAreRefused) {
   const Qwen3VisionEncoder encoder = must(Qwen3VisionEncoder::load(golden_dir(), golden_dir()));
   VisionGrid grid;
-  const auto odd = encoder.image_patches(Tensor::zeros({64, 100, 3}, DType::kU8), &grid);
-  ASSERT_FALSE(odd.ok());
-  EXPECT_NE(odd.status().message().find("resize it to 64 x 96"), std::string::npos) << odd.status().message();
-  const auto tiny = encoder.image_patches(Tensor::zeros({16, 16, 3}, DType::kU8), &grid);
-  ASSERT_FALSE(tiny.ok());  // below min_pixels (32 · 32): upscaled by the reference
-  EXPECT_NE(tiny.status().message().find("32 x 32"), std::string::npos) << tiny.status().message();
   const auto gray = encoder.image_patches(Tensor::zeros({64, 64}, DType::kU8), &grid);
   ASSERT_FALSE(gray.ok());
   EXPECT_EQ(gray.status().code(), StatusCode::kInvalidArgument);

@@ -4,7 +4,7 @@
 // on each video (its vision blocks encoded one by one here, batched there: the reference's
 // per-block attention spans make them the same program), and a presentation of a picture and two
 // videos (positions exactly, hidden states as the keyframe presentation's bound); the video
-// processor's resize rule and the refusals.
+// processor's size rule and the refusals.
 //
 // Measured against the reference's CPU bf16 run: merged 7.1e-3 / 6.5e-3, DeepStack 3.1e-3 to
 // 6.9e-3, hidden states 7.2e-3 to 1.12e-2 at layers 1-4 (the reference's own CUDA run: merged
@@ -144,9 +144,13 @@ TEST(Qwen3VlVideo, SmartResizeCountsEveryFrame) {
 
 TEST(Qwen3VlVideo, RefusalsAreNamed) {
   const Qwen3VisionEncoder encoder = must(Qwen3VisionEncoder::load(golden_dir(), golden_dir()));
-  const auto odd = encoder.video_grid_for(4, 64, 100);
-  ASSERT_FALSE(odd.ok());
-  EXPECT_NE(odd.status().message().find("resize them to 64 x 96"), std::string::npos) << odd.status().message();
+  // Frames the processor resizes (test_qwen3_vl_resize.cc) get the grid of its size.
+  const VisionGrid odd = must(encoder.video_grid_for(4, 64, 100));
+  EXPECT_EQ(odd.height, 4);
+  EXPECT_EQ(odd.width, 6);
+  const auto flat = encoder.video_grid_for(4, 10, 2500);
+  ASSERT_FALSE(flat.ok());
+  EXPECT_NE(flat.status().message().find("aspect ratios below 200"), std::string::npos) << flat.status().message();
   const VisionGrid grid = must(encoder.video_grid_for(4, 64, 96));
   const Tensor frame = Tensor::zeros({64, 96, 3}, DType::kU8);
   EXPECT_FALSE(encoder.video_block_patches({frame}, grid).ok());

@@ -7,6 +7,7 @@
 #include "cpu/attention.h"
 #include "cpu/elementwise.h"
 #include "cpu/gemm.h"
+#include "cpu/image_resize.h"
 #include "cpu/norm.h"
 #include "cpu/rows.h"
 #include "models/h3/tensor_views.h"
@@ -352,13 +353,7 @@ Result<Qwen3VisionEncoder> Qwen3VisionEncoder::load(const std::string& model_pat
 
 Result<VisionGrid> Qwen3VisionEncoder::grid_for(int64_t height, int64_t width) const {
   VORTEX_ASSIGN_OR_RETURN(const auto target, processor_.target_size(height, width));
-  if (target[0] != height || target[1] != width) {
-    return unimplemented("image is " + std::to_string(height) + " x " + std::to_string(width) +
-                         "; the vision tower's image processor would resize it to " + std::to_string(target[0]) +
-                         " x " + std::to_string(target[1]) + " (bicubic), which is not implemented: give it at " +
-                         "that size");
-  }
-  return VisionGrid{height / config_.patch, width / config_.patch, config_.merge};
+  return VisionGrid{target[0] / config_.patch, target[1] / config_.patch, config_.merge};
 }
 
 Result<Tensor> Qwen3VisionEncoder::image_patches(const Tensor& rgb, VisionGrid* grid) const {
@@ -406,13 +401,7 @@ void Qwen3VisionEncoder::load_video_processor(const std::string& processor_file,
 Result<VisionGrid> Qwen3VisionEncoder::video_grid_for(int64_t frames, int64_t height, int64_t width) const {
   if (!video_processor_error_.ok()) return video_processor_error_;
   VORTEX_ASSIGN_OR_RETURN(const auto target, video_processor_.target_size(frames, height, width));
-  if (target[0] != height || target[1] != width) {
-    return unimplemented("video frames are " + std::to_string(height) + " x " + std::to_string(width) + "; for " +
-                         std::to_string(frames) + " sampled frames the vision tower's video processor would " +
-                         "resize them to " + std::to_string(target[0]) + " x " + std::to_string(target[1]) +
-                         " (bicubic), which is not implemented");
-  }
-  return VisionGrid{height / config_.patch, width / config_.patch, config_.merge};
+  return VisionGrid{target[0] / config_.patch, target[1] / config_.patch, config_.merge};
 }
 
 Result<Tensor> Qwen3VisionEncoder::video_block_patches(const std::vector<Tensor>& frames,
@@ -430,14 +419,27 @@ Result<Tensor> Qwen3VisionEncoder::frame_patches(const std::vector<Tensor>& fram
                                                  const std::array<double, 3>& std_in) const {
   const int64_t P = config_.patch, T = config_.temporal_patch;
   const int64_t H = grid.height * P, W = grid.width * P;
+  if (frames.empty() || frames[0].dtype() != DType::kU8 || frames[0].rank() != 3 || frames[0].size(2) != 3) {
+    return invalid_argument("frame 0 is " + (frames.empty() ? std::string("missing") : frames[0].describe()) +
+                            ", expected u8 [height, width, 3] (RGB)");
+  }
+  // Every frame at frame 0's size; the processor resizes them to the grid's (bicubic, antialiased,
+  // on the 8-bit pixels as torchvision does) when that differs.
+  const int64_t source_h = frames[0].size(0), source_w = frames[0].size(1);
   std::vector<Tensor> dense;
   for (size_t t = 0; t < frames.size(); ++t) {
     const Tensor& f = frames[t];
-    if (f.dtype() != DType::kU8 || f.rank() != 3 || f.size(0) != H || f.size(1) != W || f.size(2) != 3) {
+    if (f.dtype() != DType::kU8 || f.rank() != 3 || f.size(0) != source_h || f.size(1) != source_w ||
+        f.size(2) != 3) {
       return invalid_argument("frame " + std::to_string(t) + " is " + f.describe() + ", expected u8 [" +
-                              std::to_string(H) + ", " + std::to_string(W) + ", 3] (RGB)");
+                              std::to_string(source_h) + ", " + std::to_string(source_w) + ", 3] (RGB) as frame 0");
     }
-    dense.push_back(f.contiguous());
+    if (source_h == H && source_w == W) {
+      dense.push_back(f.contiguous());
+    } else {
+      VORTEX_ASSIGN_OR_RETURN(Tensor resized, cpu::resize_bicubic_rgb8(f.contiguous(), H, W));
+      dense.push_back(std::move(resized));
+    }
   }
   // The reference folds the rescale into mean and std in fp32: (x − mean/r) / (std/r).
   std::array<float, 3> mean{}, stdev{};

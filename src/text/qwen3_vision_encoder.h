@@ -3,11 +3,11 @@
 // after its first decoder layers (qwen3_text_encoder.h). One image at a time: the reference
 // attends within each image only, so a batch of images is the same work image by image.
 //
-// The image processor (Qwen2VLImageProcessor, torchvision backend) first: the image must already
-// have the size the processor's smart_resize asks for (sides multiples of patch · merge, area in
-// [min_pixels, max_pixels]) — H3's keyframe canvas always does with the released settings — since
-// its bicubic resize is not reproduced here; then pixels (x − mean/rescale) / (std/rescale) in
-// fp32, cut into patch · patch squares in merge × merge blocks (block-major: the blocks in raster
+// The image processor (Qwen2VLImageProcessor, torchvision backend) first: the image is brought to
+// the size the processor's smart_resize asks for (sides multiples of patch · merge, area in
+// [min_pixels, max_pixels]) by the processor's resize, torchvision's bicubic antialiased resize on
+// the 8-bit pixels (cpu::resize_bicubic_rgb8, bit for bit); H3's keyframe canvas already has that
+// size with the released settings. Then pixels (x − mean/rescale) / (std/rescale) in fp32, cut into patch · patch squares in merge × merge blocks (block-major: the blocks in raster
 // order, the patches of a block in raster order), each flattened as (channel, time, y, x) with the
 // image repeated over the temporal patch.
 //
@@ -115,20 +115,20 @@ class Qwen3VisionEncoder {
   // `model.visual.`); `processor_path`: preprocessor_config.json, or a folder holding it.
   static Result<Qwen3VisionEncoder> load(const std::string& model_path, const std::string& processor_path);
 
-  // The patch grid of a height × width image; an image the processor would resize is an error
-  // naming both sizes.
+  // The patch grid of a height × width image: its smart_resize size in patches.
   Result<VisionGrid> grid_for(int64_t height, int64_t width) const;
-  // rgb: U8 [H, W, 3]. F32 [patches, patch_values()]: the processor's pixel_values. An image the
-  // processor would resize is an error naming both sizes.
+  // rgb: U8 [H, W, 3]. F32 [patches, patch_values()]: the processor's pixel_values, the image
+  // resized first where smart_resize changes its size.
   Result<Tensor> image_patches(const Tensor& rgb, VisionGrid* grid) const;
 
   // A video's vision blocks: the grid of each block of a video of `frames` sampled frames at
   // height × width (one block per temporal_patch frames, each its own attention span, as the
-  // reference's per-frame cu_seqlens make it); a video the processor would resize, or no video
-  // processor settings beside the image processor's, is an error naming it.
+  // reference's per-frame cu_seqlens make it), at the frames' smart_resize size for that many
+  // sampled frames; no video processor settings beside the image processor's is an error naming it.
   Result<VisionGrid> video_grid_for(int64_t frames, int64_t height, int64_t width) const;
-  // frames: temporal_patch U8 [H, W, 3] of one block, in order. F32 [grid.patches(),
-  // patch_values()]: that block's rows of the video processor's pixel_values_videos.
+  // frames: temporal_patch U8 [H, W, 3] of one block, in order, all of one size (the video's),
+  // resized to the grid's where that differs. F32 [grid.patches(), patch_values()]: that block's
+  // rows of the video processor's pixel_values_videos.
   Result<Tensor> video_block_patches(const std::vector<Tensor>& frames, const VisionGrid& grid) const;
 
   // The whole tower on one image's patches (F32 or BF16 [grid.patches(), patch_values()]).
@@ -173,7 +173,8 @@ class Qwen3VisionEncoder {
   // From processor_config.json's nested settings or video_preprocessor_config.json beside the
   // image processor's file; when there are none (or they are unusable) videos are refused with why.
   void load_video_processor(const std::string& processor_file, const nlohmann::json& processor_json);
-  // Each temporal slot t of every patch from frames[t], normalised with these settings.
+  // Each temporal slot t of every patch from frames[t] (resized to the grid's size where theirs
+  // differs), normalised with these settings.
   Result<Tensor> frame_patches(const std::vector<Tensor>& frames, const VisionGrid& grid, double rescale_factor,
                                const std::array<double, 3>& mean, const std::array<double, 3>& std) const;
 

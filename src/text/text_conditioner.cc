@@ -135,7 +135,7 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
       auto grid = vision_->grid_for(r.height, r.width);
       if (!grid.ok()) return grid.status().with_context(name_of(r, "picture " + std::to_string(pictures)));
       VORTEX_RETURN_IF_ERROR(label("<Picture " + std::to_string(pictures) + ">: "));
-      block(pads[0], {*grid, p.visuals++, {}});
+      block(pads[0], {*grid, p.visuals++, {}, r.height, r.width});
     } else if (r.kind == Kind::kVideo) {
       const std::string name = name_of(r, "video " + std::to_string(++videos));
       const int64_t temporal = vision_->config().temporal_patch;
@@ -147,7 +147,7 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
       VORTEX_RETURN_IF_ERROR(label("<Video " + std::to_string(videos) + ">: "));
       for (size_t b = 0; b < sampling->blocks.size(); ++b) {
         VORTEX_RETURN_IF_ERROR(label(seconds_label(sampling->block_seconds[b])));
-        block(pads[1], {*grid, p.visuals, sampling->blocks[b]});
+        block(pads[1], {*grid, p.visuals, sampling->blocks[b], r.height, r.width});
       }
       ++p.visuals;
     }
@@ -159,8 +159,7 @@ Result<Presentation> TextConditioner::reference_presentation(std::string_view pr
 }
 
 Result<VisionFeatures> TextConditioner::encode_block(const PresentedBlock& block, const Tensor& visual) {
-  const int64_t patch = vision_->config().patch;
-  const int64_t H = block.grid.height * patch, W = block.grid.width * patch;
+  const int64_t H = block.height, W = block.width;
   if (block.frames.empty()) {
     if (visual.rank() != 3 || visual.size(0) != H || visual.size(1) != W) {
       return invalid_argument(visual.describe() + " is not the size its presentation was built for (" +

@@ -42,9 +42,10 @@ class CudaQwen3VisionEncoder;
 
 // One vision block of a presentation: a picture, or a video's temporal_patch sampled frames.
 struct PresentedBlock {
-  VisionGrid grid;
+  VisionGrid grid;              // at the processor's size, which the visual is resized to where it differs
   size_t visual = 0;            // which of encode_presentation's visuals it reads
   std::vector<int64_t> frames;  // a video block's frame indices into that visual; empty: a picture
+  int64_t height = 0, width = 0;  // the visual's (a video's frames') size as presented
 };
 
 // A tokenized presentation (TextConditioner::keyframe_presentation, reference_presentation).
@@ -64,10 +65,12 @@ struct PresentedReference {
   double fps = 0.0;
   bool has_audio = false;         // a video with its soundtrack: labelled "<Audio j>: " first
   std::string source;             // what the request called it (a file): named before "picture i" in errors
-  static PresentedReference picture(int64_t height, int64_t width) { return {Kind::kPicture, height, width}; }
+  static PresentedReference picture(int64_t height, int64_t width) {
+    return {Kind::kPicture, height, width, 0, 0.0, false, {}};
+  }
   static PresentedReference audio() { return {}; }
   static PresentedReference video(int64_t frames, double fps, int64_t height, int64_t width, bool has_audio) {
-    return {Kind::kVideo, height, width, frames, fps, has_audio};
+    return {Kind::kVideo, height, width, frames, fps, has_audio, {}};
   }
 };
 
