@@ -7,9 +7,10 @@
 // the size the processor's smart_resize asks for (sides multiples of patch · merge, area in
 // [min_pixels, max_pixels]) by the processor's resize, torchvision's bicubic antialiased resize on
 // the 8-bit pixels (cpu::resize_bicubic_rgb8, bit for bit); H3's keyframe canvas already has that
-// size with the released settings. Then pixels (x − mean/rescale) / (std/rescale) in fp32, cut into patch · patch squares in merge × merge blocks (block-major: the blocks in raster
-// order, the patches of a block in raster order), each flattened as (channel, time, y, x) with the
-// image repeated over the temporal patch.
+// size with the released settings. Then pixels (x − mean/rescale) / (std/rescale) in fp32, cut
+// into patch · patch squares in merge × merge blocks (block-major: the blocks in raster order, the
+// patches of a block in raster order), each flattened as (channel, time, y, x) with the image
+// repeated over the temporal patch.
 //
 // The tower (bf16, rounding where the reference rounds):
 //   x = R(patches · Wpatch + b) + R(pos)            pos: the learned side × side grid, bilinearly

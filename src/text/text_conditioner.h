@@ -42,9 +42,9 @@ class CudaQwen3VisionEncoder;
 
 // One vision block of a presentation: a picture, or a video's temporal_patch sampled frames.
 struct PresentedBlock {
-  VisionGrid grid;              // at the processor's size, which the visual is resized to where it differs
-  size_t visual = 0;            // which of encode_presentation's visuals it reads
-  std::vector<int64_t> frames;  // a video block's frame indices into that visual; empty: a picture
+  VisionGrid grid;                // the processor's size (the visual is resized to it where they differ)
+  size_t visual = 0;              // which of encode_presentation's visuals it reads
+  std::vector<int64_t> frames;    // a video block's frame indices into that visual; empty: a picture
   int64_t height = 0, width = 0;  // the visual's (a video's frames') size as presented
 };
 
