@@ -37,6 +37,13 @@ inline std::vector<int32_t> golden_token_ids(const SafetensorsFile& io) {
   return out;
 }
 
+// How many bytes of two contiguous U8 images of one shape differ (the resize goldens hold them to 0).
+inline int64_t differing_bytes(const Tensor& a, const Tensor& b) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) n += a.data_as<const uint8_t>()[i] != b.data_as<const uint8_t>()[i];
+  return n;
+}
+
 inline std::vector<int64_t> to_i64_vector(const Tensor& t) {
   std::vector<int64_t> v(t.numel());
   for (int64_t i = 0; i < t.numel(); ++i) v[i] = static_cast<int64_t>(element_as_double(t, i));

@@ -14,11 +14,7 @@
 namespace vortex {
 namespace {
 
-int64_t differing_bytes(const Tensor& a, const Tensor& b) {
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) n += a.data_as<const uint8_t>()[i] != b.data_as<const uint8_t>()[i];
-  return n;
-}
+using test::differing_bytes;
 
 TEST(KeyframeResize, LanczosIsPillowsBitForBit) {
   auto file = SafetensorsFile::open(test::golden_path("keyframe_resize.safetensors"));

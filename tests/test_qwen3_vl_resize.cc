@@ -22,18 +22,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::golden_path;
+using test::differing_bytes;
 using test::must;
 
 std::string golden_dir() { return golden_path("qwen3_vl_small"); }
 SafetensorsFile resize_golden() { return must(SafetensorsFile::open(golden_dir() + "/resize.safetensors")); }
 
 constexpr int kPictures = 4, kVideos = 2;
-
-int64_t differing_bytes(const Tensor& a, const Tensor& b) {
-  int64_t n = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) n += a.data_as<const uint8_t>()[i] != b.data_as<const uint8_t>()[i];
-  return n;
-}
 
 // The golden's processor settings (its metadata's image_size / video_size) beside the tower's.
 std::string processor_folder() {
