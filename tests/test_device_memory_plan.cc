@@ -55,7 +55,7 @@ TEST(DeviceMemoryPlan, ActivationsOfTheCanonicalRequest) {
   // Every sharing decision holds at the released shapes.
   for (const h3::ActivationPlan* p : {&bf16_step, &bf16_request, &fp8_request}) {
     EXPECT_TRUE(p->embeds_alias);
-    EXPECT_TRUE(p->text_alias);
+    EXPECT_EQ(p->embed_rows, rows);  // one chunk: the projections' program of every earlier run
     EXPECT_TRUE(p->codes_alias);
   }
   // [qkv | attn] is exactly FC1's width: the shared region is no larger than either.
@@ -68,18 +68,48 @@ TEST(DeviceMemoryPlan, ActivationsOfTheCanonicalRequest) {
   EXPECT_EQ(kept.total - bf16_step.total, static_cast<size_t>(rows * 2 * c.ffn_dim * 2) + 256);
 }
 
+// A sequence-parallel rank of the canonical request: the blocks' working buffers hold its share of
+// the rows (18,944 of 37,810 on two GPUs, 9,472 on four); the residual stream, RoPE tables, inputs
+// and outputs stay whole. The fp32 embeddings stay in FC1's memory: all rows on two GPUs, on four
+// the 25,258 rows that fit (the projections then run in two chunks).
+TEST(DeviceMemoryPlan, ASequenceParallelRankPlansItsShareOfTheRows) {
+  const h3::H3Config c = *h3::config_preset("h3");
+  const int64_t rows = canonical_rows(c), C = c.hidden_size, F = c.ffn_dim, inner = c.inner_dim();
+  const h3::ActivationPlan one = h3::plan_activations(c, rows, h3::LinearRecipe::kFp8, false, true);
+  EXPECT_EQ(h3::plan_activations(c, rows, h3::LinearRecipe::kFp8, false, true, rows).total, one.total);
+  const auto block_bytes = [&](int64_t n) {  // h, branch, the [qkv | attn] / FC1 region, SwiGLU (bf16)
+    return static_cast<size_t>(n * (2 * C + std::max(4 * inner, 2 * F) + F)) * 2;
+  };
+  int64_t previous_share = rows;
+  for (const int64_t share : {int64_t{18944}, int64_t{9472}}) {
+    SCOPED_TRACE(share);
+    const h3::ActivationPlan rank = h3::plan_activations(c, rows, h3::LinearRecipe::kFp8, false, true, share);
+    EXPECT_TRUE(rank.embeds_alias);
+    EXPECT_EQ(rank.embed_rows, std::min(rows, share * F / C));
+    EXPECT_TRUE(rank.codes_alias);
+    // The blocks' buffers shrink with the share (the fp8 codes' scales too, a few hundred KB).
+    const size_t saved = block_bytes(rows) - block_bytes(share);
+    EXPECT_GE(one.total - rank.total, saved);
+    EXPECT_LE(one.total - rank.total, saved + 2 * kMB);
+    EXPECT_LT(rank.total, h3::plan_activations(c, rows, h3::LinearRecipe::kFp8, false, true, previous_share).total);
+    previous_share = share;
+  }
+}
+
 TEST(DeviceMemoryPlan, SmallModelsGetTheirOwnBuffersWhereTheyDoNotFit) {
-  // Text wider than the FFN: the raw text states cannot live in the SwiGLU output.
   h3::H3Config c = *h3::config_preset("h3");
   c.num_layers = 1;
   c.hidden_size = 256;
   c.num_attention_heads = 2;
   c.ffn_dim = 64;
-  c.text_dim = 512;
   const h3::ActivationPlan p = h3::plan_activations(c, 100, h3::LinearRecipe::kBf16, false, false);
-  EXPECT_FALSE(p.text_alias);
-  EXPECT_FALSE(p.embeds_alias);  // 2 fp32 embeddings of 256 do not fit FC1's 2 x 64 bf16
+  EXPECT_FALSE(p.embeds_alias);  // an fp32 embedding of 256 does not fit FC1's 2 x 64 bf16
+  EXPECT_EQ(p.embed_rows, 100);  // in one chunk on one GPU
   EXPECT_FALSE(p.codes_alias);   // widest input 256 > 2 x 64
+  // A rank's share of them: FC1's memory holds a quarter of its rows' embeddings, in chunks.
+  const h3::ActivationPlan rank = h3::plan_activations(c, 100, h3::LinearRecipe::kBf16, false, false, 50);
+  EXPECT_TRUE(rank.embeds_alias);
+  EXPECT_EQ(rank.embed_rows, 12);
 }
 
 TEST(DeviceMemoryPlan, WeightPredicates) {

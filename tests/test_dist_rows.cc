@@ -34,5 +34,24 @@ TEST(DistRows, ContiguousRangesInRankOrder) {
   EXPECT_EQ(dist::partition_rows(37810, 2)[1].begin, 148 * dist::kRowGranule);
 }
 
+// What a rank's block buffers are sized for: no rank of any request up to max_rows rows takes more.
+TEST(DistRows, NoRequestGivesARankMoreThanMaxRowsPerRank) {
+  for (const int ranks : {1, 2, 3, 4, 8}) {
+    for (const int64_t max_rows : {int64_t{1}, int64_t{7}, int64_t{254}, int64_t{511}, int64_t{512}, int64_t{513},
+                                   int64_t{1082}, int64_t{5000}}) {
+      const int64_t most = dist::max_rows_per_rank(max_rows, ranks);
+      EXPECT_LE(most, max_rows);
+      for (int64_t rows = 1; rows <= max_rows; ++rows) {
+        for (const dist::RowRange& r : dist::partition_rows(rows, ranks)) {
+          ASSERT_LE(r.size(), most) << rows << " of up to " << max_rows << " rows on " << ranks << " ranks";
+        }
+      }
+    }
+  }
+  EXPECT_EQ(dist::max_rows_per_rank(37810, 2), 148 * dist::kRowGranule);
+  EXPECT_EQ(dist::max_rows_per_rank(37810, 4), 74 * dist::kRowGranule);
+  EXPECT_EQ(dist::max_rows_per_rank(37810, 1), 37810);
+}
+
 }  // namespace
 }  // namespace vortex

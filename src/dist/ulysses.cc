@@ -21,6 +21,8 @@ std::vector<RowRange> partition_rows(int64_t rows, int ranks) {
   return split;
 }
 
+int64_t max_rows_per_rank(int64_t max_rows, int ranks) { return partition_rows(max_rows, ranks)[0].size(); }
+
 Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(LocalGpuGroup& group, int rank,
                                                                    int64_t max_rows, int64_t heads, int64_t head_dim) {
   const int P = group.size();
@@ -37,7 +39,7 @@ Result<std::unique_ptr<UlyssesAttention>> UlyssesAttention::create(LocalGpuGroup
   u->heads_ = heads;
   u->head_dim_ = head_dim;
   u->local_heads_ = heads / P;
-  const int64_t w = u->local_heads_ * head_dim, my_rows_max = partition_rows(max_rows, P)[0].size();
+  const int64_t w = u->local_heads_ * head_dim, my_rows_max = dist::max_rows_per_rank(max_rows, P);
   const size_t align = cuda::DeviceArena::kAlignment;
   const auto bytes = [&](int64_t elements) { return (static_cast<size_t>(elements) * 2 + align - 1) / align * align; };
   const size_t total = bytes(max_rows * 3 * w) + bytes(max_rows * w) +

@@ -42,6 +42,9 @@ constexpr int64_t kRowGranule = 128;
 // last one short) when rows >= kRowGranule · ranks, else single rows; the first ranks one block
 // longer where they do not divide evenly. A rank gets no rows only when rows < ranks.
 std::vector<RowRange> partition_rows(int64_t rows, int ranks);
+// The most rows any rank takes of any request of 1..max_rows rows: the first rank's share of
+// max_rows (the shares grow with the rows, and the first rank's is the longest).
+int64_t max_rows_per_rank(int64_t max_rows, int ranks);
 
 class UlyssesAttention : public h3::SequenceParallelPeer {
  public:
@@ -54,6 +57,8 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   // The request's N rows are split as partition_rows(N, P).
   int64_t row_begin(int64_t rows) const override;
   int64_t row_end(int64_t rows) const override;
+  int64_t max_rows_per_rank(int64_t max_rows) const override { return dist::max_rows_per_rank(max_rows, group_->size()); }
+  int64_t attention_heads() const override { return local_heads_; }
   // qkv is this rank's rows of the fused projection (BF16 [n_r, 3·H·D] on the device, unit column
   // stride, q and k already normed and rotated), attn receives this rank's rows of the output
   // (BF16 [n_r, H·D]). The exact kernel of cuda::attention (VORTEX_VARIANT_ATTENTION as there), or

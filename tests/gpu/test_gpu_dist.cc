@@ -19,6 +19,8 @@
 //     a device that does not exist is one line naming it.
 //   - the fp8 recipe, int8fp8 attention and both, each against the one-GPU forward of the same
 //     configuration, within 1e-2 (the bits reported).
+//   - a rank's activations: its blocks' buffers hold its share of the rows (smaller than one
+//     GPU's arena); more text rows than that share are refined in buffers of their own.
 //   - refusals: a head count the group does not divide, a rank's rows of the wrong count, a device
 //     that does not exist or is named twice, a device list that does not parse; a failing rank is
 //     named and the group refuses later work.
@@ -42,6 +44,7 @@
 #include "h3_golden_util.h"
 #include "h3_test_models.h"
 #include "formats/safetensors.h"
+#include "models/h3/device_memory_plan.h"
 #include "models/h3/generate.h"
 #include "models/h3/layout.h"
 #include "models/h3/synthetic.h"
@@ -292,6 +295,53 @@ TEST(GpuSequenceParallel, H3Fp8AndInt8Fp8MatchOneGpu) {
                   what.c_str(), static_cast<long long>(rows), video, audio,
                   same_bits ? "the same bits" : "not the same bits");
     }
+  }
+}
+
+// A rank's blocks work in buffers sized for its share of the rows: its activation arena is smaller
+// than one GPU's, as device_memory_plan plans it. A request with more text rows than a rank's share
+// (200 text rows of 442, 111 a rank on four) runs the refiner in buffers prepare() makes for it;
+// the velocities stay within the tolerance of one GPU's, and a later request with few text rows
+// runs in the rank's own buffers again.
+TEST(GpuSequenceParallel, RanksHoldTheirShareAndRefineLongTextApart) {
+  VORTEX_REQUIRE_GPU();
+  const h3::H3Config c = h3_test_config();
+  const test::H3TestRequest wide = test::make_h3_request(c, 200, 35, 0.4f, 0.7f);
+  const test::H3TestRequest narrow = test::make_h3_request(c, 12, 36, 0.4f, 0.7f);
+  const int64_t rows = wide.layout.num_rows;
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+  h3::StepOutputs want_wide, want_narrow;
+  size_t one_gpu_bytes = 0;
+  {
+    auto one = must(h3::CudaH3Transformer::create(c, filler_for(nullptr), rows));
+    one_gpu_bytes = one->activation_peak_bytes();
+    VORTEX_EXPECT_OK(one->prepare(wide.layout, wide.text));
+    want_wide = must(one->forward(wide.in));
+    VORTEX_EXPECT_OK(one->prepare(narrow.layout, narrow.text));
+    want_narrow = must(one->forward(narrow.in));
+  }
+  constexpr int kRanks = 4;
+  ASSERT_GT(wide.layout.num_text, dist::max_rows_per_rank(rows, kRanks));
+  auto sp = must(dist::SequenceParallelH3::create(c, filler_for, rows,
+                                                  must(dist::LocalGpuGroup::create_on_one_device(0, kRanks)), {}));
+  const size_t planned =
+      h3::plan_activations(c, rows, h3::LinearRecipe::kBf16, false, false, dist::max_rows_per_rank(rows, kRanks)).total;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    EXPECT_LE(sp->activation_peak_bytes(rank), planned) << "rank " << rank;
+    EXPECT_LT(sp->activation_peak_bytes(rank), one_gpu_bytes) << "rank " << rank;
+  }
+  std::printf("activations, %lld rows: one GPU %zu bytes, a rank of %d %zu bytes\n", static_cast<long long>(rows),
+              one_gpu_bytes, kRanks, sp->activation_peak_bytes(0));
+  for (const auto& [label, request, want] : {std::tuple{"200 text rows", &wide, &want_wide},
+                                             std::tuple{"12 text rows, after", &narrow, &want_narrow}}) {
+    VORTEX_EXPECT_OK(sp->prepare(request->layout, request->text));
+    const h3::StepOutputs got = must(sp->step(request->in));
+    const double video = test::rel_l2(got.video_velocity, want->video_velocity);
+    const double audio = test::rel_l2(got.audio_velocity, want->audio_velocity);
+    EXPECT_LE(video, 1e-2) << label;
+    EXPECT_LE(audio, 1e-2) << label;
+    std::printf("sequence-parallel H3 forward, %d ranks on GPU 0, %s: rel-L2 vs one GPU video %.3e audio %.3e\n",
+                kRanks, label, video, audio);
   }
 }
 

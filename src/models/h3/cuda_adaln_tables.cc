@@ -52,9 +52,9 @@ Status CudaH3Transformer::plan_steps(const std::vector<std::vector<float>>& step
   for (const auto& spec : schema) specs[spec.name] = &spec;
   const size_t staging_bytes = static_cast<size_t>(18 * C * TE + 18 * C) * 2 + 1024;
   cuda::DeviceArena staging;
-  if (fc1_.nbytes() >= staging_bytes &&
-      reinterpret_cast<uintptr_t>(fc1_.data()) % cuda::DeviceArena::kAlignment == 0) {
-    VORTEX_ASSIGN_OR_RETURN(staging, cuda::DeviceArena::within(fc1_));
+  if (work_.fc1.nbytes() >= staging_bytes &&
+      reinterpret_cast<uintptr_t>(work_.fc1.data()) % cuda::DeviceArena::kAlignment == 0) {
+    VORTEX_ASSIGN_OR_RETURN(staging, cuda::DeviceArena::within(work_.fc1));
   } else {
     VORTEX_ASSIGN_OR_RETURN(staging, cuda::DeviceArena::create(staging_bytes));
   }

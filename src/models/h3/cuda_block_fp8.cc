@@ -34,10 +34,10 @@ Status CudaH3Transformer::block_forward_fp8(const Block& b, const Tensor& x, con
   VORTEX_ASSIGN_OR_RETURN(Tensor tile_scales,
                           tile_scales_.slice(0, 0, cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, n, inner).row_blocks));
   const TensorView sv = scales.view();
-  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, qkv_.slice(0, 0, n));
-  VORTEX_ASSIGN_OR_RETURN(Tensor attn, attn_.slice(0, 0, n));
-  VORTEX_ASSIGN_OR_RETURN(Tensor branch, branch_.slice(0, 0, n));
-  VORTEX_ASSIGN_OR_RETURN(Tensor u, fc1_.slice(0, 0, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, work_.qkv.slice(0, 0, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor attn, work_.attn.slice(0, 0, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor branch, work_.branch.slice(0, 0, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor u, work_.fc1.slice(0, 0, n));
   auto gemm = [&](const char* section, const cuda::Fp8Weight& w, const Linear& l, int64_t width,
                   const Tensor& y) -> Status {
     cuda::SectionScope scope(profiler_, section, stream_);

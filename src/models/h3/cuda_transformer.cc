@@ -39,10 +39,11 @@ const int64_t* i64(const Tensor& t) { return t.data_as<int64_t>(); }
 
 // Refuses up front, naming the sizes, a model that cannot fit in what the device has free
 // (otherwise the weight or activation arena fails later with a bare byte count).
-Status check_fits_on_device(const H3Config& c, int64_t rows, const CudaModelOptions& o) {
+Status check_fits_on_device(const H3Config& c, int64_t rows, int64_t block_rows, const CudaModelOptions& o) {
   const bool adaln_resident = o.adaln_tables == AdaLnTables::kPerStep;
   const size_t weights = device_weight_bytes(c, o.recipe, adaln_resident);
-  const size_t activations = plan_activations(c, rows, o.recipe, o.keep_attention_inputs, !adaln_resident).total;
+  const size_t activations =
+      plan_activations(c, rows, o.recipe, o.keep_attention_inputs, !adaln_resident, block_rows).total;
   size_t free_bytes = 0, total_bytes = 0;
   VORTEX_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (weights + activations <= free_bytes) return ok_status();
@@ -91,7 +92,12 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   VORTEX_RETURN_IF_ERROR(config.validate());
   if (options.recipe == LinearRecipe::kFp8) VORTEX_RETURN_IF_ERROR(check_cuda_fp8_widths(config));
   if (max_rows < 1) return invalid_argument("max_rows must be >= 1, got " + std::to_string(max_rows));
-  VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, options));
+  // Under sequence parallelism the blocks hold this rank's share of the rows, and its attention
+  // covers its share of the heads (over every row).
+  SequenceParallelPeer* const peer = options.sequence_parallel;
+  const int64_t block_rows = peer ? peer->max_rows_per_rank(max_rows) : max_rows;
+  const int64_t attention_heads = peer ? peer->attention_heads() : config.num_attention_heads;
+  VORTEX_RETURN_IF_ERROR(check_fits_on_device(config, max_rows, block_rows, options));
   std::unique_ptr<CudaH3Transformer> model(new CudaH3Transformer());
   model->sequence_parallel_ = options.sequence_parallel;
   model->config_ = config;
@@ -104,7 +110,7 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
   model->adaln_tables_ = options.adaln_tables;
   if (options.adaln_tables == AdaLnTables::kPerRequest) model->filler_ = fill;
   VORTEX_RETURN_IF_ERROR(model->load_weights(fill));
-  VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows));
+  VORTEX_RETURN_IF_ERROR(model->allocate_activations(max_rows, block_rows));
   VORTEX_ASSIGN_OR_RETURN(model->gemm_, cuda::GemmRunner::create(model->activations_));
   if (options.recipe == LinearRecipe::kFp8) {
     VORTEX_ASSIGN_OR_RETURN(model->fp8_gemm_, cuda::Fp8GemmRunner::create(model->activations_));
@@ -116,9 +122,9 @@ Result<std::unique_ptr<CudaH3Transformer>> CudaH3Transformer::create(const H3Con
     }
     // The quantized q/k/v live only inside attention, when the SwiGLU output is dead: they share
     // its memory when they fit (they do at the released shapes).
-    const size_t bytes = cuda::int8fp8_workspace_bytes(max_rows, max_rows, config.num_attention_heads) + 4096;
-    if (bytes <= model->swiglu_.nbytes()) {
-      VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::within(model->swiglu_));
+    const size_t bytes = cuda::int8fp8_workspace_bytes(max_rows, max_rows, attention_heads) + 4096;
+    if (bytes <= model->work_.swiglu.nbytes()) {
+      VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::within(model->work_.swiglu));
     } else {
       VORTEX_ASSIGN_OR_RETURN(model->int8fp8_scratch_, cuda::DeviceArena::create(bytes));
     }
@@ -247,34 +253,34 @@ Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const Tensor
   return status;
 }
 
-Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
+Status CudaH3Transformer::allocate_activations(int64_t max_rows, int64_t block_rows) {
   max_rows_ = max_rows;
   const H3Config& c = config_;
-  const int64_t N = max_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
+  const int64_t N = max_rows, B = block_rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
   // Which buffers share memory, and the arena's size: device_memory_plan.h.
   const bool planned_tables = adaln_tables_ == AdaLnTables::kPerRequest;
-  const ActivationPlan plan = plan_activations(c, N, recipe_, keep_attention_inputs_, planned_tables);
+  const ActivationPlan plan = plan_activations(c, N, recipe_, keep_attention_inputs_, planned_tables, B);
   VORTEX_ASSIGN_OR_RETURN(activations_, cuda::DeviceArena::create(plan.total));
   cuda::DeviceArena& a = activations_;
   VORTEX_ASSIGN_OR_RETURN(x_, a.alloc({N, C}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(h_, a.alloc({N, C}, DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(branch_, a.alloc({N, C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(work_.h, a.alloc({B, C}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(work_.branch, a.alloc({B, C}, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(Tensor shared, a.alloc({static_cast<int64_t>(plan.shared_bytes)}, DType::kU8));
-  VORTEX_ASSIGN_OR_RETURN(qkv_, alias(shared, {N, 3 * inner}, DType::kBF16, 0));
-  VORTEX_ASSIGN_OR_RETURN(attn_, alias(shared, {N, inner}, DType::kBF16, plan.qkv_slot));
-  VORTEX_ASSIGN_OR_RETURN(fc1_, alias(shared, {N, 2 * F}, DType::kBF16,
-                                      keep_attention_inputs_ ? plan.attention_bytes : 0));
-  VORTEX_ASSIGN_OR_RETURN(swiglu_, a.alloc({N, F}, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(work_.qkv, alias(shared, {B, 3 * inner}, DType::kBF16, 0));
+  VORTEX_ASSIGN_OR_RETURN(work_.attn, alias(shared, {B, inner}, DType::kBF16, plan.qkv_slot));
+  VORTEX_ASSIGN_OR_RETURN(work_.fc1, alias(shared, {B, 2 * F}, DType::kBF16,
+                                           keep_attention_inputs_ ? plan.attention_bytes : 0));
+  VORTEX_ASSIGN_OR_RETURN(work_.swiglu, a.alloc({B, F}, DType::kBF16));
   if (recipe_ == LinearRecipe::kFp8) {
     if (plan.codes_alias) {
-      VORTEX_ASSIGN_OR_RETURN(codes_, alias(swiglu_, {N, plan.widest_input}, DType::kF8E4M3, 0));
+      VORTEX_ASSIGN_OR_RETURN(codes_, alias(work_.swiglu, {B, plan.widest_input}, DType::kF8E4M3, 0));
     } else {
-      VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({N, plan.widest_input}, DType::kF8E4M3));
+      VORTEX_ASSIGN_OR_RETURN(codes_, a.alloc({B, plan.widest_input}, DType::kF8E4M3));
     }
-    VORTEX_ASSIGN_OR_RETURN(code_scales_, a.alloc({N}, DType::kF32));
+    VORTEX_ASSIGN_OR_RETURN(code_scales_, a.alloc({B}, DType::kF32));
     VORTEX_ASSIGN_OR_RETURN(tile_scales_,
-                            a.alloc(cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, N, inner).shape, DType::kF32));
-    VORTEX_ASSIGN_OR_RETURN(attn_codes_, alias(shared, {N, inner}, DType::kF8E4M3, plan.qkv_slot));
+                            a.alloc(cpu::fp8_block_scales(cpu::Fp8BlockLayout::kTiles, B, inner).shape, DType::kF32));
+    VORTEX_ASSIGN_OR_RETURN(attn_codes_, alias(shared, {B, inner}, DType::kF8E4M3, plan.qkv_slot));
   }
   VORTEX_ASSIGN_OR_RETURN(rope_cos_, a.alloc({N, c.rotary_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(rope_sin_, a.alloc({N, c.rotary_dim()}, DType::kF32));
@@ -295,16 +301,9 @@ Status CudaH3Transformer::allocate_activations(int64_t max_rows) {
   VORTEX_ASSIGN_OR_RETURN(video_out_, a.alloc({N, c.video_patch_dim()}, DType::kF32));
   VORTEX_ASSIGN_OR_RETURN(audio_out_, a.alloc({N, c.audio_in_channels}, DType::kF32));
   if (plan.embeds_alias) {
-    VORTEX_ASSIGN_OR_RETURN(video_embed_, alias(fc1_, {N, C}, DType::kF32, 0));
-    VORTEX_ASSIGN_OR_RETURN(audio_embed_, alias(fc1_, {N, C}, DType::kF32, plan.embed_slot));
+    VORTEX_ASSIGN_OR_RETURN(embed_, alias(work_.fc1, {plan.embed_rows, C}, DType::kF32, 0));
   } else {
-    VORTEX_ASSIGN_OR_RETURN(video_embed_, a.alloc({N, C}, DType::kF32));
-    VORTEX_ASSIGN_OR_RETURN(audio_embed_, a.alloc({N, C}, DType::kF32));
-  }
-  if (plan.text_alias) {
-    VORTEX_ASSIGN_OR_RETURN(text_in_, alias(swiglu_, {N, c.text_dim}, DType::kBF16, 0));
-  } else {
-    VORTEX_ASSIGN_OR_RETURN(text_in_, a.alloc({N, c.text_dim}, DType::kBF16));
+    VORTEX_ASSIGN_OR_RETURN(embed_, a.alloc({plan.embed_rows, C}, DType::kF32));
   }
   return ok_status();
 }
@@ -317,12 +316,12 @@ Status CudaH3Transformer::linear(const Linear& l, const Tensor& x, const Tensor&
 Status CudaH3Transformer::attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode,
                                         const Tensor& out) {
   const int64_t n = h.size(0);
-  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, rows_of(qkv_, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor qkv, rows_of(work_.qkv, n));
   {
     cuda::SectionScope scope(profiler_, "gemm_qkv", stream_);
     VORTEX_RETURN_IF_ERROR(linear(b.qkv, h, qkv));
   }
-  VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(attn_, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor attn, rows_of(work_.attn, n));
   VORTEX_RETURN_IF_ERROR(attention_core(b, qkv, rope, mode, attn));
   cuda::SectionScope scope(profiler_, "gemm_out", stream_);
   return linear(b.out, attn, out);
@@ -422,8 +421,8 @@ Status CudaH3Transformer::attention_core(const Block& b, const Tensor& qkv, bool
 
 Status CudaH3Transformer::feed_forward(const Block& b, const Tensor& h, const Tensor& out) {
   const int64_t n = h.size(0);
-  VORTEX_ASSIGN_OR_RETURN(Tensor u, rows_of(fc1_, n));
-  VORTEX_ASSIGN_OR_RETURN(Tensor p, rows_of(swiglu_, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor u, rows_of(work_.fc1, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor p, rows_of(work_.swiglu, n));
   {
     cuda::SectionScope scope(profiler_, "gemm_fc1", stream_);
     VORTEX_RETURN_IF_ERROR(linear(b.fc1, h, u));
@@ -462,8 +461,8 @@ Status CudaH3Transformer::block_forward(const Block& b, const Tensor& x, const T
   }
   const int64_t n = x.size(0), C = config_.hidden_size;
   const float eps = static_cast<float>(config_.norm_eps);
-  VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(h_, n));
-  VORTEX_ASSIGN_OR_RETURN(Tensor branch, rows_of(branch_, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor h, rows_of(work_.h, n));
+  VORTEX_ASSIGN_OR_RETURN(Tensor branch, rows_of(work_.branch, n));
   const TensorView n1 = b.norm1.view(), n2 = b.norm2.view();
   Tensor mod;
   if (adaln_rows) {
@@ -556,7 +555,6 @@ Status CudaH3Transformer::prepare(const PackedLayout& layout, const Tensor& text
   }
   // Context embedder + refiner + final norm over the text rows: fixed for the whole request.
   VORTEX_ASSIGN_OR_RETURN(Tensor text_host, text_states.to(DType::kBF16));
-  VORTEX_ASSIGN_OR_RETURN(Tensor text_in, rows_of(text_in_, layout.num_text));
   // The refined text stream lives for the whole request in its own small arena, sized for this
   // request's text rows (not the model's max_rows).
   const size_t text_bytes = static_cast<size_t>(std::max<int64_t>(layout.num_text, 1) * c.hidden_size) * 2;
@@ -568,14 +566,53 @@ Status CudaH3Transformer::prepare(const PackedLayout& layout, const Tensor& text
                                                             DType::kBF16));
   }
   VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
-  if (layout.num_text > 0) {
+  if (layout.num_text > 0) VORTEX_RETURN_IF_ERROR(refine_text(text_host, text));
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return ok_status();
+}
+
+Status CudaH3Transformer::refine_text(const Tensor& text_host, const Tensor& text) {
+  const H3Config& c = config_;
+  const int64_t n = text.size(0), C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
+  // The raw text states live in the SwiGLU output's memory (the context embedder reads them before
+  // the refiner's FFN writes it) where they fit. The refiner works in the blocks' buffers where the
+  // text rows fit them: every rank refines all the text rows, which can be more than its share of
+  // a short request's rows. Otherwise in memory of this call's own.
+  const bool own_input = n * c.text_dim > work_.swiglu.numel();
+  const bool own_buffers = n > work_.h.size(0);
+  const int64_t widths[] = {C, C, 3 * inner, inner, 2 * F, F};  // BlockBuffers' order
+  size_t bytes = own_input ? static_cast<size_t>(n * c.text_dim) * 2 + cuda::DeviceArena::kAlignment : 0;
+  for (const int64_t w : widths) {
+    if (own_buffers) bytes += static_cast<size_t>(n * w) * 2 + cuda::DeviceArena::kAlignment;
+  }
+  cuda::DeviceArena scratch;
+  if (bytes > 0) {
+    VORTEX_ASSIGN_OR_RETURN(scratch, cuda::DeviceArena::create(bytes));
+  }
+  Tensor text_in;
+  if (own_input) {
+    VORTEX_ASSIGN_OR_RETURN(text_in, scratch.alloc({n, c.text_dim}, DType::kBF16));
+  } else {
+    VORTEX_ASSIGN_OR_RETURN(text_in, alias(work_.swiglu, {n, c.text_dim}, DType::kBF16, 0));
+  }
+  BlockBuffers own;
+  Tensor* const buffers[] = {&own.h, &own.branch, &own.qkv, &own.attn, &own.fc1, &own.swiglu};
+  for (int i = 0; own_buffers && i < 6; ++i) {
+    VORTEX_ASSIGN_OR_RETURN(*buffers[i], scratch.alloc({n, widths[i]}, DType::kBF16));
+  }
+  if (own_buffers) std::swap(work_, own);
+  const Status status = [&]() -> Status {
     VORTEX_RETURN_IF_ERROR(cuda::copy_to_device(text_host, text_in, stream_));
     VORTEX_RETURN_IF_ERROR(linear(context_embedder_, text_in, text));
     for (const Block& b : refiner_) VORTEX_RETURN_IF_ERROR(block_forward(b, text, nullptr));
     const TensorView w = refiner_final_norm_.view();
-    VORTEX_RETURN_IF_ERROR(cuda::rms_norm(text.view(), &w, static_cast<float>(c.final_norm_eps), text.view(), stream_));
-  }
-  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return cuda::rms_norm(text.view(), &w, static_cast<float>(c.final_norm_eps), text.view(), stream_);
+  }();
+  if (own_buffers) std::swap(work_, own);
+  // `scratch` is freed on return: what was queued must be done with it.
+  const cudaError_t synced = cudaStreamSynchronize(stream_);
+  VORTEX_RETURN_IF_ERROR(status);
+  VORTEX_CUDA_CHECK(synced);
   return ok_status();
 }
 
@@ -672,14 +709,18 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
       VORTEX_ASSIGN_OR_RETURN(Tensor text, rows_of(text_tokens_, layout.num_text));
       VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(text.view(), i64(text_idx_), x.view(), stream_));
     }
-    for (auto [n, in_buf, embed_buf, proj, index] :
-         {std::tuple{layout.num_video, &video_in_, &video_embed_, &proj_in_, &video_idx_},
-          std::tuple{layout.num_audio, &audio_in_, &audio_embed_, &audio_proj_in_, &audio_idx_}}) {
-      if (n == 0) continue;
-      VORTEX_ASSIGN_OR_RETURN(Tensor rows, rows_of(*in_buf, n));
-      VORTEX_ASSIGN_OR_RETURN(Tensor embed, rows_of(*embed_buf, n));
-      VORTEX_RETURN_IF_ERROR(linear(*proj, rows, embed));
-      VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(embed.view(), i64(*index), x.view(), stream_));
+    // The fp32 embeddings pass through embed_ (a stream's rows at once, except on a sequence-
+    // parallel rank whose FC1 memory holds fewer: chunks of embed_'s rows, device_memory_plan.h).
+    const int64_t chunk = embed_.size(0);
+    for (auto [n, in_buf, proj, index] : {std::tuple{layout.num_video, &video_in_, &proj_in_, &video_idx_},
+                                          std::tuple{layout.num_audio, &audio_in_, &audio_proj_in_, &audio_idx_}}) {
+      for (int64_t begin = 0; begin < n; begin += chunk) {
+        const int64_t m = std::min(chunk, n - begin);
+        VORTEX_ASSIGN_OR_RETURN(Tensor rows, in_buf->slice(0, begin, begin + m));
+        VORTEX_ASSIGN_OR_RETURN(Tensor embed, rows_of(embed_, m));
+        VORTEX_RETURN_IF_ERROR(linear(*proj, rows, embed));
+        VORTEX_RETURN_IF_ERROR(cuda::scatter_rows(embed.view(), i64(*index) + begin, x.view(), stream_));
+      }
     }
 
     // 2. The block stack, on this rank's rows under sequence parallelism (all rows otherwise).
@@ -709,14 +750,15 @@ Result<StepOutputs> CudaH3Transformer::forward(const StepInputs& in) {
     VORTEX_RETURN_IF_ERROR(cuda::rms_norm(x.view(), &w, static_cast<float>(c.final_norm_eps), x.view(), stream_));
     VORTEX_RETURN_IF_ERROR(cuda::adaln_modulate(x.view(), columns(out_mod, 0, C), columns(out_mod, C, C),
                                                 i32(timestep_rows_), x.view(), stream_));
-    for (auto [n, index, embed_buf, head, out_buf] :
-         {std::tuple{layout.num_video, &video_idx_, &video_embed_, &proj_out_, &video_out_},
-          std::tuple{layout.num_audio, &audio_idx_, &audio_embed_, &audio_proj_out_, &audio_out_}}) {
-      if (n == 0) continue;
-      VORTEX_ASSIGN_OR_RETURN(Tensor gathered, rows_of(*embed_buf, n));  // reuse: f32 [n, C]
-      VORTEX_ASSIGN_OR_RETURN(Tensor velocity, rows_of(*out_buf, n));
-      VORTEX_RETURN_IF_ERROR(cuda::gather_rows(x.view(), i64(*index), gathered.view(), stream_));
-      VORTEX_RETURN_IF_ERROR(linear(*head, gathered, velocity));
+    for (auto [n, index, head, out_buf] : {std::tuple{layout.num_video, &video_idx_, &proj_out_, &video_out_},
+                                           std::tuple{layout.num_audio, &audio_idx_, &audio_proj_out_, &audio_out_}}) {
+      for (int64_t begin = 0; begin < n; begin += chunk) {
+        const int64_t m = std::min(chunk, n - begin);
+        VORTEX_ASSIGN_OR_RETURN(Tensor gathered, rows_of(embed_, m));  // the head's f32 inputs
+        VORTEX_ASSIGN_OR_RETURN(Tensor velocity, out_buf->slice(0, begin, begin + m));
+        VORTEX_RETURN_IF_ERROR(cuda::gather_rows(x.view(), i64(*index) + begin, gathered.view(), stream_));
+        VORTEX_RETURN_IF_ERROR(linear(*head, gathered, velocity));
+      }
     }
     return ok_status();
   };

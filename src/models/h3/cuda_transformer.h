@@ -5,7 +5,8 @@
 // fusions and a CUDA graph of the block stack (cuda_graph.h).
 //
 // Memory: one arena for the weights, sized from the schema, and one for activations, sized up
-// front for `max_rows` packed rows, in which buffers with disjoint lifetimes share memory; the
+// front for `max_rows` packed rows (the blocks' working buffers for this rank's share of them under
+// sequence parallelism), in which buffers with disjoint lifetimes share memory; the
 // step loop allocates nothing. The time MLP and the RoPE
 // tables are computed on the host in fp32 (tiny, and it keeps them bit-identical to the CPU
 // reference) and uploaded once per step / request.
@@ -79,7 +80,9 @@ struct CudaModelOptions {
   // passed on the H200).
   bool fold_ffn_residual = true;
   // Sequence parallelism: this model is one rank of a group (sequence_parallel.h; it must outlive
-  // the model). Either recipe, either attention mode.
+  // the model). Either recipe, either attention mode. The blocks' working buffers hold the rank's
+  // share of the rows; a request with more text rows than that runs the refiner in buffers made
+  // for it by prepare().
   SequenceParallelPeer* sequence_parallel = nullptr;
 };
 
@@ -151,7 +154,15 @@ class CudaH3Transformer : public StepModel {
 
   CudaH3Transformer() = default;
   Status load_weights(const WeightFiller& fill);
-  Status allocate_activations(int64_t max_rows);
+  // The working buffers of one block, [rows, ·] each: the transformer blocks' (this rank's share
+  // of the rows) or, in prepare(), the refiner's when the text rows are more than that.
+  struct BlockBuffers {
+    Tensor h, branch, qkv, attn, fc1, swiglu;
+  };
+  Status allocate_activations(int64_t max_rows, int64_t block_rows);
+  // Context embedder, refiner blocks and final norm: the request's raw text states (host BF16
+  // [n, text_dim]) into `text` (device [n, C]).
+  Status refine_text(const Tensor& text_host, const Tensor& text);
   Status linear(const Linear& l, const Tensor& x, const Tensor& y);
   Status attention_half(const Block& b, const Tensor& h, bool rope, AttentionMode mode, const Tensor& out);
   // The attention output as the fp8 recipe's out projection reads it: e4m3 codes [n, inner] and one
@@ -224,15 +235,17 @@ class CudaH3Transformer : public StepModel {
   int64_t max_rows_ = 0;
   const PackedLayout* layout_ = nullptr;
   // Activations (device).
-  Tensor x_, h_, branch_, qkv_, attn_, fc1_, swiglu_;
+  Tensor x_;
+  BlockBuffers work_;
   Tensor codes_, code_scales_;  // fp8 recipe: e4m3 [N, max(C, inner, F)] activations, F32 [N] scales
   Tensor tile_scales_;          // fp8 recipe: the attention output's block scales (E4m3Tiles)
   Tensor attn_codes_;           // fp8 recipe: e4m3 [N, inner] in attn_'s memory (E4m3Tiles)
-  Tensor rope_cos_, rope_sin_, text_in_, text_tokens_;
+  Tensor rope_cos_, rope_sin_, text_tokens_;
   Tensor text_idx_, audio_idx_, video_idx_;  // int64
   Tensor adaln_rows_, timestep_rows_;        // int32
   Tensor silu_temb_, mod_table_, out_mod_;
-  Tensor video_in_, audio_in_, video_embed_, audio_embed_, video_out_, audio_out_;
+  Tensor video_in_, audio_in_, video_out_, audio_out_;
+  Tensor embed_;  // F32 [max_rows, C]: the video, then the audio patch embeddings / head inputs
   int64_t num_timesteps_ = 0;
   bool fused_norms_ = true;
   bool cuda_graphs_ = true;

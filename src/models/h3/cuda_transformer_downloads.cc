@@ -42,11 +42,14 @@ Result<Tensor> CudaH3Transformer::download_rope(bool cos) const {
 
 Result<Tensor> CudaH3Transformer::attention_inputs() const {
   if (!layout_) return invalid_argument("attention_inputs before prepare");
+  if (sequence_parallel_) {
+    return invalid_argument("attention_inputs: a sequence-parallel rank holds only its own rows' q/k/v");
+  }
   if (!keep_attention_inputs_) {
     return invalid_argument(
         "attention_inputs needs CudaModelOptions::keep_attention_inputs (the FFN reuses the q/k/v memory otherwise)");
   }
-  return qkv_.slice(0, 0, layout_->num_rows);
+  return work_.qkv.slice(0, 0, layout_->num_rows);
 }
 
 Result<Tensor> CudaH3Transformer::download_adaln_rows() const {

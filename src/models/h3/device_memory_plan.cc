@@ -58,31 +58,31 @@ size_t device_weight_bytes(const H3Config& config, LinearRecipe recipe, bool ada
 }
 
 ActivationPlan plan_activations(const H3Config& c, int64_t rows, LinearRecipe recipe, bool keep_attention_inputs,
-                                bool planned_tables) {
-  const int64_t N = rows, C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim, T = kDeviceMaxTimesteps;
+                                bool planned_tables, int64_t block_rows) {
+  const int64_t N = rows, B = block_rows > 0 ? std::min(block_rows, rows) : rows;
+  const int64_t C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim, T = kDeviceMaxTimesteps;
   ActivationPlan p;
-  p.attention_bytes = bytes(N, 3 * inner, 2) + bytes(N, inner, 2);
-  const size_t ffn_bytes = bytes(N, 2 * F, 2);
+  p.attention_bytes = bytes(B, 3 * inner, 2) + bytes(B, inner, 2);
+  const size_t ffn_bytes = bytes(B, 2 * F, 2);
   p.shared_bytes = keep_attention_inputs ? p.attention_bytes + ffn_bytes : std::max(p.attention_bytes, ffn_bytes);
-  p.qkv_slot = aligned(static_cast<size_t>(N * 3 * inner) * 2);
-  const size_t embed_bytes = static_cast<size_t>(N * C) * 4;
-  p.embed_slot = aligned(embed_bytes);
-  p.embeds_alias = p.embed_slot + embed_bytes <= static_cast<size_t>(N * 2 * F) * 2;
-  p.text_alias = c.text_dim <= F;
+  p.qkv_slot = aligned(static_cast<size_t>(B * 3 * inner) * 2);
+  // FC1's memory holds B · 2F bf16 values, B · F / C fp32 rows of C.
+  const int64_t embed_rows_in_fc1 = std::min(N, B * F / C);
+  p.embeds_alias = embed_rows_in_fc1 == N || (B < N && embed_rows_in_fc1 >= 1);
+  p.embed_rows = p.embeds_alias ? embed_rows_in_fc1 : N;
   p.widest_input = std::max({C, inner, F});
   p.codes_alias = p.widest_input <= 2 * F;
 
-  size_t total = 3 * bytes(N, C, 2) + p.shared_bytes + bytes(N, F, 2);  // x, h, branch; shared; SwiGLU
+  size_t total = bytes(N, C, 2) + 2 * bytes(B, C, 2) + p.shared_bytes + bytes(B, F, 2);  // x; h, branch; shared; SwiGLU
   total += 2 * bytes(N, c.rotary_dim(), 4);                             // RoPE cos, sin
   total += 3 * bytes(N, 1, 8) + 2 * bytes(N, 1, 4);                     // row indices
   total += bytes(T, c.time_embed_dim, 2) + bytes(T, 18 * C, 2) + bytes(T, 2 * C, 2);  // step tables
   total += 2 * bytes(N, c.video_patch_dim(), 4) + 2 * bytes(N, c.audio_in_channels, 4);  // inputs, outputs
   if (planned_tables) total += c.num_layers * bytes(T, 18 * C, 2);
-  if (!p.embeds_alias) total += 2 * bytes(N, C, 4);
-  if (!p.text_alias) total += bytes(N, c.text_dim, 2);
+  if (!p.embeds_alias) total += bytes(N, C, 4);
   if (recipe == LinearRecipe::kFp8) {
-    total += (p.codes_alias ? 0 : bytes(N, p.widest_input, 1)) + bytes(N, 1, 4) + (size_t{64} << 20);  // + fp8 GEMM workspace
-    total += bytes((N + 127) / 128, (c.num_attention_heads + 3) / 4 * 4, 4);  // the attention output's tile scales
+    total += (p.codes_alias ? 0 : bytes(B, p.widest_input, 1)) + bytes(B, 1, 4) + (size_t{64} << 20);  // + fp8 GEMM workspace
+    total += bytes((B + 127) / 128, (c.num_attention_heads + 3) / 4 * 4, 4);  // the attention output's tile scales
   }
   total += (size_t{64} << 20) + (size_t{1} << 20);  // bf16 GEMM workspace and slack
   p.total = total;

@@ -23,6 +23,11 @@ class SequenceParallelPeer {
   // This rank's rows [begin, end) of an n-row request.
   virtual int64_t row_begin(int64_t n) const = 0;
   virtual int64_t row_end(int64_t n) const = 0;
+  // The most rows this rank takes of any request of up to max_rows rows (what its blocks' working
+  // buffers hold).
+  virtual int64_t max_rows_per_rank(int64_t max_rows) const = 0;
+  // The heads whose attention this rank computes, over every row (its int8fp8 workspace's).
+  virtual int64_t attention_heads() const = 0;
   // Attention over all n rows: qkv holds this rank's rows of the fused projection (BF16
   // [rows, 3·inner], q and k normed and rotated), attn receives this rank's rows of the output.
   // int8fp8_scratch: null for exact attention; else the int8fp8 mode with its workspace taken from
