@@ -4,7 +4,9 @@
 // steps mean absolute error on a smooth field (bound 2; decoding with the wrong matrix, BT.601 for
 // the writer's BT.709, gives 5.4). A display-matrix rotation (ffmpeg's `rotate` tag on a copy of such
 // a file) is undone as ffmpeg's own player does, checked against the ffmpeg binary's autorotated
-// decode. Not checked here: PyAV's own rgb24 bits (no PyAV on our machines).
+// decode. The colour conversion is the ffmpeg binary's bit for bit for three matrix / range tags. Not
+// checked here: PyAV's own rgb24 bits (neither of our machines has PyAV; the GPU machine's Python
+// lacks it too).
 #include <gtest/gtest.h>
 
 #if defined(VORTEX_HAVE_MEDIA)
@@ -112,6 +114,46 @@ TEST(VideoReader, ARotatedClipIsUprightAsFfmpegShowsIt) {
     }
     err /= static_cast<double>(shown.size());
     EXPECT_LT(err, 1.0) << "mean absolute difference from ffmpeg's upright frame, in 8-bit steps";
+  }
+}
+
+// The colour conversion PyAV's to_ndarray(format="rgb24") asks libswscale for: the frame's own matrix
+// and range (tagged BT.709 limited, untagged (swscale's default, BT.601), BT.601 full range from a
+// yuvj420p stream). read_video's frames are the bits the ffmpeg binary's rgb24 decode gives with the
+// same libswscale, bilinear or its default flags (at the frame's own size the scaler's filter does not
+// enter). PyAV itself is on neither of our machines, so its own bits (its bundled FFmpeg) are not checked.
+TEST(VideoReader, ColoursAreConvertedWithTheFramesOwnMatrixAndRange) {
+  if (std::system("ffmpeg -version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no ffmpeg binary (scripts/deps installs it)";
+  test_util::TempDir tmp;
+  struct Clip {
+    const char* name;
+    const char* encode;  // ffmpeg options for libx264
+  };
+  for (const Clip clip : {Clip{"bt709", "-pix_fmt yuv420p -colorspace bt709 -color_primaries bt709 -color_trc bt709 "
+                                        "-color_range tv"},
+                          Clip{"untagged", "-pix_fmt yuv420p"},
+                          Clip{"full601", "-pix_fmt yuvj420p -colorspace bt470bg -color_range pc"}}) {
+    SCOPED_TRACE(clip.name);
+    const std::string mp4 = (tmp.path() / (std::string(clip.name) + ".mp4")).string();
+    const std::string raw = (tmp.path() / (std::string(clip.name) + ".rgb")).string();
+    ASSERT_EQ(std::system(("ffmpeg -loglevel error -y -f lavfi -i testsrc2=size=96x64:rate=24 -frames:v 4 -c:v libx264 "
+                           "-crf 12 " + std::string(clip.encode) + " " + mp4)
+                              .c_str()),
+              0);
+    const DecodedVideo d = must(read_video(mp4));
+    ASSERT_EQ(d.frames.shape(), Shape({4, 64, 96, 3}));
+    for (const char* flags : {"", "-sws_flags bilinear "}) {
+      ASSERT_EQ(std::system(("ffmpeg -loglevel error -y -i " + mp4 + " " + flags + "-f rawvideo -pix_fmt rgb24 " + raw)
+                                .c_str()),
+                0);
+      const std::string shown = test_util::read_bytes(raw);
+      ASSERT_EQ(shown.size(), static_cast<size_t>(d.frames.nbytes()));
+      int64_t differing = 0;
+      for (size_t i = 0; i < shown.size(); ++i) {
+        differing += d.frames.data_as<const uint8_t>()[i] != static_cast<uint8_t>(shown[i]);
+      }
+      EXPECT_EQ(differing, 0) << "bytes unlike ffmpeg's rgb24 decode " << flags;
+    }
   }
 }
 
