@@ -57,7 +57,9 @@ class UlyssesAttention : public h3::SequenceParallelPeer {
   // The request's N rows are split as partition_rows(N, P).
   int64_t row_begin(int64_t rows) const override;
   int64_t row_end(int64_t rows) const override;
-  int64_t max_rows_per_rank(int64_t max_rows) const override { return dist::max_rows_per_rank(max_rows, group_->size()); }
+  int64_t max_rows_per_rank(int64_t max_rows) const override {
+    return dist::max_rows_per_rank(max_rows, group_->size());
+  }
   int64_t attention_heads() const override { return local_heads_; }
   // qkv is this rank's rows of the fused projection (BF16 [n_r, 3·H·D] on the device, unit column
   // stride, q and k already normed and rotated), attn receives this rank's rows of the output

@@ -2,9 +2,10 @@
 // placement, and the activation arena for a number of packed rows, with the decisions about which
 // buffers share memory. Under sequence parallelism a rank's transformer blocks work on its share
 // of the rows only: their working buffers (h, branch, q/k/v, attention output, FC1, SwiGLU, the
-// fp8 codes) are sized for that share, the rest (residual stream, RoPE tables, inputs, embeddings,
-// outputs) for the whole request, which every rank holds. The CUDA model (cuda_transformer.cc) sizes and carves its arenas from this
-// plan; the CPU tests pin the canonical numbers, so a change that grows them shows without a GPU.
+// fp8 codes) are sized for that share, the residual stream, RoPE tables, inputs and outputs for
+// the whole request, which every rank holds. The CUDA model (cuda_transformer.cc) sizes and
+// carves its arenas from this plan; the CPU tests pin the canonical numbers, so a change that
+// grows them shows without a GPU.
 //
 // Sharing (lifetimes that never overlap):
 //   - q/k/v + attention output and the FC1 output: the attention half and the FFN half never run
