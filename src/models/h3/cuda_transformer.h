@@ -237,15 +237,18 @@ class CudaH3Transformer : public StepModel {
   // Activations (device).
   Tensor x_;
   BlockBuffers work_;
-  Tensor codes_, code_scales_;  // fp8 recipe: e4m3 [N, max(C, inner, F)] activations, F32 [N] scales
+  // fp8 recipe, at the blocks' rows (work_'s): e4m3 [B, max(C, inner, F)] activations, F32 [B] scales
+  Tensor codes_, code_scales_;
   Tensor tile_scales_;          // fp8 recipe: the attention output's block scales (E4m3Tiles)
-  Tensor attn_codes_;           // fp8 recipe: e4m3 [N, inner] in attn_'s memory (E4m3Tiles)
+  Tensor attn_codes_;           // fp8 recipe: e4m3 [B, inner] in work_.attn's memory (E4m3Tiles)
   Tensor rope_cos_, rope_sin_, text_tokens_;
   Tensor text_idx_, audio_idx_, video_idx_;  // int64
   Tensor adaln_rows_, timestep_rows_;        // int32
   Tensor silu_temb_, mod_table_, out_mod_;
   Tensor video_in_, audio_in_, video_out_, audio_out_;
-  Tensor embed_;  // F32 [max_rows, C]: the video, then the audio patch embeddings / head inputs
+  // F32 [ActivationPlan::embed_rows, C]: the video, then the audio patch embeddings / head inputs,
+  // in chunks of its rows where it holds fewer than a stream's (a sequence-parallel rank)
+  Tensor embed_;
   int64_t num_timesteps_ = 0;
   bool fused_norms_ = true;
   bool cuda_graphs_ = true;

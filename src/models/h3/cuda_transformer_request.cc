@@ -75,8 +75,8 @@ Status CudaH3Transformer::refine_text(const Tensor& text_host, const Tensor& tex
   const bool own_buffers = n > work_.h.size(0);
   const int64_t widths[] = {C, C, 3 * inner, inner, 2 * F, F};  // BlockBuffers' order
   size_t bytes = own_input ? static_cast<size_t>(n * c.text_dim) * 2 + cuda::DeviceArena::kAlignment : 0;
-  for (const int64_t w : widths) {
-    if (own_buffers) bytes += static_cast<size_t>(n * w) * 2 + cuda::DeviceArena::kAlignment;
+  if (own_buffers) {
+    for (const int64_t w : widths) bytes += static_cast<size_t>(n * w) * 2 + cuda::DeviceArena::kAlignment;
   }
   cuda::DeviceArena scratch;
   if (bytes > 0) {
