@@ -559,7 +559,7 @@ int run_serve(const ServeArgs& args) {
     };
     hooks.media_content_type = args.media_kind == "wav" ? "audio/wav" : "video/mp4";
   }
-  hooks.info = {{"model", model->source}, {"device", args.model.device}, {"recipe", args.model.recipe},
+  hooks.info = {{"model", model->source}, {"loras", model->loras}, {"device", args.model.device}, {"recipe", args.model.recipe},
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
                 {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()},
                 {"video_references", keyframe_encoder->has_value()}, {"soundtrack_references", soundtracks != nullptr},

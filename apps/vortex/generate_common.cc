@@ -3,14 +3,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <tuple>
 
 #include "core/quote.h"
+#include "core/sha256.h"
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
+#include "models/h3/lora.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
 #include "sampling/h3_scheduler.h"
@@ -56,16 +61,82 @@ Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
   return t;
 }
 
-Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const ModelOptions& m, DType dtype, std::string& source) {
+// "PATH" or "PATH:STRENGTH"; the whole text when it names a file.
+struct LoraSpec {
+  std::string path;
+  double strength = 1.0;
+};
+LoraSpec parse_lora_spec(const std::string& text) {
+  std::error_code error;
+  const size_t colon = text.rfind(':');
+  if (std::filesystem::is_regular_file(text, error) || colon == std::string::npos) return {text, 1.0};
+  const std::string strength = text.substr(colon + 1);
+  char* end = nullptr;
+  const double value = std::strtod(strength.c_str(), &end);
+  if (strength.empty() || end != strength.c_str() + strength.size() || !std::isfinite(value)) return {text, 1.0};
+  return {text.substr(0, colon), value};
+}
+
+// The file's SHA-256, read in 4 MB pieces (an H3 LoRA is up to a few GB).
+Result<std::string> file_sha256(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) return io_error("cannot open " + quote(path));
+  Sha256 hash;
+  std::vector<char> buffer(4 << 20);
+  size_t n = 0;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) hash.update(buffer.data(), n);
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  if (failed) return io_error("cannot read " + quote(path));
+  return hash.finish_hex();
+}
+
+// Reads the --lora adapters and merges them into the diffusers-named `tensors`; what was merged goes
+// into `summary` (one entry an adapter) and the reference's warnings to stderr.
+Status merge_lora_options(const ModelOptions& m, h3::NamedTensors& tensors, const h3::H3Config& config, DType dtype,
+                          nlohmann::json& summary) {
+  std::vector<h3::LoraAdapter> adapters;
+  std::vector<double> strengths;
+  adapters.reserve(m.loras.size());
+  for (const std::string& text : m.loras) {
+    const LoraSpec spec = parse_lora_spec(text);
+    auto adapter = h3::read_lora(spec.path, config);
+    if (!adapter.ok()) return adapter.status().with_context("--lora");
+    for (const std::string& w : adapter->warnings) std::fprintf(stderr, "vortex: --lora %s: %s\n", spec.path.c_str(), w.c_str());
+    VORTEX_ASSIGN_OR_RETURN(const std::string sha256, file_sha256(spec.path));
+    summary.push_back({{"path", spec.path}, {"sha256", sha256}, {"strength", spec.strength}, {"format", adapter->format},
+                       {"partition", adapter->partition}, {"alpha", adapter->alpha_source},
+                       {"modules", adapter->modules.size()}});
+    adapters.push_back(std::move(*adapter));
+    strengths.push_back(spec.strength);
+  }
+  std::vector<h3::LoraApplication> applications;
+  for (size_t i = 0; i < adapters.size(); ++i) applications.push_back({&adapters[i], strengths[i]});
+  return h3::merge_loras(tensors, applications, dtype).with_context("--lora");
+}
+
+// ", 2 LoRA adapters merged" for the source line.
+std::string loras_phrase(const nlohmann::json& loras) {
+  if (loras.empty()) return "";
+  return ", " + std::to_string(loras.size()) + (loras.size() == 1 ? " LoRA adapter" : " LoRA adapters") + " merged";
+}
+
+Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const ModelOptions& m, DType dtype, std::string& source,
+                                                            nlohmann::json& loras) {
+  const auto merge = [&](h3::NamedTensors& tensors, const h3::H3Config& config) {
+    return m.loras.empty() ? ok_status() : merge_lora_options(m, tensors, config, dtype, loras);
+  };
   if (!m.model_path.empty()) {
-    VORTEX_ASSIGN_OR_RETURN(h3::LoadedModel loaded, h3::load_model(m.model_path, dtype));
-    source = m.model_path + " (" + h3::layout_name(loaded.layout) + " layout)";
+    VORTEX_ASSIGN_OR_RETURN(h3::LoadedModel loaded, h3::load_model(m.model_path, dtype, merge));
+    source = m.model_path + " (" + h3::layout_name(loaded.layout) + " layout" + loras_phrase(loras) + ")";
     return h3::H3Transformer::create(std::move(loaded.weights));
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
   VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, dtype, m.weights_seed));
+  VORTEX_RETURN_IF_ERROR(merge(tensors, config));
   VORTEX_ASSIGN_OR_RETURN(h3::H3Weights weights, h3::assemble_weights(tensors, config, dtype));
-  source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) + ")";
+  source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
+           loras_phrase(loras) + ")";
   return h3::H3Transformer::create(std::move(weights));
 }
 
@@ -100,7 +171,8 @@ Result<std::unique_ptr<h3::StepModel>> sequence_parallel_model(
 }
 
 // The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
-Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, std::string& source) {
+Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, std::string& source,
+                                                        nlohmann::json& loras) {
   h3::CudaModelOptions model_options;
   model_options.int8fp8_attention = m.int8fp8_workspace;
   model_options.recipe = m.recipe == "fp8" ? h3::LinearRecipe::kFp8 : h3::LinearRecipe::kBf16;
@@ -130,11 +202,21 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     if (layout == h3::CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }
+    if (!m.loras.empty()) VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loras));
     VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
-    source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) + ")";
+    source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) + loras_phrase(loras) + ")";
     return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
+  if (!m.loras.empty()) {
+    // The adapters merge on the host, so the synthetic weights are made there (the same bits as
+    // the device makes them; synthetic.h), then uploaded like a checkpoint's.
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, DType::kBF16, m.weights_seed));
+    VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loras));
+    source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
+             ", cuda" + gpus_phrase(devices) + loras_phrase(loras) + ")";
+    return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
+  }
   source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
            ", made on the device" + gpus_phrase(devices) + ")";
   return make(config, [&](cudaStream_t stream) { return h3::synthetic_weight_filler(m.weights_seed, stream); });
@@ -181,6 +263,11 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
   cmd->add_option("--image-processor", m.processor_path,
                   "Keyframes: the vision tower's preprocessor_config.json, or its folder (default: in --text-encoder, "
                   "then a processor/ folder beside it)");
+  cmd->add_option("--lora", m.loras,
+                  "A LoRA adapter (.safetensors) merged into the transformer's weights at load, as PATH or "
+                  "PATH:STRENGTH (default 1); repeat it to stack adapters, merged in order. Reads diffusers, peft, "
+                  "original-name (ai-toolkit, ComfyUI, kohya), musubi-tuner and DiffSynth-Studio files, with the "
+                  "alpha they record");
   const std::string name = cmd->get_name();
   return [model, synthetic, name] {
     if (model->count() == 0 && synthetic->count() == 0) {
@@ -378,7 +465,7 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
   if (m.device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
     VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("--device cuda"));
-    VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(m, max_rows, loaded.source));
+    VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(m, max_rows, loaded.source, loaded.loras));
 #if defined(VORTEX_HAVE_NCCL)
     if (const auto* group = dynamic_cast<const dist::SequenceParallelH3*>(loaded.device.get())) {
       loaded.device_memory = [group]() -> nlohmann::json {
@@ -408,7 +495,7 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
 #endif
   }
   const DType dtype = m.dtype == "f32" ? DType::kF32 : DType::kBF16;
-  VORTEX_ASSIGN_OR_RETURN(loaded.cpu, load_transformer(m, dtype, loaded.source));
+  VORTEX_ASSIGN_OR_RETURN(loaded.cpu, load_transformer(m, dtype, loaded.source, loaded.loras));
   loaded.cpu_steps = std::make_unique<h3::CpuStepModel>(*loaded.cpu);
   return loaded;
 }
@@ -475,6 +562,7 @@ Result<RequestRun> run_request(LoadedStepModel& model, const ModelOptions& m, co
   const DType dtype = m.dtype == "f32" ? DType::kF32 : DType::kBF16;
   run.summary = {
       {"model", model.source},
+      {"loras", model.loras},
       {"config", model.steps().config().to_json()},
       {"backend", m.device},
       {"cpu_gemm", cpu::gemm_variant_name(cpu::default_gemm_variant())},

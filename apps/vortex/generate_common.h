@@ -45,6 +45,8 @@ struct ModelOptions {
   int text_encoder_layer = text::kH3TextEncoderLayer;
   // The vision tower's image processor settings for keyframes (empty: beside the text encoder).
   std::string processor_path;
+  // LoRA adapters merged into the transformer's weights at load, in order: "PATH" or "PATH:STRENGTH".
+  std::vector<std::string> loras;
 };
 
 // One request: the video's geometry, the schedule, the noise and the text: a prompt (encoded by the
@@ -134,6 +136,7 @@ struct LoadedStepModel {
   std::unique_ptr<h3::CpuStepModel> cpu_steps;
   std::unique_ptr<h3::StepModel> device;
   std::string source;  // where the weights came from, for the summaries
+  nlohmann::json loras = nlohmann::json::array();  // the LoRA adapters merged into them (lora_summary)
   h3::StepModel& steps() { return device ? *device : *cpu_steps; }
   // --device cuda: the device memory the run used (weight arena, activation arena's peak, and
   // what cudaMemGetInfo reports in use), for the summary JSON.

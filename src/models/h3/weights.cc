@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/quote.h"
+
 namespace vortex::h3 {
 
 namespace fs = std::filesystem;
@@ -115,6 +117,13 @@ Status expect_rows(const std::string& name, const Tensor& t, int64_t rows) {
 Result<CheckpointLayout> detect_layout(const std::vector<std::string>& names) {
   bool original = false, diffusers = false;
   for (const auto& n : names) {
+    for (const char* factor : {".lora_A.", ".lora_B.", ".lora_down.", ".lora_up."}) {
+      if (n.find(factor) != std::string::npos || starts_with(n, "lora_unet_")) {
+        return invalid_argument("tensor " + quote(n) +
+                                " is a LoRA factor: this is an adapter, not a checkpoint (give it to generate or "
+                                "serve with --lora)");
+      }
+    }
     if (starts_with(n, "blocks.") || starts_with(n, "video_patch_proj.") || starts_with(n, "final_layer.") ||
         starts_with(n, "token_refiner.blocks.") || n == "rope.inv_freq") {
       original = true;

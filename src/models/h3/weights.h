@@ -8,6 +8,7 @@
 // projections, time MLP, output heads) stay F32 and everything else takes the model dtype.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -94,11 +95,13 @@ struct H3Weights {
 Result<H3Weights> assemble_weights(const NamedTensors& diffusers_tensors, const H3Config& config, DType dtype);
 
 // Opens `path` (file, index or folder), detects the layout, resolves the config and assembles.
+// `transform`, when given, runs on the diffusers-named tensors before they are assembled (LoRA merges).
+using TensorTransform = std::function<Status(NamedTensors& tensors, const H3Config& config)>;
 struct LoadedModel {
   H3Config config;
   CheckpointLayout layout = CheckpointLayout::kDiffusers;
   H3Weights weights;
 };
-Result<LoadedModel> load_model(const std::string& path, DType dtype);
+Result<LoadedModel> load_model(const std::string& path, DType dtype, const TensorTransform& transform = {});
 
 }  // namespace vortex::h3

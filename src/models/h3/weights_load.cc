@@ -100,7 +100,7 @@ Result<H3Weights> assemble_weights(const NamedTensors& tensors, const H3Config& 
   return w;
 }
 
-Result<LoadedModel> load_model(const std::string& path, DType dtype) {
+Result<LoadedModel> load_model(const std::string& path, DType dtype, const TensorTransform& transform) {
   auto checkpoint = ShardedCheckpoint::open(path);
   if (!checkpoint.ok()) return checkpoint.status();
   LoadedModel model;
@@ -116,6 +116,7 @@ Result<LoadedModel> load_model(const std::string& path, DType dtype) {
     if (!converted.ok()) return converted.status().with_context(path);
     tensors = std::move(*converted);
   }
+  if (transform) VORTEX_RETURN_IF_ERROR(transform(tensors, model.config));
   auto weights = assemble_weights(tensors, model.config, dtype);
   if (!weights.ok()) return weights.status().with_context(path + " (" + layout_name(model.layout) + " layout)");
   model.weights = std::move(*weights);

@@ -1,0 +1,68 @@
+// LoRA adapters for the H3 transformer: read in every layout that circulates, merged into the
+// weights at load.
+//
+// A LoRA module adds strength * scale * (B · A) to one linear's weight [out, in], with A ("down",
+// lora_A) [rank, in] and B ("up", lora_B) [out, rank]. read_lora() reads a file into modules named by
+// the diffusers layout's linears, as diffusers' MiniMaxH3LoraLoaderMixin.lora_state_dict converts it
+// (tests/golden/h3_lora holds its results for each layout):
+//   - diffusers names under `transformer.` or `transformer_ref.` (one partition a file), or bare;
+//     a peft dump (`.lora_A.default.weight`, no prefix);
+//   - the original checkpoint's names, optionally under `diffusion_model.` (ai-toolkit, ComfyUI):
+//     the fused `attn.qkv_proj` is split into to_q / to_k / to_v (A shared, B in thirds), `mlp.fc1`'s
+//     B halves are swapped from [gate; value] to [value; gate]; kohya's lora_down / lora_up;
+//     musubi-tuner's flattened `lora_unet_blocks_0_attn_qkv_proj`; DiffSynth-Studio's peft infix over
+//     the raw per-head-interleaved QKV (de-interleaved at the config's head width).
+// The scale is alpha / rank: per-module `.alpha` tensors; else the `lora_adapter_metadata` JSON that
+// diffusers' save_lora_weights writes (peft's r, lora_alpha, rank_pattern, alpha_pattern, use_rslora:
+// alpha / sqrt(rank)); else a network `alpha` in `__metadata__`; else 1 (alpha == rank, the
+// convention of the published alpha-less H3 LoRAs). DoRA and LoRA biases are refused by name.
+//
+// merge_loras() folds modules into the weights in fp32 and rounds once to the tensor's storage dtype
+// (fp32 islands stay F32): W' = round(W + s_1·Δ_1 + s_2·Δ_2 + ...), one adapter after another, each
+// Δ[o, i] an fp32 FMA chain over the rank in order and s = strength · scale. The bits do not depend
+// on the thread count or the BLAS. Merged weights cost the same memory as the weights they replace
+// (a checkpoint's are otherwise mapped, not copied); nothing is added to a forward's time.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "models/h3/config.h"
+#include "models/h3/weights.h"
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::h3 {
+
+struct LoraModule {
+  std::string target;  // the diffusers linear, e.g. "transformer_blocks.3.attn.to_q"
+  std::string source;  // the file's name for it (errors and summaries)
+  Tensor down;         // [rank, in] F32
+  Tensor up;           // [out, rank] F32
+  double scale = 1.0;  // alpha / rank
+};
+
+struct LoraAdapter {
+  std::string path;
+  std::string format;        // the layout it was read as (lora_format_names)
+  std::string partition;     // "transformer" or "transformer_ref": the prefix it names ("transformer" when none)
+  std::string alpha_source;  // what set the scales: ".alpha tensors", "lora_adapter_metadata", ...
+  std::vector<LoraModule> modules;
+  std::vector<std::string> warnings;  // what the reference would log and load anyway
+};
+
+// Reads and converts one LoRA file, checking every module against `config`'s linears: an error
+// names the file and the tensor (a layout it cannot place, a missing half, a shape that does not fit,
+// DoRA, biases).
+Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config);
+
+struct LoraApplication {
+  const LoraAdapter* adapter = nullptr;
+  double strength = 1.0;
+};
+
+// Merges the adapters, in order, into `tensors` (diffusers names; a targeted weight is replaced by a
+// new tensor of the storage dtype: F32 for fp32 islands and for `model_dtype` F32, else BF16).
+Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& loras, DType model_dtype);
+
+}  // namespace vortex::h3
