@@ -1,5 +1,6 @@
-// vortex convert: re-writes a checkpoint in the other layout (bytes moved, never re-rounded), or
-// writes the deterministic synthetic weights of a preset. Both stream one block at a time.
+// vortex convert: re-writes a checkpoint in the other layout (bytes moved, never re-rounded; with
+// --lora, the adapters merged into the weights they change), or writes the deterministic synthetic
+// weights of a preset. Both stream one block at a time.
 #include <csignal>
 #include <cstdio>
 #include <atomic>
@@ -9,6 +10,7 @@
 
 #include "commands.h"
 #include "formats/safetensors.h"
+#include "lora_options.h"
 #include "models/h3/checkpoint_writer.h"
 #include "models/h3/config.h"
 #include "models/h3/synthetic.h"
@@ -36,6 +38,7 @@ void install_interrupt_handlers() {
 
 struct ConvertArgs {
   std::string in, out, to, preset;
+  std::vector<std::string> loras;
   std::string layout = "diffusers";
   std::string dtype = "bf16";
   bool synthetic = false;
@@ -81,6 +84,7 @@ Status check_combination(const ConvertArgs& a) {
     }
     if (!a.to_opt->count()) return invalid_argument("convert: --in needs --to diffusers|original");
   } else {
+    if (!a.loras.empty()) return invalid_argument("convert: --lora goes with --in");
     if (a.to_opt->count()) return invalid_argument("convert: --to goes with --in; with --synthetic use --layout");
     if (!a.preset_opt->count()) return invalid_argument("convert: --synthetic needs --preset (h3, test, small, mid)");
   }
@@ -96,9 +100,22 @@ Status convert(const ConvertArgs& a) {
   options.progress = [](const std::string& line) { std::fprintf(stderr, "vortex convert: %s\n", line.c_str()); };
   options.cancel = &g_interrupted;
   install_interrupt_handlers();
+  LoraOptions loras;
   if (!a.in.empty()) {
     VORTEX_ASSIGN_OR_RETURN(options.layout, parse_layout(a.to, "--to"));
-    VORTEX_RETURN_IF_ERROR(h3::convert_checkpoint(a.in, a.out, options));
+    VORTEX_ASSIGN_OR_RETURN(const ShardedCheckpoint in, ShardedCheckpoint::open(a.in));
+    VORTEX_ASSIGN_OR_RETURN(const h3::H3Config config, h3::resolve_config(a.in, in));
+    VORTEX_ASSIGN_OR_RETURN(loras, read_lora_options(a.loras, config));
+    // A merged weight keeps the dtype the checkpoint stores its block weights in.
+    const auto merge = [&loras](h3::NamedTensors& group, const h3::H3Config&) -> Status {
+      for (const auto& [name, tensor] : group) {
+        if (tensor.rank() == 2 && !h3::is_fp32_island(name)) {
+          return h3::merge_loras(group, loras.applications(), tensor.dtype()).with_context("--lora");
+        }
+      }
+      return h3::merge_loras(group, loras.applications(), DType::kF32).with_context("--lora");
+    };
+    VORTEX_RETURN_IF_ERROR(h3::convert_checkpoint(a.in, a.out, options, loras.adapters.empty() ? h3::TensorTransform() : merge));
   } else {
     VORTEX_ASSIGN_OR_RETURN(options.layout, parse_layout(a.layout, "--layout"));
     VORTEX_ASSIGN_OR_RETURN(const DType dtype, parse_dtype(a.dtype));
@@ -115,6 +132,11 @@ Status convert(const ConvertArgs& a) {
   std::printf("wrote %s: %s layout, %zu shard%s, %zu tensors, %s\n", a.out.c_str(), h3::layout_name(options.layout),
               written.shards().size(), written.shards().size() == 1 ? "" : "s", written.names().size(),
               h3::human_bytes(bytes).c_str());
+  for (const auto& lora : loras.summary) {
+    std::printf("merged %s at strength %g: %zu modules (%s; alpha: %s)\n", lora["path"].get<std::string>().c_str(),
+                lora["strength"].get<double>(), lora["modules"].get<size_t>(), lora["format"].get<std::string>().c_str(),
+                lora["alpha"].get<std::string>().c_str());
+  }
   return ok_status();
 }
 
@@ -125,7 +147,8 @@ void add_convert_command(CLI::App& app, Action& action) {
   CLI::App* cmd = app.add_subcommand("convert", "Convert a checkpoint's layout bit-exactly, or write synthetic weights");
   cmd->footer(
       "Forms:\n"
-      "  vortex convert --in PATH --to diffusers|original --out DIR [--max-shard-mb N] [--force]\n"
+      "  vortex convert --in PATH --to diffusers|original --out DIR [--lora PATH[:STRENGTH] ...]\n"
+      "                 [--max-shard-mb N] [--force]\n"
       "  vortex convert --synthetic --preset h3|test|small|mid --out DIR [--layout diffusers|original]\n"
       "                 [--dtype bf16|f32] [--seed N] [--max-shard-mb N] [--force]\n"
       "DIR receives model-0000k-of-0000N.safetensors, model.safetensors.index.json and config.json, written one\n"
@@ -133,6 +156,9 @@ void add_convert_command(CLI::App& app, Action& action) {
   cmd->add_option("--in", a->in, "Checkpoint to convert: a .safetensors file, an index JSON, or a folder");
   cmd->add_option("--out", a->out, "Output folder; must be missing or empty unless --force")->required();
   a->to_opt = cmd->add_option("--to", a->to, "Output layout for --in: diffusers or original");
+  cmd->add_option("--lora", a->loras,
+                  "With --in: a LoRA adapter merged into the weights written (PATH or PATH:STRENGTH; repeat it to "
+                  "stack adapters, as generate's --lora merges them); merged weights keep the checkpoint's dtype");
   cmd->add_flag("--synthetic", a->synthetic, "Write synthetic weights instead of converting");
   a->preset_opt = cmd->add_option("--preset", a->preset, "Config of the synthetic weights: h3, test, small or mid");
   a->layout_opt = cmd->add_option("--layout", a->layout, "Layout of the synthetic weights: diffusers or original")

@@ -3,19 +3,15 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <optional>
 #include <tuple>
 
 #include "core/quote.h"
-#include "core/sha256.h"
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
-#include "models/h3/lora.h"
+#include "lora_options.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
 #include "sampling/h3_scheduler.h"
@@ -61,58 +57,12 @@ Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
   return t;
 }
 
-// "PATH" or "PATH:STRENGTH"; the whole text when it names a file.
-struct LoraSpec {
-  std::string path;
-  double strength = 1.0;
-};
-LoraSpec parse_lora_spec(const std::string& text) {
-  std::error_code error;
-  const size_t colon = text.rfind(':');
-  if (std::filesystem::is_regular_file(text, error) || colon == std::string::npos) return {text, 1.0};
-  const std::string strength = text.substr(colon + 1);
-  char* end = nullptr;
-  const double value = std::strtod(strength.c_str(), &end);
-  if (strength.empty() || end != strength.c_str() + strength.size() || !std::isfinite(value)) return {text, 1.0};
-  return {text.substr(0, colon), value};
-}
-
-// The file's SHA-256, read in 4 MB pieces (an H3 LoRA is up to a few GB).
-Result<std::string> file_sha256(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) return io_error("cannot open " + quote(path));
-  Sha256 hash;
-  std::vector<char> buffer(4 << 20);
-  size_t n = 0;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), f)) > 0) hash.update(buffer.data(), n);
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return io_error("cannot read " + quote(path));
-  return hash.finish_hex();
-}
-
-// Reads the --lora adapters and merges them into the diffusers-named `tensors`; what was merged goes
-// into `summary` (one entry an adapter) and the reference's warnings to stderr.
+// Reads the --lora adapters and merges them into the diffusers-named `tensors`; `loras` records them.
 Status merge_lora_options(const ModelOptions& m, h3::NamedTensors& tensors, const h3::H3Config& config, DType dtype,
-                          nlohmann::json& summary) {
-  std::vector<h3::LoraAdapter> adapters;
-  std::vector<double> strengths;
-  adapters.reserve(m.loras.size());
-  for (const std::string& text : m.loras) {
-    const LoraSpec spec = parse_lora_spec(text);
-    auto adapter = h3::read_lora(spec.path, config);
-    if (!adapter.ok()) return adapter.status().with_context("--lora");
-    for (const std::string& w : adapter->warnings) std::fprintf(stderr, "vortex: --lora %s: %s\n", spec.path.c_str(), w.c_str());
-    VORTEX_ASSIGN_OR_RETURN(const std::string sha256, file_sha256(spec.path));
-    summary.push_back({{"path", spec.path}, {"sha256", sha256}, {"strength", spec.strength}, {"format", adapter->format},
-                       {"partition", adapter->partition}, {"alpha", adapter->alpha_source},
-                       {"modules", adapter->modules.size()}});
-    adapters.push_back(std::move(*adapter));
-    strengths.push_back(spec.strength);
-  }
-  std::vector<h3::LoraApplication> applications;
-  for (size_t i = 0; i < adapters.size(); ++i) applications.push_back({&adapters[i], strengths[i]});
-  return h3::merge_loras(tensors, applications, dtype).with_context("--lora");
+                          nlohmann::json& loras) {
+  VORTEX_ASSIGN_OR_RETURN(const LoraOptions read, read_lora_options(m.loras, config));
+  loras = read.summary;
+  return h3::merge_loras(tensors, read.applications(), dtype).with_context("--lora");
 }
 
 // ", 2 LoRA adapters merged" for the source line.
@@ -263,11 +213,7 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
   cmd->add_option("--image-processor", m.processor_path,
                   "Keyframes: the vision tower's preprocessor_config.json, or its folder (default: in --text-encoder, "
                   "then a processor/ folder beside it)");
-  cmd->add_option("--lora", m.loras,
-                  "A LoRA adapter (.safetensors) merged into the transformer's weights at load, as PATH or "
-                  "PATH:STRENGTH (default 1); repeat it to stack adapters, merged in order. Reads diffusers, peft, "
-                  "original-name (ai-toolkit, ComfyUI, kohya), musubi-tuner and DiffSynth-Studio files, with the "
-                  "alpha they record");
+  cmd->add_option("--lora", m.loras, kLoraHelp);
   const std::string name = cmd->get_name();
   return [model, synthetic, name] {
     if (model->count() == 0 && synthetic->count() == 0) {

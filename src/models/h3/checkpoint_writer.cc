@@ -285,7 +285,8 @@ Status validate_checkpoint_tensors(const NamedTensors& tensors, CheckpointLayout
   return validate_against_schema(views, config);
 }
 
-Status convert_checkpoint(const std::string& in_path, const std::string& dir, const CheckpointWriteOptions& options) {
+Status convert_checkpoint(const std::string& in_path, const std::string& dir, const CheckpointWriteOptions& options,
+                          const TensorTransform& transform) {
   VORTEX_ASSIGN_OR_RETURN(const ShardedCheckpoint checkpoint, ShardedCheckpoint::open(in_path));
   Result<CheckpointLayout> layout = detect_layout(checkpoint.names());
   if (!layout.ok()) return layout.status().with_context(in_path);
@@ -302,8 +303,11 @@ Status convert_checkpoint(const std::string& in_path, const std::string& dir, co
   }
   const GroupSource source = [&](const WeightGroup& group) -> Result<NamedTensors> {
     NamedTensors taken = std::move(by_group[group.name]);  // each group is asked for once
-    if (*layout == CheckpointLayout::kDiffusers) return taken;
-    return original_to_diffusers(taken, config);
+    if (*layout == CheckpointLayout::kOriginal) {
+      VORTEX_ASSIGN_OR_RETURN(taken, original_to_diffusers(taken, config));
+    }
+    if (transform) VORTEX_RETURN_IF_ERROR(transform(taken, config));
+    return taken;
   };
   return write_checkpoint(dir, config, source, options);
 }

@@ -66,8 +66,11 @@ Status validate_checkpoint_tensors(const NamedTensors& tensors, CheckpointLayout
 
 // Re-writes the checkpoint at `in_path` (file, index or folder; either layout) into `dir` in
 // options.layout, moving bytes only: every value keeps its dtype and bits. The config is the one
-// resolve_config finds; the input is validated against it before anything is written.
-Status convert_checkpoint(const std::string& in_path, const std::string& dir, const CheckpointWriteOptions& options);
+// resolve_config finds; the input is validated against it before anything is written. `transform`,
+// when given, runs on each group's diffusers-named tensors before they are written (a LoRA merge):
+// the tensors it replaces are written as it leaves them.
+Status convert_checkpoint(const std::string& in_path, const std::string& dir, const CheckpointWriteOptions& options,
+                          const TensorTransform& transform = {});
 
 // "61.68 GB": decimal units, for progress lines and summaries.
 std::string human_bytes(uint64_t bytes);

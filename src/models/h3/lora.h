@@ -62,7 +62,9 @@ struct LoraApplication {
 };
 
 // Merges the adapters, in order, into `tensors` (diffusers names; a targeted weight is replaced by a
-// new tensor of the storage dtype: F32 for fp32 islands and for `model_dtype` F32, else BF16).
+// new tensor of the storage dtype: F32 for fp32 islands, else `model_dtype`: F32, BF16 or F16).
+// Modules whose weight is not among `tensors` are left for another call (a checkpoint converted one
+// group of tensors at a time); read_lora checked every target against the config.
 Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& loras, DType model_dtype);
 
 }  // namespace vortex::h3

@@ -47,6 +47,10 @@ Result<Tensor> merged_weight(const Tensor& weight, const std::vector<Term>& term
 }  // namespace
 
 Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& loras, DType model_dtype) {
+  if (model_dtype != DType::kF32 && model_dtype != DType::kBF16 && model_dtype != DType::kF16) {
+    return invalid_argument(std::string("LoRA merge: weights of dtype ") + dtype_name(model_dtype) +
+                            " (F32, BF16 or F16)");
+  }
   // Terms per weight, in the order the adapters came.
   std::map<std::string, std::vector<Term>> terms;
   for (const LoraApplication& lora : loras) {
@@ -62,12 +66,9 @@ Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& lo
       return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(name) + " " +
                               tensor.describe());
     }
-    const DType out = is_fp32_island(name) || model_dtype == DType::kF32 ? DType::kF32 : DType::kBF16;
+    const DType out = is_fp32_island(name) ? DType::kF32 : model_dtype;
     VORTEX_ASSIGN_OR_RETURN(tensor, merged_weight(tensor, it->second, out));
-    terms.erase(it);
   }
-  if (!terms.empty())
-    return invalid_argument("the model has no weight " + quote(terms.begin()->first) + " for its LoRA");
   return ok_status();
 }
 
