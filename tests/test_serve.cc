@@ -276,6 +276,36 @@ TEST(CliServe, MediaIsTheFileGenerateMediaWrites) {
   EXPECT_NE(test_util::read_bytes(tmp.file("err")).find("which is not given"), std::string::npos);
 }
 
+// serve --lora merges the adapter once, at load: /healthz names it, and a served job is the bits
+// generate --lora writes.
+TEST(CliServe, LoraAdaptersAreMergedAsGenerateMergesThem) {
+  TempDir tmp;
+  // Block 0's to_q of the test preset (hidden 24, inner 32), rank 2.
+  std::vector<float> down(2 * 24), up(32 * 2);
+  for (size_t i = 0; i < down.size(); ++i) down[i] = 0.05f * static_cast<float>(i % 7) - 0.1f;
+  for (size_t i = 0; i < up.size(); ++i) up[i] = 0.03f * static_cast<float>(i % 5) - 0.05f;
+  const std::string lora = tmp.file("lora.safetensors");
+  ASSERT_TRUE(write_safetensors(lora, {{"transformer.transformer_blocks.0.attn.to_q.lora_A.weight",
+                                        Tensor::from_f32(down, {2, 24})},
+                                       {"transformer.transformer_blocks.0.attn.to_q.lora_B.weight",
+                                        Tensor::from_f32(up, {32, 2})}})
+                  .ok());
+  ServeProcess server({"--lora", lora + ":0.7"});
+  httplib::Client c = server.client();
+  const nlohmann::json health = json_of(c.Get("/healthz"));
+  ASSERT_EQ(health["loras"].size(), 1u) << health.dump();
+  EXPECT_EQ(health["loras"][0]["path"], lora);
+  EXPECT_EQ(health["loras"][0]["strength"], 0.7);
+  const httplib::Result submitted = post_json(c, kSmallRequest);
+  ASSERT_TRUE(submitted);
+  ASSERT_EQ(submitted->status, 202) << submitted->body;
+  const nlohmann::json done = wait_for_state(c, json_of(submitted).at("id"), "succeeded");
+  const nlohmann::json with = generate(server.dir(), "--text-tokens 4 --lora " + lora + ":0.7");
+  EXPECT_EQ(done["result"]["checksums"], with["checksums"]);
+  EXPECT_NE(done["result"]["checksums"], generate(server.dir(), "--text-tokens 4")["checksums"]);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
 }  // namespace
 }  // namespace vortex
 #endif  // VORTEX_HAVE_SERVICE
