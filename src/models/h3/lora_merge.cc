@@ -3,6 +3,7 @@
 #include <map>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/parallel.h"
 #include "core/quote.h"
 #include "cpu/gemm.h"
@@ -20,28 +21,58 @@ struct Term {
   float scale;  // strength * alpha / rank
 };
 
-// W (any storage dtype) + each term's delta, in fp32, rounded once to `out_dtype`.
+// n elements of a weight of `dtype` (F32, BF16 or F16) widened to fp32, and rounded back (RNE,
+// DESIGN section 3); the dtype is switched on once a row block so that the loops vectorize.
+void load_elements(const void* data, DType dtype, int64_t first, int64_t n, float* out) {
+  if (dtype == DType::kBF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(data) + first;
+    for (int64_t i = 0; i < n; ++i) out[i] = bf16_bits_to_f32(p[i]);
+  } else if (dtype == DType::kF16) {
+    const uint16_t* p = static_cast<const uint16_t*>(data) + first;
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_bits_to_f32(p[i]);
+  } else {
+    std::copy_n(static_cast<const float*>(data) + first, n, out);
+  }
+}
+void store_elements(const float* values, int64_t n, DType dtype, void* data, int64_t first) {
+  if (dtype == DType::kBF16) {
+    uint16_t* p = static_cast<uint16_t*>(data) + first;
+    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_bf16_bits(values[i]);
+  } else if (dtype == DType::kF16) {
+    uint16_t* p = static_cast<uint16_t*>(data) + first;
+    for (int64_t i = 0; i < n; ++i) p[i] = f32_to_f16_bits(values[i]);
+  } else {
+    std::copy_n(values, n, static_cast<float*>(data) + first);
+  }
+}
+
+// W (F32, BF16 or F16) + each term's delta, in fp32, rounded once to `out_dtype`. Row blocks go
+// to the threads whole (widened, summed, rounded in place): no fp32 copy of the weight is made.
 Result<Tensor> merged_weight(const Tensor& weight, const std::vector<Term>& terms, DType out_dtype) {
-  Tensor acc = weight.dtype() == DType::kF32 ? weight.clone() : *weight.to(DType::kF32);
-  const int64_t rows = acc.size(0), cols = acc.size(1);
-  float* w = acc.data_as<float>();
+  if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16 && weight.dtype() != DType::kF16) {
+    return invalid_argument(std::string("a LoRA targets a weight of dtype ") + dtype_name(weight.dtype()) +
+                            " (F32, BF16 or F16)");
+  }
+  const Tensor in = weight.contiguous();
+  Tensor out = Tensor::empty(in.shape(), out_dtype);
+  const int64_t rows = in.size(0), cols = in.size(1);
   parallel_for(0, (rows + kRowBlock - 1) / kRowBlock, [&](int64_t first, int64_t last) {
-    std::vector<float> delta(static_cast<size_t>(kRowBlock * cols));
+    std::vector<float> acc(static_cast<size_t>(kRowBlock * cols)), delta(acc.size());
     for (int64_t block = first; block < last; ++block) {
       const int64_t r0 = block * kRowBlock, n = std::min(kRowBlock, rows - r0);
+      load_elements(in.data(), in.dtype(), r0 * cols, n * cols, acc.data());
       for (const Term& term : terms) {
         const int64_t rank = term.module->down.size(0);
         // The loops variant: each delta element one FMA chain over the rank, whatever the tiling.
         cpu::matmul_f32(cpu::GemmVariant::kLoops, false, n, cols, rank, term.scale,
                         term.module->up.data_as<const float>() + r0 * rank, rank,
                         term.module->down.data_as<const float>(), cols, delta.data(), cols);
-        float* dst = w + r0 * cols;
-        for (int64_t i = 0; i < n * cols; ++i) dst[i] += delta[i];
+        for (int64_t i = 0; i < n * cols; ++i) acc[i] += delta[i];
       }
+      store_elements(acc.data(), n * cols, out_dtype, out.data(), r0 * cols);
     }
   });
-  if (out_dtype == DType::kF32) return acc;
-  return acc.to(out_dtype);
+  return out;
 }
 
 }  // namespace
