@@ -62,7 +62,16 @@ Status merge_lora_options(const ModelOptions& m, h3::NamedTensors& tensors, cons
                           nlohmann::json& loras) {
   VORTEX_ASSIGN_OR_RETURN(const LoraOptions read, read_lora_options(m.loras, config));
   loras = read.summary;
-  return h3::merge_loras(tensors, read.applications(), dtype).with_context("--lora");
+  size_t modules = 0;
+  for (const auto& adapter : read.adapters) modules += adapter.modules.size();
+  // The merge of an adapter on every block of the released model takes seconds to minutes on the host.
+  std::fprintf(stderr, "vortex: --lora: merging %zu modules of %zu adapter%s ...\n", modules, read.adapters.size(),
+               read.adapters.size() == 1 ? "" : "s");
+  const auto start = std::chrono::steady_clock::now();
+  VORTEX_RETURN_IF_ERROR(h3::merge_loras(tensors, read.applications(), dtype).with_context("--lora"));
+  std::fprintf(stderr, "vortex: --lora: merged in %.1f s\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return ok_status();
 }
 
 // ", 2 LoRA adapters merged" for the source line.
