@@ -189,7 +189,8 @@ def rslora_metadata(state, g):
         tensors[f"transformer.{module}.lora_A.weight"] = down
         tensors[f"transformer.{module}.lora_B.weight"] = up
     config = {"r": 4, "lora_alpha": 6, "rank_pattern": {}, "alpha_pattern": {}, "use_rslora": True,
-              "use_dora": False, "lora_bias": False}
+              "use_dora": False, "lora_bias": False,
+              "target_modules": ["transformer_blocks.1.attn.to_out.0", "audio_proj_out"]}
     return tensors, {"lora_adapter_metadata": json.dumps({f"transformer.{k}": v for k, v in config.items()})}
 
 
