@@ -1,10 +1,12 @@
 // generate --lora: the latents are those of a checkpoint with the adapters merged by the library,
-// on any thread count; the run's JSON names each adapter; bad adapters are one line, nothing written.
+// on any thread count; the run's JSON names each adapter; convert --lora bakes the same weights; bad
+// adapters are one line, nothing written.
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <nlohmann/json.hpp>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "cli_test_util.h"
 #include "core/sha256.h"

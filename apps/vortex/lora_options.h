@@ -2,9 +2,10 @@
 // transformer's weights, read once, with the summary its output records.
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "models/h3/config.h"
 #include "models/h3/lora.h"

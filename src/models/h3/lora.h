@@ -44,7 +44,7 @@ struct LoraModule {
 
 struct LoraAdapter {
   std::string path;
-  std::string format;        // the layout it was read as (lora_format_names)
+  std::string format;        // the layout it was read as, in words ("musubi-tuner (lora_unet_)", ...)
   std::string partition;     // "transformer" or "transformer_ref": the prefix it names ("transformer" when none)
   std::string alpha_source;  // what set the scales: ".alpha tensors", "lora_adapter_metadata", ...
   std::vector<LoraModule> modules;

@@ -3,10 +3,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <regex>
 #include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "core/quote.h"
 #include "formats/safetensors.h"
