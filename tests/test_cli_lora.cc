@@ -106,6 +106,28 @@ TEST(CliLora, ConvertBakesTheAdaptersGenerateMerges) {
       "--lora goes with --in");
 }
 
+// inspect reads an adapter as generate --lora does, against --model's config or the released one.
+TEST(CliLora, InspectDescribesAnAdapter) {
+  const std::string model = " --model " + q(golden_path("h3_lora/base.safetensors"));
+  const CliRun text = run_cli("inspect " + q(lora("kohya_original")) + model);
+  ASSERT_EQ(text.code, 0) << text.err;
+  for (const char* line : {"layout      original names under diffusion_model., kohya", "alpha       .alpha tensors",
+                           "modules     21", "transformer_blocks.N.ff.net.0.proj           2", "ranks       4 (21)",
+                           "scales      0.25 (10) 0.75 (11)"}) {
+    EXPECT_NE(text.out.find(line), std::string::npos) << line << " in:\n" << text.out;
+  }
+  const CliRun json = run_cli("inspect --json " + q(lora("adapter_metadata")) + model);
+  ASSERT_EQ(json.code, 0) << json.err;
+  const nlohmann::json out = nlohmann::json::parse(json.out);
+  EXPECT_EQ(out["alpha"], "lora_adapter_metadata");
+  EXPECT_EQ(out["ranks"], nlohmann::json({{"2", 1}, {"4", 3}}));
+  EXPECT_EQ(out["scales"], nlohmann::json({{"0.5", 1}, {"2", 2}, {"4", 1}}));
+  // The golden adapters are for a small model, not the released one.
+  expect_one_line_error(run_cli("inspect " + q(lora("kohya_original"))), "checked against the released H3 config");
+  expect_one_line_error(run_cli("inspect " + q(golden_path("h3_lora/base.safetensors")) + model),
+                        "--model goes with a LoRA adapter's file");
+}
+
 TEST(CliLora, BadAdaptersAreOneLineAndWriteNothing) {
   TempDir tmp;
   const std::string model = "--model " + q(golden_path("h3_lora/base.safetensors"));

@@ -1,5 +1,6 @@
 // vortex inspect PATH [--json]: what a checkpoint holds, where its config comes from, and whether
-// its tensors are exactly the H3 schema of that config.
+// its tensors are exactly the H3 schema of that config (or what a text encoder folder or a LoRA
+// adapter holds).
 #include <cstdio>
 #include <map>
 #include <memory>
@@ -9,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "inspect_lora.h"
 #include "inspect_text_encoder.h"
 #include "formats/safetensors.h"
 #include "models/h3/checkpoint_writer.h"
@@ -22,6 +24,7 @@ namespace {
 
 struct InspectArgs {
   std::string path;
+  std::string model;  // a LoRA adapter is read against this checkpoint's config
   bool json = false;
 };
 
@@ -161,6 +164,8 @@ void print_json(const Summary& s) {
 
 int run_inspect(const InspectArgs& args) {
   if (is_text_encoder_checkpoint(args.path)) return inspect_text_encoder(args.path, args.json);
+  if (is_lora_file(args.path)) return inspect_lora(args.path, args.model, args.json);
+  if (!args.model.empty()) return report_error(invalid_argument("--model goes with a LoRA adapter's file"));
   const Result<Summary> summary = summarize(args.path);
   if (!summary.ok()) return report_error(summary.status());
   if (args.json) {
@@ -182,10 +187,13 @@ void add_inspect_command(CLI::App& app, Action& action) {
       "`generate --device cuda` would take for the canonical request in each recipe. Exits 2 with one line\n"
       "naming the first tensor that is missing, unexpected, or of the wrong shape for that config. A Qwen3-VL\n"
       "text encoder folder (what --text-encoder takes) is described instead: its widths, the layers H3 reads,\n"
-      "their bytes on the host and on --device cuda, and whether tokenizer.json is beside it.");
+      "their bytes on the host and on --device cuda, and whether tokenizer.json is beside it. A LoRA adapter\n"
+      "file is read as generate --lora reads it, against the checkpoint --model names (default: the released\n"
+      "config): its layout, partition, where its scales come from, and its modules by kind, rank and scale.");
   cmd->add_option("path", args->path, "A .safetensors file, a *.safetensors.index.json, or a folder holding one")
       ->required();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of text");
+  cmd->add_option("--model", args->model, "For a LoRA adapter: the checkpoint whose config it is read against");
   cmd->callback([args, &action] { action = [args] { return run_inspect(*args); }; });
 }
 

@@ -51,6 +51,10 @@ struct LoraAdapter {
   std::vector<std::string> warnings;  // what the reference would log and load anyway
 };
 
+// Whether a tensor name is a LoRA factor or alpha in any layout read_lora reads (".lora_A.",
+// ".lora_down.", a `lora_unet_` name, ...): tells an adapter from a checkpoint.
+bool is_lora_tensor_name(const std::string& name);
+
 // Reads and converts one LoRA file, checking every module against `config`'s linears: an error
 // names the file and the tensor (a layout it cannot place, a missing half, a shape that does not fit,
 // DoRA, biases).

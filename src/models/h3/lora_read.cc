@@ -376,6 +376,13 @@ Status scales_from_adapter_metadata(const std::string& text, const std::string& 
 
 }  // namespace
 
+bool is_lora_tensor_name(const std::string& name) {
+  for (const char* factor : {".lora_A.", ".lora_B.", ".lora_down.", ".lora_up."}) {
+    if (contains(name, factor)) return true;
+  }
+  return starts_with(name, "lora_unet_");
+}
+
 Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
   auto fail = [&](const Status& s) { return s.with_context("LoRA " + path); };
   auto opened = SafetensorsFile::open(path);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/quote.h"
+#include "models/h3/lora.h"
 
 namespace vortex::h3 {
 
@@ -117,12 +118,10 @@ Status expect_rows(const std::string& name, const Tensor& t, int64_t rows) {
 Result<CheckpointLayout> detect_layout(const std::vector<std::string>& names) {
   bool original = false, diffusers = false;
   for (const auto& n : names) {
-    for (const char* factor : {".lora_A.", ".lora_B.", ".lora_down.", ".lora_up."}) {
-      if (n.find(factor) != std::string::npos || starts_with(n, "lora_unet_")) {
-        return invalid_argument("tensor " + quote(n) +
-                                " is a LoRA factor: this is an adapter, not a checkpoint (give it to generate or "
-                                "serve with --lora)");
-      }
+    if (is_lora_tensor_name(n)) {
+      return invalid_argument("tensor " + quote(n) +
+                              " is a LoRA factor: this is an adapter, not a checkpoint (give it to generate or serve "
+                              "with --lora; vortex inspect describes it)");
     }
     if (starts_with(n, "blocks.") || starts_with(n, "video_patch_proj.") || starts_with(n, "final_layer.") ||
         starts_with(n, "token_refiner.blocks.") || n == "rope.inv_freq") {
