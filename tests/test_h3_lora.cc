@@ -3,8 +3,10 @@
 // test_h3_lora_golden.cc.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "models/h3/lora.h"
 #include "models/h3/synthetic.h"
@@ -156,6 +158,47 @@ TEST(H3LoraAsModel, IsRefusedAsAnAdapter) {
     ASSERT_FALSE(layout.ok()) << name;
     EXPECT_NE(layout.status().message().find("with --lora"), std::string::npos) << layout.status().message();
   }
+}
+
+// Files of names from every layout's vocabulary, mixed, with shapes that fit or not (including
+// vectors and scalars): each is read or refused in one line, never a crash.
+TEST_F(H3LoraFile, MixedUpFilesAreReadOrRefusedNeverCrash) {
+  const std::vector<std::string> prefixes = {"", "transformer.", "transformer_ref.", "diffusion_model.", "lora_unet_"};
+  const std::vector<std::string> modules = {
+      "transformer_blocks.0.attn.to_q", "transformer_blocks.2.ff.net.0.proj", "blocks.0.attn.qkv_proj",
+      "blocks.1.mlp.fc1", "blocks.2.adaln_proj.linear", "token_refiner.blocks.1.attn.out_proj", "final_layer.video_out",
+      "blocks_0_attn_qkv_proj", "time_embedder.proj_in", "proj_out", "blocks.9.mlp.fc2"};
+  const std::vector<std::string> suffixes = {".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight",
+                                             ".lora_A.default.weight", ".alpha", ".weight"};
+  const std::vector<Shape> shapes = {{2, 48}, {72, 2}, {216, 2}, {128, 2}, {2, 24}, {864, 2}, {96, 2}, {2, 72},
+                                     {1}, {}, {3}, {2, 2, 2}};
+  std::mt19937 rng(51);
+  int read = 0, refused = 0;
+  for (int i = 0; i < 400; ++i) {
+    // Half start from a valid pair, some of them with nothing added.
+    h3::NamedTensors tensors = rng() % 2 == 0 ? to_q(prefixes[rng() % 3]) : h3::NamedTensors{};
+    const int count = static_cast<int>(rng() % (tensors.empty() ? 6 : 3)) + (tensors.empty() ? 1 : 0);
+    for (int t = 0; t < count; ++t) {
+      const std::string name = prefixes[rng() % prefixes.size()] + modules[rng() % modules.size()] +
+                               suffixes[rng() % suffixes.size()];
+      if (std::any_of(tensors.begin(), tensors.end(), [&](const auto& e) { return e.first == name; })) continue;
+      const Shape& shape = shapes[rng() % shapes.size()];
+      tensors.push_back({name, Tensor::from_f32(std::vector<float>(shape.numel(), 0.5f), shape)});
+    }
+    const std::map<std::string, std::string> metadata =
+        rng() % 3 == 0 ? std::map<std::string, std::string>{{"alpha", "2"}} : std::map<std::string, std::string>{};
+    auto lora = h3::read_lora(write(tensors, metadata), config);
+    if (lora.ok()) {
+      ++read;
+      h3::NamedTensors weights = must(h3::synthetic_weights(config, DType::kBF16, 1));
+      EXPECT_TRUE(h3::merge_loras(weights, {{&*lora, 1.0}}, DType::kBF16).ok());
+    } else {
+      ++refused;
+      EXPECT_EQ(lora.status().message().find('\n'), std::string::npos) << lora.status().message();
+    }
+  }
+  EXPECT_GT(read, 0);
+  EXPECT_GT(refused, 0);
 }
 
 // The synthetic weights with a LoRA merged: only the targeted weight changes, by strength * B·A.
