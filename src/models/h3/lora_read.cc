@@ -17,10 +17,6 @@ namespace vortex::h3 {
 
 namespace {
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
@@ -157,12 +153,12 @@ class OriginalPlacer {
     std::map<std::string, Tensor> names;
     bool prefixed = false, musubi = false, kohya = false;
     for (auto& [name, t] : file_.by_name) {
-      prefixed |= starts_with(name, "diffusion_model.");
-      names[starts_with(name, "diffusion_model.") ? name.substr(16) : name] = t;
+      prefixed |= name.starts_with("diffusion_model.");
+      names[name.starts_with("diffusion_model.") ? name.substr(16) : name] = t;
     }
     for (const auto& [name, t] : names) {
       diffsynth_ |= contains(name, ".lora_A.default.weight") || contains(name, ".lora_B.default.weight");
-      musubi |= starts_with(name, "lora_unet_");
+      musubi |= name.starts_with("lora_unet_");
     }
     file_.by_name.clear();
     for (auto& [name, t] : names) {
@@ -170,7 +166,7 @@ class OriginalPlacer {
       if (diffsynth_)
         plain = replace_all(replace_all(plain, ".lora_A.default.", ".lora_A."), ".lora_B.default.", ".lora_B.");
       if (musubi) {
-        if (!starts_with(name, "lora_unet_")) {
+        if (!name.starts_with("lora_unet_")) {
           return invalid_argument("tensor " + quote(name) + " is not under `lora_unet_` like the rest");
         }
         VORTEX_ASSIGN_OR_RETURN(plain, unflatten_musubi(name));
@@ -289,8 +285,8 @@ Result<std::vector<Placed>> place_diffusers(FileTensors& file, std::string& part
   bool peft_infix = false, transformer = false, transformer_ref = false;
   for (const auto& [name, t] : file.by_name) {
     peft_infix |= contains(name, ".default.weight");
-    transformer |= starts_with(name, "transformer.");
-    transformer_ref |= starts_with(name, "transformer_ref.");
+    transformer |= name.starts_with("transformer.");
+    transformer_ref |= name.starts_with("transformer_ref.");
   }
   if (transformer && transformer_ref) {
     return invalid_argument(
@@ -303,11 +299,11 @@ Result<std::vector<Placed>> place_diffusers(FileTensors& file, std::string& part
                           : "diffusers names under " + prefix;
   std::map<std::string, std::pair<std::string, std::string>> modules;  // module -> (A name, B name)
   for (const auto& [name, t] : file.by_name) {
-    if (!starts_with(name, prefix))
+    if (!name.starts_with(prefix))
       return invalid_argument("tensor " + quote(name) + " is not under " + quote(prefix) + " like the rest");
     const std::string rest =
         prefix.empty() && peft_infix ? replace_all(name, ".default.", ".") : name.substr(prefix.size());
-    const bool a = ends_with(rest, ".lora_A.weight"), b = ends_with(rest, ".lora_B.weight");
+    const bool a = rest.ends_with(".lora_A.weight"), b = rest.ends_with(".lora_B.weight");
     if (!a && !b) return invalid_argument("tensor " + quote(name) + " is neither a lora_A nor a lora_B weight");
     const std::string module = rest.substr(0, rest.size() - std::string(".lora_A.weight").size());
     (a ? modules[module].first : modules[module].second) = name;
@@ -380,7 +376,7 @@ bool is_lora_tensor_name(const std::string& name) {
   for (const char* factor : {".lora_A.", ".lora_B.", ".lora_down.", ".lora_up."}) {
     if (contains(name, factor)) return true;
   }
-  return starts_with(name, "lora_unet_");
+  return name.starts_with("lora_unet_");
 }
 
 Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
@@ -395,13 +391,13 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
     if (contains(name, "dora_scale") || contains(name, "lora_magnitude_vector")) {
       return fail(invalid_argument("tensor " + quote(name) + ": DoRA adapters are not supported"));
     }
-    if (ends_with(name, ".bias") && (contains(name, ".lora_B") || contains(name, ".lora_up"))) {
+    if (name.ends_with(".bias") && (contains(name, ".lora_B") || contains(name, ".lora_up"))) {
       return fail(invalid_argument("tensor " + quote(name) + ": LoRA biases are not supported"));
     }
     for (const char* p : {"diffusion_model.", "blocks.", "token_refiner.blocks.", "final_layer.", "lora_unet_"}) {
-      original |= starts_with(name, p);
+      original |= name.starts_with(p);
     }
-    alpha_tensors |= ends_with(name, ".alpha");
+    alpha_tensors |= name.ends_with(".alpha");
     auto t = file.get(name);
     if (!t.ok()) return fail(t.status());
     tensors.by_name[name] = *t;
@@ -416,7 +412,7 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
   // Every module on a linear of this model, once, with factors that fit it.
   std::map<std::string, Shape> linears;
   for (const TensorSpec& spec : diffusers_schema(config)) {
-    if (ends_with(spec.name, ".weight") && spec.shape.rank() == 2)
+    if (spec.name.ends_with(".weight") && spec.shape.rank() == 2)
       linears[spec.name.substr(0, spec.name.size() - 7)] = spec.shape;
   }
   std::set<std::string> seen;
