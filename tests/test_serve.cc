@@ -13,6 +13,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -304,6 +305,123 @@ TEST(CliServe, LoraAdaptersAreMergedAsGenerateMergesThem) {
   EXPECT_EQ(done["result"]["checksums"], with["checksums"]);
   EXPECT_NE(done["result"]["checksums"], generate(server.dir(), "--text-tokens 4")["checksums"]);
   EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+// A rank-2 adapter in diffusers names on the test preset's linears: target → its [out, in].
+void write_lora(const std::string& path, const std::vector<std::tuple<std::string, int64_t, int64_t>>& linears,
+                float seed) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [target, out, in] : linears) {
+    std::vector<float> down(static_cast<size_t>(2 * in)), up(static_cast<size_t>(out * 2));
+    for (size_t i = 0; i < down.size(); ++i) down[i] = 0.05f * static_cast<float>((i * 3 + 1) % 7) - seed;
+    for (size_t i = 0; i < up.size(); ++i) up[i] = 0.03f * static_cast<float>(i % 5) - 0.5f * seed;
+    tensors.emplace_back("transformer." + target + ".lora_A.weight", Tensor::from_f32(down, {2, in}));
+    tensors.emplace_back("transformer." + target + ".lora_B.weight", Tensor::from_f32(up, {out, 2}));
+  }
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
+}
+
+std::string small_request_with(const std::string& loras) {
+  std::string body = kSmallRequest;
+  body.insert(body.size() - 1, ", \"loras\": " + loras);
+  return body;
+}
+
+// serve --lora-dir: each job merges the adapters it names after the server's --lora ones, and its
+// latents are the bits generate computes with the same adapters; switching between jobs (and back
+// to none) leaves nothing of the previous job's adapters behind.
+TEST(CliServe, RequestAdaptersAreMergedPerJobAsGenerateMergesThem) {
+  TempDir tmp;
+  const std::string folder = tmp.file("loras");
+  fs::create_directories(folder + "/styles");
+  const std::string server_lora = tmp.file("server.safetensors");
+  write_lora(server_lora, {{"transformer_blocks.0.attn.to_q", 32, 24}}, 0.1f);
+  // a overlaps the server's adapter (merged after it); b touches a refiner block and the time MLP.
+  write_lora(folder + "/a.safetensors", {{"transformer_blocks.0.attn.to_q", 32, 24}, {"transformer_blocks.1.ff.net.2", 24, 32}},
+             0.2f);
+  write_lora(folder + "/styles/b.safetensors",
+             {{"token_refiner.refiner_blocks.0.attn.to_k", 32, 24}, {"time_embedder.linear_2", 16, 24}}, -0.15f);
+  std::ofstream(folder + "/notes.txt") << "not an adapter\n";
+
+  ServeProcess server({"--lora", server_lora + ":0.7", "--lora-dir", folder});
+  httplib::Client c = server.client();
+  EXPECT_EQ(json_of(c.Get("/healthz"))["request_loras"], true);
+  const nlohmann::json listed = json_of(c.Get("/v1/loras"));
+  ASSERT_EQ(listed["loras"].size(), 2u) << listed.dump();
+  EXPECT_EQ(listed["loras"][0]["name"], "a.safetensors");
+  EXPECT_EQ(listed["loras"][1]["name"], "styles/b.safetensors");
+
+  const std::string a = folder + "/a.safetensors", b = folder + "/styles/b.safetensors";
+  const std::string server_flag = " --lora " + server_lora + ":0.7";
+  const std::vector<std::pair<std::string, std::string>> jobs = {
+      {R"([{"name": "a.safetensors", "strength": 0.5}])", server_flag + " --lora " + a + ":0.5"},
+      {"[]", server_flag},
+      {R"([{"name": "styles/b.safetensors"}, {"name": "a.safetensors", "strength": -1}])",
+       server_flag + " --lora " + b + " --lora " + a + ":-1"},
+      {R"([{"name": "a.safetensors", "strength": 0.5}])", server_flag + " --lora " + a + ":0.5"}};
+  std::vector<nlohmann::json> checksums;
+  for (const auto& [loras, flags] : jobs) {
+    SCOPED_TRACE(loras);
+    const httplib::Result submitted = post_json(c, small_request_with(loras));
+    ASSERT_TRUE(submitted);
+    ASSERT_EQ(submitted->status, 202) << submitted->body;
+    const nlohmann::json done = wait_for_state(c, json_of(submitted).at("id"), "succeeded");
+    EXPECT_EQ(done["result"]["checksums"], generate(server.dir(), "--text-tokens 4" + flags)["checksums"]);
+    checksums.push_back(done["result"]["checksums"]);
+    const nlohmann::json& summary = done["result"]["loras"];
+    ASSERT_GE(summary.size(), 1u);
+    EXPECT_EQ(summary[0]["path"], server_lora);
+    if (summary.size() > 1) EXPECT_FALSE(summary[1].contains("path")) << summary.dump();  // the name, not the server's path
+  }
+  EXPECT_EQ(checksums[3], checksums[0]);
+  EXPECT_NE(checksums[1], checksums[0]);
+  EXPECT_NE(checksums[2], checksums[1]);
+  EXPECT_EQ(server.stop(), 0) << server.log();
+}
+
+TEST(CliServe, BadRequestAdaptersAreRefusedByName) {
+  TempDir tmp;
+  const std::string folder = tmp.file("loras");
+  fs::create_directories(folder);
+  write_lora(folder + "/wide.safetensors", {{"transformer_blocks.0.attn.to_q", 32, 40}}, 0.1f);  // 40 inputs: not this model's
+  write_lora(tmp.file("outside.safetensors"), {{"transformer_blocks.0.attn.to_q", 32, 24}}, 0.1f);
+  {
+    ServeProcess server({"--lora-dir", folder});
+    httplib::Client c = server.client();
+    expect_bad_request(c, small_request_with(R"("a.safetensors")"), "loras: an array");
+    expect_bad_request(c, small_request_with(R"(["a.safetensors"])"), "loras[0]: an object");
+    expect_bad_request(c, small_request_with(R"([{"strength": 1}])"), "loras[0].name: missing");
+    expect_bad_request(c, small_request_with(R"([{"name": "wide.safetensors", "strength": "1"}])"),
+                       "loras[0].strength: a finite number");
+    expect_bad_request(c, small_request_with(R"([{"name": "wide.safetensors", "weight": 1}])"),
+                       "loras[0].weight: unknown field");
+    expect_bad_request(c, small_request_with(R"([{"name": "../outside.safetensors"}])"),
+                       "not a file name inside the server's LoRA folder");
+    expect_bad_request(c, small_request_with("[{\"name\": \"" + tmp.file("outside.safetensors") + "\"}]"),
+                       "not a file name inside the server's LoRA folder");
+    expect_bad_request(c, small_request_with(R"([{"name": "missing.safetensors"}])"),
+                       "loras[0].name: no adapter 'missing.safetensors'");
+    // A file that does not fit the model: named as the request named it, not by the server's path.
+    const httplib::Result wide = post_json(c, small_request_with(R"([{"name": "wide.safetensors"}])"));
+    ASSERT_TRUE(wide);
+    EXPECT_EQ(wide->status, 400);
+    const std::string error = json_of(wide).value("error", "");
+    EXPECT_NE(error.find("loras[0].name: LoRA wide.safetensors: module"), std::string::npos) << error;
+    EXPECT_EQ(error.find(folder), std::string::npos) << error;
+    EXPECT_TRUE(json_of(c.Get("/v1/jobs"))["jobs"].empty());  // nothing was queued
+    EXPECT_EQ(server.stop(), 0) << server.log();
+  }
+  {
+    ServeProcess server;
+    httplib::Client c = server.client();
+    expect_bad_request(c, small_request_with(R"([{"name": "wide.safetensors"}])"), "start it with --lora-dir");
+    EXPECT_NE(json_of(c.Get("/v1/loras")).value("error", "").find("--lora-dir"), std::string::npos);
+    EXPECT_EQ(server.stop(), 0) << server.log();
+  }
+  const std::string command = std::string(VORTEX_CLI_PATH) + " serve --synthetic test --results " + tmp.file("r") +
+                              " --lora-dir " + tmp.file("nowhere") + " >" + tmp.file("out") + " 2>" + tmp.file("err");
+  EXPECT_NE(std::system(command.c_str()), 0);
+  EXPECT_NE(test_util::read_bytes(tmp.file("err")).find("--lora-dir"), std::string::npos);
 }
 
 }  // namespace

@@ -40,6 +40,7 @@
 #include "decode_media.h"
 #include "formats/safetensors.h"
 #include "generate_common.h"
+#include "lora_switch.h"
 #include "service/http_server.h"
 #include "service/job_queue.h"
 
@@ -57,6 +58,7 @@ struct ServeArgs {
   int64_t max_upload_mb = 256;
   std::string media_kind;  // "wav" or "mp4": decode every job's latents; empty: latents only
   MediaRequest media;      // the VAEs (media.out is set from the results folder)
+  std::string lora_dir;    // where requests' LoRA adapters are (empty: requests name none)
 };
 
 // A submitted value as an error shows it: its JSON (non-ASCII escaped), cut after 80 characters so
@@ -193,6 +195,8 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
       if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
     } else if (key == "reference_short_edge") {
       VORTEX_RETURN_IF_ERROR(integer("reference_short_edge", r.reference_short_edge, 1, 1 << 16));
+    } else if (key == "loras") {
+      continue;  // the LoRA folder's check (LoraSwitcher) reads it
     } else if (key == "first_frame" || key == "last_frame") {
       return invalid_argument(key + ": a picture comes as the multipart part '" + key + "' (a PNG), not a field");
     } else if (const ReferencePart* part = sent_as_field(key)) {
@@ -202,7 +206,7 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     } else {
       return invalid_argument("unknown field " + quote(key) +
                               " (fields: prompt, height, width, frames, steps, seed, attention, exact_blocks, "
-                              "text_tokens, text_key, reference_short_edge; text states, keyframes and "
+                              "text_tokens, text_key, reference_short_edge, loras; text states, keyframes and "
                               "references come as the multipart parts 'text', 'first_frame', 'last_frame' and "
                               "'reference_image_<k>', 'reference_video_<k>' or 'reference_audio_<k>' for k = 1, 2, ...)");
     }
@@ -441,6 +445,13 @@ int run_serve(const ServeArgs& args) {
     max_rows = rows->rows;
   }
   ModelOptions model_options = args.model;
+  if (!args.lora_dir.empty()) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(args.lora_dir, error)) {
+      return report_error(invalid_argument("--lora-dir " + quote(args.lora_dir) + ": not a folder"));
+    }
+    model_options.keep_base_weights = true;
+  }
   // Requests may ask for int8fp8 when the device model reserved its workspace (head dim 128 only).
   model_options.int8fp8_workspace = args.model.device == "cuda" && config->attention_head_dim == 128;
   auto text = load_text_conditioner(args.model, *config);
@@ -460,6 +471,21 @@ int run_serve(const ServeArgs& args) {
   std::fprintf(stderr, "vortex serve: loading the model...\n");
   auto model = load_step_model(model_options, max_rows);
   if (!model.ok()) return report_error(model.status());
+  std::optional<LoraSwitcher> loras;
+  if (!args.lora_dir.empty()) {
+    auto switcher = LoraSwitcher::create(args.lora_dir, args.model.loras, *model);
+    if (!switcher.ok()) return report_error(switcher.status());
+    loras.emplace(std::move(*switcher));
+  }
+  // A request's "loras" field: adapters in the LoRA folder, each read against the model at submit.
+  const auto request_loras = [&](const nlohmann::json& body) -> Result<std::vector<RequestLora>> {
+    if (!body.contains("loras")) return std::vector<RequestLora>();
+    VORTEX_ASSIGN_OR_RETURN(std::vector<RequestLora> named, parse_request_loras(body.at("loras")));
+    if (!named.empty() && !loras) {
+      return invalid_argument("loras: this server takes no per-request LoRA adapters (start it with --lora-dir)");
+    }
+    return named;
+  };
   const double load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const std::filesystem::path results(args.results);
 
@@ -503,11 +529,16 @@ int run_serve(const ServeArgs& args) {
       [&](const std::string& id, const nlohmann::json& request, service::JobContext& context) -> Result<nlohmann::json> {
         VORTEX_ASSIGN_OR_RETURN(const RequestOptions r, request_options(request));
         VORTEX_ASSIGN_OR_RETURN(CheckedRequest checked, check_served(r));
+        VORTEX_ASSIGN_OR_RETURN(const std::vector<RequestLora> adapters, request_loras(request));
         const auto progress = [&](const h3::StepProgress& p) {
           context.report(p.step, p.total, p.elapsed_seconds);
           std::fprintf(stderr, "job %s: step %d/%d  %.3f s\n", id.c_str(), p.step, p.total, p.step_seconds);
         };
         std::fprintf(stderr, "job %s: started, %lld rows\n", id.c_str(), static_cast<long long>(checked.rows));
+        if (loras) {
+          context.set_phase("adapters");
+          VORTEX_RETURN_IF_ERROR(loras->use(adapters, *model, "job " + id + ": "));
+        }
         if (!r.prompt.empty()) {
           context.set_phase("encode");
           VORTEX_RETURN_IF_ERROR(encode_prompt(checked, text->get()));
@@ -563,16 +594,21 @@ int run_serve(const ServeArgs& args) {
                 {"max_rows", max_rows}, {"int8fp8", int8fp8_served},
                 {"keyframes", keyframe_encoder->has_value()}, {"references", keyframe_encoder->has_value()},
                 {"video_references", keyframe_encoder->has_value()}, {"soundtrack_references", soundtracks != nullptr},
-                {"vae_encode_precision", args.model.vae_encode_precision}};
+                {"vae_encode_precision", args.model.vae_encode_precision}, {"request_loras", loras.has_value()}};
+  if (loras) hooks.loras = [&loras] { return loras->list(); };
   hooks.check = [&](const nlohmann::json& body, const service::Uploads& uploads) -> Result<nlohmann::json> {
     VORTEX_ASSIGN_OR_RETURN(RequestOptions r, parse_request(body, uploads));
     VORTEX_ASSIGN_OR_RETURN(const CheckedRequest checked, check_served(r));
+    VORTEX_ASSIGN_OR_RETURN(const std::vector<RequestLora> adapters, request_loras(body));
+    if (!adapters.empty()) VORTEX_RETURN_IF_ERROR(loras->check(adapters, *config));
     // The canvas a keyframe request resolved is recorded with it: the job (here, or after a
     // restart) puts the keyframes on the same canvas without deriving it again.
     r.height = checked.video.height;
     r.width = checked.video.width;
     r.size_given = true;
-    return request_json(r);
+    nlohmann::json queued = request_json(r);
+    if (!adapters.empty()) queued["loras"] = request_loras_json(adapters);
+    return queued;
   };
 
   service::HttpServer server(jobs, hooks, args.max_upload_mb << 20);
@@ -630,6 +666,9 @@ void add_serve_command(CLI::App& app, Action& action) {
                   "Also decode each job's latents to a WAV (soundtrack) or an MP4 (picture and sound), as generate --media")
       ->check(CLI::IsMember({"wav", "mp4"}));
   add_vae_options(cmd, args->media);
+  cmd->add_option("--lora-dir", args->lora_dir,
+                  "A folder of LoRA adapters that requests may name (\"loras\": [{\"name\": FILE, \"strength\": S}]), "
+                  "merged after the --lora ones for that job without loading the model again; GET /v1/loras lists them");
   cmd->callback([args, &action, check_model_given] {
     check_model_given();
     action = [args] { return run_serve(*args); };

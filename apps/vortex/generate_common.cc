@@ -57,11 +57,19 @@ Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
   return t;
 }
 
-// Reads the --lora adapters and merges them into the diffusers-named `tensors`; `loras` records them.
+// Reads the --lora adapters and merges them into the diffusers-named `tensors` (kept as they were
+// in loaded.base_weights when asked to); loaded.loras records them, loaded.merged_weights the
+// weights they changed.
 Status merge_lora_options(const ModelOptions& m, h3::NamedTensors& tensors, const h3::H3Config& config, DType dtype,
-                          nlohmann::json& loras) {
+                          LoadedStepModel& loaded) {
+  if (m.keep_base_weights) {
+    loaded.base_weights = tensors;
+    loaded.merge_dtype = dtype;
+  }
+  if (m.loras.empty()) return ok_status();
   VORTEX_ASSIGN_OR_RETURN(const LoraOptions read, read_lora_options(m.loras, config));
-  loras = read.summary;
+  loaded.loras = read.summary;
+  loaded.merged_weights = read.targets();
   size_t modules = 0;
   for (const auto& adapter : read.adapters) modules += adapter.modules.size();
   // The merge of an adapter on every block of the released model takes seconds to minutes on the host.
@@ -80,23 +88,24 @@ std::string loras_phrase(const nlohmann::json& loras) {
   return ", " + std::to_string(loras.size()) + (loras.size() == 1 ? " LoRA adapter" : " LoRA adapters") + " merged";
 }
 
-Result<std::unique_ptr<h3::H3Transformer>> load_transformer(const ModelOptions& m, DType dtype, std::string& source,
-                                                            nlohmann::json& loras) {
+Status load_transformer(const ModelOptions& m, DType dtype, LoadedStepModel& loaded) {
   const auto merge = [&](h3::NamedTensors& tensors, const h3::H3Config& config) {
-    return m.loras.empty() ? ok_status() : merge_lora_options(m, tensors, config, dtype, loras);
+    return merge_lora_options(m, tensors, config, dtype, loaded);
   };
   if (!m.model_path.empty()) {
-    VORTEX_ASSIGN_OR_RETURN(h3::LoadedModel loaded, h3::load_model(m.model_path, dtype, merge));
-    source = m.model_path + " (" + h3::layout_name(loaded.layout) + " layout" + loras_phrase(loras) + ")";
-    return h3::H3Transformer::create(std::move(loaded.weights));
+    VORTEX_ASSIGN_OR_RETURN(h3::LoadedModel model, h3::load_model(m.model_path, dtype, merge));
+    loaded.source = m.model_path + " (" + h3::layout_name(model.layout) + " layout" + loras_phrase(loaded.loras) + ")";
+    VORTEX_ASSIGN_OR_RETURN(loaded.cpu, h3::H3Transformer::create(std::move(model.weights)));
+    return ok_status();
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
   VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, dtype, m.weights_seed));
   VORTEX_RETURN_IF_ERROR(merge(tensors, config));
   VORTEX_ASSIGN_OR_RETURN(h3::H3Weights weights, h3::assemble_weights(tensors, config, dtype));
-  source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
-           loras_phrase(loras) + ")";
-  return h3::H3Transformer::create(std::move(weights));
+  loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
+                  loras_phrase(loaded.loras) + ")";
+  VORTEX_ASSIGN_OR_RETURN(loaded.cpu, h3::H3Transformer::create(std::move(weights)));
+  return ok_status();
 }
 
 #if defined(VORTEX_HAVE_CUDA)
@@ -130,8 +139,7 @@ Result<std::unique_ptr<h3::StepModel>> sequence_parallel_model(
 }
 
 // The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
-Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, std::string& source,
-                                                        nlohmann::json& loras) {
+Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, LoadedStepModel& loaded) {
   h3::CudaModelOptions model_options;
   model_options.int8fp8_attention = m.int8fp8_workspace;
   model_options.recipe = m.recipe == "fp8" ? h3::LinearRecipe::kFp8 : h3::LinearRecipe::kBf16;
@@ -161,23 +169,24 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     if (layout == h3::CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }
-    if (!m.loras.empty()) VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loras));
+    VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loaded));
     VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
-    source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) + loras_phrase(loras) + ")";
+    loaded.source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) +
+                    loras_phrase(loaded.loras) + ")";
     return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
-  if (!m.loras.empty()) {
+  if (!m.loras.empty() || m.keep_base_weights) {
     // The adapters merge on the host, so the synthetic weights are made there (the same bits as
     // the device makes them; synthetic.h), then uploaded like a checkpoint's.
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, DType::kBF16, m.weights_seed));
-    VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loras));
-    source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
-             ", cuda" + gpus_phrase(devices) + loras_phrase(loras) + ")";
+    VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loaded));
+    loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
+                    ", cuda" + gpus_phrase(devices) + loras_phrase(loaded.loras) + ")";
     return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
   }
-  source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
-           ", made on the device" + gpus_phrase(devices) + ")";
+  loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
+                  ", made on the device" + gpus_phrase(devices) + ")";
   return make(config, [&](cudaStream_t stream) { return h3::synthetic_weight_filler(m.weights_seed, stream); });
 }
 #endif
@@ -420,7 +429,7 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
   if (m.device == "cuda") {
 #if defined(VORTEX_HAVE_CUDA)
     VORTEX_RETURN_IF_ERROR(cuda::require_hopper_device("--device cuda"));
-    VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(m, max_rows, loaded.source, loaded.loras));
+    VORTEX_ASSIGN_OR_RETURN(loaded.device, load_cuda_model(m, max_rows, loaded));
 #if defined(VORTEX_HAVE_NCCL)
     if (const auto* group = dynamic_cast<const dist::SequenceParallelH3*>(loaded.device.get())) {
       loaded.device_memory = [group]() -> nlohmann::json {
@@ -450,9 +459,18 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
 #endif
   }
   const DType dtype = m.dtype == "f32" ? DType::kF32 : DType::kBF16;
-  VORTEX_ASSIGN_OR_RETURN(loaded.cpu, load_transformer(m, dtype, loaded.source, loaded.loras));
+  VORTEX_RETURN_IF_ERROR(load_transformer(m, dtype, loaded));
   loaded.cpu_steps = std::make_unique<h3::CpuStepModel>(*loaded.cpu);
   return loaded;
+}
+
+Status LoadedStepModel::replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names) {
+  if (device) return device->replace_weights(weights, names);
+  VORTEX_ASSIGN_OR_RETURN(h3::H3Weights assembled, h3::assemble_weights(weights, cpu->config(), cpu->dtype()));
+  VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<h3::H3Transformer> rebuilt, h3::H3Transformer::create(std::move(assembled)));
+  cpu_steps = std::make_unique<h3::CpuStepModel>(*rebuilt);
+  cpu = std::move(rebuilt);
+  return ok_status();
 }
 
 Status encode_prompt(CheckedRequest& checked, text::TextConditioner* text) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct ModelOptions {
   std::string processor_path;
   // LoRA adapters merged into the transformer's weights at load, in order: "PATH" or "PATH:STRENGTH".
   std::vector<std::string> loras;
+  // Keep the weights as read, before any adapter, so that other adapters can be merged into them
+  // later (serve --lora-dir); on --device cuda the synthetic weights are then made on the host.
+  bool keep_base_weights = false;
 };
 
 // One request: the video's geometry, the schedule, the noise and the text: a prompt (encoded by the
@@ -137,7 +141,16 @@ struct LoadedStepModel {
   std::unique_ptr<h3::StepModel> device;
   std::string source;  // where the weights came from, for the summaries
   nlohmann::json loras = nlohmann::json::array();  // the LoRA adapters merged into them (lora_summary)
+  // ModelOptions::keep_base_weights: the weights before any adapter (host, diffusers names), the
+  // dtype adapters are merged in, and the weights the --lora adapters changed.
+  h3::NamedTensors base_weights;
+  DType merge_dtype = DType::kBF16;
+  std::set<std::string> merged_weights;
   h3::StepModel& steps() { return device ? *device : *cpu_steps; }
+  // The weights named in `names` become those of `weights` (the whole model's, as base_weights with
+  // some replaced): in place on the device; the CPU model is rebuilt from them, and replaced only
+  // once that succeeded.
+  Status replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names);
   // --device cuda: the device memory the run used (weight arena, activation arena's peak, and
   // what cudaMemGetInfo reports in use), for the summary JSON.
   std::function<nlohmann::json()> device_memory;

@@ -17,22 +17,6 @@ const char* const kLoraHelp =
 
 namespace {
 
-struct LoraSpec {
-  std::string path;
-  double strength = 1.0;
-};
-
-LoraSpec parse_lora_spec(const std::string& text) {
-  std::error_code error;
-  const size_t colon = text.rfind(':');
-  if (std::filesystem::is_regular_file(text, error) || colon == std::string::npos) return {text, 1.0};
-  const std::string strength = text.substr(colon + 1);
-  char* end = nullptr;
-  const double value = std::strtod(strength.c_str(), &end);
-  if (strength.empty() || end != strength.c_str() + strength.size() || !std::isfinite(value)) return {text, 1.0};
-  return {text.substr(0, colon), value};
-}
-
 // The file's SHA-256, read in 4 MB pieces (an H3 LoRA is up to a few GB).
 Result<std::string> file_sha256(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
@@ -49,24 +33,55 @@ Result<std::string> file_sha256(const std::string& path) {
 
 }  // namespace
 
+LoraSpec parse_lora_spec(const std::string& text) {
+  std::error_code error;
+  const size_t colon = text.rfind(':');
+  if (std::filesystem::is_regular_file(text, error) || colon == std::string::npos) return {text, 1.0};
+  const std::string strength = text.substr(colon + 1);
+  char* end = nullptr;
+  const double value = std::strtod(strength.c_str(), &end);
+  if (strength.empty() || end != strength.c_str() + strength.size() || !std::isfinite(value)) return {text, 1.0};
+  return {text.substr(0, colon), value};
+}
+
 std::vector<h3::LoraApplication> LoraOptions::applications() const {
   std::vector<h3::LoraApplication> out;
   for (size_t i = 0; i < adapters.size(); ++i) out.push_back({&adapters[i], strengths[i]});
   return out;
 }
 
+std::set<std::string> LoraOptions::targets() const {
+  std::set<std::string> out;
+  for (const h3::LoraAdapter& adapter : adapters) {
+    for (const h3::LoraModule& module : adapter.modules) out.insert(module.target + ".weight");
+  }
+  return out;
+}
+
+void LoraOptions::append(LoraOptions&& more) {
+  for (auto& adapter : more.adapters) adapters.push_back(std::move(adapter));
+  strengths.insert(strengths.end(), more.strengths.begin(), more.strengths.end());
+  for (auto& entry : more.summary) summary.push_back(std::move(entry));
+}
+
 Result<LoraOptions> read_lora_options(const std::vector<std::string>& specs, const h3::H3Config& config) {
+  std::vector<LoraSpec> parsed;
+  for (const std::string& text : specs) parsed.push_back(parse_lora_spec(text));
+  return read_lora_options(parsed, config, "--lora");
+}
+
+Result<LoraOptions> read_lora_options(const std::vector<LoraSpec>& specs, const h3::H3Config& config,
+                                      const std::string& context) {
   LoraOptions out;
   out.adapters.reserve(specs.size());
-  for (const std::string& text : specs) {
-    const LoraSpec spec = parse_lora_spec(text);
+  for (const LoraSpec& spec : specs) {
     auto adapter = h3::read_lora(spec.path, config);
-    if (!adapter.ok()) return adapter.status().with_context("--lora");
+    if (!adapter.ok()) return adapter.status().with_context(context);
     for (const std::string& w : adapter->warnings) {
-      std::fprintf(stderr, "vortex: --lora %s: %s\n", spec.path.c_str(), w.c_str());
+      std::fprintf(stderr, "vortex: %s %s: %s\n", context.c_str(), spec.path.c_str(), w.c_str());
     }
     auto sha256 = file_sha256(spec.path);
-    if (!sha256.ok()) return sha256.status().with_context("--lora");
+    if (!sha256.ok()) return sha256.status().with_context(context);
     out.summary.push_back({{"path", spec.path},
                            {"sha256", *sha256},
                            {"strength", spec.strength},

@@ -69,6 +69,10 @@ Result<h3::StepOutputs> SequenceParallelH3::step(const h3::StepInputs& inputs) {
   return std::move(outputs[0]);
 }
 
+Status SequenceParallelH3::replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names) {
+  return group_->run_ranks([&](int rank) { return ranks_[rank].model->replace_weights(weights, names); });
+}
+
 void SequenceParallelH3::set_cuda_graphs(bool on) {
   for (Rank& r : ranks_) r.model->set_cuda_graphs(on && !group_->on_one_device());
 }

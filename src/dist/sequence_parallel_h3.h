@@ -45,6 +45,8 @@ class SequenceParallelH3 : public h3::StepModel {
   Status prepare(const h3::PackedLayout& layout, const Tensor& text_states) override;
   Status plan_steps(const std::vector<std::vector<float>>& step_timesteps) override;
   Result<h3::StepOutputs> step(const h3::StepInputs& inputs) override;
+  // Every rank writes the named weights again (CudaH3Transformer::refill_weights).
+  Status replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names) override;
 
   int size() const { return group_->size(); }
   // Per rank: the model's weights and peak activations, and the exchange's buffers.

@@ -178,6 +178,12 @@ struct HttpServer::Impl {
       const std::string id = req.matches[1];
       send_job_file(id, "media", hooks.media_path(id), hooks.media_content_type, res);
     });
+    server.Get("/v1/loras", [this](const httplib::Request&, httplib::Response& res) {
+      if (!hooks.loras) {
+        return send_error(res, 404, "this server takes no per-request LoRA adapters (start it with --lora-dir)");
+      }
+      send_json(res, 200, {{"loras", hooks.loras()}});
+    });
     server.Get("/healthz", [this](const httplib::Request&, httplib::Response& res) {
       nlohmann::json body = hooks.info;
       body["status"] = "ok";

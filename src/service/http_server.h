@@ -10,6 +10,7 @@
 //   DELETE /v1/jobs/{id}          cancel: at once when queued, at the next step when running
 //   GET    /v1/jobs/{id}/latents  the latents (safetensors) of a succeeded job; 409 before that
 //   GET    /v1/jobs/{id}/media    its WAV or MP4, on a server that decodes media
+//   GET    /v1/loras              the LoRA adapters requests may name, on a server that takes them
 //   GET    /healthz               the hooks' info and the queue's counts
 //   GET    /metrics               the same counts in the Prometheus text format
 //
@@ -46,6 +47,8 @@ struct ServerHooks {
   // Its media file and that file's content type; null when the server decodes no media.
   std::function<std::string(const std::string& id)> media_path;
   std::string media_content_type;
+  // The LoRA adapters requests may name (a JSON array); null when requests name none.
+  std::function<nlohmann::json()> loras;
   std::string upload_dir;  // where uploaded files are kept (the jobs read them later)
   nlohmann::json info;     // shown by /healthz
 };

@@ -1,13 +1,22 @@
 // A LoRA-merged model on the GPU: the weights merge on the host (models/h3/lora.h) and upload like
 // a checkpoint's; its forward against the reference's fp32 forward of the merged model and against
-// the CPU program on the same merged weights.
+// the CPU program on the same merged weights. Serve's per-request adapters: weights written again in
+// place give the bits of a model loaded with them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <set>
 
 #include "h3_golden_util.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/lora.h"
 #include "models/h3/weights.h"
+#if defined(VORTEX_HAVE_NCCL)
+#include "dist/sequence_parallel_h3.h"
+#endif
 
 namespace vortex {
 namespace {
@@ -45,6 +54,85 @@ TEST(GpuH3Lora, StackedAdaptersMatchTheReferenceAndTheCpuProgram) {
     EXPECT_LE(vs_reference, 2e-2) << name;
     EXPECT_LE(vs_cpu, 2e-2) << name;
     std::printf("lora stacked %s: rel-L2 vs reference (fp32) %.3e, vs CPU bf16 %.3e\n", name, vs_reference, vs_cpu);
+  }
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adapters) {
+  std::set<std::string> out;
+  for (const h3::LoraAdapter* a : adapters) {
+    for (const h3::LoraModule& m : a->modules) out.insert(m.target + ".weight");
+  }
+  return out;
+}
+
+// One model under both recipes and both AdaLN table modes (and, where NCCL is built, two
+// sequence-parallel ranks on this GPU): the base weights, then adapter set A written in place, then
+// set B (A's weights restored where B does not touch them), then the base again. Each forward is
+// bitwise the forward of a model created from those weights.
+TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config config = must(h3::config_from_file(golden_path("h3_lora/config.json")));
+  const h3::NamedTensors base =
+      must(h3::read_all(must(ShardedCheckpoint::open(golden_path("h3_lora/base.safetensors")))));
+  std::vector<h3::LoraAdapter> adapters;
+  for (const char* name : {"kohya_original", "diffsynth", "musubi"}) {  // every kind of linear between them
+    adapters.push_back(must(h3::read_lora(golden_path(std::string("h3_lora/") + name + ".safetensors"), config)));
+  }
+  h3::NamedTensors set_a = base, set_b = base;
+  must(h3::merge_loras(set_a, {{&adapters[0], 1.0}}, DType::kBF16));
+  must(h3::merge_loras(set_b, {{&adapters[1], -0.75}, {&adapters[2], 0.5}}, DType::kBF16));
+  const std::set<std::string> targets_a = targets_of({&adapters[0]});
+  const std::set<std::string> targets_b = targets_of({&adapters[1], &adapters[2]});
+  std::set<std::string> a_or_b = targets_a;
+  a_or_b.insert(targets_b.begin(), targets_b.end());
+  const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
+  const test::GoldenCase golden = must(test::read_golden_case(expected));
+  const int64_t rows = golden.layout.num_rows;
+
+  using Make = std::function<std::unique_ptr<h3::StepModel>(const h3::NamedTensors&, const h3::CudaModelOptions&)>;
+  std::vector<std::pair<std::string, Make>> kinds = {
+      {"one GPU", [&](const h3::NamedTensors& w, const h3::CudaModelOptions& o) -> std::unique_ptr<h3::StepModel> {
+         return must(h3::CudaH3Transformer::create(config, h3::host_weight_filler(w, nullptr), rows, nullptr, o));
+       }}};
+#if defined(VORTEX_HAVE_NCCL)
+  kinds.push_back({"2 ranks on GPU 0", [&](const h3::NamedTensors& w, const h3::CudaModelOptions& o) -> std::unique_ptr<h3::StepModel> {
+                     const auto filler_for = [&](cudaStream_t s) { return h3::host_weight_filler(w, s); };
+                     return must(dist::SequenceParallelH3::create(
+                         config, filler_for, rows, must(dist::LocalGpuGroup::create_on_one_device(0, 2)), o));
+                   }});
+#endif
+  const auto run = [&](h3::StepModel& model) {
+    must(model.prepare(golden.layout, golden.text_states));
+    must(model.plan_steps({golden.step.timesteps.timesteps}));
+    return must(model.step(golden.step));
+  };
+  for (const auto& [kind, make] : kinds) {
+    for (const h3::LinearRecipe recipe : {h3::LinearRecipe::kBf16, h3::LinearRecipe::kFp8}) {
+      for (const h3::AdaLnTables tables : {h3::AdaLnTables::kPerStep, h3::AdaLnTables::kPerRequest}) {
+        h3::CudaModelOptions options;
+        options.recipe = recipe;
+        options.adaln_tables = tables;
+        SCOPED_TRACE(kind + (recipe == h3::LinearRecipe::kFp8 ? ", fp8" : ", bf16") +
+                     (tables == h3::AdaLnTables::kPerStep ? ", tables per step" : ", tables per request"));
+        std::unique_ptr<h3::StepModel> model = make(base, options);
+        const h3::StepOutputs base_out = run(*model);
+        for (const auto& [weights, names, what] :
+             {std::tuple{&set_a, &targets_a, "set A"}, std::tuple{&set_b, &a_or_b, "set B after A"},
+              std::tuple{&base, &targets_b, "the base after B"}}) {
+          must(model->replace_weights(*weights, *names));
+          const h3::StepOutputs out = run(*model);
+          const h3::StepOutputs fresh = weights == &base ? base_out : run(*make(*weights, options));
+          EXPECT_TRUE(same_bits(out.video_velocity, fresh.video_velocity)) << what;
+          EXPECT_TRUE(same_bits(out.audio_velocity, fresh.audio_velocity)) << what;
+          if (weights != &base) EXPECT_FALSE(same_bits(out.video_velocity, base_out.video_velocity)) << what;
+        }
+      }
+    }
   }
 }
 

@@ -140,6 +140,7 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
     const TensorSpec& spec = *it->second;
     VORTEX_ASSIGN_OR_RETURN(Tensor t, weights_arena_.alloc(spec.shape, spec.fp32_island ? DType::kF32 : DType::kBF16));
     VORTEX_RETURN_IF_ERROR(fill(spec, t));
+    resident_[name] = t;
     return t;
   };
   auto linear = [&](const std::string& prefix, bool bias) -> Result<Linear> {
@@ -161,10 +162,13 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
       const TensorSpec* qkv[3] = {specs.at(p + ".attn.to_q.weight"), specs.at(p + ".attn.to_k.weight"),
                                   specs.at(p + ".attn.to_v.weight")};
       VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, qkv, 3, staging, false, b.fp8.qkv));
-      for (auto [name, target] : {std::pair{".attn.to_out.0.weight", &b.fp8.out},
-                                  std::pair{".ff.net.0.proj.weight", &b.fp8.fc1}, std::pair{".ff.net.2.weight", &b.fp8.fc2}}) {
+      fp8_slots_.push_back({b.index, Fp8Slot::kQkv, {*qkv[0], *qkv[1], *qkv[2]}});
+      for (auto [name, target, which] : {std::tuple{".attn.to_out.0.weight", &b.fp8.out, Fp8Slot::kOut},
+                                         std::tuple{".ff.net.0.proj.weight", &b.fp8.fc1, Fp8Slot::kFc1},
+                                         std::tuple{".ff.net.2.weight", &b.fp8.fc2, Fp8Slot::kFc2}}) {
         const TensorSpec* part = specs.at(p + name);
-        VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, &part, 1, staging, target == &b.fp8.out, *target));
+        VORTEX_RETURN_IF_ERROR(load_fp8_linear(fill, &part, 1, staging, which == Fp8Slot::kOut, *target));
+        fp8_slots_.push_back({b.index, which, {*part}});
       }
       if (adaln_resident) {
         VORTEX_ASSIGN_OR_RETURN(b.adaln, linear(p + ".adaln_proj.linear", true));
@@ -178,6 +182,7 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
     for (int i = 0; i < 3; ++i) {
       VORTEX_ASSIGN_OR_RETURN(Tensor rows, b.qkv.weight.slice(0, i * inner, (i + 1) * inner));
       VORTEX_RETURN_IF_ERROR(fill(*specs.at(p + parts[i]), rows));
+      resident_[p + parts[i]] = rows;
     }
     VORTEX_ASSIGN_OR_RETURN(b.out, linear(p + ".attn.to_out.0", false));
     VORTEX_ASSIGN_OR_RETURN(b.fc1, linear(p + ".ff.net.0.proj", false));
@@ -216,9 +221,12 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
 }
 
 // Fills the parts of one linear (q, k, v stacked for the fused QKV) in bf16 into `staging`, then
-// quantizes them per output channel (or per output channel and 128 inputs) into the weights arena.
+// quantizes them per output channel (or per output channel and 128 inputs) into the weights arena
+// (or `destination`).
 Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count,
-                                          cuda::DeviceArena& staging, bool block_scales, cuda::Fp8Weight& out) {
+                                          cuda::DeviceArena& staging, bool block_scales, cuda::Fp8Weight& out,
+                                          cuda::DeviceArena* destination) {
+  cuda::DeviceArena& into = destination ? *destination : weights_arena_;
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) rows += parts[i]->shape[0];
   const size_t mark = staging.mark();
@@ -230,8 +238,8 @@ Status CudaH3Transformer::load_fp8_linear(const WeightFiller& fill, const Tensor
       VORTEX_RETURN_IF_ERROR(fill(*parts[i], slice));
       row += parts[i]->shape[0];
     }
-    VORTEX_ASSIGN_OR_RETURN(out, block_scales ? cuda::quantize_weight_fp8_blocks(w, weights_arena_, stream_)
-                                              : cuda::quantize_weight_fp8(w, weights_arena_, stream_));
+    VORTEX_ASSIGN_OR_RETURN(out, block_scales ? cuda::quantize_weight_fp8_blocks(w, into, stream_)
+                                              : cuda::quantize_weight_fp8(w, into, stream_));
     // The next linear reuses the staging memory: the quantize pass must have read it.
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return ok_status();

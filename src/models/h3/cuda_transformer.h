@@ -16,6 +16,9 @@
 
 #include <functional>
 #include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cuda/gemm.h"
@@ -130,6 +133,16 @@ class CudaH3Transformer : public StepModel {
   // Switches CudaModelOptions::fold_ffn_residual for the following forwards.
   void set_fold_ffn_residual(bool on) { fold_ffn_residual_ = on; }
 
+  // Writes the weights named in `names` (diffusers names) again from `fill`, in place, as create()
+  // wrote them (the fp8 recipe quantizes a changed linear again); `fill` then stands for the whole
+  // model (AdaLnTables::kPerRequest streams the AdaLN weights from it in plan_steps). The captured
+  // graphs stay valid: no address changes. For serve's per-request LoRA adapters
+  // (cuda_transformer_reload.cc).
+  Status refill_weights(const WeightFiller& fill, const std::set<std::string>& names);
+  Status replace_weights(const NamedTensors& weights, const std::set<std::string>& names) override {
+    return refill_weights(host_weight_filler(weights, stream_), names);
+  }
+
  private:
   struct Linear {
     Tensor weight, bias;  // device
@@ -151,6 +164,17 @@ class CudaH3Transformer : public StepModel {
   };
 
   static constexpr int64_t kMaxTimesteps = kDeviceMaxTimesteps;
+
+  // A transformer block's linear under the fp8 recipe: the bf16 weights it was quantized from.
+  struct Fp8Slot {
+    enum Linear { kQkv, kOut, kFc1, kFc2 };
+    int block = 0;
+    Linear linear = kQkv;
+    std::vector<TensorSpec> parts;  // q, k, v for kQkv; else the one weight
+    cuda::Fp8Weight& in(Block& b) const {
+      return linear == kQkv ? b.fp8.qkv : linear == kOut ? b.fp8.out : linear == kFc1 ? b.fp8.fc1 : b.fp8.fc2;
+    }
+  };
 
   CudaH3Transformer() = default;
   Status load_weights(const WeightFiller& fill);
@@ -191,9 +215,9 @@ class CudaH3Transformer : public StepModel {
                            const PendingResidual* pending_in,
                            PendingResidual* pending_out);
   // block_scales: one scale per output channel and 128 inputs (the out projection's weight),
-  // else one per output channel.
+  // else one per output channel. The codes and scales go into the weights arena, or `destination`.
   Status load_fp8_linear(const WeightFiller& fill, const TensorSpec* const* parts, int count, cuda::DeviceArena& staging,
-                         bool block_scales, cuda::Fp8Weight& out);
+                         bool block_scales, cuda::Fp8Weight& out, cuda::DeviceArena* destination = nullptr);
   Status feed_forward(const Block& b, const Tensor& h, const Tensor& out);
   // One block in place on x. pending_in: the previous block's FFN residual, added by this block's
   // first norm; pending_out: where to leave this block's instead of adding it (both transformer
@@ -231,6 +255,10 @@ class CudaH3Transformer : public StepModel {
   Linear proj_in_, audio_proj_in_, context_embedder_, norm_out_linear_, proj_out_, audio_proj_out_;
   Tensor refiner_final_norm_, norm_out_norm_;
   std::vector<Block> refiner_, blocks_;
+  // Where load_weights wrote each weight it keeps as given (the time MLP's are downloaded from
+  // theirs), and the fp8 recipe's quantized linears: what refill_weights writes again.
+  std::unordered_map<std::string, Tensor> resident_;
+  std::vector<Fp8Slot> fp8_slots_;
 
   int64_t max_rows_ = 0;
   const PackedLayout* layout_ = nullptr;
