@@ -14,11 +14,15 @@
 #include <regex>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "formats/safetensors.h"
 #include "safetensors_test_util.h"
+#include "vortex/tensor.h"
 
 extern char** environ;
 
@@ -125,6 +129,21 @@ inline void expect_bad_request(httplib::Client& c, const std::string& body, cons
   const std::string error = json_of(r).value("error", "");
   EXPECT_NE(error.find(needle), std::string::npos) << r->body;
   EXPECT_EQ(error.find('\n'), std::string::npos) << r->body;  // one line, whatever the request held
+}
+
+// A rank-2 LoRA adapter in diffusers names: each target linear with its [out, in]; `seed` shifts
+// the factors' values.
+inline void write_lora(const std::string& path, const std::vector<std::tuple<std::string, int64_t, int64_t>>& linears,
+                float seed) {
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [target, out, in] : linears) {
+    std::vector<float> down(static_cast<size_t>(2 * in)), up(static_cast<size_t>(out * 2));
+    for (size_t i = 0; i < down.size(); ++i) down[i] = 0.05f * static_cast<float>((i * 3 + 1) % 7) - seed;
+    for (size_t i = 0; i < up.size(); ++i) up[i] = 0.03f * static_cast<float>(i % 5) - 0.5f * seed;
+    tensors.emplace_back("transformer." + target + ".lora_A.weight", Tensor::from_f32(down, {2, in}));
+    tensors.emplace_back("transformer." + target + ".lora_B.weight", Tensor::from_f32(up, {out, 2}));
+  }
+  ASSERT_TRUE(write_safetensors(path, tensors).ok());
 }
 
 }  // namespace vortex::test_util

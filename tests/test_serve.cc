@@ -34,6 +34,7 @@ using test_util::post_json;
 using test_util::ServeProcess;
 using test_util::TempDir;
 using test_util::wait_for_state;
+using test_util::write_lora;
 
 constexpr const char* kSmallRequest = R"({"height": 64, "width": 64, "frames": 22, "steps": 3, "seed": 5, "text_tokens": 4})";
 // ~0.3 s per step on the test preset: long enough to be cancelled or to hold the queue.
@@ -305,20 +306,6 @@ TEST(CliServe, LoraAdaptersAreMergedAsGenerateMergesThem) {
   EXPECT_EQ(done["result"]["checksums"], with["checksums"]);
   EXPECT_NE(done["result"]["checksums"], generate(server.dir(), "--text-tokens 4")["checksums"]);
   EXPECT_EQ(server.stop(), 0) << server.log();
-}
-
-// A rank-2 adapter in diffusers names on the test preset's linears: target → its [out, in].
-void write_lora(const std::string& path, const std::vector<std::tuple<std::string, int64_t, int64_t>>& linears,
-                float seed) {
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [target, out, in] : linears) {
-    std::vector<float> down(static_cast<size_t>(2 * in)), up(static_cast<size_t>(out * 2));
-    for (size_t i = 0; i < down.size(); ++i) down[i] = 0.05f * static_cast<float>((i * 3 + 1) % 7) - seed;
-    for (size_t i = 0; i < up.size(); ++i) up[i] = 0.03f * static_cast<float>(i % 5) - 0.5f * seed;
-    tensors.emplace_back("transformer." + target + ".lora_A.weight", Tensor::from_f32(down, {2, in}));
-    tensors.emplace_back("transformer." + target + ".lora_B.weight", Tensor::from_f32(up, {out, 2}));
-  }
-  ASSERT_TRUE(write_safetensors(path, tensors).ok());
 }
 
 std::string small_request_with(const std::string& loras) {

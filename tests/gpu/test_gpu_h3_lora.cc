@@ -121,9 +121,13 @@ TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
                      (tables == h3::AdaLnTables::kPerStep ? ", tables per step" : ", tables per request"));
         std::unique_ptr<h3::StepModel> model = make(base, options);
         const h3::StepOutputs base_out = run(*model);
-        for (const auto& [weights, names, what] :
-             {std::tuple{&set_a, &targets_a, "set A"}, std::tuple{&set_b, &a_or_b, "set B after A"},
-              std::tuple{&base, &targets_b, "the base after B"}}) {
+        struct Phase {
+          const h3::NamedTensors* weights;
+          const std::set<std::string>* names;
+          const char* what;
+        };
+        for (const auto& [weights, names, what] : {Phase{&set_a, &targets_a, "set A"}, Phase{&set_b, &a_or_b, "set B after A"},
+                                                   Phase{&base, &targets_b, "the base after B"}}) {
           must(model->replace_weights(*weights, *names));
           const h3::StepOutputs out = run(*model);
           const h3::StepOutputs fresh = weights == &base ? base_out : run(*make(*weights, options));
