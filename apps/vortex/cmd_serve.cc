@@ -10,6 +10,9 @@
 // reference_audio_<k> (a soundtrack, encoded by the audio VAE's encoder, loaded once; a video's
 // soundtrack likewise).
 //
+// With --lora-dir a request may name LoRA adapters of that folder ("loras"); they are merged into
+// the loaded model's weights before its job runs (lora_switch.h).
+//
 // Every job's state is kept in RESULTS/<id>.job.json; a server started on the same folder lists the
 // finished jobs again and runs what was queued or running when the last one stopped (a restart
 // loses nothing that was accepted).
