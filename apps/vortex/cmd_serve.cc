@@ -64,15 +64,6 @@ struct ServeArgs {
   std::string lora_dir;    // where requests' LoRA adapters are (empty: requests name none)
 };
 
-// A submitted value as an error shows it: its JSON (non-ASCII escaped), cut after 80 characters so
-// that a megabyte-long value does not make a megabyte-long message.
-std::string shown(const nlohmann::json& value) {
-  constexpr size_t kMaxShown = 80;
-  const std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
-  if (text.size() <= kMaxShown) return text;
-  return text.substr(0, kMaxShown) + "... (" + std::to_string(text.size()) + " characters)";
-}
-
 // A served request's JSON keys are the generate flags' names with '_' for '-'.
 std::string json_field(const std::string& flag) {
   std::string f = flag;
@@ -154,7 +145,7 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
   r.field_name = json_field;
   const auto integer = [&](const char* key, auto& out, int64_t lo, int64_t hi) -> Status {
     const nlohmann::json& v = body.at(key);
-    if (!v.is_number_integer()) return invalid_argument(std::string(key) + ": an integer is expected, got " + shown(v));
+    if (!v.is_number_integer()) return invalid_argument(std::string(key) + ": an integer is expected, got " + shown_value(v));
     const int64_t x = v.get<int64_t>();
     if (x < lo || x > hi) {
       return invalid_argument(std::string(key) + ": " + std::to_string(x) + " is outside [" + std::to_string(lo) +
@@ -175,25 +166,25 @@ Result<RequestOptions> parse_request(const nlohmann::json& body, const service::
     } else if (key == "text_tokens") {
       VORTEX_RETURN_IF_ERROR(integer("text_tokens", r.text_tokens, 0, 1 << 20));
     } else if (key == "seed") {
-      if (!value.is_number_unsigned()) return invalid_argument("seed: a non-negative integer is expected, got " + shown(value));
+      if (!value.is_number_unsigned()) return invalid_argument("seed: a non-negative integer is expected, got " + shown_value(value));
       r.seed = value.get<uint64_t>();
     } else if (key == "attention") {
       if (!value.is_string() || (value != "exact" && value != "int8fp8")) {
-        return invalid_argument("attention: \"exact\" or \"int8fp8\" is expected, got " + shown(value));
+        return invalid_argument("attention: \"exact\" or \"int8fp8\" is expected, got " + shown_value(value));
       }
       r.attention = value.get<std::string>();
     } else if (key == "exact_blocks") {
-      if (!value.is_array()) return invalid_argument("exact_blocks: an array of block indices is expected, got " + shown(value));
+      if (!value.is_array()) return invalid_argument("exact_blocks: an array of block indices is expected, got " + shown_value(value));
       for (const nlohmann::json& b : value) {
         const std::optional<int> block = json_int(b);  // the plan checks the range
-        if (!block) return invalid_argument("exact_blocks: " + shown(b) + " is not a block index");
+        if (!block) return invalid_argument("exact_blocks: " + shown_value(b) + " is not a block index");
         r.exact_blocks.push_back(*block);
       }
     } else if (key == "text_key") {
-      if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + shown(value));
+      if (!value.is_string()) return invalid_argument("text_key: a string is expected, got " + shown_value(value));
       r.text_key = value.get<std::string>();
     } else if (key == "prompt") {
-      if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + shown(value));
+      if (!value.is_string()) return invalid_argument("prompt: a string is expected, got " + shown_value(value));
       r.prompt = value.get<std::string>();
       if (r.prompt.empty()) return invalid_argument("prompt: empty (H3 needs at least one text token)");
     } else if (key == "reference_short_edge") {

@@ -193,6 +193,13 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
 
 }  // namespace
 
+std::string shown_value(const nlohmann::json& value) {
+  constexpr size_t kMaxShown = 80;
+  const std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true);
+  if (text.size() <= kMaxShown) return text;
+  return text.substr(0, kMaxShown) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
 std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
   auto* model = cmd->add_option("--model", m.model_path, "Checkpoint: .safetensors file, index JSON or folder");
   auto* synthetic = cmd->add_option("--synthetic", m.synthetic_preset,

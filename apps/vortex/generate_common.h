@@ -25,6 +25,10 @@
 
 namespace vortex::cli {
 
+// A submitted value as an error shows it: its JSON (non-ASCII escaped), cut after 80 characters so
+// that a megabyte-long value does not make a megabyte-long message.
+std::string shown_value(const nlohmann::json& value);
+
 // The model: where its weights come from and how it runs.
 struct ModelOptions {
   std::string model_path;        // a checkpoint, or empty for

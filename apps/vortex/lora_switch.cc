@@ -34,12 +34,8 @@ Status named_as_requested(const Status& error, const std::string& path, const st
 }  // namespace
 
 Result<std::vector<RequestLora>> parse_request_loras(const nlohmann::json& value) {
-  const auto shown = [](const nlohmann::json& v) {
-    const std::string text = v.dump(-1, ' ', /*ensure_ascii=*/true);
-    return text.size() <= 80 ? text : text.substr(0, 80) + "...";
-  };
   if (!value.is_array()) {
-    return invalid_argument("loras: an array of {\"name\": ..., \"strength\": ...} is expected, got " + shown(value));
+    return invalid_argument("loras: an array of {\"name\": ..., \"strength\": ...} is expected, got " + shown_value(value));
   }
   if (value.size() > kMaxRequestLoras) {
     return invalid_argument("loras: " + std::to_string(value.size()) + " adapters; a request may name at most " +
@@ -50,18 +46,18 @@ Result<std::vector<RequestLora>> parse_request_loras(const nlohmann::json& value
     const nlohmann::json& entry = value[i];
     if (!entry.is_object()) {
       return invalid_argument("loras[" + std::to_string(i) + "]: an object {\"name\": ..., \"strength\": ...} is "
-                              "expected, got " + shown(entry));
+                              "expected, got " + shown_value(entry));
     }
     RequestLora lora;
     for (const auto& [key, v] : entry.items()) {
       if (key == "name") {
         if (!v.is_string() || v.get<std::string>().empty()) {
-          return invalid_argument(field(i, "name") + ": a file name is expected, got " + shown(v));
+          return invalid_argument(field(i, "name") + ": a file name is expected, got " + shown_value(v));
         }
         lora.name = v.get<std::string>();
       } else if (key == "strength") {
         if (!v.is_number() || !std::isfinite(v.get<double>())) {
-          return invalid_argument(field(i, "strength") + ": a finite number is expected, got " + shown(v));
+          return invalid_argument(field(i, "strength") + ": a finite number is expected, got " + shown_value(v));
         }
         lora.strength = v.get<double>();
       } else {
