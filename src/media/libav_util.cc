@@ -2,12 +2,22 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 namespace vortex::media {
 namespace {
 
 std::mutex g_log_mutex;
+
+#if defined(__GLIBC__)
+std::mutex g_heap_mutex;
+int g_zero_filled_holders = 0;  // ZeroFilledHeap objects alive
+#endif
 std::string g_last_error;  // the last error-level line libav logged, without its newline
 
 // Decoders log from their own threads, so the line is kept under a lock.
@@ -45,5 +55,25 @@ Status av_failure(const std::string& path, const std::string& call, int err) {
   if (err == AVERROR_INVALIDDATA) return corrupt_data(text);
   return io_error(text);
 }
+
+#if defined(__GLIBC__)
+// glibc fills a new block with (perturb ^ 0xff) and a freed one with perturb; 0 turns it off.
+ZeroFilledHeap::ZeroFilledHeap() {
+  const std::lock_guard<std::mutex> lock(g_heap_mutex);
+  if (g_zero_filled_holders++ == 0) mallopt(M_PERTURB, 0xff);
+}
+
+ZeroFilledHeap::~ZeroFilledHeap() {
+  const std::lock_guard<std::mutex> lock(g_heap_mutex);
+  if (--g_zero_filled_holders == 0) {
+    // glibc read MALLOC_PERTURB_ at start the same way (atoi).
+    const char* started = std::getenv("MALLOC_PERTURB_");
+    mallopt(M_PERTURB, started != nullptr ? std::atoi(started) : 0);
+  }
+}
+#else
+ZeroFilledHeap::ZeroFilledHeap() = default;
+ZeroFilledHeap::~ZeroFilledHeap() = default;
+#endif
 
 }  // namespace vortex::media

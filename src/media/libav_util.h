@@ -62,4 +62,20 @@ void capture_libav_log();
 // the text is libav's, with its last logged error line.
 Status av_failure(const std::string& path, const std::string& call, int err);
 
+// While one lives, every heap block the process allocates (malloc, not calloc) starts zero-filled
+// (glibc's malloc perturb setting; elsewhere it does nothing). libx264 (every preset but
+// ultrafast) reads heap bytes it never wrote in its lookahead, so without this the same frames
+// could encode to other bits whenever earlier work left other bytes on the heap (another thread
+// count, another job in the same server): the MP4 must be as reproducible as the frames. Freed
+// blocks are overwritten too, so the cost is a memset per allocation and free while it lives;
+// it ends with the setting the process started with (MALLOC_PERTURB_). Nests and may be held
+// from several threads at once.
+class ZeroFilledHeap {
+ public:
+  ZeroFilledHeap();
+  ~ZeroFilledHeap();
+  ZeroFilledHeap(const ZeroFilledHeap&) = delete;
+  ZeroFilledHeap& operator=(const ZeroFilledHeap&) = delete;
+};
+
 }  // namespace vortex::media

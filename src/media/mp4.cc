@@ -411,6 +411,7 @@ Status write_mp4(const std::string& path, const Tensor& video, int fps, const Te
   }
 
   TempFile tmp(path);
+  const ZeroFilledHeap reproducible_encoder;  // see libav_util.h: libx264 reads bytes it never wrote
   // "file:" keeps a ':' in the path from being read as a protocol name.
   VORTEX_RETURN_IF_ERROR(encode_file(path, "file:" + tmp.path(), v, fps, sound.get(), options));
   return tmp.commit();

@@ -14,6 +14,9 @@
 // frame, and is cut or padded with silence to fit. Samples are clipped to [-1, 1].
 // Timing: video pts count frames in a 1/fps time base, audio pts count samples; packets are
 // written interleaved in time order and the `faststart` flag moves the index to the front.
+// Bits: the same input and options give the same file on every run with the same libav and
+// libx264, whatever else the process did before (media::ZeroFilledHeap in libav_util.h says why
+// that needs care).
 #pragma once
 
 #include <string>
