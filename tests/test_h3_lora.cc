@@ -29,6 +29,7 @@ class H3LoraFile : public testing::Test {
   Tensor matrix(int64_t rows, int64_t cols, float value = 0.01f) {
     return Tensor::from_f32(std::vector<float>(rows * cols, value), {rows, cols});
   }
+  Tensor vector(int64_t n, float value = 0.5f) { return Tensor::from_f32(std::vector<float>(n, value), {n}); }
   std::string write(const h3::NamedTensors& tensors, const std::map<std::string, std::string>& metadata = {}) {
     const std::string path = dir.file("lora" + std::to_string(count++) + ".safetensors");
     must(write_safetensors(path, tensors, metadata));
@@ -64,22 +65,37 @@ TEST_F(H3LoraFile, EachProblemIsNamed) {
   expect_error(dir.file("garbage.safetensors"), "garbage.safetensors");
   expect_error(write({}), "holds no tensors");
 
+  // DoRA magnitudes and lora_B biases: vectors of the linear's width, a bias only where the linear
+  // has one; kohya's dora_scale and the original layouts' magnitudes and biases refused.
   auto dora = to_q();
   dora.push_back({"transformer.transformer_blocks.0.attn.to_q.lora_magnitude_vector", matrix(1, 72)});
-  expect_error(write(dora), "DoRA");
+  expect_error(write(dora), "expected a vector");
+  dora.back().second = vector(70);
+  expect_error(write(dora), "its lora_magnitude_vector [70] does not fit");
   auto bias = to_q();
-  bias.push_back({"transformer.transformer_blocks.0.attn.to_q.lora_B.bias", matrix(1, 72)});
-  expect_error(write(bias), "biases");
+  bias.push_back({"transformer.transformer_blocks.0.attn.to_q.lora_B.bias", vector(72)});
+  expect_error(write(bias), "has no bias in this model");
+  auto kohya_dora = to_q();
+  kohya_dora.push_back({"transformer.transformer_blocks.0.attn.to_q.dora_scale", matrix(72, 1)});
+  expect_error(write(kohya_dora), "dora_scale");
+  expect_error(write({{"blocks.0.attn.out_proj.lora_A.weight", matrix(2, 72)},
+                      {"blocks.0.attn.out_proj.lora_B.weight", matrix(48, 2)},
+                      {"blocks.0.attn.out_proj.lora_magnitude_vector", vector(48)}}),
+               "DoRA magnitudes in the original checkpoint's names");
+  expect_error(write({{"final_layer.video_out.lora_down.weight", matrix(2, 48)},
+                      {"final_layer.video_out.lora_up.weight", matrix(16, 2)},
+                      {"final_layer.video_out.lora_up.bias", vector(16)}}),
+               "LoRA biases in the original checkpoint's names");
 
   auto both = to_q();
   for (auto& t : to_q("transformer_ref.")) both.push_back(t);
   expect_error(write(both), "both partitions");
   auto half = to_q();
   half.pop_back();
-  expect_error(write(half), "has only its lora_A");
+  expect_error(write(half), "has no lora_B weight");
   auto alpha = to_q();
   alpha.push_back({"transformer.transformer_blocks.0.attn.to_q.alpha", Tensor::from_f32({4.0f}, {1})});
-  expect_error(write(alpha), "neither a lora_A nor a lora_B");
+  expect_error(write(alpha), "is none of a module's lora_A / lora_B weight");
 
   expect_error(write({{"transformer.transformer_blocks.7.attn.to_q.lora_A.weight", matrix(2, 48)},
                       {"transformer.transformer_blocks.7.attn.to_q.lora_B.weight", matrix(72, 2)}}),
@@ -132,8 +148,24 @@ TEST_F(H3LoraFile, MetadataAlphas) {
   EXPECT_DOUBLE_EQ(half->modules[0].scale, 0.5);
 
   expect_error(write(to_q(), {{"lora_adapter_metadata", "{not json"}}), "not a JSON object");
+  // The config's DoRA and bias flags must describe the tensors (peft would build the adapter from it).
   expect_error(write(to_q(), {{"lora_adapter_metadata", R"({"transformer.r": 2, "transformer.use_dora": true})"}}),
-               "DoRA");
+               "use_dora true but module 'transformer_blocks.0.attn.to_q' has no lora_magnitude_vector");
+  auto dora = to_q();
+  dora.push_back({"transformer.transformer_blocks.0.attn.to_q.lora_magnitude_vector", vector(72)});
+  expect_error(write(dora, {{"lora_adapter_metadata", R"({"transformer.r": 2})"}}), "use_dora false");
+  EXPECT_TRUE(
+      h3::read_lora(write(dora, {{"lora_adapter_metadata", R"({"transformer.r": 2, "transformer.use_dora": true})"}}),
+                    config)
+          .ok());
+  const h3::NamedTensors biased = {{"transformer.context_embedder.lora_A.weight", matrix(2, config.text_dim)},
+                                   {"transformer.context_embedder.lora_B.weight", matrix(48, 2)},
+                                   {"transformer.context_embedder.lora_B.bias", vector(48)}};
+  expect_error(write(biased, {{"lora_adapter_metadata", R"({"transformer.r": 2})"}}), "lora_bias false");
+  EXPECT_TRUE(
+      h3::read_lora(write(biased, {{"lora_adapter_metadata", R"({"transformer.r": 2, "transformer.lora_bias": true})"}}),
+                    config)
+          .ok());
   expect_error(write(to_q(), {{"lora_adapter_metadata", R"({"transformer.r": 4, "transformer.lora_alpha": 4})"}}),
                "rank 2 but lora_adapter_metadata gives it 4");
   expect_error(write(to_q(), {{"lora_adapter_metadata", R"({"transformer.lora_alpha": 4})"}}), "transformer.r");
@@ -169,9 +201,10 @@ TEST_F(H3LoraFile, MixedUpFilesAreReadOrRefusedNeverCrash) {
       "blocks.1.mlp.fc1", "blocks.2.adaln_proj.linear", "token_refiner.blocks.1.attn.out_proj", "final_layer.video_out",
       "blocks_0_attn_qkv_proj", "time_embedder.proj_in", "proj_out", "blocks.9.mlp.fc2"};
   const std::vector<std::string> suffixes = {".lora_A.weight", ".lora_B.weight", ".lora_down.weight", ".lora_up.weight",
-                                             ".lora_A.default.weight", ".alpha", ".weight"};
+                                             ".lora_A.default.weight", ".alpha", ".weight", ".lora_B.bias",
+                                             ".lora_magnitude_vector", ".dora_scale"};
   const std::vector<Shape> shapes = {{2, 48}, {72, 2}, {216, 2}, {128, 2}, {2, 24}, {864, 2}, {96, 2}, {2, 72},
-                                     {1}, {}, {3}, {2, 2, 2}};
+                                     {1}, {}, {3}, {2, 2, 2}, {72}, {48}};
   std::mt19937 rng(51);
   int read = 0, refused = 0;
   for (int i = 0; i < 400; ++i) {
@@ -218,6 +251,71 @@ TEST_F(H3LoraFile, AMergeAddsStrengthTimesTheProduct) {
     const float delta = 2.0f * std::fma(0.01f, 0.01f, 0.01f * 0.01f);
     for (int64_t k = 0; k < tensors[i].second.numel(); ++k) ASSERT_EQ(m[k], w[k] + delta) << k;
   }
+}
+
+// A plain module with a lora_B bias, then a DoRA module with one, on the context embedder: the
+// merge against the arithmetic in lora.h done here in double (peft's forward is the golden test's).
+TEST_F(H3LoraFile, DoraScalesTheSumSoFarAndBiasesAddUp) {
+  h3::NamedTensors tensors = must(h3::synthetic_weights(config, DType::kF32, 4));
+  const h3::NamedTensors base = tensors;
+  auto find = [&](const h3::NamedTensors& from, const std::string& name) {
+    return std::find_if(from.begin(), from.end(), [&](const auto& e) { return e.first == name; })->second;
+  };
+  const Tensor w = find(base, "context_embedder.weight"), b = find(base, "context_embedder.bias");
+  const int64_t out = w.size(0), in = w.size(1);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 0.3f);
+  auto random = [&](Shape shape) {
+    std::vector<float> v(static_cast<size_t>(shape.numel()));
+    for (float& x : v) x = normal(rng);
+    return Tensor::from_f32(v, shape);
+  };
+  h3::LoraAdapter plain, dora;
+  plain.modules.push_back({"context_embedder", "plain", random({2, in}), random({out, 2}), {}, random({out}), 0.5});
+  Tensor magnitude = random({out});
+  for (int64_t r = 0; r < out; ++r) magnitude.data_as<float>()[r] = std::abs(magnitude.data_as<float>()[r]) + 0.5f;
+  dora.modules.push_back({"context_embedder", "dora", random({1, in}), random({out, 1}), magnitude, random({out}), 2.0});
+  const double s_plain = 0.8 * 0.5, s_dora = -1.5 * 2.0;
+  must(h3::merge_loras(tensors, {{&plain, 0.8}, {&dora, -1.5}}, DType::kF32));
+
+  const h3::LoraModule &p = plain.modules[0], &d = dora.modules[0];
+  auto at = [](const Tensor& t, int64_t i) { return static_cast<double>(t.data_as<const float>()[i]); };
+  const Tensor merged_w = find(tensors, "context_embedder.weight"), merged_b = find(tensors, "context_embedder.bias");
+  for (int64_t r = 0; r < out; ++r) {
+    std::vector<double> sum(static_cast<size_t>(in)), own(sum.size());
+    double norm = 0.0;
+    for (int64_t c = 0; c < in; ++c) {
+      double plain_delta = 0.0, dora_delta = 0.0;
+      for (int64_t k = 0; k < 2; ++k) plain_delta += at(p.up, r * 2 + k) * at(p.down, k * in + c);
+      dora_delta = at(d.up, r) * at(d.down, c);
+      sum[c] = at(w, r * in + c) + s_plain * plain_delta;
+      own[c] = s_dora * dora_delta;
+      norm += (at(w, r * in + c) + own[c]) * (at(w, r * in + c) + own[c]);
+    }
+    const double f = at(d.magnitude, r) / std::sqrt(norm);
+    for (int64_t c = 0; c < in; ++c) {
+      const double want = f * (sum[c] + own[c]);
+      ASSERT_NEAR(at(merged_w, r * in + c), want, 1e-5 * std::max(1.0, std::abs(want))) << r << ", " << c;
+    }
+    const double want_bias = at(b, r) + f * (s_plain * at(p.bias, r) + s_dora * at(d.bias, r));
+    ASSERT_NEAR(at(merged_b, r), want_bias, 1e-5 * std::max(1.0, std::abs(want_bias))) << r;
+  }
+  // Every other tensor is untouched.
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (!tensors[i].first.starts_with("context_embedder.")) EXPECT_EQ(tensors[i].second.data(), base[i].second.data());
+  }
+  // A DoRA row that cannot be scaled is an error naming the module and the row.
+  h3::NamedTensors zero = base;
+  for (auto& [name, t] : zero) {
+    if (name == "context_embedder.weight") t = Tensor::zeros(t.shape(), DType::kF32);
+  }
+  h3::LoraAdapter flat;
+  flat.modules.push_back({"context_embedder", "flat", Tensor::zeros({1, in}, DType::kF32), random({out, 1}),
+                          magnitude, {}, 1.0});
+  const Status s = h3::merge_loras(zero, {{&flat, 1.0}}, DType::kF32);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("DoRA module 'flat': row 0 of 'context_embedder.weight'"), std::string::npos)
+      << s.message();
 }
 
 }  // namespace

@@ -53,7 +53,9 @@ std::vector<h3::LoraApplication> LoraOptions::applications() const {
 std::set<std::string> LoraOptions::targets() const {
   std::set<std::string> out;
   for (const h3::LoraAdapter& adapter : adapters) {
-    for (const h3::LoraModule& module : adapter.modules) out.insert(module.target + ".weight");
+    for (const h3::LoraModule& module : adapter.modules) {
+      for (std::string& name : module.merged_tensors()) out.insert(std::move(name));
+    }
   }
   return out;
 }

@@ -64,7 +64,9 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adapters) {
   std::set<std::string> out;
   for (const h3::LoraAdapter* a : adapters) {
-    for (const h3::LoraModule& m : a->modules) out.insert(m.target + ".weight");
+    for (const h3::LoraModule& m : a->modules) {
+      for (std::string& name : m.merged_tensors()) out.insert(std::move(name));
+    }
   }
   return out;
 }

@@ -15,13 +15,19 @@
 // The scale is alpha / rank: per-module `.alpha` tensors; else the `lora_adapter_metadata` JSON that
 // diffusers' save_lora_weights writes (peft's r, lora_alpha, rank_pattern, alpha_pattern, use_rslora:
 // alpha / sqrt(rank)); else a network `alpha` in `__metadata__`; else 1 (alpha == rank, the
-// convention of the published alpha-less H3 LoRAs). DoRA and LoRA biases are refused by name.
+// convention of the published alpha-less H3 LoRAs). Under diffusers' names peft's DoRA magnitudes
+// (`lora_magnitude_vector`) and `lora_B` biases are read too (a bias only on a linear that has one);
+// the original layouts refuse them, as diffusers' converter does. kohya's DoRA (`dora_scale`) is
+// refused by name (diffusers drops those tensors and loads the rest, which is not the adapter as trained).
 //
 // merge_loras() folds modules into the weights in fp32 and rounds once to the tensor's storage dtype
 // (fp32 islands stay F32): W' = round(W + s_1·Δ_1 + s_2·Δ_2 + ...), one adapter after another, each
-// Δ[o, i] an fp32 FMA chain over the rank in order and s = strength · scale. The bits do not depend
-// on the thread count or the BLAS. Merged weights cost the same memory as the weights they replace
-// (a checkpoint's are otherwise mapped, not copied); nothing is added to a forward's time.
+// Δ[o, i] an fp32 FMA chain over the rank in order and s = strength · scale. A DoRA module does what
+// peft's unmerged forward does: with f = m / ‖W + s·Δ‖ per output row (W the unmerged weight), the
+// sum so far becomes f · (sum + s·Δ), so it also scales the adapters before it. A lora_B bias b adds
+// s·b to the linear's bias, scaled likewise by a later DoRA module's f. The bits do not depend on the
+// thread count or the BLAS. Merged weights cost the same memory as the weights they replace (a
+// checkpoint's are otherwise mapped, not copied); nothing is added to a forward's time.
 #pragma once
 
 #include <string>
@@ -39,7 +45,12 @@ struct LoraModule {
   std::string source;  // the file's name for it (errors and summaries)
   Tensor down;         // [rank, in] F32
   Tensor up;           // [out, rank] F32
+  Tensor magnitude;    // DoRA (peft's lora_magnitude_vector): [out] F32; undefined for a plain LoRA
+  Tensor bias;         // peft's lora_B bias (lora_bias): [out] F32; undefined when the file has none
   double scale = 1.0;  // alpha / rank
+
+  // The model tensors a merge of this module writes: the weight, and the bias when it has one.
+  std::vector<std::string> merged_tensors() const;
 };
 
 struct LoraAdapter {
@@ -65,10 +76,12 @@ struct LoraApplication {
   double strength = 1.0;
 };
 
-// Merges the adapters, in order, into `tensors` (diffusers names; a targeted weight is replaced by a
-// new tensor of the storage dtype: F32 for fp32 islands, else `model_dtype`: F32, BF16 or F16).
+// Merges the adapters, in order, into `tensors` (diffusers names; a targeted weight or bias is replaced
+// by a new tensor of the storage dtype: F32 for fp32 islands, else `model_dtype`: F32, BF16 or F16).
 // Modules whose weight is not among `tensors` are left for another call (a checkpoint converted one
-// group of tensors at a time); read_lora checked every target against the config.
+// group of tensors at a time; a linear's bias must come with its weight when a DoRA module scales
+// it); read_lora checked every target against the config. A DoRA row whose W + s·Δ is all zeros is
+// an error naming the module.
 Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& loras, DType model_dtype);
 
 }  // namespace vortex::h3

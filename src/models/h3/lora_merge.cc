@@ -1,5 +1,7 @@
 // Merging LoRA modules into the weights (see lora.h for the arithmetic).
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -46,9 +48,18 @@ void store_elements(const float* values, int64_t n, DType dtype, void* data, int
   }
 }
 
-// W (F32, BF16 or F16) + each term's delta, in fp32, rounded once to `out_dtype`. Row blocks go
-// to the threads whole (widened, summed, rounded in place): no fp32 copy of the weight is made.
-Result<Tensor> merged_weight(const Tensor& weight, const std::vector<Term>& terms, DType out_dtype) {
+// Each DoRA term's f = m / ‖W + s·Δ‖ per output row, filled while its weight merges: its bias
+// merge needs them. Indexed like the terms; a plain term's stays empty.
+using RowFactors = std::vector<std::vector<float>>;
+
+bool any_dora(const std::vector<Term>& terms) {
+  return std::any_of(terms.begin(), terms.end(), [](const Term& t) { return t.module->magnitude.defined(); });
+}
+
+// W (F32, BF16 or F16) with each term folded in, in fp32, rounded once to `out_dtype`. Row blocks
+// go to the threads whole (widened, summed, rounded in place): no fp32 copy of the weight is made.
+Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, const std::vector<Term>& terms,
+                             DType out_dtype, RowFactors& factors) {
   if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16 && weight.dtype() != DType::kF16) {
     return invalid_argument(std::string("a LoRA targets a weight of dtype ") + dtype_name(weight.dtype()) +
                             " (F32, BF16 or F16)");
@@ -56,41 +67,111 @@ Result<Tensor> merged_weight(const Tensor& weight, const std::vector<Term>& term
   const Tensor in = weight.contiguous();
   Tensor out = Tensor::empty(in.shape(), out_dtype);
   const int64_t rows = in.size(0), cols = in.size(1);
+  const bool dora = any_dora(terms);
+  factors.assign(terms.size(), {});
+  for (size_t t = 0; t < terms.size(); ++t) {
+    if (terms[t].module->magnitude.defined()) factors[t].assign(static_cast<size_t>(rows), 0.0f);
+  }
+  std::atomic<int64_t> zero_norm{-1};  // term * rows + row of the first DoRA row that cannot be scaled
   parallel_for(0, (rows + kRowBlock - 1) / kRowBlock, [&](int64_t first, int64_t last) {
-    std::vector<float> acc(static_cast<size_t>(kRowBlock * cols)), delta(acc.size());
+    std::vector<float> acc(static_cast<size_t>(kRowBlock * cols)), delta(acc.size()), base(dora ? acc.size() : 0);
     for (int64_t block = first; block < last; ++block) {
       const int64_t r0 = block * kRowBlock, n = std::min(kRowBlock, rows - r0);
       load_elements(in.data(), in.dtype(), r0 * cols, n * cols, acc.data());
-      for (const Term& term : terms) {
+      if (dora) std::copy_n(acc.data(), n * cols, base.data());
+      for (size_t t = 0; t < terms.size(); ++t) {
+        const Term& term = terms[t];
         const int64_t rank = term.module->down.size(0);
         // The loops variant: each delta element one FMA chain over the rank, whatever the tiling.
         cpu::matmul_f32(cpu::GemmVariant::kLoops, false, n, cols, rank, term.scale,
                         term.module->up.data_as<const float>() + r0 * rank, rank,
                         term.module->down.data_as<const float>(), cols, delta.data(), cols);
-        for (int64_t i = 0; i < n * cols; ++i) acc[i] += delta[i];
+        if (!term.module->magnitude.defined()) {
+          for (int64_t i = 0; i < n * cols; ++i) acc[i] += delta[i];
+          continue;
+        }
+        // DoRA: the norm of the unmerged weight's row plus this module's delta, summed in double.
+        const float* magnitude = term.module->magnitude.data_as<const float>();
+        for (int64_t r = 0; r < n; ++r) {
+          double sum = 0.0;
+          for (int64_t c = 0; c < cols; ++c) {
+            const double v = static_cast<double>(base[r * cols + c]) + delta[r * cols + c];
+            sum += v * v;
+          }
+          if (sum == 0.0) {
+            // The first such row is named, whichever thread finds it.
+            const int64_t here = static_cast<int64_t>(t) * rows + r0 + r;
+            for (int64_t seen = zero_norm.load(); (seen < 0 || here < seen) &&
+                                                  !zero_norm.compare_exchange_weak(seen, here);) {
+            }
+            continue;
+          }
+          const float f = static_cast<float>(magnitude[r0 + r] / std::sqrt(sum));
+          factors[t][static_cast<size_t>(r0 + r)] = f;
+          for (int64_t c = 0; c < cols; ++c) acc[r * cols + c] = f * (acc[r * cols + c] + delta[r * cols + c]);
+        }
       }
       store_elements(acc.data(), n * cols, out_dtype, out.data(), r0 * cols);
     }
   });
+  if (const int64_t at = zero_norm.load(); at >= 0) {
+    return invalid_argument("DoRA module " + quote(terms[static_cast<size_t>(at / rows)].module->source) +
+                            ": row " + std::to_string(at % rows) + " of " + quote(name) +
+                            " plus its delta is all zeros, which its magnitude cannot scale");
+  }
+  return out;
+}
+
+// The linear's bias plus each term's s·b, a DoRA term scaling the sum before it by its row's f, in
+// fp32, rounded once to `out_dtype`.
+Result<Tensor> merged_bias(const Tensor& bias, const std::vector<Term>& terms, const RowFactors& factors,
+                           DType out_dtype) {
+  if (bias.dtype() != DType::kF32 && bias.dtype() != DType::kBF16 && bias.dtype() != DType::kF16) {
+    return invalid_argument(std::string("a LoRA bias targets a bias of dtype ") + dtype_name(bias.dtype()) +
+                            " (F32, BF16 or F16)");
+  }
+  const Tensor in = bias.contiguous();
+  const int64_t rows = in.numel();
+  std::vector<float> base(static_cast<size_t>(rows)), out_values(base.size());
+  load_elements(in.data(), in.dtype(), 0, rows, base.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    float added = 0.0f;  // the adapters' part, which a DoRA term scales; the linear's own bias it does not
+    for (size_t t = 0; t < terms.size(); ++t) {
+      const Tensor& b = terms[t].module->bias;
+      const float own = b.defined() ? terms[t].scale * b.data_as<const float>()[r] : 0.0f;
+      added = terms[t].module->magnitude.defined() ? factors[t][static_cast<size_t>(r)] * (added + own) : added + own;
+    }
+    out_values[static_cast<size_t>(r)] = base[static_cast<size_t>(r)] + added;
+  }
+  Tensor out = Tensor::empty(in.shape(), out_dtype);
+  store_elements(out_values.data(), rows, out_dtype, out.data(), 0);
   return out;
 }
 
 }  // namespace
+
+std::vector<std::string> LoraModule::merged_tensors() const {
+  std::vector<std::string> out = {target + ".weight"};
+  if (bias.defined()) out.push_back(target + ".bias");
+  return out;
+}
 
 Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& loras, DType model_dtype) {
   if (model_dtype != DType::kF32 && model_dtype != DType::kBF16 && model_dtype != DType::kF16) {
     return invalid_argument(std::string("LoRA merge: weights of dtype ") + dtype_name(model_dtype) +
                             " (F32, BF16 or F16)");
   }
-  // Terms per weight, in the order the adapters came.
+  // Terms per linear, in the order the adapters came.
   std::map<std::string, std::vector<Term>> terms;
   for (const LoraApplication& lora : loras) {
     for (const LoraModule& m : lora.adapter->modules) {
-      terms[m.target + ".weight"].push_back({&m, static_cast<float>(lora.strength * m.scale)});
+      terms[m.target].push_back({&m, static_cast<float>(lora.strength * m.scale)});
     }
   }
+  std::map<std::string, RowFactors> factors;  // per linear whose weight merged here
   for (auto& [name, tensor] : tensors) {
-    auto it = terms.find(name);
+    if (!name.ends_with(".weight")) continue;
+    auto it = terms.find(name.substr(0, name.size() - 7));
     if (it == terms.end()) continue;
     const LoraModule& first = *it->second.front().module;
     if (tensor.rank() != 2 || tensor.size(0) != first.up.size(0) || tensor.size(1) != first.down.size(1)) {
@@ -98,7 +179,28 @@ Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& lo
                               tensor.describe());
     }
     const DType out = is_fp32_island(name) ? DType::kF32 : model_dtype;
-    VORTEX_ASSIGN_OR_RETURN(tensor, merged_weight(tensor, it->second, out));
+    VORTEX_ASSIGN_OR_RETURN(tensor, merged_weight(name, tensor, it->second, out, factors[it->first]));
+  }
+  for (auto& [name, tensor] : tensors) {
+    if (!name.ends_with(".bias")) continue;
+    const std::string linear = name.substr(0, name.size() - 5);
+    auto it = terms.find(linear);
+    if (it == terms.end() ||
+        std::none_of(it->second.begin(), it->second.end(), [](const Term& t) { return t.module->bias.defined(); })) {
+      continue;
+    }
+    const LoraModule& first = *it->second.front().module;
+    if (tensor.rank() != 1 || tensor.size(0) != first.up.size(0)) {
+      return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(name) + " " +
+                              tensor.describe());
+    }
+    auto f = factors.find(linear);
+    if (any_dora(it->second) && f == factors.end()) {
+      return invalid_argument("LoRA merge: " + quote(name) + " came without " + quote(linear + ".weight") +
+                              ", whose DoRA factors it needs");
+    }
+    const DType out = is_fp32_island(name) ? DType::kF32 : model_dtype;
+    VORTEX_ASSIGN_OR_RETURN(tensor, merged_bias(tensor, it->second, f == factors.end() ? RowFactors() : f->second, out));
   }
   return ok_status();
 }

@@ -1,5 +1,6 @@
 // Reading a LoRA file into modules on the diffusers layout's linears (see lora.h for the layouts).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -36,6 +37,7 @@ struct Placed {
   std::string target, source;
   Tensor down, up;  // F32
   std::optional<double> alpha;
+  Tensor magnitude, bias;  // F32 [out] or empty (diffusers layouts only: peft's DoRA and lora_bias)
 };
 
 Result<Tensor> as_f32(const Tensor& t, const std::string& name) {
@@ -44,6 +46,21 @@ Result<Tensor> as_f32(const Tensor& t, const std::string& name) {
                             " (LoRA factors are F32, BF16 or F16)");
   }
   if (t.rank() != 2) return invalid_argument("tensor " + quote(name) + " is " + t.describe() + ", expected a matrix");
+  Tensor f = t.dtype() == DType::kF32 ? t.contiguous() : *t.to(DType::kF32);
+  const float* p = f.data_as<const float>();
+  for (int64_t i = 0; i < f.numel(); ++i) {
+    if (!std::isfinite(p[i]))
+      return invalid_argument("tensor " + quote(name) + ": element " + std::to_string(i) + " is not finite");
+  }
+  return f;
+}
+
+// A DoRA magnitude or a lora_B bias: a finite F32 vector.
+Result<Tensor> vector_as_f32(const Tensor& t, const std::string& name) {
+  if (t.rank() != 1) return invalid_argument("tensor " + quote(name) + " is " + t.describe() + ", expected a vector");
+  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
+    return invalid_argument("tensor " + quote(name) + ": dtype " + dtype_name(t.dtype()) + " (F32, BF16 or F16)");
+  }
   Tensor f = t.dtype() == DType::kF32 ? t.contiguous() : *t.to(DType::kF32);
   const float* p = f.data_as<const float>();
   for (int64_t i = 0; i < f.numel(); ++i) {
@@ -269,7 +286,7 @@ class OriginalPlacer {
 
   Status add(const FilePair& pair, const std::string& target, Tensor up) {
     VORTEX_ASSIGN_OR_RETURN(Tensor down, as_f32(pair.down, pair.source + down_suffix_));
-    placed_.push_back({target, pair.source, down, std::move(up), pair.alpha});
+    placed_.push_back({target, pair.source, down, std::move(up), pair.alpha, {}, {}});
     return ok_status();
   }
 
@@ -297,26 +314,49 @@ Result<std::vector<Placed>> place_diffusers(FileTensors& file, std::string& part
   const std::string prefix = transformer || transformer_ref ? partition + "." : "";
   format = prefix.empty() ? (peft_infix ? "peft state dict (diffusers names, .default.)" : "diffusers names, no prefix")
                           : "diffusers names under " + prefix;
-  std::map<std::string, std::pair<std::string, std::string>> modules;  // module -> (A name, B name)
+  // What each tensor of a module is, by its name's ending (peft's: a DoRA magnitude is saved with
+  // or without `.weight`).
+  static const std::pair<const char*, int> kParts[] = {{".lora_A.weight", 0},
+                                                       {".lora_B.weight", 1},
+                                                       {".lora_B.bias", 2},
+                                                       {".lora_magnitude_vector.weight", 3},
+                                                       {".lora_magnitude_vector", 3}};
+  std::map<std::string, std::array<std::string, 4>> modules;  // module -> names of A, B, bias, magnitude
   for (const auto& [name, t] : file.by_name) {
     if (!name.starts_with(prefix))
       return invalid_argument("tensor " + quote(name) + " is not under " + quote(prefix) + " like the rest");
     const std::string rest =
         prefix.empty() && peft_infix ? replace_all(name, ".default.", ".") : name.substr(prefix.size());
-    const bool a = rest.ends_with(".lora_A.weight"), b = rest.ends_with(".lora_B.weight");
-    if (!a && !b) return invalid_argument("tensor " + quote(name) + " is neither a lora_A nor a lora_B weight");
-    const std::string module = rest.substr(0, rest.size() - std::string(".lora_A.weight").size());
-    (a ? modules[module].first : modules[module].second) = name;
+    int part = -1;
+    std::string module;
+    for (const auto& [ending, index] : kParts) {
+      if (!rest.ends_with(ending)) continue;
+      part = index;
+      module = rest.substr(0, rest.size() - std::string(ending).size());
+      break;
+    }
+    if (part < 0) {
+      return invalid_argument("tensor " + quote(name) +
+                              " is none of a module's lora_A / lora_B weight, lora_B bias or DoRA magnitude");
+    }
+    modules[module][part] = name;
   }
   std::vector<Placed> placed;
   for (const auto& [module, names] : modules) {
-    if (names.first.empty() || names.second.empty()) {
-      return invalid_argument("module " + quote(module) + " has only its " +
-                              (names.first.empty() ? "lora_B" : "lora_A") + " weight");
+    if (names[0].empty() || names[1].empty()) {
+      return invalid_argument("module " + quote(module) + " has no " + (names[0].empty() ? "lora_A" : "lora_B") +
+                              " weight");
     }
-    VORTEX_ASSIGN_OR_RETURN(Tensor down, as_f32(file.by_name.at(names.first), names.first));
-    VORTEX_ASSIGN_OR_RETURN(Tensor up, as_f32(file.by_name.at(names.second), names.second));
-    placed.push_back({module, module, down, up, std::nullopt});
+    Placed p{module, module, {}, {}, std::nullopt, {}, {}};
+    VORTEX_ASSIGN_OR_RETURN(p.down, as_f32(file.by_name.at(names[0]), names[0]));
+    VORTEX_ASSIGN_OR_RETURN(p.up, as_f32(file.by_name.at(names[1]), names[1]));
+    if (!names[2].empty()) {
+      VORTEX_ASSIGN_OR_RETURN(p.bias, vector_as_f32(file.by_name.at(names[2]), names[2]));
+    }
+    if (!names[3].empty()) {
+      VORTEX_ASSIGN_OR_RETURN(p.magnitude, vector_as_f32(file.by_name.at(names[3]), names[3]));
+    }
+    placed.push_back(std::move(p));
   }
   return placed;
 }
@@ -352,8 +392,21 @@ Status scales_from_adapter_metadata(const std::string& text, const std::string& 
     return invalid_argument("lora_adapter_metadata: no positive " + quote(partition + ".r"));
   if (!alpha.is_null() && !alpha.is_number())
     return invalid_argument("lora_adapter_metadata: " + quote(partition + ".lora_alpha") + " is not a number");
-  if (field("use_dora").is_boolean() && field("use_dora").get<bool>())
-    return invalid_argument("a DoRA adapter (use_dora): not supported");
+  // peft builds the adapter from this config; tensors it does not describe would be dropped, and
+  // DoRA without its magnitudes would start from the base weights' norms: both refused.
+  const bool use_dora = field("use_dora").is_boolean() && field("use_dora").get<bool>();
+  const bool lora_bias = field("lora_bias").is_boolean() && field("lora_bias").get<bool>();
+  for (const Placed& p : placed) {
+    if (use_dora != p.magnitude.defined()) {
+      return invalid_argument("lora_adapter_metadata says use_dora " + std::string(use_dora ? "true" : "false") +
+                              " but module " + quote(p.source) + (use_dora ? " has no" : " has a") +
+                              " lora_magnitude_vector");
+    }
+    if (!lora_bias && p.bias.defined()) {
+      return invalid_argument("lora_adapter_metadata says lora_bias false but module " + quote(p.source) +
+                              " has a lora_B bias");
+    }
+  }
   const bool rslora = field("use_rslora").is_boolean() && field("use_rslora").get<bool>();
   for (size_t i = 0; i < placed.size(); ++i) {
     VORTEX_ASSIGN_OR_RETURN(auto rank, pattern_value(field("rank_pattern"), placed[i].target));
@@ -388,11 +441,11 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
   FileTensors tensors;
   bool original = false, alpha_tensors = false;
   for (const std::string& name : file.names()) {
-    if (contains(name, "dora_scale") || contains(name, "lora_magnitude_vector")) {
-      return fail(invalid_argument("tensor " + quote(name) + ": DoRA adapters are not supported"));
-    }
-    if (name.ends_with(".bias") && (contains(name, ".lora_B") || contains(name, ".lora_up"))) {
-      return fail(invalid_argument("tensor " + quote(name) + ": LoRA biases are not supported"));
+    // kohya's DoRA layout: diffusers drops these tensors with a warning and loads the rest, which is
+    // not the adapter as trained; refused instead (README).
+    if (contains(name, "dora_scale")) {
+      return fail(invalid_argument("tensor " + quote(name) + ": kohya's DoRA layout (dora_scale) is not supported; "
+                                   "peft's (lora_magnitude_vector, diffusers names) is"));
     }
     for (const char* p : {"diffusion_model.", "blocks.", "token_refiner.blocks.", "final_layer.", "lora_unet_"}) {
       original |= name.starts_with(p);
@@ -401,6 +454,18 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
     auto t = file.get(name);
     if (!t.ok()) return fail(t.status());
     tensors.by_name[name] = *t;
+  }
+  // The original checkpoint's layouts have no DoRA magnitudes or biases: diffusers' converter
+  // refuses what it cannot place, and so does ours.
+  if (original) {
+    for (const auto& [name, t] : tensors.by_name) {
+      if (contains(name, "lora_magnitude_vector"))
+        return fail(invalid_argument("tensor " + quote(name) + ": DoRA magnitudes in the original checkpoint's "
+                                     "names (diffusers reads them only under its own names)"));
+      if (name.ends_with(".bias") && (contains(name, ".lora_B") || contains(name, ".lora_up")))
+        return fail(invalid_argument("tensor " + quote(name) + ": LoRA biases in the original checkpoint's names "
+                                     "(diffusers reads them only under its own names)"));
+    }
   }
   LoraAdapter adapter;
   adapter.path = path;
@@ -411,9 +476,11 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
 
   // Every module on a linear of this model, once, with factors that fit it.
   std::map<std::string, Shape> linears;
+  std::set<std::string> with_bias;
   for (const TensorSpec& spec : diffusers_schema(config)) {
     if (spec.name.ends_with(".weight") && spec.shape.rank() == 2)
       linears[spec.name.substr(0, spec.name.size() - 7)] = spec.shape;
+    if (spec.name.ends_with(".bias")) with_bias.insert(spec.name.substr(0, spec.name.size() - 5));
   }
   std::set<std::string> seen;
   for (Placed& p : *placed) {
@@ -431,7 +498,18 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
                                    " and B " + p.up.shape().to_string() + " do not fit " + quote(p.target) + " " +
                                    w.to_string() + " (A [rank, in], B [out, rank]; a LoRA for another checkpoint?)"));
     }
-    adapter.modules.push_back({p.target, p.source, p.down, p.up, 1.0});
+    for (const auto& [vector, what] : {std::pair{&p.magnitude, "lora_magnitude_vector"}, {&p.bias, "lora_B bias"}}) {
+      if (vector->defined() && vector->size(0) != w[0]) {
+        return fail(invalid_argument("module " + quote(p.source) + ": its " + what + " " + vector->shape().to_string() +
+                                     " does not fit " + quote(p.target) + " " + w.to_string()));
+      }
+    }
+    // peft adds such a bias unmerged where the linear has none; a merge has nowhere to put it.
+    if (p.bias.defined() && !with_bias.count(p.target)) {
+      return fail(invalid_argument("module " + quote(p.source) + " has a lora_B bias, but " + quote(p.target) +
+                                   " has no bias in this model (peft cannot merge it either)"));
+    }
+    adapter.modules.push_back({p.target, p.source, p.down, p.up, p.magnitude, p.bias, 1.0});
   }
   if (adapter.modules.empty()) return fail(invalid_argument("it holds no LoRA module"));
 
