@@ -194,11 +194,53 @@ def rslora_metadata(state, g):
     return tensors, {"lora_adapter_metadata": json.dumps({f"transformer.{k}": v for k, v in config.items()})}
 
 
+def peft_made(state, g, targets, rank, use_dora, lora_bias):
+    """A file as diffusers saves a peft adapter (`transformer.` + get_peft_model_state_dict's names),
+    made by peft itself so the tensor names are peft's own: random factors, DoRA magnitudes around
+    the norms of W + B·A, lora_B biases."""
+    from peft import LoraConfig, inject_adapter_in_model
+    from peft.utils import get_peft_model_state_dict
+
+    model = full_config(CONFIG)[1]
+    model.load_state_dict(state)
+    config = LoraConfig(r=rank, lora_alpha=rank, target_modules=targets, use_dora=use_dora, lora_bias=lora_bias)
+    inject_adapter_in_model(config, model, adapter_name="default")
+    modules = dict(model.named_modules())
+    with torch.no_grad():
+        for target in targets:
+            layer = modules[target]
+            down, up = factors(g, tuple(state[target + ".weight"].shape), rank, torch.float32)
+            layer.lora_A["default"].weight.copy_(down)
+            layer.lora_B["default"].weight.copy_(up)
+            if lora_bias:
+                layer.lora_B["default"].bias.copy_(0.1 * torch.randn(up.shape[0], generator=g))
+            if use_dora:
+                norm = (state[target + ".weight"].double() + up.double() @ down.double()).norm(dim=1)
+                spread = torch.exp(0.25 * torch.randn(up.shape[0], generator=g, dtype=torch.float64))
+                layer.lora_magnitude_vector["default"].weight.copy_((norm * spread).float())
+    saved = get_peft_model_state_dict(model, adapter_name="default")
+    return {f"transformer.{k}": v.detach().clone() for k, v in saved.items()}, {}
+
+
+def dora(state, g):
+    """peft's DoRA (lora_magnitude_vector) on linears other files also target, so that a stacked
+    case shows it scaling the adapters merged before it."""
+    return peft_made(state, g, ["transformer_blocks.0.attn.to_q", "transformer_blocks.1.attn.to_out.0",
+                                "context_embedder", "audio_proj_out"], 4, True, False)
+
+
+def lora_bias(state, g):
+    """peft's lora_bias (a lora_B bias) on linears with a bias: inside the blocks, outside, an fp32 island."""
+    return peft_made(state, g, ["transformer_blocks.1.adaln_proj.linear", "context_embedder", "proj_out"], 2, False,
+                     True)
+
+
 LORA_FILES = ["kohya_original", "diffusers_metadata_alpha", "diffsynth", "musubi", "peft_dump", "adapter_metadata",
-              "rslora_metadata"]
+              "rslora_metadata", "dora", "lora_bias"]
 # Forward outputs: (case, [(file, strength), ...]) merged in order.
 FORWARD_CASES = [("kohya_original", [("kohya_original", 1.0)]),
-                 ("stacked", [("kohya_original", 0.5), ("diffusers_metadata_alpha", 1.0), ("diffsynth", -0.75)])]
+                 ("stacked", [("kohya_original", 0.5), ("diffusers_metadata_alpha", 1.0), ("diffsynth", -0.75)]),
+                 ("dora_stacked", [("lora_bias", 0.7), ("rslora_metadata", 1.0), ("dora", -0.5)])]
 
 
 def pattern_value(patterns, module, default):
@@ -228,19 +270,45 @@ def converted_modules(folder, name):
         module, _, leaf = key[len("transformer."):].rpartition(".lora_")
         modules.setdefault(module, {})[leaf] = value
     out = {}
-    for module, pair in modules.items():
-        down, up = pair["A.weight"].double(), pair["B.weight"].double()
-        out[module] = (down, up, scaling(module, down.shape[0], metadata))
+    for module, parts in modules.items():
+        down, up = parts["A.weight"].double(), parts["B.weight"].double()
+        magnitude = parts.get("magnitude_vector.weight", parts.get("magnitude_vector"))
+        bias = parts.get("B.bias")
+        out[module] = (down, up, scaling(module, down.shape[0], metadata),
+                       None if magnitude is None else magnitude.double(), None if bias is None else bias.double())
     return out, state_dict, metadata
 
 
 def merge(base, applications):
-    """base (fp32 state dict) with each (modules, strength) added in float64, rounded once."""
+    """base (fp32 state dict) with each (modules, strength) folded in float64, rounded once, as peft's
+    unmerged forward computes: a plain module adds s·B·A (and s·b to the bias); a DoRA module, with
+    f = m / ‖W + s·B·A‖ per output row of the unmerged W, makes the sum so far f·(sum + s·B·A) and
+    scales the adapters' bias terms so far likewise (not the linear's own bias)."""
     merged = {k: v.double() for k, v in base.items()}
+    added_bias = {}
     for modules, strength in applications:
-        for module, (down, up, scale) in modules.items():
-            merged[module + ".weight"] += strength * scale * (up @ down)
+        for module, (down, up, scale, magnitude, bias) in modules.items():
+            s = strength * scale
+            delta = s * (up @ down)
+            own = s * bias if bias is not None else torch.zeros(up.shape[0], dtype=torch.float64)
+            added = added_bias.get(module, torch.zeros(up.shape[0], dtype=torch.float64))
+            if magnitude is None:
+                merged[module + ".weight"] += delta
+                added_bias[module] = added + own
+            else:
+                f = magnitude / (base[module + ".weight"].double() + delta).norm(dim=1)
+                merged[module + ".weight"] = f[:, None] * (merged[module + ".weight"] + delta)
+                added_bias[module] = f * (added + own)
+    for module, added in added_bias.items():
+        if module + ".bias" in merged:
+            merged[module + ".bias"] += added
     return {k: v.float() for k, v in merged.items()}
+
+
+def changed_tensors(modules):
+    """The model tensors a file's modules change: each weight, and the bias where a module has a lora_B bias."""
+    return [module + leaf for module, m in modules.items() for leaf in ([".weight"] + ([".bias"] if m[4] is not None
+                                                                                       else []))]
 
 
 def rel_l2(a, b):
@@ -284,6 +352,31 @@ def peft_loaded_check(base, folder, name, modules, inputs, expected_video):
     return {"peft_unfused_video_vs_merged": rel_l2(video[0], expected_video)}
 
 
+def peft_stacked_check(base, folder, applications, inputs, expected_video):
+    """Several files loaded through diffusers + peft as adapters active in order at their strengths
+    (set_adapters): peft's unfused forward against the merge of the same (DoRA's order matters)."""
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        return "peft not installed: not cross-checked"
+    try:
+        model = full_config(CONFIG)[1]
+        model.load_state_dict(base)
+        names = []
+        for i, (name, _) in enumerate(applications):
+            _, state_dict, metadata = converted_modules(folder, name)
+            MiniMaxH3LoraLoaderMixin.load_lora_into_transformer(state_dict, transformer=model, adapter_name=f"a{i}",
+                                                                metadata=metadata)
+            names.append(f"a{i}")
+        model.set_adapters(names, weights=[strength for _, strength in applications])
+        model.eval()
+        with torch.no_grad():
+            video, _ = model(**inputs, return_dict=False)
+        return {"peft_unfused_video_vs_merged": rel_l2(video[0], expected_video)}
+    except Exception as error:  # recorded in stats, read before the golden is committed
+        return f"peft check failed: {type(error).__name__}: {error}"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="tests/golden")
@@ -308,7 +401,8 @@ def main():
               "diffsynth": lambda: diffsynth(base, g, CONFIG["num_attention_heads"], CONFIG["attention_head_dim"]),
               "musubi": lambda: musubi(base, g), "peft_dump": lambda: peft_dump(base, g),
               "adapter_metadata": lambda: adapter_metadata(base, g),
-              "rslora_metadata": lambda: rslora_metadata(base, g)}
+              "rslora_metadata": lambda: rslora_metadata(base, g),
+              "dora": lambda: dora(base, g), "lora_bias": lambda: lora_bias(base, g)}
     expected, converted, stats = {}, {}, {}
     inputs = tiny_inputs(config)
     for name in LORA_FILES:
@@ -318,8 +412,8 @@ def main():
         modules, _, _ = converted_modules(folder, name)
         converted[name] = modules
         merged = merge(base, [(modules, 1.0)])
-        for module in modules:
-            expected[f"{name}/{module}.weight"] = merged[module + ".weight"].contiguous()
+        for tensor in changed_tensors(modules):
+            expected[f"{name}/{tensor}"] = merged[tensor].contiguous()
         video, _ = forward(merged, inputs)
         stats[name] = {"modules": len(modules),
                        "scalings": sorted({round(m[2], 12) for m in modules.values()}),
@@ -336,6 +430,8 @@ def main():
         expected[f"{case}.video_out"] = video.float().contiguous()
         expected[f"{case}.audio_out"] = audio.float().contiguous()
         stats[case + "_vs_base"] = {"video": rel_l2(video, base_video), "audio": rel_l2(audio, base_audio)}
+        if len(applications) > 1:
+            stats[case + "_peft"] = peft_stacked_check(base, folder, applications, inputs, video)
     save_file(expected, os.path.join(folder, "expected.safetensors"),
               metadata={"stats": json.dumps(stats, sort_keys=True),
                         "cases": json.dumps(FORWARD_CASES), "torch": torch.__version__})
