@@ -40,26 +40,16 @@ struct Placed {
   Tensor magnitude, bias;  // F32 [out] or empty (diffusers layouts only: peft's DoRA and lora_bias)
 };
 
-Result<Tensor> as_f32(const Tensor& t, const std::string& name) {
+// `t` as a contiguous F32 tensor of `rank` (2: a factor; 1: a DoRA magnitude or a lora_B bias), every
+// element finite.
+Result<Tensor> finite_f32(const Tensor& t, const std::string& name, int rank) {
   if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
     return invalid_argument("tensor " + quote(name) + ": dtype " + dtype_name(t.dtype()) +
-                            " (LoRA factors are F32, BF16 or F16)");
+                            " (LoRA tensors are F32, BF16 or F16)");
   }
-  if (t.rank() != 2) return invalid_argument("tensor " + quote(name) + " is " + t.describe() + ", expected a matrix");
-  Tensor f = t.dtype() == DType::kF32 ? t.contiguous() : *t.to(DType::kF32);
-  const float* p = f.data_as<const float>();
-  for (int64_t i = 0; i < f.numel(); ++i) {
-    if (!std::isfinite(p[i]))
-      return invalid_argument("tensor " + quote(name) + ": element " + std::to_string(i) + " is not finite");
-  }
-  return f;
-}
-
-// A DoRA magnitude or a lora_B bias: a finite F32 vector.
-Result<Tensor> vector_as_f32(const Tensor& t, const std::string& name) {
-  if (t.rank() != 1) return invalid_argument("tensor " + quote(name) + " is " + t.describe() + ", expected a vector");
-  if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
-    return invalid_argument("tensor " + quote(name) + ": dtype " + dtype_name(t.dtype()) + " (F32, BF16 or F16)");
+  if (t.rank() != rank) {
+    return invalid_argument("tensor " + quote(name) + " is " + t.describe() + ", expected a " +
+                            (rank == 2 ? "matrix" : "vector"));
   }
   Tensor f = t.dtype() == DType::kF32 ? t.contiguous() : *t.to(DType::kF32);
   const float* p = f.data_as<const float>();
@@ -69,6 +59,7 @@ Result<Tensor> vector_as_f32(const Tensor& t, const std::string& name) {
   }
   return f;
 }
+Result<Tensor> as_f32(const Tensor& t, const std::string& name) { return finite_f32(t, name, 2); }
 
 Result<double> scalar_value(const Tensor& t, const std::string& name) {
   if (t.numel() != 1) return invalid_argument("tensor " + quote(name) + " is " + t.describe() + ", expected one alpha");
@@ -351,10 +342,10 @@ Result<std::vector<Placed>> place_diffusers(FileTensors& file, std::string& part
     VORTEX_ASSIGN_OR_RETURN(p.down, as_f32(file.by_name.at(names[0]), names[0]));
     VORTEX_ASSIGN_OR_RETURN(p.up, as_f32(file.by_name.at(names[1]), names[1]));
     if (!names[2].empty()) {
-      VORTEX_ASSIGN_OR_RETURN(p.bias, vector_as_f32(file.by_name.at(names[2]), names[2]));
+      VORTEX_ASSIGN_OR_RETURN(p.bias, finite_f32(file.by_name.at(names[2]), names[2], 1));
     }
     if (!names[3].empty()) {
-      VORTEX_ASSIGN_OR_RETURN(p.magnitude, vector_as_f32(file.by_name.at(names[3]), names[3]));
+      VORTEX_ASSIGN_OR_RETURN(p.magnitude, finite_f32(file.by_name.at(names[3]), names[3], 1));
     }
     placed.push_back(std::move(p));
   }
