@@ -162,6 +162,9 @@ TEST_F(H3LoraFile, MetadataAlphas) {
                                    {"transformer.context_embedder.lora_B.weight", matrix(48, 2)},
                                    {"transformer.context_embedder.lora_B.bias", vector(48)}};
   expect_error(write(biased, {{"lora_adapter_metadata", R"({"transformer.r": 2})"}}), "lora_bias false");
+  auto dora_and_bias = biased;
+  dora_and_bias.push_back({"transformer.context_embedder.lora_magnitude_vector", vector(48)});
+  expect_error(write(dora_and_bias), "peft refuses lora_bias with use_dora");
   EXPECT_TRUE(
       h3::read_lora(write(biased, {{"lora_adapter_metadata", R"({"transformer.r": 2, "transformer.lora_bias": true})"}}),
                     config)
@@ -253,8 +256,8 @@ TEST_F(H3LoraFile, AMergeAddsStrengthTimesTheProduct) {
   }
 }
 
-// A plain module with a lora_B bias, then a DoRA module with one, on the context embedder: the
-// merge against the arithmetic in lora.h done here in double (peft's forward is the golden test's).
+// A plain module with a lora_B bias, then a DoRA module, on the context embedder: the merge against
+// the arithmetic in lora.h done here in double (peft's forward is the golden test's).
 TEST_F(H3LoraFile, DoraScalesTheSumSoFarAndBiasesAddUp) {
   h3::NamedTensors tensors = must(h3::synthetic_weights(config, DType::kF32, 4));
   const h3::NamedTensors base = tensors;
@@ -274,7 +277,7 @@ TEST_F(H3LoraFile, DoraScalesTheSumSoFarAndBiasesAddUp) {
   plain.modules.push_back({"context_embedder", "plain", random({2, in}), random({out, 2}), {}, random({out}), 0.5});
   Tensor magnitude = random({out});
   for (int64_t r = 0; r < out; ++r) magnitude.data_as<float>()[r] = std::abs(magnitude.data_as<float>()[r]) + 0.5f;
-  dora.modules.push_back({"context_embedder", "dora", random({1, in}), random({out, 1}), magnitude, random({out}), 2.0});
+  dora.modules.push_back({"context_embedder", "dora", random({1, in}), random({out, 1}), magnitude, {}, 2.0});
   const double s_plain = 0.8 * 0.5, s_dora = -1.5 * 2.0;
   must(h3::merge_loras(tensors, {{&plain, 0.8}, {&dora, -1.5}}, DType::kF32));
 
@@ -297,7 +300,7 @@ TEST_F(H3LoraFile, DoraScalesTheSumSoFarAndBiasesAddUp) {
       const double want = f * (sum[c] + own[c]);
       ASSERT_NEAR(at(merged_w, r * in + c), want, 1e-5 * std::max(1.0, std::abs(want))) << r << ", " << c;
     }
-    const double want_bias = at(b, r) + f * (s_plain * at(p.bias, r) + s_dora * at(d.bias, r));
+    const double want_bias = at(b, r) + f * s_plain * at(p.bias, r);
     ASSERT_NEAR(at(merged_b, r), want_bias, 1e-5 * std::max(1.0, std::abs(want_bias))) << r;
   }
   // Every other tensor is untouched.

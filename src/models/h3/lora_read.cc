@@ -503,6 +503,15 @@ Result<LoraAdapter> read_lora(const std::string& path, const H3Config& config) {
     adapter.modules.push_back({p.target, p.source, p.down, p.up, p.magnitude, p.bias, 1.0});
   }
   if (adapter.modules.empty()) return fail(invalid_argument("it holds no LoRA module"));
+  const auto with = [&](Tensor LoraModule::*part) {
+    return std::find_if(adapter.modules.begin(), adapter.modules.end(),
+                        [&](const LoraModule& m) { return (m.*part).defined(); });
+  };
+  if (with(&LoraModule::magnitude) != adapter.modules.end() && with(&LoraModule::bias) != adapter.modules.end()) {
+    return fail(invalid_argument("module " + quote(with(&LoraModule::magnitude)->source) + " is DoRA and module " +
+                                 quote(with(&LoraModule::bias)->source) +
+                                 " has a lora_B bias: peft refuses lora_bias with use_dora"));
+  }
 
   const auto& meta = file.metadata();
   if (alpha_tensors) {
