@@ -19,8 +19,8 @@ namespace {
 using test::golden_path;
 using test::must;
 
-const char* const kLoraFiles[] = {"kohya_original", "diffusers_metadata_alpha", "diffsynth",      "musubi",
-                                  "peft_dump",      "adapter_metadata",         "rslora_metadata"};
+const char* const kLoraFiles[] = {"kohya_original",  "diffusers_metadata_alpha", "diffsynth", "musubi", "peft_dump",
+                                  "adapter_metadata", "rslora_metadata",          "dora",      "lora_bias"};
 
 std::string lora_path(const std::string& name) { return golden_path("h3_lora/" + name + ".safetensors"); }
 
@@ -30,8 +30,9 @@ h3::NamedTensors base_tensors() {
 
 h3::H3Config lora_config() { return must(h3::config_from_file(golden_path("h3_lora/config.json"))); }
 
-// Each file changes exactly the weights diffusers' conversion says it does, to diffusers' float64
-// merge rounded to fp32 (ours: fp32 FMA chains, so a few ulps apart).
+// Each file changes exactly the weights (and, with lora_B biases, the biases) diffusers' conversion
+// says it does, to the golden's float64 fold rounded to fp32 (ours: fp32 FMA chains, so a few ulps
+// apart); for DoRA and biases the golden script checked that fold against peft's unfused forward.
 TEST(H3Lora, EveryLayoutMergesToTheReferencesWeights) {
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
   const h3::H3Config config = lora_config();
@@ -61,8 +62,10 @@ TEST(H3Lora, EveryLayoutMergesToTheReferencesWeights) {
       EXPECT_LE(error, 1e-6) << tensor_name;
       EXPECT_GT(test::rel_l2(base[i].second, ref), 1e-3) << tensor_name << ": the LoRA should move it";
     }
-    EXPECT_EQ(adapter.modules.size(), want.size());
-    std::printf("%s (%s): %zu weights, worst rel-L2 %.2e\n", name, adapter.format.c_str(), want.size(), worst);
+    size_t merged_tensors = 0;
+    for (const h3::LoraModule& m : adapter.modules) merged_tensors += m.merged_tensors().size();
+    EXPECT_EQ(merged_tensors, want.size());
+    std::printf("%s (%s): %zu tensors, worst rel-L2 %.2e\n", name, adapter.format.c_str(), want.size(), worst);
   }
 }
 
@@ -93,13 +96,15 @@ TEST(H3Lora, ScalesFollowWhatEachFileRecords) {
 }
 
 // The merged model's forward against the reference's forward on the weights it merged (fp32): one
-// adapter, and three stacked at strengths 0.5, 1 and -0.75.
+// adapter, three stacked at strengths 0.5, 1 and -0.75, and a lora_B-bias file, a plain one and a
+// DoRA one stacked (the DoRA module scaling what the two before it added).
 TEST(H3Lora, TheMergedModelsForwardMatchesTheReference) {
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
   const test::GoldenCase golden = must(test::read_golden_case(expected));
   const std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> cases = {
       {"kohya_original", {{"kohya_original", 1.0}}},
-      {"stacked", {{"kohya_original", 0.5}, {"diffusers_metadata_alpha", 1.0}, {"diffsynth", -0.75}}}};
+      {"stacked", {{"kohya_original", 0.5}, {"diffusers_metadata_alpha", 1.0}, {"diffsynth", -0.75}}},
+      {"dora_stacked", {{"lora_bias", 0.7}, {"rslora_metadata", 1.0}, {"dora", -0.5}}}};
   for (const auto& [case_name, files] : cases) {
     SCOPED_TRACE(case_name);
     std::vector<h3::LoraAdapter> adapters;

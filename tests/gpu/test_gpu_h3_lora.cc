@@ -82,14 +82,16 @@ TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
   const h3::NamedTensors base =
       must(h3::read_all(must(ShardedCheckpoint::open(golden_path("h3_lora/base.safetensors")))));
   std::vector<h3::LoraAdapter> adapters;
-  for (const char* name : {"kohya_original", "diffsynth", "musubi"}) {  // every kind of linear between them
+  // Every kind of linear between them; lora_bias and dora write biases and DoRA-scaled weights too.
+  for (const char* name : {"kohya_original", "diffsynth", "musubi", "lora_bias", "dora"}) {
     adapters.push_back(must(h3::read_lora(golden_path(std::string("h3_lora/") + name + ".safetensors"), config)));
   }
   h3::NamedTensors set_a = base, set_b = base;
   must(h3::merge_loras(set_a, {{&adapters[0], 1.0}}, DType::kBF16));
-  must(h3::merge_loras(set_b, {{&adapters[1], -0.75}, {&adapters[2], 0.5}}, DType::kBF16));
+  must(h3::merge_loras(set_b, {{&adapters[1], -0.75}, {&adapters[2], 0.5}, {&adapters[3], 0.7}, {&adapters[4], -0.5}},
+                       DType::kBF16));
   const std::set<std::string> targets_a = targets_of({&adapters[0]});
-  const std::set<std::string> targets_b = targets_of({&adapters[1], &adapters[2]});
+  const std::set<std::string> targets_b = targets_of({&adapters[1], &adapters[2], &adapters[3], &adapters[4]});
   std::set<std::string> a_or_b = targets_a;
   a_or_b.insert(targets_b.begin(), targets_b.end());
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
