@@ -122,6 +122,14 @@ TEST(CliLora, InspectDescribesAnAdapter) {
   EXPECT_EQ(out["alpha"], "lora_adapter_metadata");
   EXPECT_EQ(out["ranks"], nlohmann::json({{"2", 1}, {"4", 3}}));
   EXPECT_EQ(out["scales"], nlohmann::json({{"0.5", 1}, {"2", 2}, {"4", 1}}));
+  EXPECT_EQ(out["dora_modules"], 0);
+  // peft's DoRA and lora_B biases are counted.
+  const CliRun dora = run_cli("inspect " + q(lora("dora")) + model);
+  ASSERT_EQ(dora.code, 0) << dora.err;
+  EXPECT_NE(dora.out.find("DoRA        4 of 4 modules"), std::string::npos) << dora.out;
+  const CliRun bias = run_cli("inspect --json " + q(lora("lora_bias")) + model);
+  ASSERT_EQ(bias.code, 0) << bias.err;
+  EXPECT_EQ(nlohmann::json::parse(bias.out)["bias_modules"], 3);
   // The golden adapters are for a small model, not the released one.
   expect_one_line_error(run_cli("inspect " + q(lora("kohya_original"))), "checked against the released H3 config");
   expect_one_line_error(run_cli("inspect " + q(golden_path("h3_lora/base.safetensors")) + model),

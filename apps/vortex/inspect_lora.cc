@@ -51,10 +51,13 @@ int inspect_lora(const std::string& path, const std::string& model, bool json) {
   std::map<std::string, int> kinds;
   std::map<int64_t, int> ranks;
   std::map<double, int> scales;
+  int dora = 0, biased = 0;
   for (const h3::LoraModule& m : adapter->modules) {
     ++kinds[std::regex_replace(m.target, block, "$1.N.")];
     ++ranks[m.down.size(0)];
     ++scales[m.scale];
+    dora += m.magnitude.defined() ? 1 : 0;
+    biased += m.bias.defined() ? 1 : 0;
   }
   if (json) {
     nlohmann::json rank_counts = nlohmann::json::object(), scale_counts = nlohmann::json::object();
@@ -68,6 +71,8 @@ int inspect_lora(const std::string& path, const std::string& model, bool json) {
                                 {"by_kind", kinds},
                                 {"ranks", rank_counts},
                                 {"scales", scale_counts},
+                                {"dora_modules", dora},
+                                {"bias_modules", biased},
                                 {"warnings", adapter->warnings},
                                 {"checked_against", checked_against}};
     std::printf("%s\n", out.dump(2).c_str());
@@ -83,7 +88,9 @@ int inspect_lora(const std::string& path, const std::string& model, bool json) {
   for (const auto& [rank, count] : ranks) std::printf(" %lld (%d)", static_cast<long long>(rank), count);
   std::printf("\nscales     ");
   for (const auto& [scale, count] : scales) std::printf(" %s (%d)", shortest(scale).c_str(), count);
-  std::printf("\nfits        %s\n", checked_against.c_str());
+  std::printf("\nDoRA        %d of %d modules\n", dora, static_cast<int>(adapter->modules.size()));
+  std::printf("biases      %d of %d modules\n", biased, static_cast<int>(adapter->modules.size()));
+  std::printf("fits        %s\n", checked_against.c_str());
   for (const std::string& w : adapter->warnings) std::printf("warning     %s\n", w.c_str());
   return 0;
 }
