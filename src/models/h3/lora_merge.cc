@@ -90,13 +90,14 @@ Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, cons
           for (int64_t i = 0; i < n * cols; ++i) acc[i] += delta[i];
           continue;
         }
-        // DoRA: the norm of the unmerged weight's row plus this module's delta, summed in double.
+        // DoRA: the norm of the unmerged weight's row plus this module's delta, summed in double in
+        // column order with explicit FMAs (bits that do not depend on the compiler's contraction).
         const float* magnitude = term.module->magnitude.data_as<const float>();
         for (int64_t r = 0; r < n; ++r) {
           double sum = 0.0;
           for (int64_t c = 0; c < cols; ++c) {
             const double v = static_cast<double>(base[r * cols + c]) + delta[r * cols + c];
-            sum += v * v;
+            sum = std::fma(v, v, sum);
           }
           if (sum == 0.0) {
             // The first such row is named, whichever thread finds it.
