@@ -345,6 +345,7 @@ TEST(CliServe, RequestAdaptersAreMergedPerJobAsGenerateMergesThem) {
       {"[]", server_flag},
       {R"([{"name": "styles/b.safetensors"}, {"name": "a.safetensors", "strength": -1}])",
        server_flag + " --lora " + b + " --lora " + a + ":-1"},
+      {R"([{"name": "a.safetensors", "strength": 0.5}])", server_flag + " --lora " + a + ":0.5"},
       {R"([{"name": "a.safetensors", "strength": 0.5}])", server_flag + " --lora " + a + ":0.5"}};
   std::vector<nlohmann::json> checksums;
   for (const auto& [loras, flags] : jobs) {
@@ -359,8 +360,16 @@ TEST(CliServe, RequestAdaptersAreMergedPerJobAsGenerateMergesThem) {
     ASSERT_GE(summary.size(), 1u);
     EXPECT_EQ(summary[0]["path"], server_lora);
     if (summary.size() > 1) EXPECT_FALSE(summary[1].contains("path")) << summary.dump();  // the name, not the server's path
+    // Each job but the last switched sets; the last found its adapters in place.
+    const double switched = done["result"].value("adapter_switch_seconds", -1.0);
+    if (checksums.size() < jobs.size()) {
+      EXPECT_GT(switched, 0.0);
+    } else {
+      EXPECT_EQ(switched, 0.0);
+    }
   }
   EXPECT_EQ(checksums[3], checksums[0]);
+  EXPECT_EQ(checksums[4], checksums[0]);
   EXPECT_NE(checksums[1], checksums[0]);
   EXPECT_NE(checksums[2], checksums[1]);
   EXPECT_EQ(server.stop(), 0) << server.log();

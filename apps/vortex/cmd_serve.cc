@@ -529,9 +529,10 @@ int run_serve(const ServeArgs& args) {
           std::fprintf(stderr, "job %s: step %d/%d  %.3f s\n", id.c_str(), p.step, p.total, p.step_seconds);
         };
         std::fprintf(stderr, "job %s: started, %lld rows\n", id.c_str(), static_cast<long long>(checked.rows));
+        std::optional<double> switch_seconds;
         if (loras) {
           context.set_phase("adapters");
-          VORTEX_RETURN_IF_ERROR(loras->use(adapters, *model, "job " + id + ": "));
+          VORTEX_ASSIGN_OR_RETURN(switch_seconds, loras->use(adapters, *model, "job " + id + ": "));
         }
         if (!r.prompt.empty()) {
           context.set_phase("encode");
@@ -558,6 +559,7 @@ int run_serve(const ServeArgs& args) {
         std::fprintf(stderr, "job %s: done in %.2f s\n", id.c_str(), run->result.run.seconds);
         nlohmann::json summary = run->summary;
         summary["latents"] = "/v1/jobs/" + id + "/latents";
+        if (switch_seconds) summary["adapter_switch_seconds"] = *switch_seconds;
         if (*media) summary["media"] = "/v1/jobs/" + id + "/media";
         return summary;
       },

@@ -131,7 +131,8 @@ Status LoraSwitcher::check(const std::vector<RequestLora>& loras, const h3::H3Co
   return ok_status();
 }
 
-Status LoraSwitcher::use(const std::vector<RequestLora>& loras, LoadedStepModel& model, const std::string& log) {
+Result<double> LoraSwitcher::use(const std::vector<RequestLora>& loras, LoadedStepModel& model,
+                                 const std::string& log) {
   std::vector<LoraSpec> requested;
   for (size_t i = 0; i < loras.size(); ++i) {
     VORTEX_ASSIGN_OR_RETURN(const std::string path, resolve(loras[i], i));
@@ -142,7 +143,7 @@ Status LoraSwitcher::use(const std::vector<RequestLora>& loras, LoadedStepModel&
   VORTEX_ASSIGN_OR_RETURN(const std::vector<Applied> wanted, identify(all));
   if (applied_known_ && wanted == applied_) {
     model.loras = applied_summary_;
-    return ok_status();
+    return 0.0;
   }
 
   const auto start = std::chrono::steady_clock::now();
@@ -177,9 +178,9 @@ Status LoraSwitcher::use(const std::vector<RequestLora>& loras, LoadedStepModel&
   applied_known_ = true;
   applied_summary_ = adapters.summary;
   model.loras = adapters.summary;
-  std::fprintf(stderr, "%sLoRA adapters merged and written in %.2f s\n", log.c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return ok_status();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::fprintf(stderr, "%sLoRA adapters merged and written in %.2f s\n", log.c_str(), seconds);
+  return seconds;
 }
 
 nlohmann::json LoraSwitcher::list() const {

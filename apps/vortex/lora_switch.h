@@ -47,8 +47,9 @@ class LoraSwitcher {
   // At submit: each name is a file in the folder that reads as an adapter fitting `config`.
   Status check(const std::vector<RequestLora>& loras, const h3::H3Config& config) const;
   // Before a job: gives `model` the server's adapters and then these (model.loras lists them all).
-  // `log` prefixes the lines on stderr that say what was merged and how long it took.
-  Status use(const std::vector<RequestLora>& loras, LoadedStepModel& model, const std::string& log);
+  // `log` prefixes the lines on stderr that say what was merged and how long it took. Returns the
+  // seconds the switch took: 0 when these adapters were already in place.
+  Result<double> use(const std::vector<RequestLora>& loras, LoadedStepModel& model, const std::string& log);
   // The adapters in the folder (GET /v1/loras): name and bytes, sorted by name.
   nlohmann::json list() const;
 
