@@ -17,9 +17,9 @@
 // alpha / sqrt(rank)); else a network `alpha` in `__metadata__`; else 1 (alpha == rank, the
 // convention of the published alpha-less H3 LoRAs). Under diffusers' names peft's DoRA magnitudes
 // (`lora_magnitude_vector`) and `lora_B` biases are read too (a bias only on a linear that has one,
-// and not in a DoRA file: peft refuses lora_bias with use_dora);
-// the original layouts refuse them, as diffusers' converter does. kohya's DoRA (`dora_scale`) is
-// refused by name (diffusers drops those tensors and loads the rest, which is not the adapter as trained).
+// and not in a DoRA file: peft refuses lora_bias with use_dora); the original layouts refuse them,
+// as diffusers' converter does. kohya's DoRA (`dora_scale`) is refused by name (diffusers drops
+// those tensors and loads the rest, which is not the adapter as trained).
 //
 // merge_loras() folds modules into the weights in fp32 and rounds once to the tensor's storage dtype
 // (fp32 islands stay F32): W' = round(W + s_1·Δ_1 + s_2·Δ_2 + ...), one adapter after another, each
