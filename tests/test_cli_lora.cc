@@ -85,12 +85,14 @@ TEST(CliLora, LatentsAreTheLibraryMergedCheckpointsOnAnyThreadCount) {
   EXPECT_NE(checksum_lines(plain), checksum_lines(merged));
 }
 
-// convert --lora bakes the adapters into a checkpoint (here in the original layout): generating from
-// it gives generate --lora's bits.
+// convert --lora bakes the adapters into a checkpoint (here in the original layout, one group of
+// tensors at a time): generating from it gives generate --lora's bits, lora_B biases and a DoRA
+// module scaling them included.
 TEST(CliLora, ConvertBakesTheAdaptersGenerateMerges) {
   TempDir tmp;
   const std::string base = golden_path("h3_lora/base.safetensors");
-  const std::string loras = " --lora " + q(lora("kohya_original") + ":0.5") + " --lora " + q(lora("musubi"));
+  const std::string loras = " --lora " + q(lora("kohya_original") + ":0.5") + " --lora " + q(lora("musubi")) +
+                            " --lora " + q(lora("lora_bias") + ":0.7") + " --lora " + q(lora("dora") + ":-0.5");
   const CliRun convert =
       run_cli("convert --in " + q(base) + " --to original" + loras + " --out " + q(tmp.file("baked")));
   ASSERT_EQ(convert.code, 0) << convert.err;
