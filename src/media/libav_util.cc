@@ -13,12 +13,12 @@ namespace vortex::media {
 namespace {
 
 std::mutex g_log_mutex;
+std::string g_last_error;  // the last error-level line libav logged, without its newline
 
 #if defined(__GLIBC__)
 std::mutex g_heap_mutex;
 int g_zero_filled_holders = 0;  // ZeroFilledHeap objects alive
 #endif
-std::string g_last_error;  // the last error-level line libav logged, without its newline
 
 // Decoders log from their own threads, so the line is kept under a lock.
 void keep_error_lines(void* avcl, int level, const char* format, va_list args) {

@@ -48,6 +48,9 @@ void store_elements(const float* values, int64_t n, DType dtype, void* data, int
   }
 }
 
+// The dtypes a merge widens and rounds back (load_elements / store_elements).
+bool mergeable(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
+
 // Each DoRA term's f = m / ‖W + s·Δ‖ per output row, filled while its weight merges: its bias
 // merge needs them. Indexed like the terms; a plain term's stays empty.
 using RowFactors = std::vector<std::vector<float>>;
@@ -60,7 +63,7 @@ bool any_dora(const std::vector<Term>& terms) {
 // go to the threads whole (widened, summed, rounded in place): no fp32 copy of the weight is made.
 Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, const std::vector<Term>& terms,
                              DType out_dtype, RowFactors& factors) {
-  if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16 && weight.dtype() != DType::kF16) {
+  if (!mergeable(weight.dtype())) {
     return invalid_argument(std::string("a LoRA targets a weight of dtype ") + dtype_name(weight.dtype()) +
                             " (F32, BF16 or F16)");
   }
@@ -127,7 +130,7 @@ Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, cons
 // fp32, rounded once to `out_dtype`.
 Result<Tensor> merged_bias(const Tensor& bias, const std::vector<Term>& terms, const RowFactors& factors,
                            DType out_dtype) {
-  if (bias.dtype() != DType::kF32 && bias.dtype() != DType::kBF16 && bias.dtype() != DType::kF16) {
+  if (!mergeable(bias.dtype())) {
     return invalid_argument(std::string("a LoRA bias targets a bias of dtype ") + dtype_name(bias.dtype()) +
                             " (F32, BF16 or F16)");
   }
@@ -158,7 +161,7 @@ std::vector<std::string> LoraModule::merged_tensors() const {
 }
 
 Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& loras, DType model_dtype) {
-  if (model_dtype != DType::kF32 && model_dtype != DType::kBF16 && model_dtype != DType::kF16) {
+  if (!mergeable(model_dtype)) {
     return invalid_argument(std::string("LoRA merge: weights of dtype ") + dtype_name(model_dtype) +
                             " (F32, BF16 or F16)");
   }
