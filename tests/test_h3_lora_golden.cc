@@ -31,7 +31,7 @@ h3::NamedTensors base_tensors() {
 h3::H3Config lora_config() { return must(h3::config_from_file(golden_path("h3_lora/config.json"))); }
 
 // Each file changes exactly the weights (and, with lora_B biases, the biases) diffusers' conversion
-// says it does, to the golden's float64 fold rounded to fp32 (ours: fp32 FMA chains, so a few ulps
+// says it does, to the golden's float64 fold rounded to fp32 (ours: fp32 chains, so a few ulps
 // apart); for DoRA and biases the golden script checked that fold against peft's unfused forward.
 TEST(H3Lora, EveryLayoutMergesToTheReferencesWeights) {
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));

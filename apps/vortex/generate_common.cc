@@ -17,6 +17,7 @@
 #include "sampling/h3_scheduler.h"
 #if defined(VORTEX_HAVE_CUDA)
 #include "cuda/runtime.h"
+#include "models/h3/cuda_lora_merge.h"
 #include "models/h3/cuda_transformer.h"
 #if defined(VORTEX_HAVE_NCCL)
 #include "dist/sequence_parallel_h3.h"
@@ -57,26 +58,35 @@ Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
   return t;
 }
 
-// Reads the --lora adapters and merges them into the diffusers-named `tensors` (kept as they were
-// in loaded.base_weights when asked to); loaded.loras records them, loaded.merged_weights the
-// weights they changed.
-Status merge_lora_options(const ModelOptions& m, h3::NamedTensors& tensors, const h3::H3Config& config, DType dtype,
-                          LoadedStepModel& loaded) {
+// Reads the --lora adapters for the diffusers-named `tensors` (kept in loaded.base_weights when
+// asked to): loaded.loras records them, loaded.merged_weights the weights they change. Null when
+// there are none.
+Result<std::shared_ptr<const h3::LoraStack>> read_lora_stack(const ModelOptions& m, const h3::NamedTensors& tensors,
+                                                             const h3::H3Config& config, DType dtype,
+                                                             LoadedStepModel& loaded) {
   if (m.keep_base_weights) {
     loaded.base_weights = tensors;
     loaded.merge_dtype = dtype;
   }
-  if (m.loras.empty()) return ok_status();
-  VORTEX_ASSIGN_OR_RETURN(const LoraOptions read, read_lora_options(m.loras, config));
+  if (m.loras.empty()) return std::shared_ptr<const h3::LoraStack>();
+  VORTEX_ASSIGN_OR_RETURN(LoraOptions read, read_lora_options(m.loras, config));
   loaded.loras = read.summary;
   loaded.merged_weights = read.targets();
   size_t modules = 0;
   for (const auto& adapter : read.adapters) modules += adapter.modules.size();
-  // The merge of an adapter on every block of the released model takes seconds to minutes on the host.
   std::fprintf(stderr, "vortex: --lora: merging %zu modules of %zu adapter%s ...\n", modules, read.adapters.size(),
                read.adapters.size() == 1 ? "" : "s");
+  return std::make_shared<const h3::LoraStack>(std::move(static_cast<h3::LoraStack&>(read)));
+}
+
+// The CPU program's merge: on the host, into `tensors`.
+Status merge_lora_options(const ModelOptions& m, h3::NamedTensors& tensors, const h3::H3Config& config, DType dtype,
+                          LoadedStepModel& loaded) {
+  VORTEX_ASSIGN_OR_RETURN(const auto stack, read_lora_stack(m, tensors, config, dtype, loaded));
+  if (!stack) return ok_status();
+  // The merge of an adapter on every block of the released model takes seconds to minutes on the host.
   const auto start = std::chrono::steady_clock::now();
-  VORTEX_RETURN_IF_ERROR(h3::merge_loras(tensors, read.applications(), dtype).with_context("--lora"));
+  VORTEX_RETURN_IF_ERROR(h3::merge_loras(tensors, stack->applications(), dtype).with_context("--lora"));
   std::fprintf(stderr, "vortex: --lora: merged in %.1f s\n",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   return ok_status();
@@ -138,6 +148,14 @@ Result<std::unique_ptr<h3::StepModel>> sequence_parallel_model(
 #endif
 }
 
+// The host weights' filler: the --lora adapters (if any) merge on the device as the weights upload.
+h3::WeightFiller weight_filler(const h3::NamedTensors& tensors, const std::shared_ptr<const h3::LoraStack>& loras,
+                               cudaStream_t stream) {
+  if (!loras) return h3::host_weight_filler(tensors, stream);
+  h3::WeightFiller merging = h3::lora_merging_filler(tensors, loras, DType::kBF16, stream);
+  return [merging](const h3::TensorSpec& spec, const Tensor& dst) { return merging(spec, dst).with_context("--lora"); };
+}
+
 // The CUDA model: weights from the checkpoint (through pinned staging) or made on the device.
 Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, int64_t rows, LoadedStepModel& loaded) {
   h3::CudaModelOptions model_options;
@@ -169,21 +187,21 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     if (layout == h3::CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }
-    VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loaded));
+    VORTEX_ASSIGN_OR_RETURN(const auto stack, read_lora_stack(m, tensors, config, DType::kBF16, loaded));
     VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
     loaded.source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) +
                     loras_phrase(loaded.loras) + ")";
-    return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
+    return make(config, [&](cudaStream_t stream) { return weight_filler(tensors, stack, stream); });
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
   if (!m.loras.empty() || m.keep_base_weights) {
-    // The adapters merge on the host, so the synthetic weights are made there (the same bits as
-    // the device makes them; synthetic.h), then uploaded like a checkpoint's.
+    // The adapters merge from the host's base weights, so the synthetic weights are made there
+    // (the same bits as the device makes them; synthetic.h), then uploaded like a checkpoint's.
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, DType::kBF16, m.weights_seed));
-    VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loaded));
+    VORTEX_ASSIGN_OR_RETURN(const auto stack, read_lora_stack(m, tensors, config, DType::kBF16, loaded));
     loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
                     ", cuda" + gpus_phrase(devices) + loras_phrase(loaded.loras) + ")";
-    return make(config, [&](cudaStream_t stream) { return h3::host_weight_filler(tensors, stream); });
+    return make(config, [&](cudaStream_t stream) { return weight_filler(tensors, stack, stream); });
   }
   loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
                   ", made on the device" + gpus_phrase(devices) + ")";
@@ -471,8 +489,10 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
   return loaded;
 }
 
-Status LoadedStepModel::replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names) {
-  if (device) return device->replace_weights(weights, names);
+Status LoadedStepModel::merge_adapters(std::shared_ptr<const h3::LoraStack> loras, const std::set<std::string>& names) {
+  if (device) return device->merge_adapters(base_weights, std::move(loras), merge_dtype, names);
+  h3::NamedTensors weights = base_weights;
+  VORTEX_RETURN_IF_ERROR(h3::merge_loras(weights, loras->applications(), merge_dtype));
   VORTEX_ASSIGN_OR_RETURN(h3::H3Weights assembled, h3::assemble_weights(weights, cpu->config(), cpu->dtype()));
   VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<h3::H3Transformer> rebuilt, h3::H3Transformer::create(std::move(assembled)));
   cpu_steps = std::make_unique<h3::CpuStepModel>(*rebuilt);

@@ -151,10 +151,10 @@ struct LoadedStepModel {
   DType merge_dtype = DType::kBF16;
   std::set<std::string> merged_weights;
   h3::StepModel& steps() { return device ? *device : *cpu_steps; }
-  // The weights named in `names` become those of `weights` (the whole model's, as base_weights with
-  // some replaced): in place on the device; the CPU model is rebuilt from them, and replaced only
-  // once that succeeded.
-  Status replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names);
+  // The weights named in `names` become base_weights' with `loras` merged (merge_loras's bits in
+  // merge_dtype): merged and written in place on the device; on the CPU merged on the host and the
+  // model rebuilt from them, replaced only once that succeeded.
+  Status merge_adapters(std::shared_ptr<const h3::LoraStack> loras, const std::set<std::string>& names);
   // --device cuda: the device memory the run used (weight arena, activation arena's peak, and
   // what cudaMemGetInfo reports in use), for the summary JSON.
   std::function<nlohmann::json()> device_memory;

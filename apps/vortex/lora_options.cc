@@ -44,12 +44,6 @@ LoraSpec parse_lora_spec(const std::string& text) {
   return {text.substr(0, colon), value};
 }
 
-std::vector<h3::LoraApplication> LoraOptions::applications() const {
-  std::vector<h3::LoraApplication> out;
-  for (size_t i = 0; i < adapters.size(); ++i) out.push_back({&adapters[i], strengths[i]});
-  return out;
-}
-
 std::set<std::string> LoraOptions::targets() const {
   std::set<std::string> out;
   for (const h3::LoraAdapter& adapter : adapters) {

@@ -24,12 +24,10 @@ struct LoraSpec {
 // "PATH" or "PATH:STRENGTH" (the whole text when it names a file).
 LoraSpec parse_lora_spec(const std::string& text);
 
-struct LoraOptions {
-  std::vector<h3::LoraAdapter> adapters;
-  std::vector<double> strengths;
+// The adapters (h3::LoraStack: merged in this order) and what the output records of them.
+struct LoraOptions : h3::LoraStack {
   nlohmann::json summary = nlohmann::json::array();  // per adapter: path, sha256, strength, format, ...
 
-  std::vector<h3::LoraApplication> applications() const;
   // The weights the adapters change ("<linear>.weight").
   std::set<std::string> targets() const;
   // Appends `more`'s adapters after these (merged after them).

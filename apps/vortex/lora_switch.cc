@@ -167,17 +167,17 @@ Result<double> LoraSwitcher::use(const std::vector<RequestLora>& loras, LoadedSt
   std::fprintf(stderr, "%sLoRA adapters: %zu (%zu weights to write again) ...\n", log.c_str(),
                adapters.adapters.size(), names.size());
 
-  h3::NamedTensors weights = model.base_weights;
-  VORTEX_RETURN_IF_ERROR(h3::merge_loras(weights, adapters.applications(), model.merge_dtype).with_context("loras"));
+  nlohmann::json summary = std::move(adapters.summary);
+  auto stack = std::make_shared<const h3::LoraStack>(std::move(static_cast<h3::LoraStack&>(adapters)));
   // From here on the model may hold either set's weights until the write succeeds.
   applied_known_ = false;
   changed_ = names;
-  VORTEX_RETURN_IF_ERROR(model.replace_weights(weights, names).with_context("loras: writing the merged weights"));
+  VORTEX_RETURN_IF_ERROR(model.merge_adapters(std::move(stack), names).with_context("loras"));
   changed_ = targets;
   applied_ = wanted;
   applied_known_ = true;
-  applied_summary_ = adapters.summary;
-  model.loras = adapters.summary;
+  applied_summary_ = summary;
+  model.loras = std::move(summary);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::fprintf(stderr, "%sLoRA adapters merged and written in %.2f s\n", log.c_str(), seconds);
   return seconds;

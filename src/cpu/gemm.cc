@@ -32,8 +32,9 @@ constexpr int kNr = 16;
 constexpr int64_t kKc = 256;
 constexpr int64_t kNc = 512;
 
-// Eight floats; GCC and Clang compile arithmetic on it to one AVX instruction and contract
-// a * b + c to FMA (the default -ffp-contract=fast).
+// Eight floats; GCC and Clang compile arithmetic on it to one AVX instruction. The library is built
+// with -ffp-contract=off, so `acc += x * b` rounds the product and then the sum (no FMA): the bits
+// of every kLoops element are that chain's, which the device LoRA merge (cuda/lora_merge.h) repeats.
 using V8 = float __attribute__((vector_size(32)));
 
 inline V8 load8(const float* p) {

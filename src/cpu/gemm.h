@@ -32,7 +32,8 @@ GemmVariant default_gemm_variant();
 // C[M, N] = alpha · A[M, K] · op(B), op(B) = B[N, K]ᵀ when b_transposed else B[K, N]; all fp32,
 // row-major with leading dimensions lda, ldb, ldc (elements, each >= its row length). C is
 // overwritten (K == 0 gives zeros). Single-threaded: callers parallelise over output tiles.
-// With kLoops every C element is one fp32 FMA chain in k order whatever M, N and the tiling, so
+// With kLoops every C element is one fp32 chain in k order (each product and each sum rounded: the
+// library is built with -ffp-contract=off) whatever M, N and the tiling, so
 // linear and attention results do not depend on the thread count. OpenBLAS promises no such
 // thing (it may switch kernels by size, and picks them by CPU); its results are stable for the
 // same shapes on the same CPU, so the callers cut their tiles independently of the thread count.

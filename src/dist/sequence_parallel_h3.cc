@@ -69,8 +69,10 @@ Result<h3::StepOutputs> SequenceParallelH3::step(const h3::StepInputs& inputs) {
   return std::move(outputs[0]);
 }
 
-Status SequenceParallelH3::replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names) {
-  return group_->run_ranks([&](int rank) { return ranks_[rank].model->replace_weights(weights, names); });
+Status SequenceParallelH3::merge_adapters(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> loras,
+                                          DType merge_dtype, const std::set<std::string>& names) {
+  return group_->run_ranks(
+      [&](int rank) { return ranks_[rank].model->merge_adapters(base, loras, merge_dtype, names); });
 }
 
 void SequenceParallelH3::set_cuda_graphs(bool on) {

@@ -45,8 +45,9 @@ class SequenceParallelH3 : public h3::StepModel {
   Status prepare(const h3::PackedLayout& layout, const Tensor& text_states) override;
   Status plan_steps(const std::vector<std::vector<float>>& step_timesteps) override;
   Result<h3::StepOutputs> step(const h3::StepInputs& inputs) override;
-  // Every rank writes the named weights again (CudaH3Transformer::refill_weights).
-  Status replace_weights(const h3::NamedTensors& weights, const std::set<std::string>& names) override;
+  // Every rank merges and writes the named weights again on its GPU (CudaH3Transformer::merge_adapters).
+  Status merge_adapters(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> loras, DType merge_dtype,
+                        const std::set<std::string>& names) override;
 
   int size() const { return group_->size(); }
   // Per rank: the model's weights and peak activations, and the exchange's buffers.

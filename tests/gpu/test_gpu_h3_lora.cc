@@ -1,7 +1,7 @@
-// A LoRA-merged model on the GPU: the weights merge on the host (models/h3/lora.h) and upload like
-// a checkpoint's; its forward against the reference's fp32 forward of the merged model and against
-// the CPU program on the same merged weights. Serve's per-request adapters: weights written again in
-// place give the bits of a model loaded with them.
+// A LoRA-merged model on the GPU: its forward against the reference's fp32 forward of the merged
+// model and against the CPU program on the same merged weights. Serve's per-request adapters:
+// weights merged on the device and written again in place give the bits of a model loaded with the
+// host merge's weights.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -11,6 +11,7 @@
 #include <set>
 
 #include "h3_golden_util.h"
+#include "models/h3/cuda_lora_merge.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/lora.h"
 #include "models/h3/weights.h"
@@ -24,6 +25,20 @@ namespace {
 using test::golden_path;
 using test::must;
 
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// Adapters with their strengths, owned (what merge_adapters keeps).
+std::shared_ptr<const h3::LoraStack> stack_of(const std::vector<std::pair<const h3::LoraAdapter*, double>>& loras) {
+  auto stack = std::make_shared<h3::LoraStack>();
+  for (const auto& [adapter, strength] : loras) {
+    stack->adapters.push_back(*adapter);
+    stack->strengths.push_back(strength);
+  }
+  return stack;
+}
+
 TEST(GpuH3Lora, StackedAdaptersMatchTheReferenceAndTheCpuProgram) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
@@ -33,14 +48,24 @@ TEST(GpuH3Lora, StackedAdaptersMatchTheReferenceAndTheCpuProgram) {
   for (const char* name : {"kohya_original", "diffusers_metadata_alpha", "diffsynth"}) {
     adapters.push_back(must(h3::read_lora(golden_path(std::string("h3_lora/") + name + ".safetensors"), config)));
   }
+  const h3::NamedTensors base = tensors;
   must(h3::merge_loras(tensors, {{&adapters[0], 0.5}, {&adapters[1], 1.0}, {&adapters[2], -0.75}}, DType::kBF16));
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
   const test::GoldenCase golden = must(test::read_golden_case(expected));
 
-  auto gpu =
-      must(h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr), golden.layout.num_rows));
+  // As generate --lora loads it: merged on the device as the weights upload.
+  const auto stack = stack_of({{&adapters[0], 0.5}, {&adapters[1], 1.0}, {&adapters[2], -0.75}});
+  auto gpu = must(h3::CudaH3Transformer::create(config, h3::lora_merging_filler(base, stack, DType::kBF16, nullptr),
+                                                golden.layout.num_rows));
   must(gpu->prepare(golden.layout, golden.text_states));
   const h3::StepOutputs out = must(gpu->forward(golden.step));
+  // ... the bits of the host merge's weights uploaded.
+  auto host_merged =
+      must(h3::CudaH3Transformer::create(config, h3::host_weight_filler(tensors, nullptr), golden.layout.num_rows));
+  must(host_merged->prepare(golden.layout, golden.text_states));
+  const h3::StepOutputs host_out = must(host_merged->forward(golden.step));
+  EXPECT_TRUE(same_bits(out.video_velocity, host_out.video_velocity));
+  EXPECT_TRUE(same_bits(out.audio_velocity, host_out.audio_velocity));
 
   auto cpu = must(h3::H3Transformer::create(must(h3::assemble_weights(tensors, config, DType::kBF16))));
   const h3::StepOutputs cpu_out =
@@ -57,10 +82,6 @@ TEST(GpuH3Lora, StackedAdaptersMatchTheReferenceAndTheCpuProgram) {
   }
 }
 
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
-
 std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adapters) {
   std::set<std::string> out;
   for (const h3::LoraAdapter* a : adapters) {
@@ -72,9 +93,9 @@ std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adap
 }
 
 // One model under both recipes and both AdaLN table modes (and, where NCCL is built, two
-// sequence-parallel ranks on this GPU): the base weights, then adapter set A written in place, then
-// set B (A's weights restored where B does not touch them), then the base again. Each forward is
-// bitwise the forward of a model created from those weights.
+// sequence-parallel ranks on this GPU): the base weights, then adapter set A merged on the device
+// and written in place, then set B (A's weights restored where B does not touch them), then the
+// base again. Each forward is bitwise the forward of a model created from the host merge's weights.
 TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
@@ -126,13 +147,18 @@ TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
         std::unique_ptr<h3::StepModel> model = make(base, options);
         const h3::StepOutputs base_out = run(*model);
         struct Phase {
-          const h3::NamedTensors* weights;
+          const h3::NamedTensors* weights;  // the host merge's
+          std::shared_ptr<const h3::LoraStack> loras;
           const std::set<std::string>* names;
           const char* what;
         };
-        for (const auto& [weights, names, what] : {Phase{&set_a, &targets_a, "set A"}, Phase{&set_b, &a_or_b, "set B after A"},
-                                                   Phase{&base, &targets_b, "the base after B"}}) {
-          must(model->replace_weights(*weights, *names));
+        for (const auto& [weights, loras, names, what] :
+             {Phase{&set_a, stack_of({{&adapters[0], 1.0}}), &targets_a, "set A"},
+              Phase{&set_b,
+                    stack_of({{&adapters[1], -0.75}, {&adapters[2], 0.5}, {&adapters[3], 0.7}, {&adapters[4], -0.5}}),
+                    &a_or_b, "set B after A"},
+              Phase{&base, stack_of({}), &targets_b, "the base after B"}}) {
+          must(model->merge_adapters(base, loras, DType::kBF16, *names));
           const h3::StepOutputs out = run(*model);
           const h3::StepOutputs fresh = weights == &base ? base_out : run(*make(*weights, options));
           EXPECT_TRUE(same_bits(out.video_velocity, fresh.video_velocity)) << what;

@@ -139,9 +139,9 @@ class CudaH3Transformer : public StepModel {
   // graphs stay valid: no address changes. For serve's per-request LoRA adapters
   // (cuda_transformer_reload.cc).
   Status refill_weights(const WeightFiller& fill, const std::set<std::string>& names);
-  Status replace_weights(const NamedTensors& weights, const std::set<std::string>& names) override {
-    return refill_weights(host_weight_filler(weights, stream_), names);
-  }
+  // refill_weights from lora_merging_filler: the adapters merge on the device (cuda_lora_merge.h).
+  Status merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+                        const std::set<std::string>& names) override;
 
  private:
   struct Linear {

@@ -1,10 +1,12 @@
 // Writing some of a loaded model's weights again, in place: serve switches LoRA adapters between
-// requests without loading the model again. The same fills load_weights made, into the tensors it
-// allocated, and under the fp8 recipe the same quantization of each changed linear, so the model
-// then computes what a model created from the new weights computes, bit for bit.
+// requests without loading the model again, merging them on the device as they are written. The
+// same fills load_weights made, into the tensors it allocated, and under the fp8 recipe the same
+// quantization of each changed linear, so the model then computes what a model created from the
+// new weights computes, bit for bit.
 #include <algorithm>
 
 #include "core/quote.h"
+#include "models/h3/cuda_lora_merge.h"
 #include "models/h3/cuda_transformer.h"
 
 namespace vortex::h3 {
@@ -74,6 +76,11 @@ Status CudaH3Transformer::refill_weights(const WeightFiller& fill, const std::se
   if (adaln_tables_ == AdaLnTables::kPerRequest) filler_ = fill;
   VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return ok_status();
+}
+
+Status CudaH3Transformer::merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras,
+                                         DType merge_dtype, const std::set<std::string>& names) {
+  return refill_weights(lora_merging_filler(base, std::move(loras), merge_dtype, stream_), names);
 }
 
 }  // namespace vortex::h3

@@ -23,14 +23,17 @@
 //
 // merge_loras() folds modules into the weights in fp32 and rounds once to the tensor's storage dtype
 // (fp32 islands stay F32): W' = round(W + s_1·Δ_1 + s_2·Δ_2 + ...), one adapter after another, each
-// Δ[o, i] an fp32 FMA chain over the rank in order and s = strength · scale. A DoRA module does what
+// s·Δ[o, i] rounded from one fp32 chain over the rank in order (every product and sum rounded: no
+// FMA) times s = strength · scale. A DoRA module does what
 // peft's unmerged forward does: with f = m / ‖W + s·Δ‖ per output row (W the unmerged weight), the
 // sum so far becomes f · (sum + s·Δ), so it also scales the adapters before it. A lora_B bias b adds
 // s·b to the linear's bias, scaled likewise by a later DoRA module's f. The bits do not depend on the
 // thread count or the BLAS. Merged weights cost the same memory as the weights they replace (a
-// checkpoint's are otherwise mapped, not copied); nothing is added to a forward's time.
+// checkpoint's are otherwise mapped, not copied); nothing is added to a forward's time. On a GPU the
+// same bits are merged on the device (models/h3/cuda_lora_merge.h).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -76,6 +79,26 @@ struct LoraApplication {
   const LoraAdapter* adapter = nullptr;
   double strength = 1.0;
 };
+
+// Adapters and their strengths, owned together: what a merge that outlives its caller holds.
+struct LoraStack {
+  std::vector<LoraAdapter> adapters;
+  std::vector<double> strengths;
+  std::vector<LoraApplication> applications() const;
+};
+
+// One module as a merge applies it: s = strength · scale, rounded once to fp32.
+struct LoraTerm {
+  const LoraModule* module = nullptr;
+  float scale = 0.0f;
+};
+// Each targeted linear's terms (keyed by the linear, e.g. "transformer_blocks.3.attn.to_q"), in the
+// order the adapters came.
+std::map<std::string, std::vector<LoraTerm>> lora_terms_by_linear(const std::vector<LoraApplication>& loras);
+bool has_dora(const std::vector<LoraTerm>& terms);
+bool has_bias(const std::vector<LoraTerm>& terms);
+// The error of a DoRA row whose W + s·Δ is all zeros, which its magnitude cannot scale.
+Status dora_zero_norm_error(const LoraModule& module, const std::string& weight_name, int64_t row);
 
 // Merges the adapters, in order, into `tensors` (diffusers names; a targeted weight or bias is replaced
 // by a new tensor of the storage dtype: F32 for fp32 islands, else `model_dtype`: F32, BF16 or F16).

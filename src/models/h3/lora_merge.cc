@@ -18,11 +18,6 @@ namespace {
 // Output rows a parallel_for chunk takes at a time: its delta scratch is kRowBlock x in floats.
 constexpr int64_t kRowBlock = 32;
 
-struct Term {
-  const LoraModule* module;
-  float scale;  // strength * alpha / rank
-};
-
 // n elements of a weight of `dtype` (F32, BF16 or F16) widened to fp32, and rounded back (RNE,
 // DESIGN section 3); the dtype is switched on once a row block so that the loops vectorize.
 void load_elements(const void* data, DType dtype, int64_t first, int64_t n, float* out) {
@@ -55,13 +50,9 @@ bool mergeable(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF
 // merge needs them. Indexed like the terms; a plain term's stays empty.
 using RowFactors = std::vector<std::vector<float>>;
 
-bool any_dora(const std::vector<Term>& terms) {
-  return std::any_of(terms.begin(), terms.end(), [](const Term& t) { return t.module->magnitude.defined(); });
-}
-
 // W (F32, BF16 or F16) with each term folded in, in fp32, rounded once to `out_dtype`. Row blocks
 // go to the threads whole (widened, summed, rounded in place): no fp32 copy of the weight is made.
-Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, const std::vector<Term>& terms,
+Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, const std::vector<LoraTerm>& terms,
                              DType out_dtype, RowFactors& factors) {
   if (!mergeable(weight.dtype())) {
     return invalid_argument(std::string("a LoRA targets a weight of dtype ") + dtype_name(weight.dtype()) +
@@ -70,7 +61,7 @@ Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, cons
   const Tensor in = weight.contiguous();
   Tensor out = Tensor::empty(in.shape(), out_dtype);
   const int64_t rows = in.size(0), cols = in.size(1);
-  const bool dora = any_dora(terms);
+  const bool dora = has_dora(terms);
   factors.assign(terms.size(), {});
   for (size_t t = 0; t < terms.size(); ++t) {
     if (terms[t].module->magnitude.defined()) factors[t].assign(static_cast<size_t>(rows), 0.0f);
@@ -83,9 +74,9 @@ Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, cons
       load_elements(in.data(), in.dtype(), r0 * cols, n * cols, acc.data());
       if (dora) std::copy_n(acc.data(), n * cols, base.data());
       for (size_t t = 0; t < terms.size(); ++t) {
-        const Term& term = terms[t];
+        const LoraTerm& term = terms[t];
         const int64_t rank = term.module->down.size(0);
-        // The loops variant: each delta element one FMA chain over the rank, whatever the tiling.
+        // The loops variant: each delta element one chain over the rank, whatever the tiling.
         cpu::matmul_f32(cpu::GemmVariant::kLoops, false, n, cols, rank, term.scale,
                         term.module->up.data_as<const float>() + r0 * rank, rank,
                         term.module->down.data_as<const float>(), cols, delta.data(), cols);
@@ -119,16 +110,14 @@ Result<Tensor> merged_weight(const std::string& name, const Tensor& weight, cons
     }
   });
   if (const int64_t at = zero_norm.load(); at >= 0) {
-    return invalid_argument("DoRA module " + quote(terms[static_cast<size_t>(at / rows)].module->source) +
-                            ": row " + std::to_string(at % rows) + " of " + quote(name) +
-                            " plus its delta is all zeros, which its magnitude cannot scale");
+    return dora_zero_norm_error(*terms[static_cast<size_t>(at / rows)].module, name, at % rows);
   }
   return out;
 }
 
 // The linear's bias plus each term's s·b, a DoRA term scaling the sum before it by its row's f, in
 // fp32, rounded once to `out_dtype`.
-Result<Tensor> merged_bias(const Tensor& bias, const std::vector<Term>& terms, const RowFactors& factors,
+Result<Tensor> merged_bias(const Tensor& bias, const std::vector<LoraTerm>& terms, const RowFactors& factors,
                            DType out_dtype) {
   if (!mergeable(bias.dtype())) {
     return invalid_argument(std::string("a LoRA bias targets a bias of dtype ") + dtype_name(bias.dtype()) +
@@ -154,6 +143,35 @@ Result<Tensor> merged_bias(const Tensor& bias, const std::vector<Term>& terms, c
 
 }  // namespace
 
+std::vector<LoraApplication> LoraStack::applications() const {
+  std::vector<LoraApplication> out;
+  for (size_t i = 0; i < adapters.size(); ++i) out.push_back({&adapters[i], strengths[i]});
+  return out;
+}
+
+std::map<std::string, std::vector<LoraTerm>> lora_terms_by_linear(const std::vector<LoraApplication>& loras) {
+  std::map<std::string, std::vector<LoraTerm>> out;
+  for (const LoraApplication& lora : loras) {
+    for (const LoraModule& m : lora.adapter->modules) {
+      out[m.target].push_back({&m, static_cast<float>(lora.strength * m.scale)});
+    }
+  }
+  return out;
+}
+
+bool has_dora(const std::vector<LoraTerm>& terms) {
+  return std::any_of(terms.begin(), terms.end(), [](const LoraTerm& t) { return t.module->magnitude.defined(); });
+}
+
+bool has_bias(const std::vector<LoraTerm>& terms) {
+  return std::any_of(terms.begin(), terms.end(), [](const LoraTerm& t) { return t.module->bias.defined(); });
+}
+
+Status dora_zero_norm_error(const LoraModule& module, const std::string& weight_name, int64_t row) {
+  return invalid_argument("DoRA module " + quote(module.source) + ": row " + std::to_string(row) + " of " +
+                          quote(weight_name) + " plus its delta is all zeros, which its magnitude cannot scale");
+}
+
 std::vector<std::string> LoraModule::merged_tensors() const {
   std::vector<std::string> out = {target + ".weight"};
   if (bias.defined()) out.push_back(target + ".bias");
@@ -165,13 +183,7 @@ Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& lo
     return invalid_argument(std::string("LoRA merge: weights of dtype ") + dtype_name(model_dtype) +
                             " (F32, BF16 or F16)");
   }
-  // Terms per linear, in the order the adapters came.
-  std::map<std::string, std::vector<Term>> terms;
-  for (const LoraApplication& lora : loras) {
-    for (const LoraModule& m : lora.adapter->modules) {
-      terms[m.target].push_back({&m, static_cast<float>(lora.strength * m.scale)});
-    }
-  }
+  const std::map<std::string, std::vector<LoraTerm>> terms = lora_terms_by_linear(loras);
   std::map<std::string, RowFactors> factors;  // per linear whose weight merged here
   for (auto& [name, tensor] : tensors) {
     if (!name.ends_with(".weight")) continue;
@@ -189,17 +201,14 @@ Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& lo
     if (!name.ends_with(".bias")) continue;
     const std::string linear = name.substr(0, name.size() - 5);
     auto it = terms.find(linear);
-    if (it == terms.end() ||
-        std::none_of(it->second.begin(), it->second.end(), [](const Term& t) { return t.module->bias.defined(); })) {
-      continue;
-    }
+    if (it == terms.end() || !has_bias(it->second)) continue;
     const LoraModule& first = *it->second.front().module;
     if (tensor.rank() != 1 || tensor.size(0) != first.up.size(0)) {
       return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(name) + " " +
                               tensor.describe());
     }
     auto f = factors.find(linear);
-    if (any_dora(it->second) && f == factors.end()) {
+    if (has_dora(it->second) && f == factors.end()) {
       return invalid_argument("LoRA merge: " + quote(name) + " came without " + quote(linear + ".weight") +
                               ", whose DoRA factors it needs");
     }

@@ -2,10 +2,12 @@
 // and the CUDA model through this interface.
 #pragma once
 
+#include <memory>
 #include <set>
 #include <string>
 
 #include "models/h3/layout.h"
+#include "models/h3/lora.h"
 #include "models/h3/transformer.h"
 #include "models/h3/weights.h"
 #include "vortex/status.h"
@@ -27,12 +29,14 @@ class StepModel {
   }
   // Per step: host rows in, host velocities out.
   virtual Result<StepOutputs> step(const StepInputs& inputs) = 0;
-  // Between requests: the weights named in `names` become those of `weights` (host, diffusers names,
-  // the whole model's weights as they now are; a model that streams weights later reads them from
-  // there, so they must outlive it or the next call). Serve's per-request LoRA adapters. The CPU
-  // model is rebuilt by its owner instead (its weights are packed at creation).
-  virtual Status replace_weights(const NamedTensors& weights, const std::set<std::string>& names) {
-    (void)weights, (void)names;
+  // Between requests: the weights named in `names` become those of `base` (host, diffusers names,
+  // the whole model's weights before any adapter) with `loras` merged as merge_loras merges them in
+  // `merge_dtype`, the same bits (a model that streams weights later reads them through `base` and
+  // `loras`, which it keeps). Serve's per-request LoRA adapters. The CPU model is rebuilt by its
+  // owner instead (its weights are packed at creation).
+  virtual Status merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+                                const std::set<std::string>& names) {
+    (void)base, (void)loras, (void)merge_dtype, (void)names;
     return unimplemented("this model cannot replace its weights in place");
   }
 };

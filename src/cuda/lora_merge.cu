@@ -1,0 +1,257 @@
+// LoRA merge on the device (see lora_merge.h for the arithmetic it reproduces).
+//
+// Three kernels. `merge_kernel` gives each thread one column of kRowsPerThread rows and walks the
+// terms in order, each term's chain over the rank in order, with the rows' up factors staged in
+// shared memory kRankChunk at a time (every thread of the CTA reads them) and down read coalesced
+// along the columns. A DoRA term's row factors must exist before any element of its row is scaled,
+// and its norm is a sequential double chain over the row, so they come first: `delta_kernel` writes
+// one term's deltas for a band of rows into scratch and `row_norm_kernel` sums each row in column
+// order, one thread per row. Explicit __fmul_rn / __fadd_rn / __fma_rn keep nvcc from contracting
+// anything the host rounds twice.
+#include "cuda/lora_merge.h"
+
+#include <algorithm>
+
+#include "core/dtype.h"
+#include "cuda/runtime.h"
+
+namespace vortex::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;       // columns per CTA of the merge and delta kernels
+constexpr int kRowsPerThread = 16;  // rows per CTA (and per thread) of the merge and delta kernels
+constexpr int kRankChunk = 32;      // up factors staged per pass
+constexpr int64_t kScratchFloats = int64_t(1) << 24;  // a DoRA band's deltas: 64 MB at most
+
+enum class Elem { kF32, kBF16, kF16 };
+
+template <Elem kElem>
+__device__ __forceinline__ float load_element(const void* data, int64_t i) {
+  if constexpr (kElem == Elem::kF32) return static_cast<const float*>(data)[i];
+  if constexpr (kElem == Elem::kBF16) return bf16_bits_to_f32(static_cast<const uint16_t*>(data)[i]);
+  if constexpr (kElem == Elem::kF16) return f16_bits_to_f32(static_cast<const uint16_t*>(data)[i]);
+}
+
+template <Elem kElem>
+__device__ __forceinline__ void store_element(void* data, int64_t i, float v) {
+  if constexpr (kElem == Elem::kF32) static_cast<float*>(data)[i] = v;
+  if constexpr (kElem == Elem::kBF16) static_cast<uint16_t*>(data)[i] = f32_to_bf16_bits(v);
+}
+
+struct DeviceTerm {
+  const float* up;
+  const float* down;
+  const float* row_factor;  // DoRA's f per row; null for a plain term
+  int64_t rank;
+  float scale;
+};
+
+// round(scale · chain) for rows [r0, r0 + rows_here) of column c into delta[] (rows past
+// rows_here get 0 factors and are not used). Every thread of the CTA must call it (it stages the up
+// factors); `live` says whether this thread's column exists.
+__device__ __forceinline__ void term_deltas(const DeviceTerm& term, int64_t r0, int rows_here, int64_t cols,
+                                            int64_t c, bool live, float (&up_tile)[kRowsPerThread][kRankChunk],
+                                            float (&delta)[kRowsPerThread]) {
+  float chain[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) chain[i] = 0.0f;
+  for (int64_t k0 = 0; k0 < term.rank; k0 += kRankChunk) {
+    const int chunk = static_cast<int>(term.rank - k0 < kRankChunk ? term.rank - k0 : kRankChunk);
+    __syncthreads();  // the previous chunk's readers are done
+    for (int idx = threadIdx.x; idx < kRowsPerThread * kRankChunk; idx += blockDim.x) {
+      const int i = idx / kRankChunk, k = idx % kRankChunk;
+      up_tile[i][k] = i < rows_here && k < chunk ? term.up[(r0 + i) * term.rank + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+    if (live) {
+      for (int k = 0; k < chunk; ++k) {
+        const float d = term.down[(k0 + k) * cols + c];
+#pragma unroll
+        for (int i = 0; i < kRowsPerThread; ++i) chain[i] = __fadd_rn(chain[i], __fmul_rn(up_tile[i][k], d));
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) delta[i] = __fmul_rn(chain[i], term.scale);
+}
+
+template <Elem kIn, Elem kOut>
+__global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, void* out, int64_t rows, int64_t cols,
+                                                         const DeviceTerm* terms, int term_count) {
+  __shared__ float up_tile[kRowsPerThread][kRankChunk];
+  const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+  const int64_t r0 = blockIdx.y * int64_t(kRowsPerThread);
+  const int rows_here = static_cast<int>(rows - r0 < kRowsPerThread ? rows - r0 : kRowsPerThread);
+  const bool live = c < cols;
+  float acc[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) acc[i] = live && i < rows_here ? load_element<kIn>(weight, (r0 + i) * cols + c) : 0.0f;
+  for (int t = 0; t < term_count; ++t) {
+    const DeviceTerm term = terms[t];
+    float delta[kRowsPerThread];
+    term_deltas(term, r0, rows_here, cols, c, live, up_tile, delta);
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+      const float sum = __fadd_rn(acc[i], delta[i]);
+      acc[i] = term.row_factor == nullptr ? sum : __fmul_rn(i < rows_here ? term.row_factor[r0 + i] : 0.0f, sum);
+    }
+  }
+  if (!live) return;
+  for (int i = 0; i < rows_here; ++i) store_element<kOut>(out, (r0 + i) * cols + c, acc[i]);
+}
+
+// One term's deltas for rows [band0, band0 + band_rows) into delta [band_rows, cols] F32.
+__global__ void __launch_bounds__(kThreads) delta_kernel(DeviceTerm term, int64_t band0, int64_t band_rows,
+                                                         int64_t cols, float* delta) {
+  __shared__ float up_tile[kRowsPerThread][kRankChunk];
+  const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+  const int64_t local0 = blockIdx.y * int64_t(kRowsPerThread);
+  const int rows_here = static_cast<int>(band_rows - local0 < kRowsPerThread ? band_rows - local0 : kRowsPerThread);
+  const bool live = c < cols;
+  float values[kRowsPerThread];
+  term_deltas(term, band0 + local0, rows_here, cols, c, live, up_tile, values);
+  if (!live) return;
+  for (int i = 0; i < rows_here; ++i) delta[(local0 + i) * cols + c] = values[i];
+}
+
+// f[r] = m[r] / sqrt(Σ_c (W[r,c] + delta[r,c])²) in double, column order, for the band's rows; a row
+// whose sum is 0 lowers *zero_row to its index instead.
+template <Elem kIn>
+__global__ void row_norm_kernel(const void* weight, const float* delta, const float* magnitude, int64_t band0,
+                                int64_t band_rows, int64_t cols, float* row_factor,
+                                unsigned long long* zero_row) {
+  const int64_t local = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (local >= band_rows) return;
+  const int64_t r = band0 + local;
+  double sum = 0.0;
+  for (int64_t c = 0; c < cols; ++c) {
+    const double v = __dadd_rn(static_cast<double>(load_element<kIn>(weight, r * cols + c)),
+                               static_cast<double>(delta[local * cols + c]));
+    sum = __fma_rn(v, v, sum);
+  }
+  if (sum == 0.0) {
+    atomicMin(zero_row, static_cast<unsigned long long>(r));
+    return;
+  }
+  row_factor[r] = __double2float_rn(__ddiv_rn(static_cast<double>(magnitude[r]), __dsqrt_rn(sum)));
+}
+
+template <Elem kIn>
+void launch_dora_factors(const void* weight, const DeviceTerm& term, const float* magnitude, int64_t rows,
+                         int64_t cols, float* delta, int64_t band, float* row_factor, unsigned long long* zero_row,
+                         cudaStream_t stream) {
+  for (int64_t band0 = 0; band0 < rows; band0 += band) {
+    const int64_t band_rows = std::min(band, rows - band0);
+    const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                    static_cast<unsigned>((band_rows + kRowsPerThread - 1) / kRowsPerThread));
+    delta_kernel<<<grid, kThreads, 0, stream>>>(term, band0, band_rows, cols, delta);
+    row_norm_kernel<kIn><<<static_cast<unsigned>((band_rows + 127) / 128), 128, 0, stream>>>(
+        weight, delta, magnitude, band0, band_rows, cols, row_factor, zero_row);
+  }
+}
+
+template <Elem kIn>
+void launch_merge(const void* weight, const Tensor& out, int64_t rows, int64_t cols, const DeviceTerm* terms,
+                  int term_count, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
+                  static_cast<unsigned>((rows + kRowsPerThread - 1) / kRowsPerThread));
+  if (out.dtype() == DType::kBF16) {
+    merge_kernel<kIn, Elem::kBF16><<<grid, kThreads, 0, stream>>>(weight, out.data(), rows, cols, terms, term_count);
+  } else {
+    merge_kernel<kIn, Elem::kF32><<<grid, kThreads, 0, stream>>>(weight, out.data(), rows, cols, terms, term_count);
+  }
+}
+
+Status check_arguments(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms) {
+  const auto device_matrix = [](const Tensor& t) {
+    return t.device() == Device::kCuda && t.is_contiguous() && t.rank() == 2;
+  };
+  if (!device_matrix(weight) ||
+      (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16 && weight.dtype() != DType::kF16)) {
+    return invalid_argument("lora_merge: weight " + weight.describe() + " must be a contiguous 2-D F32, BF16 or F16 device tensor");
+  }
+  if (!device_matrix(out) || out.shape() != weight.shape() || (out.dtype() != DType::kF32 && out.dtype() != DType::kBF16)) {
+    return invalid_argument("lora_merge: out " + out.describe() + " must be a contiguous F32 or BF16 device tensor of weight's shape " +
+                            weight.shape().to_string());
+  }
+  if (out.data() == weight.data() && out.dtype() != weight.dtype()) {
+    return invalid_argument("lora_merge: out is weight's memory with another dtype");
+  }
+  for (size_t t = 0; t < terms.size(); ++t) {
+    if (terms[t].rank < 1 || terms[t].up == nullptr || terms[t].down == nullptr) {
+      return invalid_argument("lora_merge: term " + std::to_string(t) + " has no factors");
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
+                           cudaStream_t stream) {
+  VORTEX_RETURN_IF_ERROR(check_arguments(weight, out, terms));
+  const int64_t rows = weight.size(0), cols = weight.size(1);
+  if (rows == 0 || cols == 0) return int64_t(-1);
+  const size_t dora = static_cast<size_t>(
+      std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
+  // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds.
+  const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchFloats / cols / kRowsPerThread * kRowsPerThread));
+  const size_t term_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size() * sizeof(DeviceTerm))}, DType::kU8);
+  const size_t factor_bytes = dora * DeviceArena::bytes_for(Shape{rows}, DType::kF32);
+  const size_t scratch_bytes = dora == 0 ? 0 : DeviceArena::bytes_for(Shape{band, cols}, DType::kF32);
+  const size_t zero_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size())}, DType::kI64);
+  VORTEX_ASSIGN_OR_RETURN(DeviceArena arena,
+                          DeviceArena::create(term_bytes + factor_bytes + scratch_bytes + zero_bytes));
+  VORTEX_ASSIGN_OR_RETURN(Tensor zero_rows, arena.alloc(Shape{static_cast<int64_t>(terms.size())}, DType::kI64));
+  VORTEX_CUDA_CHECK(cudaMemsetAsync(zero_rows.data(), 0xFF, zero_rows.nbytes(), stream));  // no row yet
+  auto* zero_row = static_cast<unsigned long long*>(zero_rows.data());
+
+  std::vector<DeviceTerm> device_terms;
+  Tensor scratch;
+  if (dora > 0) {
+    VORTEX_ASSIGN_OR_RETURN(scratch, arena.alloc(Shape{band, cols}, DType::kF32));
+  }
+  for (size_t t = 0; t < terms.size(); ++t) {
+    const LoraMergeTerm& term = terms[t];
+    DeviceTerm d{term.up, term.down, nullptr, term.rank, term.scale};
+    if (term.magnitude != nullptr) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor factors, arena.alloc(Shape{rows}, DType::kF32));
+      d.row_factor = factors.data_as<float>();
+      const auto launch = weight.dtype() == DType::kF32    ? launch_dora_factors<Elem::kF32>
+                          : weight.dtype() == DType::kBF16 ? launch_dora_factors<Elem::kBF16>
+                                                           : launch_dora_factors<Elem::kF16>;
+      launch(weight.data(), d, term.magnitude, rows, cols, scratch.data_as<float>(), band, factors.data_as<float>(),
+             zero_row + t, stream);
+      VORTEX_CUDA_CHECK_LAUNCH();
+    }
+    device_terms.push_back(d);
+  }
+  if (dora > 0) {
+    std::vector<unsigned long long> first(terms.size());
+    VORTEX_CUDA_CHECK(cudaMemcpyAsync(first.data(), zero_row, first.size() * sizeof(first[0]), cudaMemcpyDeviceToHost, stream));
+    VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+    for (size_t t = 0; t < first.size(); ++t) {
+      if (first[t] != ~0ull) return static_cast<int64_t>(t) * rows + static_cast<int64_t>(first[t]);
+    }
+  }
+
+  VORTEX_ASSIGN_OR_RETURN(Tensor term_table,
+                          arena.alloc(Shape{static_cast<int64_t>(device_terms.size() * sizeof(DeviceTerm))}, DType::kU8));
+  VORTEX_CUDA_CHECK(cudaMemcpyAsync(term_table.data(), device_terms.data(), term_table.nbytes(), cudaMemcpyHostToDevice, stream));
+  const auto* table = static_cast<const DeviceTerm*>(term_table.data());
+  const int count = static_cast<int>(device_terms.size());
+  if (weight.dtype() == DType::kF32) {
+    launch_merge<Elem::kF32>(weight.data(), out, rows, cols, table, count, stream);
+  } else if (weight.dtype() == DType::kBF16) {
+    launch_merge<Elem::kBF16>(weight.data(), out, rows, cols, table, count, stream);
+  } else {
+    launch_merge<Elem::kF16>(weight.data(), out, rows, cols, table, count, stream);
+  }
+  VORTEX_CUDA_CHECK_LAUNCH();
+  // The host's term table and the arena go when this returns.
+  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return int64_t(-1);
+}
+
+}  // namespace vortex::cuda

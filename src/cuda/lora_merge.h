@@ -1,0 +1,42 @@
+// LoRA modules merged into a weight on the device, with the bits of the host merge
+// (models/h3/lora.h, merge_loras): serve's adapter switches and `generate --lora` on a GPU then cost
+// the weights' upload and a few milliseconds of device work instead of a host merge of every
+// targeted linear (seconds per block on a few cores).
+//
+// The host merge's arithmetic, step for step (DESIGN section 3's rounding points):
+//   - each term's delta element is round(scale * chain), chain = ((up[r,0]·down[0,c]) + up[r,1]·down[1,c])
+//     + ..., every product and every sum rounded to fp32 (cpu::GemmVariant::kLoops, built with
+//     -ffp-contract=off: no FMA);
+//   - a plain term: acc = acc + delta; a DoRA term: acc = f[r] · (acc + delta), with
+//     f[r] = float(m[r] / sqrt(Σ_c (double(W[r,c]) + double(delta[r,c]))²)), the sum one double
+//     FMA chain in column order over the unmerged weight W;
+//   - acc starts as W widened to fp32 and is rounded once (RNE) to the output's dtype.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <vector>
+
+#include "vortex/status.h"
+#include "vortex/tensor.h"
+
+namespace vortex::cuda {
+
+// One module's factors on the device (F32, contiguous), applied in the order given.
+struct LoraMergeTerm {
+  const float* up = nullptr;         // [rows, rank]
+  const float* down = nullptr;       // [rank, cols]
+  const float* magnitude = nullptr;  // DoRA's per-row magnitude [rows]; null for a plain term
+  int64_t rank = 0;
+  float scale = 0.0f;  // strength · alpha / rank
+};
+
+// out = round(weight + the terms), as above. `weight`: a contiguous [rows, cols] F32, BF16 or F16
+// device tensor; `out`: contiguous, the same shape, F32 or BF16, and may be `weight` itself. Runs on
+// `stream` and synchronises it (its scratch is freed on return). Returns -1, or where the first DoRA
+// row whose W + delta is all zeros (which its magnitude cannot scale) is, as term · rows + row: then
+// `out` is left unwritten.
+Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
+                           cudaStream_t stream);
+
+}  // namespace vortex::cuda

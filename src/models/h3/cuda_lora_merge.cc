@@ -1,0 +1,138 @@
+// The LoRA-merging weight filler (see cuda_lora_merge.h).
+#include "models/h3/cuda_lora_merge.h"
+
+#include <map>
+#include <unordered_map>
+
+#include "core/quote.h"
+#include "cuda/lora_merge.h"
+#include "cuda/runtime.h"
+
+namespace vortex::h3 {
+
+namespace {
+
+struct MergingFiller {
+  std::unordered_map<std::string, Tensor> base;
+  std::shared_ptr<const LoraStack> loras;
+  std::map<std::string, std::vector<LoraTerm>> terms;  // per targeted linear
+  DType merge_dtype;
+  cudaStream_t stream;
+  WeightFiller upload;  // the base's tensors as they are
+  // Tensors merged on the host, by name: computed once a linear (a filler streams AdaLN weights
+  // again for every request).
+  std::unordered_map<std::string, Tensor> host_merged;
+
+  Status fill(const TensorSpec& spec, const Tensor& dst);
+  Status merge_on_device(const std::string& name, const Tensor& weight, const std::vector<LoraTerm>& terms,
+                         const Tensor& dst);
+  Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
+};
+
+bool device_takes(DType weight, DType merged, DType dst) {
+  const bool widened = weight == DType::kF32 || weight == DType::kBF16 || weight == DType::kF16;
+  // An F32 merge stored narrower is one rounding of the fp32 sum, as the kernel stores it.
+  return widened && (dst == DType::kF32 || dst == DType::kBF16) && (merged == dst || merged == DType::kF32);
+}
+
+Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
+  const std::string& name = spec.name;
+  const bool weight = name.ends_with(".weight");
+  if (!weight && !name.ends_with(".bias")) return upload(spec, dst);
+  const std::string linear = name.substr(0, name.size() - (weight ? 7 : 5));
+  const auto it = terms.find(linear);
+  const auto found = base.find(name);
+  if (it == terms.end() || found == base.end()) return upload(spec, dst);  // (upload names a missing tensor)
+  const Tensor& host = found->second;
+  const DType merged = is_fp32_island(name) ? DType::kF32 : merge_dtype;
+  if (weight) {
+    const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
+    if (!dora_meets_bias && device_takes(host.dtype(), merged, dst.dtype())) {
+      return merge_on_device(name, host, it->second, dst);
+    }
+    return merge_on_host(name, linear, spec, dst);
+  }
+  if (!has_bias(it->second)) return upload(spec, dst);  // DoRA leaves the linear's own bias alone
+  return merge_on_host(name, linear, spec, dst);
+}
+
+Status MergingFiller::merge_on_device(const std::string& name, const Tensor& weight,
+                                      const std::vector<LoraTerm>& terms, const Tensor& dst) {
+  if (weight.shape() != dst.shape()) {
+    return invalid_argument("tensor " + quote(name) + ": shape " + weight.shape().to_string() +
+                            " but the config expects " + dst.shape().to_string());
+  }
+  const LoraModule& first = *terms.front().module;
+  if (weight.rank() != 2 || weight.size(0) != first.up.size(0) || weight.size(1) != first.down.size(1)) {
+    return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(name) + " " +
+                            weight.describe());
+  }
+  // The factors, and the weight where it cannot be read in place (another dtype than dst's).
+  const bool in_place = weight.dtype() == dst.dtype();
+  size_t bytes = in_place ? 0 : cuda::DeviceArena::bytes_for(weight.shape(), weight.dtype());
+  for (const LoraTerm& t : terms) {
+    for (const Tensor* factor : {&t.module->up, &t.module->down, &t.module->magnitude}) {
+      if (factor->defined()) bytes += cuda::DeviceArena::bytes_for(factor->shape(), DType::kF32);
+    }
+  }
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(bytes));
+  Tensor source = dst;
+  if (!in_place) {
+    VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(weight.shape(), weight.dtype()));
+  }
+  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight, source, stream));
+  std::vector<cuda::LoraMergeTerm> device_terms;
+  for (const LoraTerm& t : terms) {
+    const LoraModule& m = *t.module;
+    cuda::LoraMergeTerm d;
+    VORTEX_ASSIGN_OR_RETURN(const Tensor up, cuda::upload(m.up, arena, stream));
+    VORTEX_ASSIGN_OR_RETURN(const Tensor down, cuda::upload(m.down, arena, stream));
+    d.up = up.data_as<const float>();
+    d.down = down.data_as<const float>();
+    if (m.magnitude.defined()) {
+      VORTEX_ASSIGN_OR_RETURN(const Tensor magnitude, cuda::upload(m.magnitude, arena, stream));
+      d.magnitude = magnitude.data_as<const float>();
+    }
+    d.rank = m.down.size(0);
+    d.scale = t.scale;
+    device_terms.push_back(d);
+  }
+  VORTEX_ASSIGN_OR_RETURN(const int64_t zero_norm_at, cuda::lora_merge(source, dst, device_terms, stream));
+  if (zero_norm_at >= 0) {
+    const int64_t rows = weight.size(0);
+    return dora_zero_norm_error(*terms[static_cast<size_t>(zero_norm_at / rows)].module, name, zero_norm_at % rows);
+  }
+  return ok_status();
+}
+
+Status MergingFiller::merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec,
+                                    const Tensor& dst) {
+  if (!host_merged.count(name)) {
+    // Under DoRA the weight and the bias merge together (the bias needs the weight's factors).
+    NamedTensors group;
+    const bool whole_linear = has_dora(terms.at(linear));
+    for (const std::string& part : {linear + ".weight", linear + ".bias"}) {
+      const auto it = base.find(part);
+      if (it != base.end() && (part == name || whole_linear)) group.emplace_back(part, it->second);
+    }
+    VORTEX_RETURN_IF_ERROR(merge_loras(group, loras->applications(), merge_dtype));
+    for (auto& [part, tensor] : group) host_merged[part] = std::move(tensor);
+  }
+  return host_weight_filler({{name, host_merged.at(name)}}, stream)(spec, dst);
+}
+
+}  // namespace
+
+WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+                                 cudaStream_t stream) {
+  auto state = std::make_shared<MergingFiller>();
+  for (auto& [name, tensor] : base) state->base.emplace(name, tensor);
+  state->terms = lora_terms_by_linear(loras->applications());
+  state->loras = std::move(loras);
+  state->merge_dtype = merge_dtype;
+  state->stream = stream;
+  state->upload = host_weight_filler(std::move(base), stream);
+  return [state](const TensorSpec& spec, const Tensor& dst) { return state->fill(spec, dst); };
+}
+
+}  // namespace vortex::h3
