@@ -7,6 +7,7 @@
 //   vae-decode, vae-encode, text-encode, vision-encode  the VAE decoders, the video VAE encoder,
 //              the text encoder and the vision
 //              tower (cuda_vae_workloads.cc, cuda_text_workloads.cc, cuda_vision_workloads.cc)
+//   lora-merge  a LoRA adapter switch per block (cuda_lora_workloads.cc)
 //
 // Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
 // times the H200's 60 MB L2) and timed with CUDA events around the measured work only; the median
@@ -46,5 +47,8 @@ Result<std::vector<Manifest>> run_text_workload(const BenchOptions& options);
 // `vision-encode`: the Qwen3-VL vision tower at the released widths on one canonical keyframe
 // (cuda_vision_workloads.cc).
 Result<std::vector<Manifest>> run_vision_workload(const BenchOptions& options);
+// `lora-merge`: a LoRA switch per transformer block at the released widths, merged on the device,
+// against the host merge it replaced (cuda_lora_workloads.cc).
+Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& options);
 
 }  // namespace vortex::bench
