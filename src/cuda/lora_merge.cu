@@ -2,8 +2,8 @@
 //
 // Three kernels. `merge_kernel` gives each thread one column of kRowsPerThread rows and walks the
 // terms in order, each term's chain over the rank in order, with the rows' up factors staged in
-// shared memory kRankChunk at a time (every thread of the CTA reads them) and down read coalesced
-// along the columns. A DoRA term's row factors must exist before any element of its row is scaled,
+// shared memory kRankChunk at a time, rank-major so that one rank step's 16 factors are four
+// 16-byte broadcast reads for every thread of the CTA, and down read coalesced along the columns. A DoRA term's row factors must exist before any element of its row is scaled,
 // and its norm is a sequential double chain over the row, so they come first: `delta_kernel` writes
 // one term's deltas for a band of rows into scratch and `row_norm_kernel` sums each row in column
 // order, one thread per row. Explicit __fmul_rn / __fadd_rn / __fma_rn keep nvcc from contracting
@@ -51,7 +51,7 @@ struct DeviceTerm {
 // rows_here get 0 factors and are not used). Every thread of the CTA must call it (it stages the up
 // factors); `live` says whether this thread's column exists.
 __device__ __forceinline__ void term_deltas(const DeviceTerm& term, int64_t r0, int rows_here, int64_t cols,
-                                            int64_t c, bool live, float (&up_tile)[kRowsPerThread][kRankChunk],
+                                            int64_t c, bool live, float4 (&up_tile)[kRankChunk][kRowsPerThread / 4],
                                             float (&delta)[kRowsPerThread]) {
   float chain[kRowsPerThread];
 #pragma unroll
@@ -59,16 +59,23 @@ __device__ __forceinline__ void term_deltas(const DeviceTerm& term, int64_t r0, 
   for (int64_t k0 = 0; k0 < term.rank; k0 += kRankChunk) {
     const int chunk = static_cast<int>(term.rank - k0 < kRankChunk ? term.rank - k0 : kRankChunk);
     __syncthreads();  // the previous chunk's readers are done
+    float* tile = reinterpret_cast<float*>(up_tile);
     for (int idx = threadIdx.x; idx < kRowsPerThread * kRankChunk; idx += blockDim.x) {
-      const int i = idx / kRankChunk, k = idx % kRankChunk;
-      up_tile[i][k] = i < rows_here && k < chunk ? term.up[(r0 + i) * term.rank + k0 + k] : 0.0f;
+      const int i = idx / kRankChunk, k = idx % kRankChunk;  // consecutive threads read along a row of up
+      tile[k * kRowsPerThread + i] = i < rows_here && k < chunk ? term.up[(r0 + i) * term.rank + k0 + k] : 0.0f;
     }
     __syncthreads();
     if (live) {
       for (int k = 0; k < chunk; ++k) {
         const float d = term.down[(k0 + k) * cols + c];
 #pragma unroll
-        for (int i = 0; i < kRowsPerThread; ++i) chain[i] = __fadd_rn(chain[i], __fmul_rn(up_tile[i][k], d));
+        for (int q = 0; q < kRowsPerThread / 4; ++q) {
+          const float4 u = up_tile[k][q];
+          chain[4 * q + 0] = __fadd_rn(chain[4 * q + 0], __fmul_rn(u.x, d));
+          chain[4 * q + 1] = __fadd_rn(chain[4 * q + 1], __fmul_rn(u.y, d));
+          chain[4 * q + 2] = __fadd_rn(chain[4 * q + 2], __fmul_rn(u.z, d));
+          chain[4 * q + 3] = __fadd_rn(chain[4 * q + 3], __fmul_rn(u.w, d));
+        }
       }
     }
   }
@@ -79,7 +86,7 @@ __device__ __forceinline__ void term_deltas(const DeviceTerm& term, int64_t r0, 
 template <Elem kIn, Elem kOut>
 __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, void* out, int64_t rows, int64_t cols,
                                                          const DeviceTerm* terms, int term_count) {
-  __shared__ float up_tile[kRowsPerThread][kRankChunk];
+  __shared__ float4 up_tile[kRankChunk][kRowsPerThread / 4];
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
   const int64_t r0 = blockIdx.y * int64_t(kRowsPerThread);
   const int rows_here = static_cast<int>(rows - r0 < kRowsPerThread ? rows - r0 : kRowsPerThread);
@@ -104,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, voi
 // One term's deltas for rows [band0, band0 + band_rows) into delta [band_rows, cols] F32.
 __global__ void __launch_bounds__(kThreads) delta_kernel(DeviceTerm term, int64_t band0, int64_t band_rows,
                                                          int64_t cols, float* delta) {
-  __shared__ float up_tile[kRowsPerThread][kRankChunk];
+  __shared__ float4 up_tile[kRankChunk][kRowsPerThread / 4];
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
   const int64_t local0 = blockIdx.y * int64_t(kRowsPerThread);
   const int rows_here = static_cast<int>(band_rows - local0 < kRowsPerThread ? band_rows - local0 : kRowsPerThread);
