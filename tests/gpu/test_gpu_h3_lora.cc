@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 
+#include "gpu_test_util.h"
 #include "h3_golden_util.h"
 #include "models/h3/cuda_lora_merge.h"
 #include "models/h3/cuda_transformer.h"
@@ -49,6 +50,7 @@ TEST(GpuH3Lora, StackedAdaptersMatchTheReferenceAndTheCpuProgram) {
     adapters.push_back(must(h3::read_lora(golden_path(std::string("h3_lora/") + name + ".safetensors"), config)));
   }
   const h3::NamedTensors base = tensors;
+  const test::ScopedEnv device("VORTEX_VARIANT_LORA_MERGE", "device");
   must(h3::merge_loras(tensors, {{&adapters[0], 0.5}, {&adapters[1], 1.0}, {&adapters[2], -0.75}}, DType::kBF16));
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
   const test::GoldenCase golden = must(test::read_golden_case(expected));
@@ -102,6 +104,7 @@ TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
   const h3::H3Config config = must(h3::config_from_file(golden_path("h3_lora/config.json")));
   const h3::NamedTensors base =
       must(h3::read_all(must(ShardedCheckpoint::open(golden_path("h3_lora/base.safetensors")))));
+  const test::ScopedEnv device("VORTEX_VARIANT_LORA_MERGE", "device");
   std::vector<h3::LoraAdapter> adapters;
   // Every kind of linear between them; lora_bias and dora write biases and DoRA-scaled weights too.
   for (const char* name : {"kohya_original", "diffsynth", "musubi", "lora_bias", "dora"}) {

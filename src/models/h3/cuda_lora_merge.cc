@@ -1,6 +1,7 @@
 // The LoRA-merging weight filler (see cuda_lora_merge.h).
 #include "models/h3/cuda_lora_merge.h"
 
+#include <cstdlib>
 #include <map>
 #include <unordered_map>
 
@@ -12,12 +13,17 @@ namespace vortex::h3 {
 
 namespace {
 
+// Where targeted weights merge unless VORTEX_VARIANT_LORA_MERGE says otherwise.
+constexpr const char* kDefaultLoraMerge = "host";
+
 struct MergingFiller {
   std::unordered_map<std::string, Tensor> base;
   std::shared_ptr<const LoraStack> loras;
   std::map<std::string, std::vector<LoraTerm>> terms;  // per targeted linear
   DType merge_dtype;
   cudaStream_t stream;
+  Status variant;  // VORTEX_VARIANT_LORA_MERGE, checked
+  bool on_device = true;
   WeightFiller upload;  // the base's tensors as they are
   // Tensors merged on the host, by name: computed once a linear (a filler streams AdaLN weights
   // again for every request).
@@ -36,6 +42,7 @@ bool device_takes(DType weight, DType merged, DType dst) {
 }
 
 Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
+  VORTEX_RETURN_IF_ERROR(variant);
   const std::string& name = spec.name;
   const bool weight = name.ends_with(".weight");
   if (!weight && !name.ends_with(".bias")) return upload(spec, dst);
@@ -47,7 +54,7 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   const DType merged = is_fp32_island(name) ? DType::kF32 : merge_dtype;
   if (weight) {
     const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
-    if (!dora_meets_bias && device_takes(host.dtype(), merged, dst.dtype())) {
+    if (on_device && !dora_meets_bias && device_takes(host.dtype(), merged, dst.dtype())) {
       return merge_on_device(name, host, it->second, dst);
     }
     return merge_on_host(name, linear, spec, dst);
@@ -123,6 +130,11 @@ Status MergingFiller::merge_on_host(const std::string& name, const std::string& 
 
 }  // namespace
 
+std::string lora_merge_variant() {
+  const char* variant = std::getenv("VORTEX_VARIANT_LORA_MERGE");
+  return variant == nullptr || *variant == '\0' ? kDefaultLoraMerge : variant;
+}
+
 WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                  cudaStream_t stream) {
   auto state = std::make_shared<MergingFiller>();
@@ -131,6 +143,11 @@ WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraSt
   state->loras = std::move(loras);
   state->merge_dtype = merge_dtype;
   state->stream = stream;
+  const std::string chosen = lora_merge_variant();
+  state->on_device = chosen == "device";
+  if (chosen != "device" && chosen != "host") {
+    state->variant = invalid_argument("VORTEX_VARIANT_LORA_MERGE must be device or host (got '" + chosen + "')");
+  }
   state->upload = host_weight_filler(std::move(base), stream);
   return [state](const TensorSpec& spec, const Tensor& dst) { return state->fill(spec, dst); };
 }
