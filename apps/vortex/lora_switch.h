@@ -5,9 +5,9 @@
 // "strength": 0.8}, ...]. Before its job runs, the model's weights become the checkpoint's with the
 // server's own --lora adapters merged first and the request's after them, in order: the bits
 // `generate --lora SERVER... --lora REQUEST...` computes. Only the weights an adapter of the old or
-// the new set touches are merged and written again (on the GPU merged on the device and written in
-// place, under either recipe); a job whose adapters are the ones in place (the same files,
-// unchanged, at the same strengths) costs nothing.
+// the new set touches are merged and written again (on the GPU written in place, under either
+// recipe, through h3::lora_merging_filler); a job whose adapters are the ones in place (the same
+// files, unchanged, at the same strengths) costs nothing.
 #pragma once
 
 #include <cstdint>

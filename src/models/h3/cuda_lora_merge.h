@@ -1,6 +1,7 @@
 // LoRA adapters merged into the weights as they upload: the bits merge_loras (lora.h) computes on
-// the host, with the targeted weights merged on the device (cuda/lora_merge.h). `generate --lora`
-// and serve's per-request adapters on a GPU then cost the upload of the weights they change.
+// the host, with the targeted weights merged on the device (cuda/lora_merge.h) under
+// VORTEX_VARIANT_LORA_MERGE=device: `generate --lora` and serve's per-request adapters on a GPU then
+// cost the upload of the weights they change.
 #pragma once
 
 #include <cuda_runtime.h>

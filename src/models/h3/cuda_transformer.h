@@ -139,7 +139,7 @@ class CudaH3Transformer : public StepModel {
   // graphs stay valid: no address changes. For serve's per-request LoRA adapters
   // (cuda_transformer_reload.cc).
   Status refill_weights(const WeightFiller& fill, const std::set<std::string>& names);
-  // refill_weights from lora_merging_filler: the adapters merge on the device (cuda_lora_merge.h).
+  // refill_weights from lora_merging_filler (cuda_lora_merge.h).
   Status merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                         const std::set<std::string>& names) override;
 

@@ -30,7 +30,7 @@
 // s·b to the linear's bias, scaled likewise by a later DoRA module's f. The bits do not depend on the
 // thread count or the BLAS. Merged weights cost the same memory as the weights they replace (a
 // checkpoint's are otherwise mapped, not copied); nothing is added to a forward's time. On a GPU the
-// same bits are merged on the device (models/h3/cuda_lora_merge.h).
+// same bits can be merged on the device (models/h3/cuda_lora_merge.h, VORTEX_VARIANT_LORA_MERGE).
 #pragma once
 
 #include <map>
