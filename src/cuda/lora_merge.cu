@@ -83,14 +83,26 @@ __device__ __forceinline__ void term_deltas(const DeviceTerm& term, int64_t r0, 
   for (int i = 0; i < kRowsPerThread; ++i) delta[i] = __fmul_rn(chain[i], term.scale);
 }
 
+// This thread's column and the CTA's rows of a [rows, cols] grid of kThreads x kRowsPerThread tiles.
+struct ColumnTile {
+  int64_t c, r0;
+  int rows_here;
+  bool live;  // whether the column exists
+};
+__device__ __forceinline__ ColumnTile column_tile(int64_t rows, int64_t cols) {
+  ColumnTile t;
+  t.c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+  t.r0 = blockIdx.y * int64_t(kRowsPerThread);
+  t.rows_here = static_cast<int>(rows - t.r0 < kRowsPerThread ? rows - t.r0 : kRowsPerThread);
+  t.live = t.c < cols;
+  return t;
+}
+
 template <Elem kIn, Elem kOut>
 __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, void* out, int64_t rows, int64_t cols,
                                                          const DeviceTerm* terms, int term_count) {
   __shared__ float4 up_tile[kRankChunk][kRowsPerThread / 4];
-  const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
-  const int64_t r0 = blockIdx.y * int64_t(kRowsPerThread);
-  const int rows_here = static_cast<int>(rows - r0 < kRowsPerThread ? rows - r0 : kRowsPerThread);
-  const bool live = c < cols;
+  const auto [c, r0, rows_here, live] = column_tile(rows, cols);
   float acc[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) acc[i] = live && i < rows_here ? load_element<kIn>(weight, (r0 + i) * cols + c) : 0.0f;
@@ -112,10 +124,7 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, voi
 __global__ void __launch_bounds__(kThreads) delta_kernel(DeviceTerm term, int64_t band0, int64_t band_rows,
                                                          int64_t cols, float* delta) {
   __shared__ float4 up_tile[kRankChunk][kRowsPerThread / 4];
-  const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
-  const int64_t local0 = blockIdx.y * int64_t(kRowsPerThread);
-  const int rows_here = static_cast<int>(band_rows - local0 < kRowsPerThread ? band_rows - local0 : kRowsPerThread);
-  const bool live = c < cols;
+  const auto [c, local0, rows_here, live] = column_tile(band_rows, cols);
   float values[kRowsPerThread];
   term_deltas(term, band0 + local0, rows_here, cols, c, live, up_tile, values);
   if (!live) return;
