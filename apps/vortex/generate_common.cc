@@ -148,6 +148,16 @@ Result<std::unique_ptr<h3::StepModel>> sequence_parallel_model(
 #endif
 }
 
+// The CUDA model's --lora adapters: merged into `tensors` here under VORTEX_VARIANT_LORA_MERGE=host
+// (null returned), else returned for weight_filler to merge on the device.
+Result<std::shared_ptr<const h3::LoraStack>> cuda_lora_stack(const ModelOptions& m, h3::NamedTensors& tensors,
+                                                             const h3::H3Config& config, LoadedStepModel& loaded) {
+  VORTEX_ASSIGN_OR_RETURN(const bool on_device, h3::lora_merge_on_device());
+  if (on_device) return read_lora_stack(m, tensors, config, DType::kBF16, loaded);
+  VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loaded));
+  return std::shared_ptr<const h3::LoraStack>();
+}
+
 // The host weights' filler: the --lora adapters (if any) merge on the device as the weights upload.
 h3::WeightFiller weight_filler(const h3::NamedTensors& tensors, const std::shared_ptr<const h3::LoraStack>& loras,
                                cudaStream_t stream) {
@@ -187,7 +197,7 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     if (layout == h3::CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }
-    VORTEX_ASSIGN_OR_RETURN(const auto stack, read_lora_stack(m, tensors, config, DType::kBF16, loaded));
+    VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, tensors, config, loaded));
     VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
     loaded.source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) +
                     loras_phrase(loaded.loras) + ")";
@@ -198,7 +208,7 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     // The adapters merge from the host's base weights, so the synthetic weights are made there
     // (the same bits as the device makes them; synthetic.h), then uploaded like a checkpoint's.
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, DType::kBF16, m.weights_seed));
-    VORTEX_ASSIGN_OR_RETURN(const auto stack, read_lora_stack(m, tensors, config, DType::kBF16, loaded));
+    VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, tensors, config, loaded));
     loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
                     ", cuda" + gpus_phrase(devices) + loras_phrase(loaded.loras) + ")";
     return make(config, [&](cudaStream_t stream) { return weight_filler(tensors, stack, stream); });

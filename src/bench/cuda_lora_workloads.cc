@@ -165,7 +165,6 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
   m.protocol["timed"] = "the six weights written through h3::lora_merging_filler (staged upload, factors, device merge)";
   VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
   m.implementation = {{"backend", "cuda"},
-                      {"variant (VORTEX_VARIANT_LORA_MERGE)", h3::lora_merge_variant()},
                       {"merge", "cuda::lora_merge: fp32 chains over the rank with the host's rounding points, "
                                 "rounded once to bf16; DoRA row norms as double FMA chains"}};
   m.correctness = compare(got_all, want_all, "the host merge (h3::merge_loras), bit for bit", 0.0);

@@ -1,5 +1,7 @@
 #include "dist/sequence_parallel_h3.h"
 
+#include "models/h3/cuda_lora_merge.h"
+
 namespace vortex::dist {
 
 Result<std::unique_ptr<SequenceParallelH3>> SequenceParallelH3::create(
@@ -71,8 +73,17 @@ Result<h3::StepOutputs> SequenceParallelH3::step(const h3::StepInputs& inputs) {
 
 Status SequenceParallelH3::merge_adapters(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> loras,
                                           DType merge_dtype, const std::set<std::string>& names) {
-  return group_->run_ranks(
-      [&](int rank) { return ranks_[rank].model->merge_adapters(base, loras, merge_dtype, names); });
+  VORTEX_ASSIGN_OR_RETURN(const bool on_device, h3::lora_merge_on_device());
+  if (on_device) {
+    return group_->run_ranks(
+        [&](int rank) { return ranks_[rank].model->merge_adapters(base, loras, merge_dtype, names); });
+  }
+  // Merged once on the host for every rank.
+  h3::NamedTensors merged = base;
+  VORTEX_RETURN_IF_ERROR(h3::merge_loras(merged, loras->applications(), merge_dtype));
+  return group_->run_ranks([&](int rank) {
+    return ranks_[rank].model->refill_weights(h3::host_weight_filler(merged, ranks_[rank].stream), names);
+  });
 }
 
 void SequenceParallelH3::set_cuda_graphs(bool on) {

@@ -50,12 +50,12 @@ TEST(GpuH3Lora, StackedAdaptersMatchTheReferenceAndTheCpuProgram) {
     adapters.push_back(must(h3::read_lora(golden_path(std::string("h3_lora/") + name + ".safetensors"), config)));
   }
   const h3::NamedTensors base = tensors;
-  const test::ScopedEnv device("VORTEX_VARIANT_LORA_MERGE", "device");
   must(h3::merge_loras(tensors, {{&adapters[0], 0.5}, {&adapters[1], 1.0}, {&adapters[2], -0.75}}, DType::kBF16));
   const auto expected = must(SafetensorsFile::open(golden_path("h3_lora/expected.safetensors")));
   const test::GoldenCase golden = must(test::read_golden_case(expected));
 
-  // As generate --lora loads it: merged on the device as the weights upload.
+  // As generate --lora loads it under VORTEX_VARIANT_LORA_MERGE=device: merged on the device as the
+  // weights upload.
   const auto stack = stack_of({{&adapters[0], 0.5}, {&adapters[1], 1.0}, {&adapters[2], -0.75}});
   auto gpu = must(h3::CudaH3Transformer::create(config, h3::lora_merging_filler(base, stack, DType::kBF16, nullptr),
                                                 golden.layout.num_rows));
@@ -95,16 +95,16 @@ std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adap
 }
 
 // One model under both recipes and both AdaLN table modes (and, where NCCL is built, two
-// sequence-parallel ranks on this GPU): the base weights, then adapter set A merged on the device
-// and written in place, then set B (A's weights restored where B does not touch them), then the
-// base again. Each forward is bitwise the forward of a model created from the host merge's weights.
+// sequence-parallel ranks on this GPU): the base weights, then adapter set A merged and written in
+// place, then set B (A's weights restored where B does not touch them), then the base again, with
+// both VORTEX_VARIANT_LORA_MERGE paths. Each forward is bitwise the forward of a model created from
+// the host merge's weights.
 TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
   const h3::H3Config config = must(h3::config_from_file(golden_path("h3_lora/config.json")));
   const h3::NamedTensors base =
       must(h3::read_all(must(ShardedCheckpoint::open(golden_path("h3_lora/base.safetensors")))));
-  const test::ScopedEnv device("VORTEX_VARIANT_LORA_MERGE", "device");
   std::vector<h3::LoraAdapter> adapters;
   // Every kind of linear between them; lora_bias and dora write biases and DoRA-scaled weights too.
   for (const char* name : {"kohya_original", "diffsynth", "musubi", "lora_bias", "dora"}) {
@@ -155,18 +155,22 @@ TEST(GpuH3Lora, WeightsWrittenAgainInPlaceAreTheBitsOfAFreshLoad) {
           const std::set<std::string>* names;
           const char* what;
         };
-        for (const auto& [weights, loras, names, what] :
-             {Phase{&set_a, stack_of({{&adapters[0], 1.0}}), &targets_a, "set A"},
-              Phase{&set_b,
-                    stack_of({{&adapters[1], -0.75}, {&adapters[2], 0.5}, {&adapters[3], 0.7}, {&adapters[4], -0.5}}),
-                    &a_or_b, "set B after A"},
-              Phase{&base, stack_of({}), &targets_b, "the base after B"}}) {
-          must(model->merge_adapters(base, loras, DType::kBF16, *names));
-          const h3::StepOutputs out = run(*model);
-          const h3::StepOutputs fresh = weights == &base ? base_out : run(*make(*weights, options));
-          EXPECT_TRUE(same_bits(out.video_velocity, fresh.video_velocity)) << what;
-          EXPECT_TRUE(same_bits(out.audio_velocity, fresh.audio_velocity)) << what;
-          if (weights != &base) EXPECT_FALSE(same_bits(out.video_velocity, base_out.video_velocity)) << what;
+        // Merged on the device, then by the host path it is held equal to (each round ends on the base).
+        for (const char* variant : {"device", "host"}) {
+          const test::ScopedEnv chosen("VORTEX_VARIANT_LORA_MERGE", variant);
+          for (const auto& [weights, loras, names, what] :
+               {Phase{&set_a, stack_of({{&adapters[0], 1.0}}), &targets_a, "set A"},
+                Phase{&set_b,
+                      stack_of({{&adapters[1], -0.75}, {&adapters[2], 0.5}, {&adapters[3], 0.7}, {&adapters[4], -0.5}}),
+                      &a_or_b, "set B after A"},
+                Phase{&base, stack_of({}), &targets_b, "the base after B"}}) {
+            must(model->merge_adapters(base, loras, DType::kBF16, *names));
+            const h3::StepOutputs out = run(*model);
+            const h3::StepOutputs fresh = weights == &base ? base_out : run(*make(*weights, options));
+            EXPECT_TRUE(same_bits(out.video_velocity, fresh.video_velocity)) << variant << ", " << what;
+            EXPECT_TRUE(same_bits(out.audio_velocity, fresh.audio_velocity)) << variant << ", " << what;
+            if (weights != &base) EXPECT_FALSE(same_bits(out.video_velocity, base_out.video_velocity)) << what;
+          }
         }
       }
     }

@@ -43,16 +43,8 @@ h3::LoraModule module_for(const Linear& l, int64_t rank, uint64_t seed, bool dor
 class GpuLoraMerge : public test::GpuTest {
  protected:
   // Every tensor of `base` filled through the merging filler into device tensors of the model's
-  // dtypes (F32 for fp32 islands, else BF16), compared with the host merge of the same adapters;
-  // both variants of the filler.
+  // dtypes (F32 for fp32 islands, else BF16), compared with the host merge of the same adapters.
   void expect_host_bits(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> stack) {
-    for (const char* variant : {"device", "host"}) {
-      SCOPED_TRACE(variant);
-      const test::ScopedEnv chosen("VORTEX_VARIANT_LORA_MERGE", variant);
-      expect_host_bits_once(base, stack);
-    }
-  }
-  void expect_host_bits_once(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> stack) {
     h3::NamedTensors host = base;
     must(h3::merge_loras(host, stack->applications(), DType::kBF16));
     std::set<std::string> targets;
@@ -124,7 +116,6 @@ TEST_F(GpuLoraMerge, TheDeviceMergeIsTheHostMergeBitForBit) {
 }
 
 TEST_F(GpuLoraMerge, ADoraRowWithNothingToScaleIsTheHostsError) {
-  const test::ScopedEnv device("VORTEX_VARIANT_LORA_MERGE", "device");
   const Linear l{"blocks.0.attn.to_q", 8, 20, DType::kBF16, false};
   Tensor weight = random_tensor({l.out, l.in}, DType::kF32, 7, 0.05f);
   auto stack = std::make_shared<h3::LoraStack>();

@@ -22,8 +22,6 @@ struct MergingFiller {
   std::map<std::string, std::vector<LoraTerm>> terms;  // per targeted linear
   DType merge_dtype;
   cudaStream_t stream;
-  Status variant;  // VORTEX_VARIANT_LORA_MERGE, checked
-  bool on_device = true;
   WeightFiller upload;  // the base's tensors as they are
   // Tensors merged on the host, by name: computed once a linear (a filler streams AdaLN weights
   // again for every request).
@@ -42,7 +40,6 @@ bool device_takes(DType weight, DType merged, DType dst) {
 }
 
 Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
-  VORTEX_RETURN_IF_ERROR(variant);
   const std::string& name = spec.name;
   const bool weight = name.ends_with(".weight");
   if (!weight && !name.ends_with(".bias")) return upload(spec, dst);
@@ -54,7 +51,7 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   const DType merged = is_fp32_island(name) ? DType::kF32 : merge_dtype;
   if (weight) {
     const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
-    if (on_device && !dora_meets_bias && device_takes(host.dtype(), merged, dst.dtype())) {
+    if (!dora_meets_bias && device_takes(host.dtype(), merged, dst.dtype())) {
       return merge_on_device(name, host, it->second, dst);
     }
     return merge_on_host(name, linear, spec, dst);
@@ -130,9 +127,13 @@ Status MergingFiller::merge_on_host(const std::string& name, const std::string& 
 
 }  // namespace
 
-std::string lora_merge_variant() {
+Result<bool> lora_merge_on_device() {
   const char* variant = std::getenv("VORTEX_VARIANT_LORA_MERGE");
-  return variant == nullptr || *variant == '\0' ? kDefaultLoraMerge : variant;
+  const std::string chosen = variant == nullptr || *variant == '\0' ? kDefaultLoraMerge : variant;
+  if (chosen != "device" && chosen != "host") {
+    return invalid_argument("VORTEX_VARIANT_LORA_MERGE must be device or host (got '" + chosen + "')");
+  }
+  return chosen == "device";
 }
 
 WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
@@ -143,11 +144,6 @@ WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraSt
   state->loras = std::move(loras);
   state->merge_dtype = merge_dtype;
   state->stream = stream;
-  const std::string chosen = lora_merge_variant();
-  state->on_device = chosen == "device";
-  if (chosen != "device" && chosen != "host") {
-    state->variant = invalid_argument("VORTEX_VARIANT_LORA_MERGE must be device or host (got '" + chosen + "')");
-  }
   state->upload = host_weight_filler(std::move(base), stream);
   return [state](const TensorSpec& spec, const Tensor& dst) { return state->fill(spec, dst); };
 }
