@@ -1,8 +1,8 @@
 // Writing some of a loaded model's weights again, in place: serve switches LoRA adapters between
-// requests without loading the model again, merging them as they are written. The
-// same fills load_weights made, into the tensors it allocated, and under the fp8 recipe the same
-// quantization of each changed linear, so the model then computes what a model created from the
-// new weights computes, bit for bit.
+// requests without loading the model again, merging them as they are written. The same fills
+// load_weights made, into the tensors it allocated, and under the fp8 recipe the same quantization
+// of each changed linear, so the model then computes what a model created from the new weights
+// computes, bit for bit.
 #include <algorithm>
 
 #include "core/quote.h"
