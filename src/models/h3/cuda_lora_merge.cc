@@ -66,11 +66,7 @@ Status MergingFiller::merge_on_device(const std::string& name, const Tensor& wei
     return invalid_argument("tensor " + quote(name) + ": shape " + weight.shape().to_string() +
                             " but the config expects " + dst.shape().to_string());
   }
-  const LoraModule& first = *terms.front().module;
-  if (weight.rank() != 2 || weight.size(0) != first.up.size(0) || weight.size(1) != first.down.size(1)) {
-    return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(name) + " " +
-                            weight.describe());
-  }
+  VORTEX_RETURN_IF_ERROR(check_lora_fits(terms, name, weight));
   // The factors, and the weight where it cannot be read in place (another dtype than dst's).
   const bool in_place = weight.dtype() == dst.dtype();
   size_t bytes = in_place ? 0 : cuda::DeviceArena::bytes_for(weight.shape(), weight.dtype());

@@ -97,6 +97,9 @@ struct LoraTerm {
 std::map<std::string, std::vector<LoraTerm>> lora_terms_by_linear(const std::vector<LoraApplication>& loras);
 bool has_dora(const std::vector<LoraTerm>& terms);
 bool has_bias(const std::vector<LoraTerm>& terms);
+// Whether a linear's terms fit its weight [out, in] (read_lora checked them against the config);
+// the error names the first module and the weight.
+Status check_lora_fits(const std::vector<LoraTerm>& terms, const std::string& weight_name, const Tensor& weight);
 // The error of a DoRA row whose W + s·Δ is all zeros, which its magnitude cannot scale.
 Status dora_zero_norm_error(const LoraModule& module, const std::string& weight_name, int64_t row);
 

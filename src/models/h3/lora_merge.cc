@@ -167,6 +167,15 @@ bool has_bias(const std::vector<LoraTerm>& terms) {
   return std::any_of(terms.begin(), terms.end(), [](const LoraTerm& t) { return t.module->bias.defined(); });
 }
 
+Status check_lora_fits(const std::vector<LoraTerm>& terms, const std::string& weight_name, const Tensor& weight) {
+  const LoraModule& first = *terms.front().module;
+  if (weight.rank() != 2 || weight.size(0) != first.up.size(0) || weight.size(1) != first.down.size(1)) {
+    return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(weight_name) + " " +
+                            weight.describe());
+  }
+  return ok_status();
+}
+
 Status dora_zero_norm_error(const LoraModule& module, const std::string& weight_name, int64_t row) {
   return invalid_argument("DoRA module " + quote(module.source) + ": row " + std::to_string(row) + " of " +
                           quote(weight_name) + " plus its delta is all zeros, which its magnitude cannot scale");
@@ -189,11 +198,7 @@ Status merge_loras(NamedTensors& tensors, const std::vector<LoraApplication>& lo
     if (!name.ends_with(".weight")) continue;
     auto it = terms.find(name.substr(0, name.size() - 7));
     if (it == terms.end()) continue;
-    const LoraModule& first = *it->second.front().module;
-    if (tensor.rank() != 2 || tensor.size(0) != first.up.size(0) || tensor.size(1) != first.down.size(1)) {
-      return invalid_argument("LoRA module " + quote(first.source) + " does not fit " + quote(name) + " " +
-                              tensor.describe());
-    }
+    VORTEX_RETURN_IF_ERROR(check_lora_fits(it->second, name, tensor));
     const DType out = is_fp32_island(name) ? DType::kF32 : model_dtype;
     VORTEX_ASSIGN_OR_RETURN(tensor, merged_weight(name, tensor, it->second, out, factors[it->first]));
   }
