@@ -16,6 +16,7 @@
 #include "models/h3/checkpoint_writer.h"
 #include "models/h3/device_memory_plan.h"
 #include "models/h3/layout.h"
+#include "models/h3/scaled_weights.h"
 #include "models/h3/weights.h"
 
 namespace vortex::cli {
@@ -38,12 +39,13 @@ struct Summary {
   h3::CheckpointLayout layout = h3::CheckpointLayout::kDiffusers;
   std::vector<std::string> shards;
   int64_t tensors = 0;
-  int64_t parameters = 0;  // every tensor but rope.inv_freq, a buffer the config determines
+  int64_t parameters = 0;  // every tensor but rope.inv_freq (a buffer the config determines) and fp8 scales
   uint64_t bytes = 0;
   std::map<std::string, DTypeTally> dtypes;
   h3::H3Config config;
   h3::ConfigSource config_source = h3::ConfigSource::kConfigJson;
   nlohmann::json cuda_memory;  // the canonical request on `--device cuda`; null when it does not apply
+  h3::ScaledWeightsSummary fp8;
 };
 
 // What `generate --device cuda` would put on the device for the canonical request (768 x 1344,
@@ -93,7 +95,7 @@ Result<Summary> summarize(const std::string& path) {
     tally.bytes += info.nbytes();
     ++s.tensors;
     s.bytes += info.nbytes();
-    if (name != "rope.inv_freq") s.parameters += info.shape.numel();
+    if (name != "rope.inv_freq" && !h3::is_quantization_side_tensor(name)) s.parameters += info.shape.numel();
   }
   s.cuda_memory = cuda_memory_of_canonical_request(s.config);
   VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors tensors, h3::read_all(checkpoint));
@@ -102,6 +104,7 @@ Result<Summary> summarize(const std::string& path) {
     return valid.with_context(path + " (" + h3::layout_name(s.layout) + " layout, config from " +
                               h3::config_source_name(s.config_source) + ")");
   }
+  VORTEX_ASSIGN_OR_RETURN(s.fp8, h3::check_scaled_weights(tensors));
   return s;
 }
 
@@ -129,6 +132,13 @@ void print_text(const Summary& s) {
               h3::human_bytes(s.bytes).c_str());
   std::printf("config      from %s: %s\n", h3::config_source_name(s.config_source), s.config.to_json_string().c_str());
   std::printf("schema      ok: every tensor of the config's schema, with its shape, and nothing else\n");
+  if (s.fp8.fp8_weights > 0) {
+    std::printf("fp8         %lld weights (%lld with one scale per output channel, %lld with one per tensor, %lld "
+                "without); generate and serve dequantize them to bf16\n",
+                static_cast<long long>(s.fp8.fp8_weights), static_cast<long long>(s.fp8.per_channel),
+                static_cast<long long>(s.fp8.per_tensor),
+                static_cast<long long>(s.fp8.fp8_weights - s.fp8.per_channel - s.fp8.per_tensor));
+  }
   if (!s.cuda_memory.is_null()) {
     const auto recipe = [&](const char* name) {
       const nlohmann::json& r = s.cuda_memory[name];
@@ -158,6 +168,10 @@ void print_json(const Summary& s) {
       {"config_source", h3::config_source_name(s.config_source)},
       {"schema", "ok"},
       {"cuda_memory", s.cuda_memory},
+      {"fp8_weights", {{"weights", s.fp8.fp8_weights},
+                       {"per_channel_scales", s.fp8.per_channel},
+                       {"per_tensor_scales", s.fp8.per_tensor},
+                       {"side_tensors_read_past", s.fp8.side_tensors_read_past}}},
   };
   std::printf("%s\n", out.dump(2).c_str());
 }
@@ -185,7 +199,8 @@ void add_inspect_command(CLI::App& app, Action& action) {
       "Prints the layout, shards, tensors, dtypes (count and bytes), parameters, total bytes, and the config with\n"
       "its source (config.json, safetensors metadata, or inferred from tensor shapes), and the device memory\n"
       "`generate --device cuda` would take for the canonical request in each recipe. Exits 2 with one line\n"
-      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config. A Qwen3-VL\n"
+      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config. fp8 weights\n"
+      "(a scale beside each, as LightX2V, ComfyUI or convert --quantize fp8 write them) are counted. A Qwen3-VL\n"
       "text encoder folder (what --text-encoder takes) is described instead: its widths, the layers H3 reads,\n"
       "their bytes on the host and on --device cuda, and whether tokenizer.json is beside it. A LoRA adapter\n"
       "file is read as generate --lora reads it, against the checkpoint --model names (default: the released\n"

@@ -12,6 +12,7 @@
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
 #include "lora_options.h"
+#include "models/h3/scaled_weights.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
 #include "sampling/h3_scheduler.h"
@@ -193,7 +194,11 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(m.model_path));
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
     VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(m.model_path, checkpoint));
-    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::read_all(checkpoint));
+    VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors stored, h3::read_all(checkpoint));
+    // fp8 checkpoints: the recipes load bf16 weights (the fp8 recipe quantizes them on the device).
+    auto dequantized = h3::dequantize_scaled_weights(stored, DType::kBF16);
+    if (!dequantized.ok()) return dequantized.status().with_context(m.model_path);
+    h3::NamedTensors tensors = std::move(*dequantized);
     if (layout == h3::CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }

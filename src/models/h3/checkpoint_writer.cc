@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
+#include "models/h3/scaled_weights.h"
 
 namespace vortex::h3 {
 
@@ -22,6 +23,9 @@ using Json = nlohmann::json;
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kModelClass = "MiniMaxH3Transformer3DModel";
+constexpr const char* kFp8QuantizationNote =
+    "fp8: the transformer blocks' to_q, to_k, to_v, ff.net.0.proj and ff.net.2 weights in F8_E4M3 with one F32 "
+    "scale per output channel beside each (weight_scale; w = q * scale)";
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
@@ -141,12 +145,13 @@ class ShardWriter {
 
 Status write_contents(const fs::path& folder, const H3Config& config, const GroupSource& source,
                       const CheckpointWriteOptions& options) {
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {"config", config.to_json_string()},
       {"layout", layout_name(options.layout)},
       // Hugging Face loaders reject a safetensors file whose "format" names no known framework.
       {"format", "pt"},
   };
+  if (options.quantize_fp8) metadata["quantization"] = kFp8QuantizationNote;
   ShardWriter shards(folder, metadata, options);
   const std::vector<WeightGroup> groups = schema_groups(config);
   for (size_t g = 0; g < groups.size(); ++g) {
@@ -154,6 +159,9 @@ Status write_contents(const fs::path& folder, const H3Config& config, const Grou
     Result<NamedTensors> produced = source(groups[g]);
     if (!produced.ok()) return produced.status();
     VORTEX_ASSIGN_OR_RETURN(NamedTensors tensors, in_spec_order(std::move(produced).value(), groups[g]));
+    if (options.quantize_fp8) {
+      VORTEX_ASSIGN_OR_RETURN(tensors, quantize_linears_fp8(tensors));
+    }
     if (options.layout == CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, diffusers_to_original(tensors, config));
       // diffusers_to_original adds rope.inv_freq to whatever it converts; keep the first group's only.
@@ -235,6 +243,9 @@ Status write_checkpoint(const std::string& dir, const H3Config& config, const Gr
                         const CheckpointWriteOptions& options) {
   VORTEX_RETURN_IF_ERROR(config.validate());
   if (options.max_shard_bytes == 0) return invalid_argument(dir + ": max_shard_bytes must be positive");
+  if (options.quantize_fp8 && options.layout != CheckpointLayout::kDiffusers) {
+    return invalid_argument(dir + ": fp8 weights are written in the diffusers layout only");
+  }
   VORTEX_ASSIGN_OR_RETURN(const fs::path folder, output_folder(dir, options.replace_existing));
   const fs::path tmp = folder.string() + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;
@@ -247,7 +258,12 @@ Status write_checkpoint(const std::string& dir, const H3Config& config, const Gr
   return status;
 }
 
-Status validate_checkpoint_tensors(const NamedTensors& tensors, CheckpointLayout layout, const H3Config& config) {
+Status validate_checkpoint_tensors(const NamedTensors& stored, CheckpointLayout layout, const H3Config& config) {
+  VORTEX_RETURN_IF_ERROR(check_scaled_weights(stored).status());
+  NamedTensors tensors;
+  for (const auto& entry : stored) {
+    if (!is_quantization_side_tensor(entry.first)) tensors.push_back(entry);
+  }
   if (layout == CheckpointLayout::kDiffusers) return validate_against_schema(tensors, config);
   const int64_t inner = config.inner_dim();
   const Shape qkv_shape{3 * inner, config.hidden_size};
@@ -302,7 +318,9 @@ Status convert_checkpoint(const std::string& in_path, const std::string& dir, co
     by_group[group_of(diffusers_name)].emplace_back(name, tensor);
   }
   const GroupSource source = [&](const WeightGroup& group) -> Result<NamedTensors> {
-    NamedTensors taken = std::move(by_group[group.name]);  // each group is asked for once
+    // Each group is asked for once. fp8 weights are written dequantized (scaled_weights.h).
+    VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, dequantize_scaled_weights(by_group[group.name], DType::kBF16));
+    by_group[group.name].clear();
     if (*layout == CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(taken, original_to_diffusers(taken, config));
     }

@@ -45,6 +45,9 @@ struct CheckpointWriteOptions {
   CheckpointLayout layout = CheckpointLayout::kDiffusers;
   uint64_t max_shard_bytes = kDefaultMaxShardBytes;  // a larger tensor gets a shard of its own
   bool replace_existing = false;                     // otherwise a non-empty `dir` is refused
+  // The linears the fp8 recipe quantizes per output channel written as its e4m3 codes and scales
+  // (scaled_weights.h: quantize_linears_fp8); diffusers layout only.
+  bool quantize_fp8 = false;
   std::function<void(const std::string& line)> progress;  // one line per shard written; optional
   // Polled between groups and before each shard is written: once it is set the write stops with
   // kIoError "interrupted" and removes its temp folder (the CLI sets it on SIGINT / SIGTERM).
@@ -65,7 +68,9 @@ Status write_checkpoint(const std::string& dir, const H3Config& config, const Gr
 Status validate_checkpoint_tensors(const NamedTensors& tensors, CheckpointLayout layout, const H3Config& config);
 
 // Re-writes the checkpoint at `in_path` (file, index or folder; either layout) into `dir` in
-// options.layout, moving bytes only: every value keeps its dtype and bits. The config is the one
+// options.layout, moving bytes only: every value keeps its dtype and bits, except the fp8 weights of
+// a quantized input (scaled_weights.h), written dequantized to bf16, and what options.quantize_fp8
+// quantizes. The config is the one
 // resolve_config finds; the input is validated against it before anything is written. `transform`,
 // when given, runs on each group's diffusers-named tensors before they are written (a LoRA merge):
 // the tensors it replaces are written as it leaves them.

@@ -372,9 +372,11 @@ Status validate_against_schema(const NamedTensors& tensors, const H3Config& conf
       return invalid_argument("tensor '" + spec.name + "': shape " + t.shape().to_string() + " but the config expects " +
                               spec.shape.to_string());
     }
-    if (t.dtype() != DType::kF32 && t.dtype() != DType::kBF16 && t.dtype() != DType::kF16) {
-      return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(t.dtype()) +
-                              " is not supported yet (F32, BF16, F16)");
+    // fp8 weights come with their scales, which the loaders apply first (scaled_weights.h).
+    const DType d = t.dtype();
+    if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3 && d != DType::kF8E5M2) {
+      return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(d) +
+                              " is not supported yet (F32, BF16, F16, or F8_E4M3 / F8_E5M2 with a scale)");
     }
   }
   for (const auto& [name, tensor] : tensors) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "models/h3/scaled_weights.h"
 #include "models/h3/weights.h"
 
 namespace vortex::h3 {
@@ -110,7 +111,10 @@ Result<LoadedModel> load_model(const std::string& path, DType dtype, const Tenso
   auto config = resolve_config(path, *checkpoint);
   if (!config.ok()) return config.status();
   model.config = *config;
-  VORTEX_ASSIGN_OR_RETURN(NamedTensors tensors, read_all(*checkpoint));
+  VORTEX_ASSIGN_OR_RETURN(NamedTensors stored, read_all(*checkpoint));
+  auto dequantized = dequantize_scaled_weights(stored, dtype);
+  if (!dequantized.ok()) return dequantized.status().with_context(path);
+  NamedTensors tensors = std::move(*dequantized);
   if (model.layout == CheckpointLayout::kOriginal) {
     auto converted = original_to_diffusers(tensors, model.config);
     if (!converted.ok()) return converted.status().with_context(path);

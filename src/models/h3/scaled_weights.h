@@ -1,0 +1,63 @@
+// Checkpoints whose linear weights are stored in fp8 with their scales beside them, as LightX2V,
+// ComfyUI and NVIDIA's ModelOpt write them, and the fp8 checkpoints `vortex convert --quantize fp8`
+// writes.
+//
+// A weight `P.weight` stored F8_E4M3 or F8_E5M2 may have one scale tensor beside it,
+//   P.weight_scale   (LightX2V, ModelOpt, ComfyUI's quantized layers, vortex convert)
+//   P.scale_weight   (ComfyUI's "scaled fp8" checkpoints)
+// of dtype F32, BF16 or F16 and shape [] or [1] (one scale for the tensor) or [O] or [O, 1] (one per
+// output channel, O = the weight's first dim). Without one the scale is 1 (a checkpoint cast to fp8).
+// Read past, because nothing here needs them: static activation scales (P.input_scale,
+// P.scale_input; the fp8 recipe quantizes each token's activations with its own scale, the bf16
+// recipe does not quantize them), ComfyUI's P.comfy_quant descriptors and its `scaled_fp8` marker.
+// Refused by name: NVFP4 (P.weight_scale_2) and scaled integer weights.
+//
+// Dequantized, every element is w = float(q) · float(scale) in fp32, rounded once to the target
+// dtype (round to nearest even); the fp32 islands (weights.h) are dequantized into F32. This runs
+// before the layout conversion, on the names as stored, so a per-channel scale of an original
+// layout's per-head-interleaved qkv_proj follows its rows.
+//
+// quantize_linears_fp8 writes the fp8 recipe's own weights (cpu::quantize_weight_fp8: e4m3 codes,
+// one scale per output channel, amax / 448) for the linears the recipe quantizes per channel:
+// each transformer block's to_q, to_k, to_v, ff.net.0.proj and ff.net.2. The recipe's
+// block-scaled out projection (to_out.0) and everything else stay as they are. Dequantized to bf16
+// and quantized again by the recipe, such a weight gives back its codes and scales bit for bit
+// (float(q) · scale · (448 / amax) is q within 2^-9, half of e4m3's finest relative step or less,
+// and the largest element gives back amax exactly), so the fp8 recipe on the quantized checkpoint
+// runs the weights it runs on the source (tests/test_h3_scaled_weights.cc checks the round trip).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/h3/weights.h"
+#include "vortex/status.h"
+
+namespace vortex::h3 {
+
+// A scale, static activation scale or format descriptor beside a weight: not a model tensor.
+bool is_quantization_side_tensor(const std::string& name);
+
+struct ScaledWeightsSummary {
+  int64_t fp8_weights = 0;  // weights stored F8_E4M3 / F8_E5M2
+  int64_t per_channel = 0;  // ... with one scale per output channel
+  int64_t per_tensor = 0;   // ... with one scale for the tensor
+  int64_t side_tensors_read_past = 0;  // input scales, descriptors, the marker
+};
+
+// Checks every fp8 weight's scale and every side tensor (a scale without its weight, a scale of a
+// weight that is not fp8, a scale's shape or dtype); the error names the tensor.
+Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors);
+
+// The tensors with every fp8 weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
+// F32) and the side tensors left out; every other tensor is passed on as it was. Checks first.
+Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DType into);
+
+// True for the diffusers names quantize_linears_fp8 quantizes.
+bool is_fp8_channel_quantized_linear(const std::string& diffusers_name);
+
+// Diffusers-named tensors with each such linear's weight replaced by its e4m3 codes and a
+// `weight_scale` [O] F32 beside it; the other tensors as they were.
+Result<NamedTensors> quantize_linears_fp8(const NamedTensors& diffusers_tensors);
+
+}  // namespace vortex::h3
