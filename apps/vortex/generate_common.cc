@@ -12,6 +12,7 @@
 #include "cpu/gemm.h"
 #include "formats/safetensors.h"
 #include "lora_options.h"
+#include "models/h3/checkpoint_writer.h"
 #include "models/h3/scaled_weights.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
@@ -194,16 +195,21 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(m.model_path));
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
     VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(m.model_path, checkpoint));
-    VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors stored, h3::read_all(checkpoint));
-    // fp8 checkpoints: the recipes load bf16 weights (the fp8 recipe quantizes them on the device).
-    auto dequantized = h3::dequantize_scaled_weights(stored, DType::kBF16);
-    if (!dequantized.ok()) return dequantized.status().with_context(m.model_path);
-    h3::NamedTensors tensors = std::move(*dequantized);
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::read_all(checkpoint));
+    // fp8 weights load dequantized to bf16 (the fp8 recipe quantizes them again on the device): one
+    // at a time as each uploads (host_weight_filler), unless the layout conversion or an adapter
+    // merge needs them all first.
+    if (layout == h3::CheckpointLayout::kOriginal || !m.loras.empty() || m.keep_base_weights) {
+      auto dequantized = h3::dequantize_scaled_weights(tensors, DType::kBF16);
+      if (!dequantized.ok()) return dequantized.status().with_context(m.model_path);
+      tensors = std::move(*dequantized);
+    }
     if (layout == h3::CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
     }
     VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, tensors, config, loaded));
-    VORTEX_RETURN_IF_ERROR(h3::validate_against_schema(tensors, config));
+    const Status valid = h3::validate_checkpoint_tensors(tensors, h3::CheckpointLayout::kDiffusers, config);
+    if (!valid.ok()) return valid.with_context(m.model_path);
     loaded.source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) +
                     loras_phrase(loaded.loras) + ")";
     return make(config, [&](cudaStream_t stream) { return weight_filler(tensors, stack, stream); });

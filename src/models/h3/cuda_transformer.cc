@@ -13,6 +13,7 @@
 #include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
 #include "models/h3/checkpoint_writer.h"
+#include "models/h3/scaled_weights.h"
 #include "models/h3/synthetic_rule.h"
 #include "models/h3/tensor_views.h"
 
@@ -58,6 +59,15 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
                               " but the config expects " + spec.shape.to_string());
     }
     Tensor host = it->second;
+    if (host.dtype() == DType::kF8E4M3 || host.dtype() == DType::kF8E5M2) {
+      NamedTensors scaled = {{spec.name, host}};
+      for (const std::string& scale : scale_names_of(spec.name)) {
+        if (auto s = by_name->find(scale); s != by_name->end()) scaled.emplace_back(scale, s->second);
+      }
+      VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,
+                              dequantize_scaled_weights(scaled, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
+      host = dequantized.front().second;
+    }
     if (host.dtype() != dst.dtype()) {
       VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
     }

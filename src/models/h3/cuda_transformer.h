@@ -37,7 +37,8 @@ namespace vortex::h3 {
 // Writes the weight called `spec.name` (diffusers layout) into `dst`, a contiguous device tensor
 // of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise).
 using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
-// From host tensors (any layout already converted to diffusers names; any float dtype).
+// From host tensors (any layout already converted to diffusers names; any float dtype). An fp8
+// weight with its scale beside it (scaled_weights.h) is dequantized as it is written.
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);

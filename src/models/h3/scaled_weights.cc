@@ -157,6 +157,13 @@ Tensor dequantize(const ScaledWeight& s, DType into) {
 
 bool is_quantization_side_tensor(const std::string& name) { return is_side_tensor(name); }
 
+std::vector<std::string> scale_names_of(const std::string& weight_name) {
+  const std::string prefix = weight_name.ends_with(".weight") ? weight_name.substr(0, weight_name.size() - 7) : weight_name;
+  std::vector<std::string> names;
+  for (const char* suffix : kScaleSuffixes) names.push_back(prefix + suffix);
+  return names;
+}
+
 Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors) {
   ScaledWeightsSummary summary;
   VORTEX_RETURN_IF_ERROR(scaled_weights_of(tensors, &summary).status());

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "models/h3/weights.h"
 #include "vortex/status.h"
@@ -44,6 +45,9 @@ struct ScaledWeightsSummary {
   int64_t per_tensor = 0;   // ... with one scale for the tensor
   int64_t side_tensors_read_past = 0;  // input scales, descriptors, the marker
 };
+
+// The names the scale of `weight_name` (P.weight) may have: P.weight_scale, P.scale_weight.
+std::vector<std::string> scale_names_of(const std::string& weight_name);
 
 // Checks every fp8 weight's scale and every side tensor (a scale without its weight, a scale of a
 // weight that is not fp8, a scale's shape or dtype); the error names the tensor.
