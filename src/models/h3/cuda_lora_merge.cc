@@ -14,7 +14,7 @@ namespace vortex::h3 {
 namespace {
 
 // Where targeted weights merge unless VORTEX_VARIANT_LORA_MERGE says otherwise.
-constexpr const char* kDefaultLoraMerge = "host";
+constexpr const char* kDefaultLoraMerge = "device";
 
 struct MergingFiller {
   std::unordered_map<std::string, Tensor> base;
