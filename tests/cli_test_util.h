@@ -44,4 +44,16 @@ inline void expect_one_line_error(const CliRun& run, const std::string& needle, 
   EXPECT_NE(run.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << run.err;
 }
 
+// The "video latents ..." and "audio latents ..." checksum lines of a generate run's stdout (or
+// what is missing), for comparing runs that must give the same bits.
+inline std::string latent_checksum_lines(const CliRun& run) {
+  std::string lines;
+  for (const char* latents : {"video latents", "audio latents"}) {
+    const size_t at = run.out.find(latents);
+    if (at == std::string::npos) return "no '" + std::string(latents) + "' in: " + run.out;
+    lines += run.out.substr(at, run.out.find('\n', at) - at) + "\n";
+  }
+  return lines;
+}
+
 }  // namespace vortex::test_util

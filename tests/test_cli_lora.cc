@@ -32,17 +32,6 @@ const std::string kRequest = "generate --height 64 --width 64 --frames 22 --step
 
 std::string lora(const std::string& name) { return golden_path("h3_lora/" + name + ".safetensors"); }
 
-// "video latents ..." and "audio latents ..." lines of a run's stdout.
-std::string checksum_lines(const CliRun& run) {
-  std::string lines;
-  for (const char* latents : {"video latents", "audio latents"}) {
-    const size_t at = run.out.find(latents);
-    if (at == std::string::npos) return "no '" + std::string(latents) + "' in: " + run.out;
-    lines += run.out.substr(at, run.out.find('\n', at) - at) + "\n";
-  }
-  return lines;
-}
-
 TEST(CliLora, LatentsAreTheLibraryMergedCheckpointsOnAnyThreadCount) {
   TempDir tmp;
   // The library's merge, written as a checkpoint (bf16, as generate's CPU default keeps it).
@@ -64,7 +53,7 @@ TEST(CliLora, LatentsAreTheLibraryMergedCheckpointsOnAnyThreadCount) {
         run_cli(kRequest + "--model " + q(golden_path("h3_lora/base.safetensors")) + loras + " --out " + q(prefix),
                 "VORTEX_NUM_THREADS=" + threads);
     ASSERT_EQ(run.code, 0) << run.err;
-    EXPECT_EQ(checksum_lines(run), checksum_lines(merged)) << threads << " threads";
+    EXPECT_EQ(test_util::latent_checksum_lines(run), test_util::latent_checksum_lines(merged)) << threads << " threads";
     const nlohmann::json summary = nlohmann::json::parse(test_util::read_bytes(prefix + ".json"));
     ASSERT_EQ(summary["loras"].size(), 2u) << summary.dump();
     const nlohmann::json& first = summary["loras"][0];
@@ -82,7 +71,7 @@ TEST(CliLora, LatentsAreTheLibraryMergedCheckpointsOnAnyThreadCount) {
   const CliRun plain =
       run_cli(kRequest + "--model " + q(golden_path("h3_lora/base.safetensors")) + " --out " + q(tmp.file("p")));
   ASSERT_EQ(plain.code, 0) << plain.err;
-  EXPECT_NE(checksum_lines(plain), checksum_lines(merged));
+  EXPECT_NE(test_util::latent_checksum_lines(plain), test_util::latent_checksum_lines(merged));
 }
 
 // convert --lora bakes the adapters into a checkpoint (here in the original layout, one group of
@@ -102,7 +91,7 @@ TEST(CliLora, ConvertBakesTheAdaptersGenerateMerges) {
   ASSERT_EQ(baked.code, 0) << baked.err;
   const CliRun merged = run_cli(kRequest + "--model " + q(base) + loras + " --out " + q(tmp.file("m")));
   ASSERT_EQ(merged.code, 0) << merged.err;
-  EXPECT_EQ(checksum_lines(baked), checksum_lines(merged));
+  EXPECT_EQ(test_util::latent_checksum_lines(baked), test_util::latent_checksum_lines(merged));
   expect_one_line_error(
       run_cli("convert --synthetic --preset test --lora " + q(lora("musubi")) + " --out " + q(tmp.file("s"))),
       "--lora goes with --in");

@@ -18,17 +18,6 @@ using test_util::q;
 using test_util::run_cli;
 using test_util::TempDir;
 
-// The two latents' checksum lines of a generate run.
-std::string latent_lines(const CliRun& run) {
-  std::string out;
-  for (const char* what : {"video latents", "audio latents"}) {
-    const size_t at = run.out.find(what);
-    if (at == std::string::npos) return "no '" + std::string(what) + "' in: " + run.out;
-    out += run.out.substr(at, run.out.find('\n', at) - at) + "\n";
-  }
-  return out;
-}
-
 TEST(GpuFp8Checkpoint, EachRecipeRunsTheWeightsItRunsFromTheSource) {
   VORTEX_REQUIRE_GPU();
   TempDir tmp;
@@ -46,7 +35,7 @@ TEST(GpuFp8Checkpoint, EachRecipeRunsTheWeightsItRunsFromTheSource) {
                                  " --height 64 --width 64 --frames 22 --steps 3 --seed 5 --text-tokens 4 --out " +
                                  q(tmp.file("g")));
       ASSERT_EQ(run.code, 0) << recipe << " " << model << ": " << run.err;
-      latents[recipe + " " + model] = latent_lines(run);
+      latents[recipe + " " + model] = test_util::latent_checksum_lines(run);
     }
   }
   EXPECT_EQ(latents["fp8 fp8"], latents["fp8 source"]) << "the fp8 recipe's own weights, back from the checkpoint";
