@@ -35,36 +35,6 @@ bool strip_suffix(const std::string& name, const std::array<const char*, N>& suf
   return false;
 }
 
-float element_as_f32(const Tensor& t, int64_t i) {
-  const char* p = static_cast<const char*>(t.data()) + i * dtype_size(t.dtype());
-  switch (t.dtype()) {
-    case DType::kF32: {
-      float v;
-      std::memcpy(&v, p, 4);
-      return v;
-    }
-    case DType::kBF16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return bf16_bits_to_f32(b);
-    }
-    case DType::kF16: {
-      uint16_t b;
-      std::memcpy(&b, p, 2);
-      return f16_bits_to_f32(b);
-    }
-    case DType::kF8E4M3: return e4m3_bits_to_f32(static_cast<uint8_t>(*p));
-    case DType::kF8E5M2: return e5m2_bits_to_f32(static_cast<uint8_t>(*p));
-    default: return 0.0f;  // not reached: callers pass the dtypes checked above
-  }
-}
-
-bool is_side_tensor(const std::string& name) {
-  std::string prefix;
-  return strip_suffix(name, kScaleSuffixes, &prefix) || strip_suffix(name, kReadPastSuffixes, &prefix) ||
-         name.ends_with(".weight_scale_2") || name == kComfyMarker;
-}
-
 struct ScaledWeight {
   const Tensor* weight = nullptr;
   const Tensor* scale = nullptr;  // null: scale 1
@@ -78,7 +48,7 @@ Result<std::unordered_map<std::string, ScaledWeight>> scaled_weights_of(const Na
   for (const auto& [name, tensor] : tensors) by_name[name] = &tensor;
   std::unordered_map<std::string, ScaledWeight> scaled;
   for (const auto& [name, tensor] : tensors) {
-    if (is_fp8(tensor.dtype()) && !is_side_tensor(name)) scaled[name].weight = &tensor;
+    if (is_fp8(tensor.dtype()) && !is_quantization_side_tensor(name)) scaled[name].weight = &tensor;
   }
   for (const auto& [name, tensor] : tensors) {
     std::string prefix;
@@ -127,21 +97,29 @@ Result<std::unordered_map<std::string, ScaledWeight>> scaled_weights_of(const Na
   return scaled;
 }
 
-Tensor dequantize(const ScaledWeight& s, DType into) {
+Result<Tensor> dequantize(const ScaledWeight& s, DType into) {
   const Tensor q = s.weight->contiguous();
-  const Tensor scale = s.scale ? s.scale->contiguous() : Tensor();
+  Tensor scale;  // F32 (a bf16 or f16 scale widens exactly)
+  if (s.scale) {
+    VORTEX_ASSIGN_OR_RETURN(scale, s.scale->to(DType::kF32));
+    scale = scale.contiguous();
+  }
   const bool per_channel = scale.defined() && scale.numel() > 1;
-  const float tensor_scale = scale.defined() && !per_channel ? element_as_f32(scale, 0) : 1.0f;
+  const float* scales = scale.defined() ? scale.data_as<float>() : nullptr;
+  float value_of[256];  // every code's value
+  for (int b = 0; b < 256; ++b) {
+    const auto code = static_cast<uint8_t>(b);
+    value_of[b] = q.dtype() == DType::kF8E4M3 ? e4m3_bits_to_f32(code) : e5m2_bits_to_f32(code);
+  }
   const int64_t rows = q.rank() >= 1 ? q.size(0) : 1;
   const int64_t cols = rows > 0 ? q.numel() / rows : 0;
   Tensor out = Tensor::empty(q.shape(), into);
-  const DType from = q.dtype();
   const auto* codes = static_cast<const uint8_t*>(q.data());
   parallel_for(0, rows, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      const float row_scale = per_channel ? element_as_f32(scale, r) : tensor_scale;
+      const float row_scale = scales == nullptr ? 1.0f : scales[per_channel ? r : 0];
       for (int64_t c = r * cols; c < (r + 1) * cols; ++c) {
-        const float v = (from == DType::kF8E4M3 ? e4m3_bits_to_f32(codes[c]) : e5m2_bits_to_f32(codes[c])) * row_scale;
+        const float v = value_of[codes[c]] * row_scale;
         if (into == DType::kF32) {
           out.data_as<float>()[c] = v;
         } else {
@@ -155,7 +133,13 @@ Tensor dequantize(const ScaledWeight& s, DType into) {
 
 }  // namespace
 
-bool is_quantization_side_tensor(const std::string& name) { return is_side_tensor(name); }
+
+
+bool is_quantization_side_tensor(const std::string& name) {
+  std::string prefix;
+  return strip_suffix(name, kScaleSuffixes, &prefix) || strip_suffix(name, kReadPastSuffixes, &prefix) ||
+         name.ends_with(".weight_scale_2") || name == kComfyMarker;
+}
 
 std::vector<std::string> scale_names_of(const std::string& weight_name) {
   const std::string prefix = weight_name.ends_with(".weight") ? weight_name.substr(0, weight_name.size() - 7) : weight_name;
@@ -186,7 +170,8 @@ Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DTyp
       continue;
     }
     const bool island = is_fp32_island(original_name_to_diffusers(name));
-    out.emplace_back(name, dequantize(it->second, island ? DType::kF32 : into));
+    VORTEX_ASSIGN_OR_RETURN(Tensor dequantized, dequantize(it->second, island ? DType::kF32 : into));
+    out.emplace_back(name, std::move(dequantized));
   }
   return out;
 }
