@@ -47,6 +47,13 @@ struct DeviceTerm {
   float scale;
 };
 
+// The terms travel as a kernel parameter (2.6 KB, under the 4 KB every launch takes), so a merge
+// needs no table copied from the host and nothing to wait for before returning.
+struct TermList {
+  DeviceTerm term[kMaxLoraMergeTerms];
+  int count;
+};
+
 // round(scale · chain) for rows [r0, r0 + rows_here) of column c into delta[] (rows past
 // rows_here get 0 factors and are not used). Every thread of the CTA must call it (it stages the up
 // factors); `live` says whether this thread's column exists.
@@ -100,14 +107,14 @@ __device__ __forceinline__ ColumnTile column_tile(int64_t rows, int64_t cols) {
 
 template <Elem kIn, Elem kOut>
 __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, void* out, int64_t rows, int64_t cols,
-                                                         const DeviceTerm* terms, int term_count) {
+                                                         const __grid_constant__ TermList terms) {
   __shared__ float4 up_tile[kRankChunk][kRowsPerThread / 4];
   const auto [c, r0, rows_here, live] = column_tile(rows, cols);
   float acc[kRowsPerThread];
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) acc[i] = live && i < rows_here ? load_element<kIn>(weight, (r0 + i) * cols + c) : 0.0f;
-  for (int t = 0; t < term_count; ++t) {
-    const DeviceTerm term = terms[t];
+  for (int t = 0; t < terms.count; ++t) {
+    const DeviceTerm& term = terms.term[t];
     float delta[kRowsPerThread];
     term_deltas(term, r0, rows_here, cols, c, live, up_tile, delta);
 #pragma unroll
@@ -168,14 +175,14 @@ void launch_dora_factors(const void* weight, const DeviceTerm& term, const float
 }
 
 template <Elem kIn>
-void launch_merge(const void* weight, const Tensor& out, int64_t rows, int64_t cols, const DeviceTerm* terms,
-                  int term_count, cudaStream_t stream) {
+void launch_merge(const void* weight, const Tensor& out, int64_t rows, int64_t cols, const TermList& terms,
+                  cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                   static_cast<unsigned>((rows + kRowsPerThread - 1) / kRowsPerThread));
   if (out.dtype() == DType::kBF16) {
-    merge_kernel<kIn, Elem::kBF16><<<grid, kThreads, 0, stream>>>(weight, out.data(), rows, cols, terms, term_count);
+    merge_kernel<kIn, Elem::kBF16><<<grid, kThreads, 0, stream>>>(weight, out.data(), rows, cols, terms);
   } else {
-    merge_kernel<kIn, Elem::kF32><<<grid, kThreads, 0, stream>>>(weight, out.data(), rows, cols, terms, term_count);
+    merge_kernel<kIn, Elem::kF32><<<grid, kThreads, 0, stream>>>(weight, out.data(), rows, cols, terms);
   }
 }
 
@@ -193,6 +200,10 @@ Status check_arguments(const Tensor& weight, const Tensor& out, const std::vecto
   }
   if (out.data() == weight.data() && out.dtype() != weight.dtype()) {
     return invalid_argument("lora_merge: out is weight's memory with another dtype");
+  }
+  if (terms.size() > static_cast<size_t>(kMaxLoraMergeTerms)) {
+    return invalid_argument("lora_merge: " + std::to_string(terms.size()) + " terms, more than the " +
+                            std::to_string(kMaxLoraMergeTerms) + " one merge takes");
   }
   for (size_t t = 0; t < terms.size(); ++t) {
     if (terms[t].rank < 1 || terms[t].up == nullptr || terms[t].down == nullptr) {
@@ -213,17 +224,17 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
       std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
   // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds.
   const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchFloats / cols / kRowsPerThread * kRowsPerThread));
-  const size_t term_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size() * sizeof(DeviceTerm))}, DType::kU8);
   const size_t factor_bytes = dora * DeviceArena::bytes_for(Shape{rows}, DType::kF32);
   const size_t scratch_bytes = dora == 0 ? 0 : DeviceArena::bytes_for(Shape{band, cols}, DType::kF32);
   const size_t zero_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size())}, DType::kI64);
   VORTEX_ASSIGN_OR_RETURN(DeviceArena arena,
-                          DeviceArena::create(term_bytes + factor_bytes + scratch_bytes + zero_bytes));
+                          DeviceArena::create_on_stream(factor_bytes + scratch_bytes + zero_bytes, stream));
   VORTEX_ASSIGN_OR_RETURN(Tensor zero_rows, arena.alloc(Shape{static_cast<int64_t>(terms.size())}, DType::kI64));
   VORTEX_CUDA_CHECK(cudaMemsetAsync(zero_rows.data(), 0xFF, zero_rows.nbytes(), stream));  // no row yet
   auto* zero_row = static_cast<unsigned long long*>(zero_rows.data());
 
-  std::vector<DeviceTerm> device_terms;
+  TermList list{};
+  list.count = static_cast<int>(terms.size());
   Tensor scratch;
   if (dora > 0) {
     VORTEX_ASSIGN_OR_RETURN(scratch, arena.alloc(Shape{band, cols}, DType::kF32));
@@ -241,7 +252,7 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
              zero_row + t, stream);
       VORTEX_CUDA_CHECK_LAUNCH();
     }
-    device_terms.push_back(d);
+    list.term[t] = d;
   }
   if (dora > 0) {
     std::vector<unsigned long long> first(terms.size());
@@ -252,21 +263,15 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
     }
   }
 
-  VORTEX_ASSIGN_OR_RETURN(Tensor term_table,
-                          arena.alloc(Shape{static_cast<int64_t>(device_terms.size() * sizeof(DeviceTerm))}, DType::kU8));
-  VORTEX_CUDA_CHECK(cudaMemcpyAsync(term_table.data(), device_terms.data(), term_table.nbytes(), cudaMemcpyHostToDevice, stream));
-  const auto* table = static_cast<const DeviceTerm*>(term_table.data());
-  const int count = static_cast<int>(device_terms.size());
   if (weight.dtype() == DType::kF32) {
-    launch_merge<Elem::kF32>(weight.data(), out, rows, cols, table, count, stream);
+    launch_merge<Elem::kF32>(weight.data(), out, rows, cols, list, stream);
   } else if (weight.dtype() == DType::kBF16) {
-    launch_merge<Elem::kBF16>(weight.data(), out, rows, cols, table, count, stream);
+    launch_merge<Elem::kBF16>(weight.data(), out, rows, cols, list, stream);
   } else {
-    launch_merge<Elem::kF16>(weight.data(), out, rows, cols, table, count, stream);
+    launch_merge<Elem::kF16>(weight.data(), out, rows, cols, list, stream);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
-  // The host's term table and the arena go when this returns.
-  VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // The arena is freed in the stream's order, after the merge: nothing to wait for here.
   return int64_t(-1);
 }
 

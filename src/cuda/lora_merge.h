@@ -22,6 +22,9 @@
 
 namespace vortex::cuda {
 
+// The most terms one lora_merge call takes (its kernel gets them as a parameter).
+constexpr int kMaxLoraMergeTerms = 64;
+
 // One module's factors on the device (F32, contiguous), applied in the order given.
 struct LoraMergeTerm {
   const float* up = nullptr;         // [rows, rank]
@@ -32,10 +35,11 @@ struct LoraMergeTerm {
 };
 
 // out = round(weight + the terms), as above. `weight`: a contiguous [rows, cols] F32, BF16 or F16
-// device tensor; `out`: contiguous, the same shape, F32 or BF16, and may be `weight` itself. Runs on
-// `stream` and synchronises it (its scratch is freed on return). Returns -1, or where the first DoRA
-// row whose W + delta is all zeros (which its magnitude cannot scale) is, as term · rows + row: then
-// `out` is left unwritten.
+// device tensor; `out`: contiguous, the same shape, F32 or BF16, and may be `weight` itself; at most
+// kMaxLoraMergeTerms terms. Queued on `stream` without waiting for it (its scratch is freed in the
+// stream's order), except with DoRA terms, whose all-zero-row check reads back: returns -1, or
+// where the first DoRA row whose W + delta is all zeros (which its magnitude cannot scale) is, as
+// term · rows + row: then `out` is left unwritten. The factors must stay until the merge has run.
 Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
                            cudaStream_t stream);
 

@@ -23,13 +23,32 @@ Result<DeviceArena> DeviceArena::create(size_t bytes) {
     return out_of_memory("device arena of " + std::to_string(bytes) + " bytes does not fit on the device");
   }
   if (error != cudaSuccess) return cuda_status(error, "cudaMalloc (device arena)", __FILE__, __LINE__);
+  return adopt(p, bytes, [](void* q) { cudaFree(q); });
+}
+
+DeviceArena DeviceArena::adopt(void* p, size_t bytes, const std::function<void(void*)>& release) {
   DeviceArena arena;
   arena.storage_ = std::make_shared<Storage>();
   arena.storage_->data = p;
   arena.storage_->bytes = bytes;
   arena.storage_->device = Device::kCuda;
-  arena.storage_->keeper = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  arena.storage_->keeper = std::shared_ptr<void>(p, release);
   return arena;
+}
+
+Result<DeviceArena> DeviceArena::create_on_stream(size_t bytes, cudaStream_t stream) {
+  int device = 0, pools = 0;
+  VORTEX_CUDA_CHECK(cudaGetDevice(&device));
+  VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
+  if (!pools) return create(bytes);
+  void* p = nullptr;
+  const cudaError_t error = cudaMallocAsync(&p, bytes, stream);
+  if (error == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return out_of_memory("stream-ordered device scratch of " + std::to_string(bytes) + " bytes does not fit on the device");
+  }
+  if (error != cudaSuccess) return cuda_status(error, "cudaMallocAsync (device arena)", __FILE__, __LINE__);
+  return adopt(p, bytes, [stream](void* q) { cudaFreeAsync(q, stream); });
 }
 
 Result<DeviceArena> DeviceArena::within(const Tensor& buffer) {
@@ -139,6 +158,12 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
 Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream) {
   VORTEX_ASSIGN_OR_RETURN(Tensor dst, arena.alloc(host.shape(), host.dtype()));
   VORTEX_RETURN_IF_ERROR(copy_to_device(host, dst, stream));
+  return dst;
+}
+
+Result<Tensor> upload_staged(const Tensor& host, DeviceArena& arena, cudaStream_t stream) {
+  VORTEX_ASSIGN_OR_RETURN(Tensor dst, arena.alloc(host.shape(), host.dtype()));
+  VORTEX_RETURN_IF_ERROR(copy_to_device_staged(host, dst, stream));
   return dst;
 }
 

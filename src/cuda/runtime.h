@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "vortex/status.h"
@@ -47,6 +48,11 @@ class DeviceArena {
   }
 
   static Result<DeviceArena> create(size_t bytes);
+  // Scratch in `stream`'s order: allocated from the device's memory pool and freed into it (once
+  // the arena and every tensor of it are gone) after the work queued on `stream` by then, so
+  // neither step waits for the device the way cudaMalloc / cudaFree do. Use it on `stream` only.
+  // Where the device has no memory pools it is create().
+  static Result<DeviceArena> create_on_stream(size_t bytes, cudaStream_t stream);
   // An arena over the bytes of an existing contiguous device tensor (it keeps that memory alive):
   // scratch that shares memory with a buffer whose lifetime does not overlap its own.
   static Result<DeviceArena> within(const Tensor& buffer);
@@ -60,6 +66,9 @@ class DeviceArena {
   size_t capacity() const { return storage_ ? storage_->bytes : 0; }
 
  private:
+  // An arena over a fresh allocation that `release` frees.
+  static DeviceArena adopt(void* p, size_t bytes, const std::function<void(void*)>& release);
+
   std::shared_ptr<Storage> storage_;
   size_t used_ = 0;
   size_t peak_ = 0;
@@ -74,8 +83,10 @@ Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream
 // halves), without waiting for the transfers or for earlier work on `stream`; later work on
 // `stream` sees dst, other streams and the host need the caller's synchronisation.
 Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t stream);
-// Allocates in the arena and copies.
+// Allocates in the arena and copies (copy_to_device).
 Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream);
+// Allocates in the arena and copies through the staging buffers (copy_to_device_staged: no wait).
+Result<Tensor> upload_staged(const Tensor& host, DeviceArena& arena, cudaStream_t stream);
 // A new contiguous host tensor holding a contiguous device tensor's bytes (synchronises `stream`).
 Result<Tensor> download(const Tensor& device, cudaStream_t stream);
 

@@ -51,7 +51,8 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   const DType merged = is_fp32_island(name) ? DType::kF32 : merge_dtype;
   if (weight) {
     const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
-    if (!dora_meets_bias && device_takes(host.dtype(), merged, dst.dtype())) {
+    const bool too_many = it->second.size() > static_cast<size_t>(cuda::kMaxLoraMergeTerms);
+    if (!dora_meets_bias && !too_many && device_takes(host.dtype(), merged, dst.dtype())) {
       return merge_on_device(name, host, it->second, dst);
     }
     return merge_on_host(name, linear, spec, dst);
@@ -75,7 +76,9 @@ Status MergingFiller::merge_on_device(const std::string& name, const Tensor& wei
       if (factor->defined()) bytes += cuda::DeviceArena::bytes_for(factor->shape(), DType::kF32);
     }
   }
-  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(bytes));
+  // Scratch and uploads in the stream's order: the host goes on to the next weight while this one
+  // copies and merges (the staged copies read the host bytes before they return).
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create_on_stream(bytes, stream));
   Tensor source = dst;
   if (!in_place) {
     VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(weight.shape(), weight.dtype()));
@@ -85,12 +88,12 @@ Status MergingFiller::merge_on_device(const std::string& name, const Tensor& wei
   for (const LoraTerm& t : terms) {
     const LoraModule& m = *t.module;
     cuda::LoraMergeTerm d;
-    VORTEX_ASSIGN_OR_RETURN(const Tensor up, cuda::upload(m.up, arena, stream));
-    VORTEX_ASSIGN_OR_RETURN(const Tensor down, cuda::upload(m.down, arena, stream));
+    VORTEX_ASSIGN_OR_RETURN(const Tensor up, cuda::upload_staged(m.up, arena, stream));
+    VORTEX_ASSIGN_OR_RETURN(const Tensor down, cuda::upload_staged(m.down, arena, stream));
     d.up = up.data_as<const float>();
     d.down = down.data_as<const float>();
     if (m.magnitude.defined()) {
-      VORTEX_ASSIGN_OR_RETURN(const Tensor magnitude, cuda::upload(m.magnitude, arena, stream));
+      VORTEX_ASSIGN_OR_RETURN(const Tensor magnitude, cuda::upload_staged(m.magnitude, arena, stream));
       d.magnitude = magnitude.data_as<const float>();
     }
     d.rank = m.down.size(0);

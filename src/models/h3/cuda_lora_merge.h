@@ -17,8 +17,10 @@ namespace vortex::h3 {
 // A WeightFiller for `base` (diffusers names, every tensor of the model) with `loras` merged as
 // merge_loras(base, loras, merge_dtype) merges them. A targeted weight uploads as it is and merges
 // on the device in place; a lora_B bias merges on the host (a vector), and so does the weight of a
-// linear where a DoRA module meets a lora_B bias (the bias needs the weight's DoRA factors) or whose
-// dtypes the device merge does not take. Every other tensor uploads as host_weight_filler uploads it.
+// linear where a DoRA module meets a lora_B bias (the bias needs the weight's DoRA factors), whose
+// dtypes the device merge does not take, or with more terms than one device merge takes (64).
+// Every other tensor uploads as host_weight_filler uploads it. Nothing here waits for the device
+// (but a DoRA term's all-zero-row check): the caller synchronises its stream before reading.
 // The filler keeps `base` and `loras` alive.
 WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                  cudaStream_t stream);
