@@ -160,8 +160,10 @@ TEST(ScaledWeights, SideTensorsAreReadPastAndTheRestIsRefusedByName) {
        "'" + p + ".weight_scale': dtype I8 is not a scale's"},
       {{{p + ".weight", w8}, {p + ".weight_scale", Tensor::from_f32({1}, {})}, {p + ".scale_weight", Tensor::from_f32({1}, {})}},
        "'" + p + ".weight' has two scales"},
-      {{{p + ".weight", Tensor::zeros({2, 3}, DType::kU8)}, {p + ".weight_scale_2", Tensor::from_f32({1}, {})}},
-       "'" + p + ".weight_scale_2': NVFP4 weights"},
+      {{{p + ".weight", Tensor::zeros({2, 8}, DType::kU8)}, {p + ".weight_scale_2", Tensor::from_f32({1}, {})}},
+       "'" + p + ".weight' is stored U8, which only an NVFP4 weight is here, and it lacks '" + p + ".weight_scale'"},
+      {{{p + ".weight", w8}, {p + ".weight_scale_2", Tensor::from_f32({1}, {})}},
+       "'" + p + ".weight_scale_2': a second-level scale belongs to an NVFP4 weight (U8)"},
   };
   for (const auto& [tensors, needle] : refused) {
     const auto status = h3::dequantize_scaled_weights(tensors, DType::kBF16).status();

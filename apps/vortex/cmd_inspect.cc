@@ -39,7 +39,7 @@ struct Summary {
   h3::CheckpointLayout layout = h3::CheckpointLayout::kDiffusers;
   std::vector<std::string> shards;
   int64_t tensors = 0;
-  int64_t parameters = 0;  // every tensor but rope.inv_freq (a buffer the config determines) and fp8 scales
+  int64_t parameters = 0;  // every tensor but rope.inv_freq (a buffer the config determines) and quantization scales
   uint64_t bytes = 0;
   std::map<std::string, DTypeTally> dtypes;
   h3::H3Config config;
@@ -95,7 +95,9 @@ Result<Summary> summarize(const std::string& path) {
     tally.bytes += info.nbytes();
     ++s.tensors;
     s.bytes += info.nbytes();
-    if (name != "rope.inv_freq" && !h3::is_quantization_side_tensor(name)) s.parameters += info.shape.numel();
+    if (name != "rope.inv_freq" && !h3::is_quantization_side_tensor(name)) {
+      s.parameters += info.shape.numel() * (info.dtype == DType::kU8 ? 2 : 1);  // NVFP4: two codes a byte
+    }
   }
   s.cuda_memory = cuda_memory_of_canonical_request(s.config);
   VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors tensors, h3::read_all(checkpoint));
@@ -139,6 +141,12 @@ void print_text(const Summary& s) {
                 static_cast<long long>(s.fp8.per_tensor),
                 static_cast<long long>(s.fp8.fp8_weights - s.fp8.per_channel - s.fp8.per_tensor));
   }
+  if (s.fp8.nvfp4_weights > 0) {
+    std::printf("nvfp4       %lld weights (%lld with block scales in cuBLAS's tiled layout, %lld row-major); generate "
+                "and serve dequantize them to bf16\n",
+                static_cast<long long>(s.fp8.nvfp4_weights), static_cast<long long>(s.fp8.nvfp4_tiled),
+                static_cast<long long>(s.fp8.nvfp4_weights - s.fp8.nvfp4_tiled));
+  }
   if (!s.cuda_memory.is_null()) {
     const auto recipe = [&](const char* name) {
       const nlohmann::json& r = s.cuda_memory[name];
@@ -172,6 +180,7 @@ void print_json(const Summary& s) {
                        {"per_channel_scales", s.fp8.per_channel},
                        {"per_tensor_scales", s.fp8.per_tensor},
                        {"side_tensors_read_past", s.fp8.side_tensors_read_past}}},
+      {"nvfp4_weights", {{"weights", s.fp8.nvfp4_weights}, {"tiled_block_scales", s.fp8.nvfp4_tiled}}},
   };
   std::printf("%s\n", out.dump(2).c_str());
 }
@@ -199,12 +208,13 @@ void add_inspect_command(CLI::App& app, Action& action) {
       "Prints the layout, shards, tensors, dtypes (count and bytes), parameters, total bytes, and the config with\n"
       "its source (config.json, safetensors metadata, or inferred from tensor shapes), and the device memory\n"
       "`generate --device cuda` would take for the canonical request in each recipe. Exits 2 with one line\n"
-      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config. fp8 weights\n"
-      "(a scale beside each, as LightX2V, ComfyUI or convert --quantize fp8 write them) are counted. A Qwen3-VL\n"
-      "text encoder folder (what --text-encoder takes) is described instead: its widths, the layers H3 reads,\n"
-      "their bytes on the host and on --device cuda, and whether tokenizer.json is beside it. A LoRA adapter\n"
-      "file is read as generate --lora reads it, against the checkpoint --model names (default: the released\n"
-      "config): its layout, partition, where its scales come from, and its modules by kind, rank and scale.");
+      "naming the first tensor that is missing, unexpected, or of the wrong shape for that config. fp8 and NVFP4\n"
+      "weights (scales beside each, as LightX2V, ComfyUI, ModelOpt or convert --quantize fp8 write them) are\n"
+      "counted. A Qwen3-VL text encoder folder (what --text-encoder takes) is described instead: its widths, the\n"
+      "layers H3 reads, their bytes on the host and on --device cuda, and whether tokenizer.json is beside it. A\n"
+      "LoRA adapter file is read as generate --lora reads it, against the checkpoint --model names (default: the\n"
+      "released config): its layout, partition, where its scales come from, and its modules by kind, rank and\n"
+      "scale.");
   cmd->add_option("path", args->path, "A .safetensors file, a *.safetensors.index.json, or a folder holding one")
       ->required();
   cmd->add_flag("--json", args->json, "Print one JSON object instead of text");

@@ -279,8 +279,8 @@ Status validate_checkpoint_tensors(const NamedTensors& stored, CheckpointLayout 
     }
     std::string target = original_name_to_diffusers(name);
     if (ends_with(target, ".attn.qkv_proj.weight")) {
-      if (tensor.shape() != qkv_shape) {
-        return invalid_argument("tensor " + quote(name) + ": shape " + tensor.shape().to_string() +
+      if (logical_weight_shape(tensor) != qkv_shape) {
+        return invalid_argument("tensor " + quote(name) + ": shape " + logical_weight_shape(tensor).to_string() +
                                 " but the config expects " + qkv_shape.to_string());
       }
       // Row thirds of a per-head-interleaved QKV are not q, k and v, but they have their shapes,

@@ -54,19 +54,19 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
   return [by_name, stream](const TensorSpec& spec, const Tensor& dst) -> Status {
     auto it = by_name->find(spec.name);
     if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
-    if (it->second.shape() != spec.shape) {
-      return invalid_argument("tensor '" + spec.name + "': shape " + it->second.shape().to_string() +
-                              " but the config expects " + spec.shape.to_string());
-    }
     Tensor host = it->second;
-    if (host.dtype() == DType::kF8E4M3 || host.dtype() == DType::kF8E5M2) {
-      NamedTensors scaled = {{spec.name, host}};
-      for (const std::string& scale : scale_names_of(spec.name)) {
-        if (auto s = by_name->find(scale); s != by_name->end()) scaled.emplace_back(scale, s->second);
+    if (host.dtype() == DType::kF8E4M3 || host.dtype() == DType::kF8E5M2 || host.dtype() == DType::kU8) {
+      NamedTensors quantized = {{spec.name, host}};
+      for (const std::string& side : side_tensor_names_of(spec.name)) {
+        if (auto s = by_name->find(side); s != by_name->end()) quantized.emplace_back(side, s->second);
       }
       VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,
-                              dequantize_scaled_weights(scaled, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
+                              dequantize_scaled_weights(quantized, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
       host = dequantized.front().second;
+    }
+    if (host.shape() != spec.shape) {
+      return invalid_argument("tensor '" + spec.name + "': shape " + host.shape().to_string() +
+                              " but the config expects " + spec.shape.to_string());
     }
     if (host.dtype() != dst.dtype()) {
       VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));

@@ -5,10 +5,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/dtype.h"
 #include "core/parallel.h"
 #include "core/quote.h"
 #include "cpu/fp8.h"
+#include "formats/nvfp4.h"
 
 namespace vortex::h3 {
 
@@ -16,8 +19,12 @@ namespace {
 
 // The scale of `P.weight`, by the names the formats give it.
 constexpr std::array<const char*, 2> kScaleSuffixes = {".weight_scale", ".scale_weight"};
+// An NVFP4 weight's second-level scale (one for the tensor).
+constexpr const char* kTensorScaleSuffix = ".weight_scale_2";
+// ComfyUI's per-layer format descriptor: JSON bytes, {"format": ...}.
+constexpr const char* kComfyQuantSuffix = ".comfy_quant";
 // Side tensors nothing here reads (the header says why).
-constexpr std::array<const char*, 3> kReadPastSuffixes = {".input_scale", ".scale_input", ".comfy_quant"};
+constexpr std::array<const char*, 2> kReadPastSuffixes = {".input_scale", ".scale_input"};
 constexpr const char* kComfyMarker = "scaled_fp8";
 
 bool is_fp8(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2; }
@@ -35,43 +42,140 @@ bool strip_suffix(const std::string& name, const std::array<const char*, N>& suf
   return false;
 }
 
+bool strip_suffix(const std::string& name, const char* suffix, std::string* prefix) {
+  return strip_suffix(name, std::array<const char*, 1>{suffix}, prefix);
+}
+
 struct ScaledWeight {
   const Tensor* weight = nullptr;
   const Tensor* scale = nullptr;  // null: scale 1
   std::string scale_name;
 };
 
-// The fp8 weights by name, each with its scale; checks everything the header lists.
-Result<std::unordered_map<std::string, ScaledWeight>> scaled_weights_of(const NamedTensors& tensors,
-                                                                       ScaledWeightsSummary* summary) {
+struct Nvfp4Weight {
+  const Tensor* weight = nullptr;
+  const Tensor* block_scales = nullptr;
+  const Tensor* tensor_scale = nullptr;
+  bool comfy_quant = false;  // ComfyUI's descriptor says nvfp4: the block scales are tiled
+  Nvfp4ScaleLayout layout = Nvfp4ScaleLayout::kRowMajor;
+};
+
+struct QuantizedWeights {
+  std::unordered_map<std::string, ScaledWeight> fp8;
+  std::unordered_map<std::string, Nvfp4Weight> nvfp4;
+};
+
+// The "format" of a comfy_quant descriptor (JSON bytes), or an error naming it.
+Result<std::string> comfy_quant_format(const std::string& name, const Tensor& descriptor) {
+  if ((descriptor.dtype() != DType::kU8 && descriptor.dtype() != DType::kI8) || descriptor.rank() != 1) {
+    return invalid_argument("tensor " + quote(name) + ": a comfy_quant descriptor is U8 [n] JSON bytes, not " +
+                            dtype_name(descriptor.dtype()) + " " + descriptor.shape().to_string());
+  }
+  const Tensor bytes = descriptor.contiguous();
+  const std::string text(static_cast<const char*>(bytes.data()), static_cast<size_t>(bytes.numel()));
+  const nlohmann::json parsed = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || !parsed.contains("format") || !parsed["format"].is_string()) {
+    return invalid_argument("tensor " + quote(name) + ": a comfy_quant descriptor is a JSON object with a \"format\" "
+                            "string, not " + quote(text.substr(0, 80)));
+  }
+  return parsed["format"].get<std::string>();
+}
+
+// Checks an NVFP4 weight's scales and decides its block-scale layout.
+Status check_nvfp4(const std::string& weight_name, Nvfp4Weight& w) {
+  const std::string prefix = weight_name.substr(0, weight_name.size() - std::strlen(".weight"));
+  if (!w.block_scales || !w.tensor_scale) {
+    return invalid_argument("tensor " + quote(weight_name) + " is stored U8, which only an NVFP4 weight is here, and "
+                            "it lacks " + quote(prefix + (w.block_scales ? kTensorScaleSuffix : ".weight_scale")) +
+                            " (NVFP4: P.weight U8 [O, I/2], P.weight_scale F8_E4M3, P.weight_scale_2 F32 [])");
+  }
+  const Tensor& q = *w.weight;
+  if (q.rank() != 2 || (2 * q.size(1)) % kNvfp4BlockSize != 0) {
+    return invalid_argument("tensor " + quote(weight_name) + ": an NVFP4 weight is U8 [O, I/2] with I a multiple of 16, "
+                            "not " + q.shape().to_string());
+  }
+  const int64_t rows = q.size(0), block_cols = 2 * q.size(1) / kNvfp4BlockSize;
+  const Shape row_major{rows, block_cols};
+  const Shape tiled = nvfp4_tiled_scale_shape(rows, block_cols);
+  const Shape& s = w.block_scales->shape();
+  if (w.block_scales->dtype() != DType::kF8E4M3 || (s != row_major && s != tiled) ||
+      (w.comfy_quant && s != tiled)) {
+    return invalid_argument("tensor " + quote(prefix + ".weight_scale") + ": " + dtype_name(w.block_scales->dtype()) + " " +
+                            s.to_string() + " is not the block scales of " + quote(weight_name) + " " +
+                            q.shape().to_string() + ": F8_E4M3 " + row_major.to_string() + " (row-major) or " +
+                            tiled.to_string() + " (cuBLAS's tiled layout" +
+                            (w.comfy_quant ? ", which ComfyUI's descriptor says it is)" : ")"));
+  }
+  // The shapes agree when O is a multiple of 128 and I / 16 of 4: then only ComfyUI's descriptor
+  // says the scales are tiled (ModelOpt writes them row-major and no descriptor).
+  w.layout = (w.comfy_quant || s != row_major) ? Nvfp4ScaleLayout::kTiled : Nvfp4ScaleLayout::kRowMajor;
+  const std::string scale_name = prefix + kTensorScaleSuffix;
+  if (!is_float(w.tensor_scale->dtype()) || w.tensor_scale->numel() != 1 || w.tensor_scale->rank() > 1) {
+    return invalid_argument("tensor " + quote(scale_name) + ": " + dtype_name(w.tensor_scale->dtype()) + " " +
+                            w.tensor_scale->shape().to_string() + " is not one scale for the tensor (F32, BF16 or "
+                            "F16, [] or [1])");
+  }
+  return ok_status();
+}
+
+// The quantized weights by name, each with its scales; checks everything the header lists.
+Result<QuantizedWeights> quantized_weights_of(const NamedTensors& tensors, ScaledWeightsSummary* summary) {
   std::unordered_map<std::string, const Tensor*> by_name;
   for (const auto& [name, tensor] : tensors) by_name[name] = &tensor;
-  std::unordered_map<std::string, ScaledWeight> scaled;
+  QuantizedWeights found;
   for (const auto& [name, tensor] : tensors) {
-    if (is_fp8(tensor.dtype()) && !is_quantization_side_tensor(name)) scaled[name].weight = &tensor;
+    if (is_quantization_side_tensor(name)) continue;
+    if (is_fp8(tensor.dtype())) found.fp8[name].weight = &tensor;
+    if (tensor.dtype() == DType::kU8) found.nvfp4[name].weight = &tensor;
   }
+  // The weight a side tensor belongs to, or an error naming both.
+  const auto weight_of = [&](const std::string& name, const std::string& prefix) -> Result<const Tensor*> {
+    const auto weight = by_name.find(prefix + ".weight");
+    if (weight == by_name.end()) {
+      return invalid_argument("tensor " + quote(name) + " scales " + quote(prefix + ".weight") +
+                              ", which is not in the checkpoint");
+    }
+    return weight->second;
+  };
   for (const auto& [name, tensor] : tensors) {
     std::string prefix;
-    if (name.ends_with(".weight_scale_2")) {
-      return invalid_argument("tensor " + quote(name) + ": NVFP4 weights (a second-level weight_scale_2) are not "
-                              "supported yet; fp8 weights with one scale per tensor or per output channel are");
-    }
     if (strip_suffix(name, kReadPastSuffixes, &prefix) || name == kComfyMarker) {
       ++summary->side_tensors_read_past;
       continue;
     }
-    if (!strip_suffix(name, kScaleSuffixes, &prefix)) continue;
+    if (strip_suffix(name, kComfyQuantSuffix, &prefix)) {
+      const auto nvfp4 = found.nvfp4.find(prefix + ".weight");
+      if (nvfp4 == found.nvfp4.end()) {  // an fp8 layer's: its scale says all
+        ++summary->side_tensors_read_past;
+        continue;
+      }
+      VORTEX_ASSIGN_OR_RETURN(const std::string format, comfy_quant_format(name, tensor));
+      if (format != "nvfp4") {
+        return invalid_argument("tensor " + quote(name) + ": format " + quote(format) + " of a U8 weight is not "
+                                "supported (NVFP4 is, and fp8 weights with one scale per tensor or output channel)");
+      }
+      nvfp4->second.comfy_quant = true;
+      continue;
+    }
+    const bool tensor_scale = strip_suffix(name, kTensorScaleSuffix, &prefix);
+    if (!tensor_scale && !strip_suffix(name, kScaleSuffixes, &prefix)) continue;
+    VORTEX_ASSIGN_OR_RETURN(const Tensor* w, weight_of(name, prefix));
     const std::string weight_name = prefix + ".weight";
-    const auto weight = by_name.find(weight_name);
-    if (weight == by_name.end()) {
-      return invalid_argument("tensor " + quote(name) + " scales " + quote(weight_name) + ", which is not in the checkpoint");
+    if (w->dtype() == DType::kU8 && (tensor_scale || name.ends_with(".weight_scale"))) {
+      Nvfp4Weight& entry = found.nvfp4[weight_name];
+      (tensor_scale ? entry.tensor_scale : entry.block_scales) = &tensor;
+      continue;
     }
-    const Tensor& w = *weight->second;
-    if (!is_fp8(w.dtype())) {
+    if (!is_fp8(w->dtype())) {
       return invalid_argument("tensor " + quote(name) + " scales " + quote(weight_name) + ", stored " +
-                              dtype_name(w.dtype()) + ": only fp8 weights (F8_E4M3, F8_E5M2) with scales are supported");
+                              dtype_name(w->dtype()) + ": only fp8 weights (F8_E4M3, F8_E5M2) with one scale and " +
+                              "NVFP4 weights (U8 with weight_scale and weight_scale_2) are supported");
     }
-    ScaledWeight& entry = scaled[weight_name];
+    if (tensor_scale) {
+      return invalid_argument("tensor " + quote(name) + ": a second-level scale belongs to an NVFP4 weight (U8), and " +
+                              quote(weight_name) + " is " + dtype_name(w->dtype()));
+    }
+    ScaledWeight& entry = found.fp8[weight_name];
     if (entry.scale) {
       return invalid_argument("tensor " + quote(weight_name) + " has two scales: " + quote(entry.scale_name) + " and " +
                               quote(name));
@@ -80,21 +184,26 @@ Result<std::unordered_map<std::string, ScaledWeight>> scaled_weights_of(const Na
       return invalid_argument("tensor " + quote(name) + ": dtype " + dtype_name(tensor.dtype()) +
                               " is not a scale's (F32, BF16 or F16)");
     }
-    const int64_t rows = w.rank() >= 1 ? w.size(0) : 1;
+    const int64_t rows = w->rank() >= 1 ? w->size(0) : 1;
     const Shape& s = tensor.shape();
     const bool per_tensor = tensor.numel() == 1 && s.rank() <= 1;
-    const bool per_channel = w.rank() == 2 && ((s.rank() == 1 && s[0] == rows) || (s.rank() == 2 && s[0] == rows && s[1] == 1));
+    const bool per_channel = w->rank() == 2 && ((s.rank() == 1 && s[0] == rows) || (s.rank() == 2 && s[0] == rows && s[1] == 1));
     if (!per_tensor && !per_channel) {
       return invalid_argument("tensor " + quote(name) + ": shape " + s.to_string() + " scales neither the whole of " +
-                              quote(weight_name) + " " + w.shape().to_string() + " ([] or [1]) nor each of its rows ([" +
+                              quote(weight_name) + " " + w->shape().to_string() + " ([] or [1]) nor each of its rows ([" +
                               std::to_string(rows) + "] or [" + std::to_string(rows) + ", 1])");
     }
     entry.scale = &tensor;
     entry.scale_name = name;
     ++(per_channel && !per_tensor ? summary->per_channel : summary->per_tensor);
   }
-  summary->fp8_weights = static_cast<int64_t>(scaled.size());
-  return scaled;
+  for (auto& [name, w] : found.nvfp4) {
+    VORTEX_RETURN_IF_ERROR(check_nvfp4(name, w));
+    if (w.layout == Nvfp4ScaleLayout::kTiled) ++summary->nvfp4_tiled;
+  }
+  summary->fp8_weights = static_cast<int64_t>(found.fp8.size());
+  summary->nvfp4_weights = static_cast<int64_t>(found.nvfp4.size());
+  return found;
 }
 
 Result<Tensor> dequantize(const ScaledWeight& s, DType into) {
@@ -131,47 +240,73 @@ Result<Tensor> dequantize(const ScaledWeight& s, DType into) {
   return out;
 }
 
+Result<Tensor> dequantize(const Nvfp4Weight& w, DType into) {
+  VORTEX_ASSIGN_OR_RETURN(const Tensor tensor_scale, w.tensor_scale->to(DType::kF32));
+  return dequantize_nvfp4(*w.weight, *w.block_scales, w.layout, tensor_scale.contiguous().data_as<float>()[0], into);
+}
+
 }  // namespace
-
-
 
 bool is_quantization_side_tensor(const std::string& name) {
   std::string prefix;
   return strip_suffix(name, kScaleSuffixes, &prefix) || strip_suffix(name, kReadPastSuffixes, &prefix) ||
-         name.ends_with(".weight_scale_2") || name == kComfyMarker;
+         name.ends_with(kTensorScaleSuffix) || name.ends_with(kComfyQuantSuffix) || name == kComfyMarker;
 }
 
-std::vector<std::string> scale_names_of(const std::string& weight_name) {
+std::vector<std::string> side_tensor_names_of(const std::string& weight_name) {
   const std::string prefix = weight_name.ends_with(".weight") ? weight_name.substr(0, weight_name.size() - 7) : weight_name;
   std::vector<std::string> names;
   for (const char* suffix : kScaleSuffixes) names.push_back(prefix + suffix);
+  names.push_back(prefix + kTensorScaleSuffix);
+  names.push_back(prefix + kComfyQuantSuffix);
   return names;
 }
 
 Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors) {
   ScaledWeightsSummary summary;
-  VORTEX_RETURN_IF_ERROR(scaled_weights_of(tensors, &summary).status());
+  VORTEX_RETURN_IF_ERROR(quantized_weights_of(tensors, &summary).status());
   return summary;
 }
 
 Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DType into) {
   if (into != DType::kF32 && into != DType::kBF16) {
-    return invalid_argument(std::string("fp8 weights dequantize into F32 or BF16, not ") + dtype_name(into));
+    return invalid_argument(std::string("quantized weights dequantize into F32 or BF16, not ") + dtype_name(into));
   }
   ScaledWeightsSummary summary;
-  VORTEX_ASSIGN_OR_RETURN(const auto scaled, scaled_weights_of(tensors, &summary));
+  VORTEX_ASSIGN_OR_RETURN(const QuantizedWeights quantized, quantized_weights_of(tensors, &summary));
   NamedTensors out;
   out.reserve(tensors.size());
   for (const auto& [name, tensor] : tensors) {
     if (is_quantization_side_tensor(name)) continue;
-    const auto it = scaled.find(name);
-    if (it == scaled.end()) {
+    const auto fp8 = quantized.fp8.find(name);
+    const auto nvfp4 = quantized.nvfp4.find(name);
+    if (fp8 == quantized.fp8.end() && nvfp4 == quantized.nvfp4.end()) {
       out.emplace_back(name, tensor);
       continue;
     }
-    const bool island = is_fp32_island(original_name_to_diffusers(name));
-    VORTEX_ASSIGN_OR_RETURN(Tensor dequantized, dequantize(it->second, island ? DType::kF32 : into));
-    out.emplace_back(name, std::move(dequantized));
+    const DType target = is_fp32_island(original_name_to_diffusers(name)) ? DType::kF32 : into;
+    Result<Tensor> dequantized = fp8 != quantized.fp8.end() ? dequantize(fp8->second, target)
+                                                            : dequantize(nvfp4->second, target);
+    if (!dequantized.ok()) return dequantized.status().with_context(name);
+    out.emplace_back(name, std::move(*dequantized));
+  }
+  return out;
+}
+
+Result<NamedTensors> comfy_quant_from_header(const std::map<std::string, std::string>& metadata) {
+  const auto it = metadata.find("_quantization_metadata");
+  if (it == metadata.end()) return NamedTensors{};
+  const nlohmann::json parsed = nlohmann::json::parse(it->second, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_object() || !parsed.contains("layers") || !parsed["layers"].is_object()) {
+    return invalid_argument("safetensors metadata '_quantization_metadata': not a JSON object with a \"layers\" "
+                            "object of per-layer descriptors");
+  }
+  NamedTensors out;
+  for (const auto& [layer, descriptor] : parsed["layers"].items()) {
+    const std::string text = descriptor.dump();
+    Tensor bytes = Tensor::empty({static_cast<int64_t>(text.size())}, DType::kU8);
+    std::memcpy(bytes.data(), text.data(), text.size());
+    out.emplace_back(layer + kComfyQuantSuffix, std::move(bytes));
   }
   return out;
 }

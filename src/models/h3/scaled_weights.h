@@ -1,19 +1,29 @@
-// Checkpoints whose linear weights are stored in fp8 with their scales beside them, as LightX2V,
-// ComfyUI and NVIDIA's ModelOpt write them, and the fp8 checkpoints `vortex convert --quantize fp8`
-// writes.
+// Checkpoints whose linear weights are stored in fp8 or NVFP4 with their scales beside them, as
+// LightX2V, ComfyUI and NVIDIA's ModelOpt write them, and the fp8 checkpoints `vortex convert
+// --quantize fp8` writes.
 //
 // A weight `P.weight` stored F8_E4M3 or F8_E5M2 may have one scale tensor beside it,
 //   P.weight_scale   (LightX2V, ModelOpt, ComfyUI's quantized layers, vortex convert)
 //   P.scale_weight   (ComfyUI's "scaled fp8" checkpoints)
 // of dtype F32, BF16 or F16 and shape [] or [1] (one scale for the tensor) or [O] or [O, 1] (one per
 // output channel, O = the weight's first dim). Without one the scale is 1 (a checkpoint cast to fp8).
+//
+// A weight stored U8 is NVFP4 (formats/nvfp4.h): U8 [O, I/2], two e2m1 codes a byte, with
+//   P.weight_scale     F8_E4M3, one per 16 elements of a row: [O, I/16] row-major (ModelOpt), or
+//                      cuBLAS's tiled layout [roundup(O, 128), roundup(I/16, 4)] (ComfyUI), and
+//   P.weight_scale_2   F32 / BF16 / F16 [] or [1], one for the tensor.
+// The block scales are tiled when ComfyUI's descriptor P.comfy_quant says {"format": "nvfp4"} or
+// when only the tiled shape fits; otherwise (the two shapes agree and there is no descriptor, as
+// ModelOpt writes them) row-major. An NVFP4 weight's schema shape is [O, I] (logical_weight_shape).
+//
 // Read past, because nothing here needs them: static activation scales (P.input_scale,
 // P.scale_input; the fp8 recipe quantizes each token's activations with its own scale, the bf16
-// recipe does not quantize them), ComfyUI's P.comfy_quant descriptors and its `scaled_fp8` marker.
-// Refused by name: NVFP4 (P.weight_scale_2) and scaled integer weights.
+// recipe does not quantize them), the comfy_quant descriptors of fp8 layers and ComfyUI's
+// `scaled_fp8` marker. Refused by name: scaled integer weights, and comfy_quant formats other than
+// nvfp4 on a U8 weight.
 //
-// Dequantized, every element is w = float(q) · float(scale) in fp32, rounded once to the target
-// dtype (round to nearest even); the fp32 islands (weights.h) are dequantized into F32. This runs
+// Dequantized, every element is w = float(q) · float(scale) in fp32 (NVFP4: e2m1(q) ·
+// (tensor scale · block scale)), rounded once to the target dtype (round to nearest even); the fp32 islands (weights.h) are dequantized into F32. This runs
 // before the layout conversion, on the names as stored, so a per-channel scale of an original
 // layout's per-head-interleaved qkv_proj follows its rows.
 //
@@ -28,6 +38,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,19 +54,29 @@ struct ScaledWeightsSummary {
   int64_t fp8_weights = 0;  // weights stored F8_E4M3 / F8_E5M2
   int64_t per_channel = 0;  // ... with one scale per output channel
   int64_t per_tensor = 0;   // ... with one scale for the tensor
-  int64_t side_tensors_read_past = 0;  // input scales, descriptors, the marker
+  int64_t side_tensors_read_past = 0;  // input scales, fp8 layers' descriptors, the marker
+  int64_t nvfp4_weights = 0;  // weights stored NVFP4 (U8)
+  int64_t nvfp4_tiled = 0;    // ... whose block scales are in cuBLAS's tiled layout
 };
 
-// The names the scale of `weight_name` (P.weight) may have: P.weight_scale, P.scale_weight.
-std::vector<std::string> scale_names_of(const std::string& weight_name);
+// The names of the side tensors the dequantization of `weight_name` (P.weight) may read:
+// P.weight_scale, P.scale_weight, P.weight_scale_2, P.comfy_quant.
+std::vector<std::string> side_tensor_names_of(const std::string& weight_name);
 
-// Checks every fp8 weight's scale and every side tensor (a scale without its weight, a scale of a
-// weight that is not fp8, a scale's shape or dtype); the error names the tensor.
+// Checks every quantized weight's scales and every side tensor (a scale without its weight, a scale
+// of a weight that is neither fp8 nor NVFP4, a scale's shape or dtype, an NVFP4 weight without both
+// of its scales); the error names the tensor.
 Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors);
 
-// The tensors with every fp8 weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
+// The tensors with every fp8 and NVFP4 weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
 // F32) and the side tensors left out; every other tensor is passed on as it was. Checks first.
 Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DType into);
+
+// ComfyUI files may keep their per-layer descriptors in the safetensors header instead of beside
+// each weight: "_quantization_metadata" = {"layers": {"P": {"format": ...}, ...}}. ComfyUI turns each
+// into a P.comfy_quant tensor (its JSON bytes) when it loads such a file, and so does read_all, with
+// these. Empty without the key; a malformed value is an error naming it.
+Result<NamedTensors> comfy_quant_from_header(const std::map<std::string, std::string>& metadata);
 
 // True for the diffusers names quantize_linears_fp8 quantizes.
 bool is_fp8_channel_quantized_linear(const std::string& diffusers_name);

@@ -12,6 +12,7 @@
 
 #include "core/quote.h"
 #include "models/h3/lora.h"
+#include "models/h3/scaled_weights.h"
 
 namespace vortex::h3 {
 
@@ -266,32 +267,37 @@ Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint) {
     VORTEX_ASSIGN_OR_RETURN(Tensor t, checkpoint.get(name));
     out.emplace_back(name, t);
   }
+  Result<NamedTensors> descriptors = comfy_quant_from_header(checkpoint.metadata());
+  if (!descriptors.ok()) return descriptors.status().with_context(checkpoint.path());
+  for (auto& [name, tensor] : *descriptors) {
+    if (!checkpoint.has(name)) out.emplace_back(name, std::move(tensor));
+  }
   return out;
 }
 
 Result<H3Config> infer_config(const NamedTensors& diffusers, const NamedTensors& original) {
-  std::unordered_map<std::string, Tensor> t;
-  for (const auto& [name, tensor] : diffusers) t[name] = tensor;
-  auto need = [&](const std::string& name, int rank) -> Result<Tensor> {
+  std::unordered_map<std::string, Shape> t;
+  for (const auto& [name, tensor] : diffusers) t[name] = logical_weight_shape(tensor);
+  auto need = [&](const std::string& name, int rank) -> Result<Shape> {
     auto it = t.find(name);
     if (it == t.end()) return invalid_argument("cannot infer the config: missing tensor '" + name + "'");
     if (it->second.rank() != rank) return invalid_argument("tensor '" + name + "': unexpected rank");
     return it->second;
   };
   H3Config c;  // eps, theta and patch size keep the released defaults
-  VORTEX_ASSIGN_OR_RETURN(Tensor proj_in, need("proj_in.weight", 2));
-  VORTEX_ASSIGN_OR_RETURN(Tensor audio_in, need("audio_proj_in.weight", 2));
-  VORTEX_ASSIGN_OR_RETURN(Tensor context, need("context_embedder.weight", 2));
-  VORTEX_ASSIGN_OR_RETURN(Tensor lin1, need("time_embedder.linear_1.weight", 2));
-  VORTEX_ASSIGN_OR_RETURN(Tensor lin2, need("time_embedder.linear_2.weight", 2));
-  c.hidden_size = static_cast<int>(proj_in.size(0));
+  VORTEX_ASSIGN_OR_RETURN(const Shape proj_in, need("proj_in.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(const Shape audio_in, need("audio_proj_in.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(const Shape context, need("context_embedder.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(const Shape lin1, need("time_embedder.linear_1.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(const Shape lin2, need("time_embedder.linear_2.weight", 2));
+  c.hidden_size = static_cast<int>(proj_in[0]);
   const int patch = c.patch_size[0] * c.patch_size[1] * c.patch_size[2];
-  c.in_channels = static_cast<int>(proj_in.size(1) / patch);
-  c.audio_in_channels = static_cast<int>(audio_in.size(1));
-  c.text_dim = static_cast<int>(context.size(1));
-  c.freq_dim = static_cast<int>(lin1.size(1));
-  c.time_embed_hidden_dim = static_cast<int>(lin1.size(0));
-  c.time_embed_dim = static_cast<int>(lin2.size(0));
+  c.in_channels = static_cast<int>(proj_in[1] / patch);
+  c.audio_in_channels = static_cast<int>(audio_in[1]);
+  c.text_dim = static_cast<int>(context[1]);
+  c.freq_dim = static_cast<int>(lin1[1]);
+  c.time_embed_hidden_dim = static_cast<int>(lin1[0]);
+  c.time_embed_dim = static_cast<int>(lin2[0]);
   c.num_layers = 0;
   while (t.count("transformer_blocks." + std::to_string(c.num_layers) + ".norm1.weight")) ++c.num_layers;
   c.num_refiner_layers = 0;
@@ -299,12 +305,12 @@ Result<H3Config> infer_config(const NamedTensors& diffusers, const NamedTensors&
     ++c.num_refiner_layers;
   }
   const std::string first = c.num_layers > 0 ? "transformer_blocks.0" : "token_refiner.refiner_blocks.0";
-  VORTEX_ASSIGN_OR_RETURN(Tensor norm_q, need(first + ".attn.norm_q.weight", 1));
-  VORTEX_ASSIGN_OR_RETURN(Tensor to_q, need(first + ".attn.to_q.weight", 2));
-  VORTEX_ASSIGN_OR_RETURN(Tensor fc2, need(first + ".ff.net.2.weight", 2));
-  c.attention_head_dim = static_cast<int>(norm_q.size(0));
-  c.num_attention_heads = static_cast<int>(to_q.size(0) / c.attention_head_dim);
-  c.ffn_dim = static_cast<int>(fc2.size(1));
+  VORTEX_ASSIGN_OR_RETURN(const Shape norm_q, need(first + ".attn.norm_q.weight", 1));
+  VORTEX_ASSIGN_OR_RETURN(const Shape to_q, need(first + ".attn.to_q.weight", 2));
+  VORTEX_ASSIGN_OR_RETURN(const Shape fc2, need(first + ".ff.net.2.weight", 2));
+  c.attention_head_dim = static_cast<int>(norm_q[0]);
+  c.num_attention_heads = static_cast<int>(to_q[0] / c.attention_head_dim);
+  c.ffn_dim = static_cast<int>(fc2[1]);
   c.rope_freq_dim = std::min(16, c.attention_head_dim / 6);
   for (const auto& [name, tensor] : original) {
     if (name == "rope.inv_freq") c.rope_freq_dim = static_cast<int>(tensor.numel());
@@ -357,6 +363,11 @@ Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint
   return infer_config(renamed, all);
 }
 
+Shape logical_weight_shape(const Tensor& stored) {
+  if (stored.dtype() != DType::kU8 || stored.rank() != 2) return stored.shape();
+  return Shape{stored.size(0), 2 * stored.size(1)};
+}
+
 Status validate_against_schema(const NamedTensors& tensors, const H3Config& config) {
   std::unordered_map<std::string, const Tensor*> present;
   for (const auto& [name, tensor] : tensors) {
@@ -368,15 +379,18 @@ Status validate_against_schema(const NamedTensors& tensors, const H3Config& conf
     auto it = present.find(spec.name);
     if (it == present.end()) return invalid_argument("missing tensor '" + spec.name + "'");
     const Tensor& t = *it->second;
-    if (t.shape() != spec.shape) {
-      return invalid_argument("tensor '" + spec.name + "': shape " + t.shape().to_string() + " but the config expects " +
-                              spec.shape.to_string());
+    const Shape shape = logical_weight_shape(t);
+    if (shape != spec.shape) {
+      return invalid_argument("tensor '" + spec.name + "': shape " + shape.to_string() +
+                              (shape != t.shape() ? " (NVFP4, stored " + t.shape().to_string() + ")" : "") +
+                              " but the config expects " + spec.shape.to_string());
     }
-    // fp8 weights come with their scales, which the loaders apply first (scaled_weights.h).
+    // Quantized weights come with their scales, which the loaders apply first (scaled_weights.h).
     const DType d = t.dtype();
-    if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3 && d != DType::kF8E5M2) {
+    if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3 && d != DType::kF8E5M2 &&
+        d != DType::kU8) {
       return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(d) +
-                              " is not supported yet (F32, BF16, F16, or F8_E4M3 / F8_E5M2 with a scale)");
+                              " is not supported yet (F32, BF16, F16, F8_E4M3 / F8_E5M2 with a scale, or NVFP4 as U8)");
     }
   }
   for (const auto& [name, tensor] : tensors) {

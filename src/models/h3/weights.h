@@ -46,7 +46,8 @@ std::string original_name_to_diffusers(std::string name);
 Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
 Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config);
 
-// All tensors of a checkpoint as zero-copy views.
+// All tensors of a checkpoint as zero-copy views, and the comfy_quant descriptors of a ComfyUI
+// file that keeps them in its header (comfy_quant_from_header in scaled_weights.h).
 Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint);
 
 // The config for a checkpoint at `path`: config.json beside it (or inside it, for a folder), else
@@ -59,8 +60,12 @@ Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint
                                 ConfigSource* source = nullptr);
 Result<H3Config> infer_config(const NamedTensors& diffusers_tensors, const NamedTensors& original_tensors);
 
-// Checks names and shapes against the schema: a missing tensor, an unexpected tensor or a wrong
-// shape is an error naming the tensor (and both shapes).
+// The shape a stored weight has in the model: an NVFP4 weight, stored U8 [O, I/2] (two e2m1 codes a
+// byte; scaled_weights.h), is [O, I]; every other tensor its own shape.
+Shape logical_weight_shape(const Tensor& stored);
+
+// Checks names and shapes (logical_weight_shape) against the schema: a missing tensor, an
+// unexpected tensor or a wrong shape is an error naming the tensor (and both shapes).
 Status validate_against_schema(const NamedTensors& diffusers_tensors, const H3Config& config);
 
 struct LinearWeights {
