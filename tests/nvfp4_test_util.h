@@ -1,4 +1,4 @@
-// NVFP4 checkpoints made by the tests (CPU: test_nvfp4_weights.cc; GPU: test_gpu_nvfp4_checkpoint.cc)
+// NVFP4 checkpoints made by the tests (CPU: test_nvfp4_weights.cc; GPU: test_gpu_quantized_checkpoints.cc)
 // with their own quantizer, the ModelOpt recipe: tensor scale amax / (6 · 448), block scale
 // e4m3(block amax / 6 / tensor scale), codes e2m1(w / (tensor scale · block scale)); and the
 // reference checkpoint of the same weights dequantized by this code into bf16, not by the loader's.

@@ -12,6 +12,7 @@
 #include "core/sha256.h"
 #include "h3_golden_util.h"
 #include "models/h3/lora.h"
+#include "models/h3/model_source.h"
 #include "models/h3/weights.h"
 #include "must.h"
 #include "safetensors_test_util.h"
@@ -35,9 +36,9 @@ std::string lora(const std::string& name) { return golden_path("h3_lora/" + name
 TEST(CliLora, LatentsAreTheLibraryMergedCheckpointsOnAnyThreadCount) {
   TempDir tmp;
   // The library's merge, written as a checkpoint (bf16, as generate's CPU default keeps it).
-  const ShardedCheckpoint base = must(ShardedCheckpoint::open(golden_path("h3_lora/base.safetensors")));
-  const h3::H3Config config = must(h3::resolve_config(golden_path("h3_lora/base.safetensors"), base));
-  h3::NamedTensors tensors = must(h3::read_all(base));
+  const h3::ModelSource base = must(h3::ModelSource::open(golden_path("h3_lora/base.safetensors")));
+  const h3::H3Config config = must(h3::resolve_config(base));
+  h3::NamedTensors tensors = must(base.tensors());
   const h3::LoraAdapter kohya = must(h3::read_lora(lora("kohya_original"), config));
   const h3::LoraAdapter diffsynth = must(h3::read_lora(lora("diffsynth"), config));
   must(h3::merge_loras(tensors, {{&kohya, 0.5}, {&diffsynth, 1.0}}, DType::kBF16));

@@ -13,6 +13,7 @@
 #include "lora_options.h"
 #include "models/h3/checkpoint_writer.h"
 #include "models/h3/config.h"
+#include "models/h3/model_source.h"
 #include "models/h3/synthetic.h"
 
 namespace vortex::cli {
@@ -109,8 +110,8 @@ Status convert(const ConvertArgs& a) {
   LoraOptions loras;
   if (!a.in.empty()) {
     VORTEX_ASSIGN_OR_RETURN(options.layout, parse_layout(a.to, "--to"));
-    VORTEX_ASSIGN_OR_RETURN(const ShardedCheckpoint in, ShardedCheckpoint::open(a.in));
-    VORTEX_ASSIGN_OR_RETURN(const h3::H3Config config, h3::resolve_config(a.in, in));
+    VORTEX_ASSIGN_OR_RETURN(const h3::ModelSource in, h3::ModelSource::open(a.in));
+    VORTEX_ASSIGN_OR_RETURN(const h3::H3Config config, h3::resolve_config(in));
     VORTEX_ASSIGN_OR_RETURN(loras, read_lora_options(a.loras, config));
     // A merged weight keeps the dtype the checkpoint stores its block weights in.
     const auto merge = [&loras](h3::NamedTensors& group, const h3::H3Config&) -> Status {

@@ -12,10 +12,12 @@
 #include "commands.h"
 #include "inspect_lora.h"
 #include "inspect_text_encoder.h"
+#include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "models/h3/checkpoint_writer.h"
 #include "models/h3/device_memory_plan.h"
 #include "models/h3/layout.h"
+#include "models/h3/model_source.h"
 #include "models/h3/scaled_weights.h"
 #include "models/h3/weights.h"
 
@@ -35,7 +37,7 @@ struct DTypeTally {
 };
 
 struct Summary {
-  std::string file;  // the index or safetensors file that was opened
+  std::string file;  // the index, safetensors or GGUF file that was opened
   h3::CheckpointLayout layout = h3::CheckpointLayout::kDiffusers;
   std::vector<std::string> shards;
   int64_t tensors = 0;
@@ -46,6 +48,8 @@ struct Summary {
   h3::ConfigSource config_source = h3::ConfigSource::kConfigJson;
   nlohmann::json cuda_memory;  // the canonical request on `--device cuda`; null when it does not apply
   h3::ScaledWeightsSummary fp8;
+  int64_t gguf_quantized = -1;     // a GGUF file's tensors in ggml block types; -1: not GGUF
+  std::string gguf_architecture;  // its general.architecture, when present
 };
 
 // What `generate --device cuda` would put on the device for the canonical request (768 x 1344,
@@ -75,38 +79,56 @@ nlohmann::json cuda_memory_of_canonical_request(const h3::H3Config& config) {
 // Fails with the first problem: unreadable files, an unknown layout, no usable config, or tensors
 // that do not match the config's schema.
 Result<Summary> summarize(const std::string& path) {
-  VORTEX_ASSIGN_OR_RETURN(const ShardedCheckpoint checkpoint, ShardedCheckpoint::open(path));
+  VORTEX_ASSIGN_OR_RETURN(const h3::ModelSource checkpoint, h3::ModelSource::open(path));
   Summary s;
-  s.file = checkpoint.path();
+  s.file = checkpoint.safetensors() ? checkpoint.safetensors()->path() : checkpoint.path();
   const Result<h3::CheckpointLayout> layout = h3::detect_layout(checkpoint.names());
   if (!layout.ok()) return layout.status().with_context(path);
   s.layout = *layout;
-  Result<h3::H3Config> config = h3::resolve_config(path, checkpoint, &s.config_source);
+  Result<h3::H3Config> config = h3::resolve_config(checkpoint, &s.config_source);
   if (!config.ok()) {
     // The other sources already name the file they read.
     return s.config_source == h3::ConfigSource::kInferred ? config.status().with_context(path) : config.status();
   }
   s.config = *config;
-  for (const SafetensorsFile& shard : checkpoint.shards()) s.shards.push_back(shard.path());
-  for (const std::string& name : checkpoint.names()) {
-    VORTEX_ASSIGN_OR_RETURN(const TensorInfo info, checkpoint.info(name));
-    DTypeTally& tally = s.dtypes[dtype_name(info.dtype)];
-    ++tally.tensors;
-    tally.bytes += info.nbytes();
+  const auto tally = [&s](const std::string& dtype, uint64_t bytes) {
+    DTypeTally& t = s.dtypes[dtype];
+    ++t.tensors;
+    t.bytes += bytes;
     ++s.tensors;
-    s.bytes += info.nbytes();
-    if (name != "rope.inv_freq" && !h3::is_quantization_side_tensor(name)) {
-      s.parameters += info.shape.numel() * (info.dtype == DType::kU8 ? 2 : 1);  // NVFP4: two codes a byte
+    s.bytes += bytes;
+  };
+  if (const ShardedCheckpoint* st = checkpoint.safetensors()) {
+    for (const SafetensorsFile& shard : st->shards()) s.shards.push_back(shard.path());
+    for (const std::string& name : st->names()) {
+      VORTEX_ASSIGN_OR_RETURN(const TensorInfo info, st->info(name));
+      tally(dtype_name(info.dtype), info.nbytes());
+    }
+  } else {
+    const GgufFile& gguf = *checkpoint.gguf();
+    s.shards.push_back(gguf.path());
+    s.gguf_quantized = 0;
+    for (const GgufTensorInfo& info : gguf.tensors()) {
+      tally(ggml_type_name(info.ggml_type), info.nbytes);
+      if (!ggml_type_is_float(info.ggml_type)) ++s.gguf_quantized;
+    }
+    if (auto it = gguf.metadata().find("general.architecture"); it != gguf.metadata().end()) {
+      if (it->second.kind == GgufValue::Kind::kString) s.gguf_architecture = std::get<std::string>(it->second.scalar);
     }
   }
+  for (const auto& [name, entry] : checkpoint.shapes()) {
+    if (name != "rope.inv_freq" && !h3::is_quantization_side_tensor(name)) s.parameters += entry.shape.numel();
+  }
   s.cuda_memory = cuda_memory_of_canonical_request(s.config);
-  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors tensors, h3::read_all(checkpoint));
-  const Status valid = h3::validate_checkpoint_tensors(tensors, s.layout, s.config);
+  const Status valid = h3::validate_model_source(checkpoint, s.layout, s.config);
   if (!valid.ok()) {
     return valid.with_context(path + " (" + h3::layout_name(s.layout) + " layout, config from " +
                               h3::config_source_name(s.config_source) + ")");
   }
-  VORTEX_ASSIGN_OR_RETURN(s.fp8, h3::check_scaled_weights(tensors));
+  if (checkpoint.safetensors()) {
+    VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors tensors, checkpoint.tensors());
+    VORTEX_ASSIGN_OR_RETURN(s.fp8, h3::check_scaled_weights(tensors));
+  }
   return s;
 }
 
@@ -147,6 +169,12 @@ void print_text(const Summary& s) {
                 static_cast<long long>(s.fp8.nvfp4_weights), static_cast<long long>(s.fp8.nvfp4_tiled),
                 static_cast<long long>(s.fp8.nvfp4_weights - s.fp8.nvfp4_tiled));
   }
+  if (s.gguf_quantized >= 0) {
+    std::printf("gguf        %lld tensors in ggml block types%s; generate, serve and convert dequantize them to bf16 "
+                "(fp32 islands to f32) as they load\n",
+                static_cast<long long>(s.gguf_quantized),
+                s.gguf_architecture.empty() ? "" : (", architecture '" + s.gguf_architecture + "'").c_str());
+  }
   if (!s.cuda_memory.is_null()) {
     const auto recipe = [&](const char* name) {
       const nlohmann::json& r = s.cuda_memory[name];
@@ -181,6 +209,9 @@ void print_json(const Summary& s) {
                        {"per_tensor_scales", s.fp8.per_tensor},
                        {"side_tensors_read_past", s.fp8.side_tensors_read_past}}},
       {"nvfp4_weights", {{"weights", s.fp8.nvfp4_weights}, {"tiled_block_scales", s.fp8.nvfp4_tiled}}},
+      {"gguf", s.gguf_quantized < 0 ? nlohmann::json(nullptr)
+                                    : nlohmann::json{{"quantized_tensors", s.gguf_quantized},
+                                                     {"architecture", s.gguf_architecture}}},
   };
   std::printf("%s\n", out.dump(2).c_str());
 }

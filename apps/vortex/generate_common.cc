@@ -13,6 +13,7 @@
 #include "formats/safetensors.h"
 #include "lora_options.h"
 #include "models/h3/checkpoint_writer.h"
+#include "models/h3/model_source.h"
 #include "models/h3/scaled_weights.h"
 #include "models/h3/synthetic.h"
 #include "models/h3/weights.h"
@@ -192,10 +193,11 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     return std::unique_ptr<h3::StepModel>(std::move(model));
   };
   if (!m.model_path.empty()) {
-    VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(m.model_path));
+    VORTEX_ASSIGN_OR_RETURN(const h3::ModelSource checkpoint, h3::ModelSource::open(m.model_path));
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
-    VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(m.model_path, checkpoint));
-    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::read_all(checkpoint));
+    VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(checkpoint));
+    // A GGUF file's quantized tensors are dequantized here, all of them (model_source.h).
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, checkpoint.tensors());
     // fp8 weights load dequantized to bf16 (the fp8 recipe quantizes them again on the device): one
     // at a time as each uploads (host_weight_filler), unless the layout conversion or an adapter
     // merge needs them all first.
@@ -288,8 +290,8 @@ std::function<void()> add_model_options(CLI::App* cmd, ModelOptions& m) {
 
 Result<h3::H3Config> model_config(const ModelOptions& model) {
   if (model.model_path.empty()) return h3::config_preset(model.synthetic_preset);
-  VORTEX_ASSIGN_OR_RETURN(ShardedCheckpoint checkpoint, ShardedCheckpoint::open(model.model_path));
-  return h3::resolve_config(model.model_path, checkpoint);
+  VORTEX_ASSIGN_OR_RETURN(const h3::ModelSource checkpoint, h3::ModelSource::open(model.model_path));
+  return h3::resolve_config(checkpoint);
 }
 
 Result<std::unique_ptr<text::TextConditioner>> load_text_conditioner(const ModelOptions& m,

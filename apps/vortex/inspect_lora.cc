@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "formats/safetensors.h"
 #include "models/h3/lora.h"
+#include "models/h3/model_source.h"
 #include "models/h3/weights.h"
 
 namespace vortex::cli {
@@ -37,9 +38,9 @@ int inspect_lora(const std::string& path, const std::string& model, bool json) {
   Result<h3::H3Config> config = h3::config_preset("h3");
   std::string checked_against = "the released H3 config (--model names another checkpoint)";
   if (!model.empty()) {
-    auto checkpoint = ShardedCheckpoint::open(model);
+    auto checkpoint = h3::ModelSource::open(model);
     if (!checkpoint.ok()) return report_error(checkpoint.status().with_context("--model"));
-    config = h3::resolve_config(model, *checkpoint);
+    config = h3::resolve_config(*checkpoint);
     checked_against = "the config of " + model;
   }
   if (!config.ok()) return report_error(config.status());

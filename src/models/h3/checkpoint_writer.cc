@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "formats/safetensors.h"
+#include "models/h3/model_source.h"
 #include "models/h3/scaled_weights.h"
 
 namespace vortex::h3 {
@@ -264,38 +265,40 @@ Status validate_checkpoint_tensors(const NamedTensors& stored, CheckpointLayout 
   for (const auto& entry : stored) {
     if (!is_quantization_side_tensor(entry.first)) tensors.push_back(entry);
   }
+  return validate_checkpoint_shapes(shapes_of(tensors), layout, config);
+}
+
+Status validate_checkpoint_shapes(const NamedShapes& tensors, CheckpointLayout layout, const H3Config& config) {
   if (layout == CheckpointLayout::kDiffusers) return validate_against_schema(tensors, config);
   const int64_t inner = config.inner_dim();
   const Shape qkv_shape{3 * inner, config.hidden_size};
   const Shape inv_freq_shape{config.rope_freq_dim};
-  NamedTensors views;
-  for (const auto& [name, tensor] : tensors) {
+  NamedShapes views;
+  for (const auto& [name, entry] : tensors) {
     if (name == "rope.inv_freq") {
-      if (tensor.shape() != inv_freq_shape) {
-        return invalid_argument("tensor 'rope.inv_freq': shape " + tensor.shape().to_string() +
+      if (entry.shape != inv_freq_shape) {
+        return invalid_argument("tensor 'rope.inv_freq': shape " + entry.shape.to_string() +
                                 " but the config expects " + inv_freq_shape.to_string());
       }
       continue;
     }
     std::string target = original_name_to_diffusers(name);
     if (ends_with(target, ".attn.qkv_proj.weight")) {
-      if (logical_weight_shape(tensor) != qkv_shape) {
-        return invalid_argument("tensor " + quote(name) + ": shape " + logical_weight_shape(tensor).to_string() +
+      if (entry.shape != qkv_shape) {
+        return invalid_argument("tensor " + quote(name) + ": shape " + entry.shape.to_string() +
                                 " but the config expects " + qkv_shape.to_string());
       }
       // Row thirds of a per-head-interleaved QKV are not q, k and v, but they have their shapes,
       // which is all the schema check reads.
       const std::string prefix = target.substr(0, target.size() - std::string("qkv_proj.weight").size());
-      const char* parts[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
-      for (int p = 0; p < 3; ++p) {
-        VORTEX_ASSIGN_OR_RETURN(Tensor third, tensor.slice(0, p * inner, (p + 1) * inner));
-        views.emplace_back(prefix + parts[p], third);
+      for (const char* part : {"to_q.weight", "to_k.weight", "to_v.weight"}) {
+        views.emplace_back(prefix + part, ShapeEntry{Shape{inner, config.hidden_size}, entry.dtype});
       }
     } else if (ends_with(target, ".mlp.fc1.weight")) {
       views.emplace_back(target.substr(0, target.size() - std::string("mlp.fc1.weight").size()) + "ff.net.0.proj.weight",
-                         tensor);
+                         entry);
     } else {
-      views.emplace_back(target, tensor);
+      views.emplace_back(target, entry);
     }
   }
   return validate_against_schema(views, config);
@@ -303,24 +306,29 @@ Status validate_checkpoint_tensors(const NamedTensors& stored, CheckpointLayout 
 
 Status convert_checkpoint(const std::string& in_path, const std::string& dir, const CheckpointWriteOptions& options,
                           const TensorTransform& transform) {
-  VORTEX_ASSIGN_OR_RETURN(const ShardedCheckpoint checkpoint, ShardedCheckpoint::open(in_path));
+  VORTEX_ASSIGN_OR_RETURN(const ModelSource checkpoint, ModelSource::open(in_path));
   Result<CheckpointLayout> layout = detect_layout(checkpoint.names());
   if (!layout.ok()) return layout.status().with_context(in_path);
-  VORTEX_ASSIGN_OR_RETURN(const H3Config config, resolve_config(in_path, checkpoint));
-  VORTEX_ASSIGN_OR_RETURN(const NamedTensors tensors, read_all(checkpoint));  // views of the mapping
-  const Status valid = validate_checkpoint_tensors(tensors, *layout, config);
+  VORTEX_ASSIGN_OR_RETURN(const H3Config config, resolve_config(checkpoint));
+  const Status valid = validate_model_source(checkpoint, *layout, config);
   if (!valid.ok()) return valid.with_context(in_path + " (" + layout_name(*layout) + " layout)");
 
-  std::unordered_map<std::string, NamedTensors> by_group;
-  for (const auto& [name, tensor] : tensors) {
+  // Names by group; each group's tensors are read (views, or a GGUF file's dequantized) when written.
+  std::unordered_map<std::string, std::vector<std::string>> by_group;
+  for (const auto& [name, entry] : checkpoint.shapes()) {
     if (name == "rope.inv_freq") continue;  // a function of the config, recomputed for the output
     const std::string diffusers_name = *layout == CheckpointLayout::kOriginal ? original_name_to_diffusers(name) : name;
-    by_group[group_of(diffusers_name)].emplace_back(name, tensor);
+    by_group[group_of(diffusers_name)].push_back(name);
   }
   const GroupSource source = [&](const WeightGroup& group) -> Result<NamedTensors> {
-    // Each group is asked for once. fp8 weights are written dequantized (scaled_weights.h).
-    VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, dequantize_scaled_weights(by_group[group.name], DType::kBF16));
+    // Each group is asked for once. Quantized weights are written dequantized (scaled_weights.h).
+    NamedTensors stored;
+    for (const std::string& name : by_group[group.name]) {
+      VORTEX_ASSIGN_OR_RETURN(Tensor t, checkpoint.tensor(name));
+      stored.emplace_back(name, std::move(t));
+    }
     by_group[group.name].clear();
+    VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, dequantize_scaled_weights(stored, DType::kBF16));
     if (*layout == CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(taken, original_to_diffusers(taken, config));
     }

@@ -66,6 +66,9 @@ Status write_checkpoint(const std::string& dir, const H3Config& config, const Gr
 // copying data. The error is validate_against_schema's, so it names tensors by their diffusers
 // names, except a fused original qkv_proj or rope.inv_freq of the wrong shape (named as stored).
 Status validate_checkpoint_tensors(const NamedTensors& tensors, CheckpointLayout layout, const H3Config& config);
+// The same on names and shapes alone, the quantization side tensors already left out (what a GGUF
+// file's infos give without dequantizing).
+Status validate_checkpoint_shapes(const NamedShapes& tensors, CheckpointLayout layout, const H3Config& config);
 
 // Re-writes the checkpoint at `in_path` (file, index or folder; either layout) into `dir` in
 // options.layout, moving bytes only: every value keeps its dtype and bits, except the fp8 weights of

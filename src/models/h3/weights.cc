@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -15,8 +14,6 @@
 #include "models/h3/scaled_weights.h"
 
 namespace vortex::h3 {
-
-namespace fs = std::filesystem;
 
 const char* layout_name(CheckpointLayout layout) {
   return layout == CheckpointLayout::kDiffusers ? "diffusers" : "original";
@@ -275,9 +272,22 @@ Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint) {
   return out;
 }
 
-Result<H3Config> infer_config(const NamedTensors& diffusers, const NamedTensors& original) {
+Result<H3Config> infer_config(const NamedShapes& stored, CheckpointLayout layout) {
+  // Renames alone give the shapes inference needs; of an original fused QKV, its first third.
   std::unordered_map<std::string, Shape> t;
-  for (const auto& [name, tensor] : diffusers) t[name] = logical_weight_shape(tensor);
+  for (const auto& [name, entry] : stored) {
+    if (layout == CheckpointLayout::kDiffusers) {
+      t[name] = entry.shape;
+      continue;
+    }
+    std::string target = original_name_to_diffusers(name);
+    Shape shape = entry.shape;
+    if (ends_with(target, ".attn.qkv_proj.weight") && shape.rank() == 2) {
+      replace_once(target, ".attn.qkv_proj.weight", ".attn.to_q.weight");
+      shape[0] /= 3;
+    }
+    t[target] = shape;
+  }
   auto need = [&](const std::string& name, int rank) -> Result<Shape> {
     auto it = t.find(name);
     if (it == t.end()) return invalid_argument("cannot infer the config: missing tensor '" + name + "'");
@@ -312,8 +322,8 @@ Result<H3Config> infer_config(const NamedTensors& diffusers, const NamedTensors&
   c.num_attention_heads = static_cast<int>(to_q[0] / c.attention_head_dim);
   c.ffn_dim = static_cast<int>(fc2[1]);
   c.rope_freq_dim = std::min(16, c.attention_head_dim / 6);
-  for (const auto& [name, tensor] : original) {
-    if (name == "rope.inv_freq") c.rope_freq_dim = static_cast<int>(tensor.numel());
+  for (const auto& [name, entry] : stored) {
+    if (name == "rope.inv_freq") c.rope_freq_dim = static_cast<int>(entry.shape.numel());
   }
   VORTEX_RETURN_IF_ERROR(c.validate());
   return c;
@@ -328,65 +338,39 @@ const char* config_source_name(ConfigSource source) {
   return "unknown";
 }
 
-Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint, ConfigSource* source) {
-  ConfigSource ignored;
-  ConfigSource& from = source ? *source : ignored;
-  const fs::path p(path);
-  const fs::path folder = fs::is_directory(p) ? p : p.parent_path();
-  const fs::path config_json = folder / "config.json";
-  from = ConfigSource::kConfigJson;
-  if (fs::exists(config_json)) return config_from_file(config_json.string());
-  const auto& meta = checkpoint.metadata();
-  from = ConfigSource::kMetadata;
-  if (auto it = meta.find("config"); it != meta.end()) {
-    auto config = config_from_json_string(it->second);
-    if (!config.ok()) return config.status().with_context(path + ": metadata 'config'");
-    return config;
-  }
-  from = ConfigSource::kInferred;
-  VORTEX_ASSIGN_OR_RETURN(NamedTensors all, read_all(checkpoint));
-  VORTEX_ASSIGN_OR_RETURN(CheckpointLayout layout, detect_layout(checkpoint.names()));
-  if (layout == CheckpointLayout::kDiffusers) return infer_config(all, {});
-  // Renames alone give the shapes inference needs; the QKV split is not needed for it.
-  NamedTensors renamed;
-  for (const auto& [name, tensor] : all) {
-    std::string target = original_name_to_diffusers(name);
-    if (ends_with(target, ".attn.qkv_proj.weight")) {
-      replace_once(target, ".attn.qkv_proj.weight", ".attn.to_q.weight");
-      auto third = tensor.slice(0, 0, tensor.size(0) / 3);
-      if (!third.ok()) return third.status();
-      renamed.emplace_back(target, *third);
-    } else {
-      renamed.emplace_back(target, tensor);
-    }
-  }
-  return infer_config(renamed, all);
-}
-
 Shape logical_weight_shape(const Tensor& stored) {
   if (stored.dtype() != DType::kU8 || stored.rank() != 2) return stored.shape();
   return Shape{stored.size(0), 2 * stored.size(1)};
 }
 
+NamedShapes shapes_of(const NamedTensors& tensors) {
+  NamedShapes out;
+  out.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) out.emplace_back(name, ShapeEntry{logical_weight_shape(tensor), tensor.dtype()});
+  return out;
+}
+
 Status validate_against_schema(const NamedTensors& tensors, const H3Config& config) {
-  std::unordered_map<std::string, const Tensor*> present;
-  for (const auto& [name, tensor] : tensors) {
-    if (!present.emplace(name, &tensor).second) return invalid_argument("tensor '" + name + "' appears twice");
+  return validate_against_schema(shapes_of(tensors), config);
+}
+
+Status validate_against_schema(const NamedShapes& tensors, const H3Config& config) {
+  std::unordered_map<std::string, const ShapeEntry*> present;
+  for (const auto& [name, entry] : tensors) {
+    if (!present.emplace(name, &entry).second) return invalid_argument("tensor '" + name + "' appears twice");
   }
   std::set<std::string> expected;
   for (const auto& spec : diffusers_schema(config)) {
     expected.insert(spec.name);
     auto it = present.find(spec.name);
     if (it == present.end()) return invalid_argument("missing tensor '" + spec.name + "'");
-    const Tensor& t = *it->second;
-    const Shape shape = logical_weight_shape(t);
-    if (shape != spec.shape) {
-      return invalid_argument("tensor '" + spec.name + "': shape " + shape.to_string() +
-                              (shape != t.shape() ? " (NVFP4, stored " + t.shape().to_string() + ")" : "") +
-                              " but the config expects " + spec.shape.to_string());
+    const ShapeEntry& t = *it->second;
+    if (t.shape != spec.shape) {
+      return invalid_argument("tensor '" + spec.name + "': shape " + t.shape.to_string() + " but the config expects " +
+                              spec.shape.to_string());
     }
     // Quantized weights come with their scales, which the loaders apply first (scaled_weights.h).
-    const DType d = t.dtype();
+    const DType d = t.dtype;
     if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3 && d != DType::kF8E5M2 &&
         d != DType::kU8) {
       return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(d) +

@@ -50,22 +50,30 @@ Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const 
 // file that keeps them in its header (comfy_quant_from_header in scaled_weights.h).
 Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint);
 
-// The config for a checkpoint at `path`: config.json beside it (or inside it, for a folder), else
-// the `config` metadata key, else inferred from the tensor shapes (eps / theta / patch from the
-// released defaults; rope_freq_dim from `rope.inv_freq` when present). `source`, when given, is
-// set to the one used (or, on failure, the one that failed).
-enum class ConfigSource { kConfigJson, kMetadata, kInferred };
-const char* config_source_name(ConfigSource source);
-Result<H3Config> resolve_config(const std::string& path, const ShardedCheckpoint& checkpoint,
-                                ConfigSource* source = nullptr);
-Result<H3Config> infer_config(const NamedTensors& diffusers_tensors, const NamedTensors& original_tensors);
-
 // The shape a stored weight has in the model: an NVFP4 weight, stored U8 [O, I/2] (two e2m1 codes a
 // byte; scaled_weights.h), is [O, I]; every other tensor its own shape.
 Shape logical_weight_shape(const Tensor& stored);
 
-// Checks names and shapes (logical_weight_shape) against the schema: a missing tensor, an
-// unexpected tensor or a wrong shape is an error naming the tensor (and both shapes).
+// A tensor's shape (logical_weight_shape) and stored dtype: what the schema checks and the config
+// inference read, so that they need no tensor data (a GGUF file's quantized tensors are not
+// dequantized for them).
+struct ShapeEntry {
+  Shape shape;
+  DType dtype = DType::kBF16;
+};
+using NamedShapes = std::vector<std::pair<std::string, ShapeEntry>>;
+NamedShapes shapes_of(const NamedTensors& tensors);
+
+// Where a checkpoint's config came from (resolve_config in model_source.h).
+enum class ConfigSource { kConfigJson, kMetadata, kInferred };
+const char* config_source_name(ConfigSource source);
+// The config from the tensor shapes of either layout (eps / theta / patch from the released
+// defaults; rope_freq_dim from `rope.inv_freq` when present).
+Result<H3Config> infer_config(const NamedShapes& stored, CheckpointLayout layout);
+
+// Checks names and shapes against the schema: a missing tensor, an unexpected tensor or a wrong
+// shape is an error naming the tensor (and both shapes).
+Status validate_against_schema(const NamedShapes& diffusers_tensors, const H3Config& config);
 Status validate_against_schema(const NamedTensors& diffusers_tensors, const H3Config& config);
 
 struct LinearWeights {

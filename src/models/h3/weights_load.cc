@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <unordered_map>
 
+#include "models/h3/model_source.h"
 #include "models/h3/scaled_weights.h"
 #include "models/h3/weights.h"
 
@@ -102,16 +103,16 @@ Result<H3Weights> assemble_weights(const NamedTensors& tensors, const H3Config& 
 }
 
 Result<LoadedModel> load_model(const std::string& path, DType dtype, const TensorTransform& transform) {
-  auto checkpoint = ShardedCheckpoint::open(path);
+  auto checkpoint = ModelSource::open(path);
   if (!checkpoint.ok()) return checkpoint.status();
   LoadedModel model;
   auto layout = detect_layout(checkpoint->names());
   if (!layout.ok()) return layout.status().with_context(path);
   model.layout = *layout;
-  auto config = resolve_config(path, *checkpoint);
+  auto config = resolve_config(*checkpoint);
   if (!config.ok()) return config.status();
   model.config = *config;
-  VORTEX_ASSIGN_OR_RETURN(NamedTensors stored, read_all(*checkpoint));
+  VORTEX_ASSIGN_OR_RETURN(NamedTensors stored, checkpoint->tensors());
   auto dequantized = dequantize_scaled_weights(stored, dtype);
   if (!dequantized.ok()) return dequantized.status().with_context(path);
   NamedTensors tensors = std::move(*dequantized);
