@@ -212,6 +212,11 @@ TEST(ScaledWeights, TheFp8RecipeGetsBackItsOwnWeights) {
   EXPECT_FALSE(h3::is_fp8_channel_quantized_linear("transformer_blocks.0.attn.to_out.0.weight"));
   EXPECT_FALSE(h3::is_fp8_channel_quantized_linear("transformer_blocks.0.adaln_proj.linear.weight"));
   EXPECT_FALSE(h3::is_fp8_channel_quantized_linear("token_refiner.refiner_blocks.0.attn.to_q.weight"));
+  // The original layout's fused QKV and FC1, and its FC2.
+  EXPECT_TRUE(h3::is_fp8_channel_quantized_linear("blocks.3.attn.qkv_proj.weight"));
+  EXPECT_TRUE(h3::is_fp8_channel_quantized_linear("blocks.3.mlp.fc1.weight"));
+  EXPECT_TRUE(h3::is_fp8_channel_quantized_linear("blocks.3.mlp.fc2.weight"));
+  EXPECT_FALSE(h3::is_fp8_channel_quantized_linear("blocks.3.attn.o_proj.weight"));
 }
 
 // An original-layout checkpoint whose fused, per-head-interleaved qkv_proj and [gate; value]
@@ -264,8 +269,9 @@ TEST(ScaledWeights, PerChannelScalesFollowTheOriginalLayoutsRows) {
   }
 }
 
-// The CLI end to end: convert --quantize fp8 writes what inspect describes; generate from it gives
-// the bits of generate from the same weights converted back (dequantized) in either layout.
+// The CLI end to end: convert --quantize fp8 writes what inspect describes, in either layout;
+// generate from it gives the bits of generate from the same weights converted back (dequantized) in
+// either layout.
 TEST(CliFp8Checkpoint, GenerateRunsTheDequantizedWeights) {
   TempDir tmp;
   ASSERT_EQ(run_cli("convert --synthetic --preset small --out " + q(tmp.file("src"))).code, 0);
@@ -282,19 +288,27 @@ TEST(CliFp8Checkpoint, GenerateRunsTheDequantizedWeights) {
                                 q(tmp.file(std::string("bf16-") + layout)));
     ASSERT_EQ(back.code, 0) << back.err;
   }
+  // The original layout written fp8: the fused qkv_proj and mlp.fc1 rows carry their parts' codes
+  // and scales, so it loads into the same weights.
+  const CliRun original = run_cli("convert --in " + q(tmp.file("src")) + " --to original --quantize fp8 --out " +
+                                  q(tmp.file("fp8-original")));
+  ASSERT_EQ(original.code, 0) << original.err;
+  EXPECT_NE(original.out.find("ff.net.2 (qkv_proj, mlp.fc1, mlp.fc2) in e4m3"), std::string::npos) << original.out;
+  const CliRun original_inspect = run_cli("inspect " + q(tmp.file("fp8-original")));
+  ASSERT_EQ(original_inspect.code, 0) << original_inspect.err;
+  EXPECT_NE(original_inspect.out.find("fp8         9 weights (9 with one scale per output channel"), std::string::npos)
+      << original_inspect.out;
   const std::string request = " --height 128 --width 192 --frames 22 --steps 2 --text-tokens 4 --seed 5 --out ";
   std::map<std::string, std::string> latents;
-  for (const std::string model : {"fp8", "bf16-diffusers", "bf16-original"}) {
+  for (const std::string model : {"fp8", "fp8-original", "bf16-diffusers", "bf16-original"}) {
     const CliRun run = run_cli("generate --model " + q(tmp.file(model)) + request + q(tmp.file("g-" + model)));
     ASSERT_EQ(run.code, 0) << run.err;
     latents[model] = test_util::latent_checksum_lines(run);
   }
   EXPECT_EQ(latents["fp8"], latents["bf16-diffusers"]);
   EXPECT_EQ(latents["fp8"], latents["bf16-original"]);
+  EXPECT_EQ(latents["fp8"], latents["fp8-original"]);
 
-  expect_one_line_error(run_cli("convert --in " + q(tmp.file("src")) + " --to original --quantize fp8 --out " +
-                                q(tmp.file("x"))),
-                        "--quantize fp8 writes the diffusers layout (--to diffusers)");
   const CliRun int4 = run_cli("convert --in " + q(tmp.file("src")) + " --to diffusers --quantize int4 --out " +
                               q(tmp.file("x")));
   EXPECT_NE(int4.code, 0);

@@ -90,10 +90,6 @@ Status check_combination(const ConvertArgs& a) {
     if (a.to_opt->count()) return invalid_argument("convert: --to goes with --in; with --synthetic use --layout");
     if (!a.preset_opt->count()) return invalid_argument("convert: --synthetic needs --preset (h3, test, small, mid)");
   }
-  if (!a.quantize.empty() && (a.in.empty() ? a.layout : a.to) != "diffusers") {
-    return invalid_argument(std::string("convert: --quantize fp8 writes the diffusers layout (") +
-                            (a.in.empty() ? "--layout" : "--to") + " diffusers)");
-  }
   return ok_status();
 }
 
@@ -140,8 +136,9 @@ Status convert(const ConvertArgs& a) {
               written.shards().size(), written.shards().size() == 1 ? "" : "s", written.names().size(),
               h3::human_bytes(bytes).c_str());
   if (options.quantize_fp8) {
-    std::printf("fp8: each transformer block's to_q, to_k, to_v, ff.net.0.proj and ff.net.2 in e4m3 with one scale "
-                "per output channel (the fp8 recipe's own weights)\n");
+    std::printf("fp8: each transformer block's to_q, to_k, to_v, ff.net.0.proj and ff.net.2%s in e4m3 with one scale "
+                "per output channel (the fp8 recipe's own weights)\n",
+                options.layout == h3::CheckpointLayout::kOriginal ? " (qkv_proj, mlp.fc1, mlp.fc2)" : "");
   }
   for (const auto& lora : loras.summary) {
     std::printf("merged %s at strength %g: %zu modules (%s; alpha: %s)\n", lora["path"].get<std::string>().c_str(),
@@ -174,8 +171,9 @@ void add_convert_command(CLI::App& app, Action& action) {
                   "stack adapters, as generate's --lora merges them); merged weights keep the checkpoint's dtype");
   cmd->add_option("--quantize", a->quantize,
                   "fp8: write each transformer block's to_q, to_k, to_v, ff.net.0.proj and ff.net.2 as the fp8 "
-                  "recipe quantizes them (e4m3, one scale per output channel: 44.3 GB for the released model, 72% of bf16); generate "
-                  "and serve dequantize them to bf16, and the fp8 recipe gets back its own weights bit for bit")
+                  "recipe quantizes them (e4m3, one scale per output channel: 44.3 GB for the released model, 72% of bf16; in the "
+                  "original layout the fused qkv_proj and mlp.fc1 rows alike); generate and serve dequantize them to "
+                  "bf16, and the fp8 recipe gets back its own weights bit for bit")
       ->check(CLI::IsMember({"fp8"}));
   cmd->add_flag("--synthetic", a->synthetic, "Write synthetic weights instead of converting");
   a->preset_opt = cmd->add_option("--preset", a->preset, "Config of the synthetic weights: h3, test, small or mid");

@@ -25,8 +25,9 @@ using Json = nlohmann::json;
 constexpr const char* kIndexName = "model.safetensors.index.json";
 constexpr const char* kModelClass = "MiniMaxH3Transformer3DModel";
 constexpr const char* kFp8QuantizationNote =
-    "fp8: the transformer blocks' to_q, to_k, to_v, ff.net.0.proj and ff.net.2 weights in F8_E4M3 with one F32 "
-    "scale per output channel beside each (weight_scale; w = q * scale)";
+    "fp8: the transformer blocks' to_q, to_k, to_v, ff.net.0.proj and ff.net.2 weights (in the original layout "
+    "qkv_proj, mlp.fc1 and mlp.fc2) in F8_E4M3 with one F32 scale per output channel beside each (weight_scale; "
+    "w = q * scale)";
 
 bool starts_with(const std::string& s, const std::string& p) { return s.rfind(p, 0) == 0; }
 bool ends_with(const std::string& s, const std::string& p) {
@@ -160,13 +161,15 @@ Status write_contents(const fs::path& folder, const H3Config& config, const Grou
     Result<NamedTensors> produced = source(groups[g]);
     if (!produced.ok()) return produced.status();
     VORTEX_ASSIGN_OR_RETURN(NamedTensors tensors, in_spec_order(std::move(produced).value(), groups[g]));
-    if (options.quantize_fp8) {
-      VORTEX_ASSIGN_OR_RETURN(tensors, quantize_linears_fp8(tensors));
-    }
     if (options.layout == CheckpointLayout::kOriginal) {
       VORTEX_ASSIGN_OR_RETURN(tensors, diffusers_to_original(tensors, config));
       // diffusers_to_original adds rope.inv_freq to whatever it converts; keep the first group's only.
       if (g > 0) std::erase_if(tensors, [](const auto& entry) { return entry.first == "rope.inv_freq"; });
+    }
+    // After the layout conversion: each row keeps its own scale, so a fused qkv_proj or mlp.fc1 is
+    // quantized into the codes and scales of its diffusers parts, rows reordered.
+    if (options.quantize_fp8) {
+      VORTEX_ASSIGN_OR_RETURN(tensors, quantize_linears_fp8(tensors));
     }
     shards.set_group(g + 1, groups.size());
     for (auto& [name, tensor] : tensors) VORTEX_RETURN_IF_ERROR(shards.add(std::move(name), std::move(tensor)));
@@ -244,9 +247,6 @@ Status write_checkpoint(const std::string& dir, const H3Config& config, const Gr
                         const CheckpointWriteOptions& options) {
   VORTEX_RETURN_IF_ERROR(config.validate());
   if (options.max_shard_bytes == 0) return invalid_argument(dir + ": max_shard_bytes must be positive");
-  if (options.quantize_fp8 && options.layout != CheckpointLayout::kDiffusers) {
-    return invalid_argument(dir + ": fp8 weights are written in the diffusers layout only");
-  }
   VORTEX_ASSIGN_OR_RETURN(const fs::path folder, output_folder(dir, options.replace_existing));
   const fs::path tmp = folder.string() + ".tmp-" + std::to_string(::getpid());
   std::error_code ec;

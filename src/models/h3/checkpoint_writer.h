@@ -46,7 +46,7 @@ struct CheckpointWriteOptions {
   uint64_t max_shard_bytes = kDefaultMaxShardBytes;  // a larger tensor gets a shard of its own
   bool replace_existing = false;                     // otherwise a non-empty `dir` is refused
   // The linears the fp8 recipe quantizes per output channel written as its e4m3 codes and scales
-  // (scaled_weights.h: quantize_linears_fp8); diffusers layout only.
+  // (scaled_weights.h: quantize_linears_fp8), in either layout.
   bool quantize_fp8 = false;
   std::function<void(const std::string& line)> progress;  // one line per shard written; optional
   // Polled between groups and before each shard is written: once it is set the write stops with

@@ -311,10 +311,12 @@ Result<NamedTensors> comfy_quant_from_header(const std::map<std::string, std::st
   return out;
 }
 
-bool is_fp8_channel_quantized_linear(const std::string& name) {
+bool is_fp8_channel_quantized_linear(const std::string& stored_name) {
+  // The original layout's names by their renames; its fused QKV and FC1 keep their own.
+  const std::string name = original_name_to_diffusers(stored_name);
   if (!name.starts_with("transformer_blocks.")) return false;
-  for (const char* suffix : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".ff.net.0.proj.weight",
-                             ".ff.net.2.weight"}) {
+  for (const char* suffix : {".attn.to_q.weight", ".attn.to_k.weight", ".attn.to_v.weight", ".attn.qkv_proj.weight",
+                             ".ff.net.0.proj.weight", ".mlp.fc1.weight", ".ff.net.2.weight"}) {
     if (name.ends_with(suffix)) return true;
   }
   return false;

@@ -78,11 +78,13 @@ Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DTyp
 // these. Empty without the key; a malformed value is an error naming it.
 Result<NamedTensors> comfy_quant_from_header(const std::map<std::string, std::string>& metadata);
 
-// True for the diffusers names quantize_linears_fp8 quantizes.
-bool is_fp8_channel_quantized_linear(const std::string& diffusers_name);
+// True for the names quantize_linears_fp8 quantizes, in either layout: the diffusers names above,
+// and the original layout's blocks.N.attn.qkv_proj, mlp.fc1 and mlp.fc2. Quantization is per row,
+// so a fused QKV or [gate; value] FC1 gets its parts' codes and scales, rows reordered.
+bool is_fp8_channel_quantized_linear(const std::string& name);
 
-// Diffusers-named tensors with each such linear's weight replaced by its e4m3 codes and a
+// Tensors of either layout with each such linear's weight replaced by its e4m3 codes and a
 // `weight_scale` [O] F32 beside it; the other tensors as they were.
-Result<NamedTensors> quantize_linears_fp8(const NamedTensors& diffusers_tensors);
+Result<NamedTensors> quantize_linears_fp8(const NamedTensors& tensors);
 
 }  // namespace vortex::h3
