@@ -17,13 +17,6 @@ Shape nvfp4_tiled_scale_shape(int64_t rows, int64_t block_cols) {
   return Shape{round_up(rows, 128), round_up(block_cols, 4)};
 }
 
-int64_t nvfp4_tiled_scale_index(int64_t row, int64_t block_col, int64_t block_cols) {
-  const int64_t tile_cols = round_up(block_cols, 4) / 4;
-  const int64_t tile = (row / 128) * tile_cols + block_col / 4;
-  const int64_t r = row % 128;
-  return tile * 512 + (r % 32) * 16 + (r / 32) * 4 + block_col % 4;
-}
-
 Result<Tensor> dequantize_nvfp4(const Tensor& packed, const Tensor& block_scales, Nvfp4ScaleLayout layout,
                                 float tensor_scale, DType into) {
   if (into != DType::kF32 && into != DType::kBF16) {

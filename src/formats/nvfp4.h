@@ -14,6 +14,7 @@
 
 #include <cstdint>
 
+#include "core/dtype.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -27,8 +28,13 @@ enum class Nvfp4ScaleLayout { kRowMajor, kTiled };
 Shape nvfp4_tiled_scale_shape(int64_t rows, int64_t block_cols);
 
 // Where the scale of (row, block_col) sits in the tiled layout of a matrix of `block_cols` block
-// columns (before padding), counted in scales from the start.
-int64_t nvfp4_tiled_scale_index(int64_t row, int64_t block_col, int64_t block_cols);
+// columns (before padding), counted in scales from the start (host and device code).
+VORTEX_HD int64_t nvfp4_tiled_scale_index(int64_t row, int64_t block_col, int64_t block_cols) {
+  const int64_t tile_cols = (block_cols + 3) / 4;
+  const int64_t tile = (row / 128) * tile_cols + block_col / 4;
+  const int64_t r = row % 128;
+  return tile * 512 + (r % 32) * 16 + (r / 32) * 4 + block_col % 4;
+}
 
 // `packed` U8 [O, I/2], `block_scales` F8_E4M3 [O, I/16] (row-major) or the tiled shape above,
 // into a new [O, I] tensor of `into` (F32, or BF16 rounded once, to nearest even). The error names

@@ -13,7 +13,6 @@
 #include "cuda/profiler.h"
 #include "cuda/synthetic_fill.h"
 #include "models/h3/checkpoint_writer.h"
-#include "models/h3/scaled_weights.h"
 #include "models/h3/synthetic_rule.h"
 #include "models/h3/tensor_views.h"
 
@@ -47,33 +46,6 @@ Status check_fits_on_device(const H3Config& c, int64_t rows, int64_t block_rows,
 }
 
 }  // namespace
-
-WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
-  auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
-  for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
-  return [by_name, stream](const TensorSpec& spec, const Tensor& dst) -> Status {
-    auto it = by_name->find(spec.name);
-    if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
-    Tensor host = it->second;
-    if (host.dtype() == DType::kF8E4M3 || host.dtype() == DType::kF8E5M2 || host.dtype() == DType::kU8) {
-      NamedTensors quantized = {{spec.name, host}};
-      for (const std::string& side : side_tensor_names_of(spec.name)) {
-        if (auto s = by_name->find(side); s != by_name->end()) quantized.emplace_back(side, s->second);
-      }
-      VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,
-                              dequantize_scaled_weights(quantized, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
-      host = dequantized.front().second;
-    }
-    if (host.shape() != spec.shape) {
-      return invalid_argument("tensor '" + spec.name + "': shape " + host.shape().to_string() +
-                              " but the config expects " + spec.shape.to_string());
-    }
-    if (host.dtype() != dst.dtype()) {
-      VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
-    }
-    return cuda::copy_to_device_staged(host, dst, stream);
-  };
-}
 
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream) {
   return [seed, stream](const TensorSpec& spec, const Tensor& dst) -> Status {

@@ -268,6 +268,29 @@ Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors) {
   return summary;
 }
 
+Result<StoredQuantizedWeight> stored_quantized_weight(const NamedTensors& tensors, const std::string& name) {
+  ScaledWeightsSummary summary;
+  VORTEX_ASSIGN_OR_RETURN(const QuantizedWeights quantized, quantized_weights_of(tensors, &summary));
+  StoredQuantizedWeight out;
+  if (const auto fp8 = quantized.fp8.find(name); fp8 != quantized.fp8.end()) {
+    out.codes = fp8->second.weight->contiguous();
+    if (fp8->second.scale) {
+      VORTEX_ASSIGN_OR_RETURN(out.fp8_scales, fp8->second.scale->to(DType::kF32));
+      VORTEX_ASSIGN_OR_RETURN(out.fp8_scales, out.fp8_scales.contiguous().reshape({out.fp8_scales.numel()}));
+    }
+    return out;
+  }
+  const auto nvfp4 = quantized.nvfp4.find(name);
+  if (nvfp4 == quantized.nvfp4.end()) return invalid_argument("tensor " + quote(name) + " is not a quantized weight");
+  const Nvfp4Weight& w = nvfp4->second;
+  out.codes = w.weight->contiguous();
+  out.nvfp4_block_scales = w.block_scales->contiguous();
+  out.nvfp4_layout = w.layout;
+  VORTEX_ASSIGN_OR_RETURN(const Tensor tensor_scale, w.tensor_scale->to(DType::kF32));
+  out.nvfp4_tensor_scale = tensor_scale.contiguous().data_as<float>()[0];
+  return out;
+}
+
 Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DType into) {
   if (into != DType::kF32 && into != DType::kBF16) {
     return invalid_argument(std::string("quantized weights dequantize into F32 or BF16, not ") + dtype_name(into));

@@ -42,6 +42,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/nvfp4.h"
 #include "models/h3/weights.h"
 #include "vortex/status.h"
 
@@ -67,6 +68,21 @@ std::vector<std::string> side_tensor_names_of(const std::string& weight_name);
 // of a weight that is neither fp8 nor NVFP4, a scale's shape or dtype, an NVFP4 weight without both
 // of its scales); the error names the tensor.
 Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors);
+
+// A quantized weight as stored, for a loader that dequantizes it on the device
+// (cuda/dequantize_weights.h): its codes, and fp8's scale widened to F32 ([1] or [O]; undefined: 1)
+// or NVFP4's block scales with their layout and the tensor scale.
+struct StoredQuantizedWeight {
+  Tensor codes;  // F8_E4M3 / F8_E5M2 [O, ...], or NVFP4's U8 [O, I/2]
+  Tensor fp8_scales;
+  Tensor nvfp4_block_scales;
+  Nvfp4ScaleLayout nvfp4_layout = Nvfp4ScaleLayout::kRowMajor;
+  float nvfp4_tensor_scale = 1.0f;
+  bool nvfp4() const { return nvfp4_block_scales.defined(); }
+};
+// `name`'s entry of `tensors` (the weight and its side tensors: side_tensor_names_of), checked as
+// check_scaled_weights checks it; an error when it is not a quantized weight.
+Result<StoredQuantizedWeight> stored_quantized_weight(const NamedTensors& tensors, const std::string& name);
 
 // The tensors with every fp8 and NVFP4 weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
 // F32) and the side tensors left out; every other tensor is passed on as it was. Checks first.

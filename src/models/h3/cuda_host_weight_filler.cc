@@ -1,0 +1,89 @@
+// host_weight_filler (cuda_transformer.h): host tensors into the model's device weights. A quantized
+// weight (fp8 or NVFP4 with its scales; scaled_weights.h) uploads as stored and is dequantized on the
+// device (cuda/dequantize_weights.h), the same bits as the host's dequantization with half (fp8) or
+// a quarter (NVFP4) of bf16's bytes over PCIe and no host pass over the weight;
+// VORTEX_VARIANT_DEQUANTIZE=host dequantizes on the host instead.
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "cuda/dequantize_weights.h"
+#include "cuda/runtime.h"
+#include "models/h3/cuda_transformer.h"
+#include "models/h3/scaled_weights.h"
+
+namespace vortex::h3 {
+
+namespace {
+
+// Where quantized weights dequantize unless VORTEX_VARIANT_DEQUANTIZE says otherwise.
+constexpr const char* kDefaultDequantize = "device";
+
+Result<bool> dequantize_on_device() {
+  const char* variant = std::getenv("VORTEX_VARIANT_DEQUANTIZE");
+  const std::string chosen = variant == nullptr || *variant == '\0' ? kDefaultDequantize : variant;
+  if (chosen != "device" && chosen != "host") {
+    return invalid_argument("VORTEX_VARIANT_DEQUANTIZE must be device or host (got '" + chosen + "')");
+  }
+  return chosen == "device";
+}
+
+bool is_quantized(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kU8; }
+
+Status shape_check(const std::string& name, const Shape& shape, const Shape& expected) {
+  if (shape == expected) return ok_status();
+  return invalid_argument("tensor '" + name + "': shape " + shape.to_string() + " but the config expects " +
+                          expected.to_string());
+}
+
+// Codes and scales uploaded into scratch in the stream's order, dequantized into `dst`.
+Status dequantize_into(const StoredQuantizedWeight& q, const Tensor& dst, cudaStream_t stream) {
+  size_t bytes = cuda::DeviceArena::bytes_for(q.codes.shape(), q.codes.dtype());
+  const Tensor& scales = q.nvfp4() ? q.nvfp4_block_scales : q.fp8_scales;
+  if (scales.defined()) bytes += cuda::DeviceArena::bytes_for(scales.shape(), scales.dtype());
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create_on_stream(bytes, stream));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor codes, cuda::upload_staged(q.codes, arena, stream));
+  Tensor device_scales;
+  if (scales.defined()) {
+    VORTEX_ASSIGN_OR_RETURN(device_scales, cuda::upload_staged(scales, arena, stream));
+  }
+  if (q.nvfp4()) {
+    return cuda::dequantize_nvfp4_weight(codes, device_scales, q.nvfp4_layout, q.nvfp4_tensor_scale, dst, stream);
+  }
+  return cuda::dequantize_fp8_weight(codes, device_scales, dst, stream);
+}
+
+}  // namespace
+
+WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
+  auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
+  for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
+  return [by_name, stream](const TensorSpec& spec, const Tensor& dst) -> Status {
+    auto it = by_name->find(spec.name);
+    if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
+    Tensor host = it->second;
+    if (is_quantized(host.dtype())) {
+      NamedTensors quantized = {{spec.name, host}};
+      for (const std::string& side : side_tensor_names_of(spec.name)) {
+        if (auto s = by_name->find(side); s != by_name->end()) quantized.emplace_back(side, s->second);
+      }
+      VORTEX_ASSIGN_OR_RETURN(const bool on_device, dequantize_on_device());
+      if (on_device && (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16)) {
+        VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(quantized, spec.name));
+        VORTEX_RETURN_IF_ERROR(shape_check(spec.name, logical_weight_shape(q.codes), spec.shape));
+        return dequantize_into(q, dst, stream);
+      }
+      VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,
+                              dequantize_scaled_weights(quantized, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
+      host = dequantized.front().second;
+    }
+    VORTEX_RETURN_IF_ERROR(shape_check(spec.name, host.shape(), spec.shape));
+    if (host.dtype() != dst.dtype()) {
+      VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
+    }
+    return cuda::copy_to_device_staged(host, dst, stream);
+  };
+}
+
+}  // namespace vortex::h3

@@ -1,0 +1,120 @@
+// Quantized weights dequantized on the device (cuda/dequantize_weights.h through
+// h3::host_weight_filler) against the host's dequantization (h3::dequantize_scaled_weights), bit
+// for bit: every finite e4m3 and e5m2 code, scales per tensor, per row (F32, BF16 and F16) and
+// none, odd shapes, F32 and BF16 outputs (an fp32 island), NVFP4 with row-major and tiled (padded)
+// block scales; and the filler's refusal of a wrong shape.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/rng.h"
+#include "formats/nvfp4.h"
+#include "gpu_test_util.h"
+#include "models/h3/cuda_transformer.h"
+#include "models/h3/scaled_weights.h"
+
+namespace vortex {
+namespace {
+
+using test::must;
+
+bool is_nan_code(uint8_t code, DType dtype) {
+  if (dtype == DType::kF8E4M3) return (code & 0x7F) == 0x7F;
+  return (code & 0x7F) > 0x7C;  // e5m2: exponent all ones with a mantissa
+}
+
+// Random codes of `dtype` (F8 or U8) without NaNs (whose payloads the host and device multiplies
+// need not keep alike; no checkpoint holds them), covering every other code.
+Tensor codes(const Shape& shape, DType dtype, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, dtype);
+  auto* bytes = static_cast<uint8_t*>(t.data());
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint8_t c = static_cast<uint8_t>(i < 256 ? i : philox_block(seed, 0, static_cast<uint64_t>(i)).v[0]);
+    if (dtype != DType::kU8 && is_nan_code(c, dtype)) c = 0x42;
+    bytes[i] = c;
+  }
+  return t;
+}
+
+class GpuDequantizeWeights : public test::GpuTest {
+ protected:
+  // `tensors` (one quantized weight `name` with its side tensors) through host_weight_filler into
+  // a device tensor of `dtype`, against the host's dequantization.
+  void expect_host_bits(const h3::NamedTensors& tensors, const std::string& name, DType dtype) {
+    SCOPED_TRACE(name + " into " + dtype_name(dtype));
+    const h3::NamedTensors host = must(h3::dequantize_scaled_weights(tensors, dtype));
+    ASSERT_EQ(host.size(), 1u);
+    const Tensor& want = host[0].second;
+    ArenaScope scope(arena_);
+    const Tensor dst = must(arena_.alloc(want.shape(), dtype));
+    must(h3::host_weight_filler(tensors, stream_)({name, want.shape(), dtype == DType::kF32}, dst));
+    const Tensor got = to_host(dst);
+    ASSERT_EQ(got.nbytes(), want.nbytes());
+    EXPECT_EQ(std::memcmp(got.data(), want.contiguous().data(), got.nbytes()), 0);
+  }
+};
+
+TEST_F(GpuDequantizeWeights, Fp8IsTheHostsDequantizationBitForBit) {
+  const std::string p = "transformer_blocks.0.attn.to_q";
+  const int64_t rows = 37, cols = 53;
+  std::vector<float> row_scales(rows);
+  for (int64_t r = 0; r < rows; ++r) row_scales[r] = std::ldexp(1.0f + 0.37f * static_cast<float>(r % 7), static_cast<int>(r % 23) - 12);
+  for (const DType code_dtype : {DType::kF8E4M3, DType::kF8E5M2}) {
+    const Tensor w = codes({rows, cols}, code_dtype, 5);
+    const std::vector<h3::NamedTensors> cases = {
+        {{p + ".weight", w}},
+        {{p + ".weight", w}, {p + ".weight_scale", Tensor::from_f32({0.0173f}, {})}},
+        {{p + ".weight", w}, {p + ".scale_weight", must(Tensor::from_f32({3.5f}, {1}).to(DType::kF16))}},
+        {{p + ".weight", w}, {p + ".weight_scale", Tensor::from_f32(row_scales, {rows})}},
+        {{p + ".weight", w}, {p + ".weight_scale", must(Tensor::from_f32(row_scales, {rows, 1}).to(DType::kBF16))},
+         {p + ".input_scale", Tensor::from_f32({2.0f}, {})}},
+    };
+    for (const auto& tensors : cases) {
+      for (const DType dtype : {DType::kBF16, DType::kF32}) expect_host_bits(tensors, p + ".weight", dtype);
+    }
+  }
+}
+
+TEST_F(GpuDequantizeWeights, Nvfp4IsTheHostsDequantizationBitForBit) {
+  const std::string p = "transformer_blocks.1.ff.net.2";
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 48}, {130, 80}, {128, 64}}) {
+    const int64_t block_cols = cols / 16;
+    const Tensor packed = codes({rows, cols / 2}, DType::kU8, 9);
+    for (const Nvfp4ScaleLayout layout : {Nvfp4ScaleLayout::kRowMajor, Nvfp4ScaleLayout::kTiled}) {
+      const Shape scale_shape =
+          layout == Nvfp4ScaleLayout::kTiled ? nvfp4_tiled_scale_shape(rows, block_cols) : Shape{rows, block_cols};
+      Tensor scales = codes(scale_shape, DType::kF8E4M3, 11);
+      for (int64_t i = 0; i < scales.numel(); ++i) static_cast<uint8_t*>(scales.data())[i] &= 0x7F;  // positive
+      h3::NamedTensors tensors = {{p + ".weight", packed},
+                                  {p + ".weight_scale", scales},
+                                  {p + ".weight_scale_2", Tensor::from_f32({0.0031f}, {})}};
+      // Where both shapes agree, ComfyUI's descriptor says the scales are tiled.
+      const bool both = scale_shape == Shape({rows, block_cols}) && scale_shape == nvfp4_tiled_scale_shape(rows, block_cols);
+      if (layout == Nvfp4ScaleLayout::kTiled && both) {
+        const std::string json = R"({"format": "nvfp4"})";
+        Tensor descriptor = Tensor::empty({static_cast<int64_t>(json.size())}, DType::kU8);
+        std::memcpy(descriptor.data(), json.data(), json.size());
+        tensors.emplace_back(p + ".comfy_quant", descriptor);
+      }
+      for (const DType dtype : {DType::kBF16, DType::kF32}) expect_host_bits(tensors, p + ".weight", dtype);
+    }
+  }
+}
+
+TEST_F(GpuDequantizeWeights, AWrongShapeIsRefusedByName) {
+  const std::string name = "transformer_blocks.0.attn.to_k.weight";
+  const h3::NamedTensors tensors = {{name, codes({4, 8}, DType::kF8E4M3, 3)}};
+  ArenaScope scope(arena_);
+  const Tensor dst = must(arena_.alloc({4, 9}, DType::kBF16));
+  const Status status = h3::host_weight_filler(tensors, stream_)({name, Shape{4, 9}, false}, dst);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("tensor '" + name + "': shape [4, 8] but the config expects [4, 9]"),
+            std::string::npos)
+      << status.message();
+}
+
+}  // namespace
+}  // namespace vortex
