@@ -168,6 +168,9 @@ TEST(Gguf, BadFilesAreRefusedWithTheByteOffset) {
   b[type_at + 4 + 5] = 0x10;  // the offset, far past the end
   refused(b, "run past the end of the");
   b = good;
+  for (size_t k = 0; k < 8; ++k) b[after_name(good, "t.q8_0", 4) + 8 + k] = 0x7F;  // the second dim, ~2^63
+  refused(b, "has a dimension of 9187201950435737471, more elements than the file can hold");
+  b = good;
   b[after_name(good, "t.q8_0", 0)] = 9;  // rank 9
   refused(b, "tensor 't.q8_0' has 9 dimensions (1 to 4)");
   // Every truncation inside the header and the tensor infos fails cleanly, naming where.

@@ -239,6 +239,8 @@ class Cursor {
     at_ += n;
     return s;
   }
+  // Whether one more array element may be kept: at most 16M in the whole header.
+  bool keep_element() { return ++kept_elements_ <= (uint64_t{1} << 24); }
   Status error(const std::string& message) const {
     return corrupt_data(path_ + ": " + message + " (file byte " + std::to_string(at_) + ")");
   }
@@ -248,6 +250,7 @@ class Cursor {
   const uint8_t* data_;
   uint64_t size_;
   uint64_t at_ = 0;
+  uint64_t kept_elements_ = 0;
 };
 
 // A numeric value (types 0-6 and 10-12); the size is checked first, so the reads cannot fail.
@@ -291,13 +294,13 @@ Result<GgufValue> read_value(Cursor& c, uint32_t type, int depth) {
   VORTEX_ASSIGN_OR_RETURN(const uint64_t count, c.read<uint64_t>("an array's length"));
   if (depth > 4) return c.error("arrays nested deeper than 4");
   v.kind = GgufValue::Kind::kArray;
-  // Every element takes at least one byte: a count past the file's end is caught before reserving.
+  // Every element takes at least one byte: a count past the file's end fails at once.
   VORTEX_RETURN_IF_ERROR(c.need(count, "an array"));
-  v.elements.reserve(count);
+  v.length = count;
   for (uint64_t i = 0; i < count; ++i) {
     VORTEX_ASSIGN_OR_RETURN(GgufValue e, read_value(c, element_type, depth + 1));
     v.element_kind = e.kind;
-    v.elements.push_back(std::move(e));
+    if (i < GgufValue::kMaxKeptElements && c.keep_element()) v.elements.push_back(std::move(e));
   }
   return v;
 }
@@ -309,8 +312,7 @@ Result<Shape> recorded_shape(const std::string& path, const std::map<std::string
   if (it == metadata.end()) return stored;
   const GgufValue& v = it->second;
   Shape shape;
-  bool ok = v.kind == GgufValue::Kind::kArray && !v.elements.empty() &&
-            v.elements.size() <= static_cast<size_t>(kMaxDims);
+  bool ok = v.kind == GgufValue::Kind::kArray && !v.elements.empty() && v.length <= static_cast<uint64_t>(kMaxDims);
   for (size_t i = 0; ok && i < v.elements.size(); ++i) {
     const GgufValue& e = v.elements[i];
     if (e.kind == GgufValue::Kind::kSigned && std::get<int64_t>(e.scalar) >= 0) {
@@ -345,7 +347,7 @@ std::string GgufValue::to_string() const {
     case Kind::kArray: {
       std::string s = "[";
       for (size_t i = 0; i < elements.size() && i < 8; ++i) s += (i ? ", " : "") + elements[i].to_string();
-      if (elements.size() > 8) s += ", ... (" + std::to_string(elements.size()) + ")";
+      if (length > 8) s += ", ... (" + std::to_string(length) + ")";
       return s + "]";
     }
   }
@@ -470,9 +472,17 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
       return c.error("tensor " + quote(r.name) + " has " + std::to_string(rank) + " dimensions (1 to 4)");
     }
     int64_t dims[kMaxGgufDims];
+    // No type stores more than 8 elements a byte: a larger count cannot fit in the file (and the
+    // product of the dims stays far from overflowing).
+    const uint64_t max_elements = (file_bytes + 1) * 8;
+    uint64_t elements = 1;
     for (uint32_t d = 0; d < rank; ++d) {
       VORTEX_ASSIGN_OR_RETURN(const uint64_t n, c.read<uint64_t>("a tensor's dimension"));
-      if (n == 0 || n > (uint64_t{1} << 40)) return c.error("tensor " + quote(r.name) + " has a dimension of " + std::to_string(n));
+      if (n == 0 || n > max_elements / elements) {
+        return c.error("tensor " + quote(r.name) + " has a dimension of " + std::to_string(n) +
+                       ", more elements than the file can hold");
+      }
+      elements *= n;
       dims[d] = static_cast<int64_t>(n);
     }
     for (uint32_t d = rank; d-- > 0;) r.shape.push_back(dims[d]);

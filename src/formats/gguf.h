@@ -40,7 +40,13 @@ struct GgufValue {
   Kind kind = Kind::kUnsigned;
   std::variant<uint64_t, int64_t, double, bool, std::string> scalar;
   Kind element_kind = Kind::kUnsigned;  // kArray's
-  std::vector<GgufValue> elements;      // kArray's
+  uint64_t length = 0;                  // kArray's element count
+  std::vector<GgufValue> elements;      // kArray's, the first kMaxKeptElements of them
+
+  // A tokenizer's vocabulary is the longest array a checkpoint carries (~150k); a longer one is
+  // read past beyond this many (and beyond 16M kept in the whole header), so a file of huge arrays
+  // cannot exhaust memory.
+  static constexpr uint64_t kMaxKeptElements = uint64_t{1} << 20;
 
   std::string to_string() const;  // for messages and inspect: 7, -2.5, true, "text", [3, 2, 256]
 };
