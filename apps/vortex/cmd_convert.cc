@@ -171,7 +171,7 @@ void add_convert_command(CLI::App& app, Action& action) {
                   "stack adapters, as generate's --lora merges them); merged weights keep the checkpoint's dtype");
   cmd->add_option("--quantize", a->quantize,
                   "fp8: write each transformer block's to_q, to_k, to_v, ff.net.0.proj and ff.net.2 as the fp8 "
-                  "recipe quantizes them (e4m3, one scale per output channel: 44.3 GB for the released model, 72% of bf16; in the "
+                  "recipe quantizes them (e4m3, one scale per output channel: 48.95 GB for the released size, 74% of bf16; in the "
                   "original layout the fused qkv_proj and mlp.fc1 rows alike); generate and serve dequantize them to "
                   "bf16, and the fp8 recipe gets back its own weights bit for bit")
       ->check(CLI::IsMember({"fp8"}));
