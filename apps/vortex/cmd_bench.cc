@@ -62,6 +62,7 @@ int run_bench(const BenchArgs& args) {
                    : args.workload == "text-encode"   ? bench::run_text_workload(options)
                    : args.workload == "vision-encode" ? bench::run_vision_workload(options)
                    : args.workload == "lora-merge"    ? bench::run_lora_workload(options)
+                   : args.workload == "weight-load"   ? bench::run_load_workload(options)
                                                       : bench::run_cuda_workload(options);
   if (!manifests.ok()) return report_error(manifests.status());
   std::printf("%-14s %10s %10s %10s %9s  %s\n", "workload", "median ms", "min ms", "max ms", "TFLOP/s", "peers (ratio peer/vortex)");
@@ -112,12 +113,12 @@ void add_bench_command(CLI::App& app, Action& action) {
   auto args = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Time a workload on the GPU and write run manifests");
   cmd->add_option("workload", args->workload, "h3-block | h3-forward | h3-denoise | h3-denoise-sp | gemm | attention | vae-decode | vae-encode | text-encode | "
-                  "vision-encode | lora-merge; vae-encode-keyframe, vae-encode-clip or vae-encode-audio runs one item of vae-encode, "
+                  "vision-encode | lora-merge | weight-load; vae-encode-keyframe, vae-encode-clip or vae-encode-audio runs one item of vae-encode, "
                   "vae-encode-video a 22-frame (two-clip) video reference")
       ->required()
       ->check(CLI::IsMember({"h3-block", "h3-forward", "h3-denoise", "h3-denoise-sp", "gemm", "attention", "vae-decode",
                               "vae-encode", "vae-encode-keyframe", "vae-encode-clip", "vae-encode-audio",
-                              "vae-encode-video", "text-encode", "vision-encode", "lora-merge"}));
+                              "vae-encode-video", "text-encode", "vision-encode", "lora-merge", "weight-load"}));
   cmd->add_option("--warmup", args->warmup, "Untimed repetitions first (>= 3)")->capture_default_str();
   cmd->add_option("--reps", args->repetitions, "Timed repetitions (>= 10); the median is primary")->capture_default_str();
   cmd->add_option("--seed", args->seed, "Seed of the synthetic weights and inputs")->capture_default_str();

@@ -8,6 +8,7 @@
 //              the text encoder and the vision
 //              tower (cuda_vae_workloads.cc, cuda_text_workloads.cc, cuda_vision_workloads.cc)
 //   lora-merge  a LoRA adapter switch per block (cuda_lora_workloads.cc)
+//   weight-load one block's weights from a quantized checkpoint onto the device (cuda_load_workloads.cc)
 //
 // Protocol: warm-ups, then timed repetitions, each preceded by an L2 flush (a 256 MB memset, four
 // times the H200's 60 MB L2) and timed with CUDA events around the measured work only; the median
@@ -50,5 +51,8 @@ Result<std::vector<Manifest>> run_vision_workload(const BenchOptions& options);
 // `lora-merge`: a LoRA switch per transformer block at the released widths, merged on the device,
 // against the host merge it replaced (cuda_lora_workloads.cc).
 Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& options);
+// `weight-load`: one transformer block's linears loaded from an fp8, NVFP4 or bf16 checkpoint, the
+// quantized ones dequantized on the device against the host (cuda_load_workloads.cc).
+Result<std::vector<Manifest>> run_load_workload(const BenchOptions& options);
 
 }  // namespace vortex::bench

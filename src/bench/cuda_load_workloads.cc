@@ -1,0 +1,181 @@
+// The `weight-load` workload of `vortex bench`: what loading one transformer block of the released
+// model (h3 preset widths: to_q / to_k / to_v 7168 x 5376, to_out 5376 x 7168, FC1 28672 x 5376,
+// FC2 5376 x 14336) onto the device costs from each kind of checkpoint.
+//
+// Timed: h3::host_weight_filler writing the block from an fp8 checkpoint as `convert --quantize fp8`
+// writes it (to_q, to_k, to_v, FC1, FC2 in e4m3 with a scale per row, to_out bf16), dequantized on
+// the device (cuda/dequantize_weights.h). derived: the same block dequantized on the host
+// (VORTEX_VARIANT_DEQUANTIZE=host, what a load did before), the six linears stored NVFP4 either
+// way, and stored bf16 (a plain upload), each scaled to a model's num_layers blocks. Correctness:
+// the device dequantization's weights against the host's, bit for bit (bound 0).
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "bench/cuda_bench_util.h"
+#include "bench/cuda_workloads.h"
+#include "core/dtype.h"
+#include "core/parallel.h"
+#include "core/rng.h"
+#include "cpu/fp8.h"
+#include "models/h3/config.h"
+#include "models/h3/cuda_transformer.h"
+#include "models/h3/scaled_weights.h"
+
+namespace vortex::bench {
+
+namespace {
+
+struct BlockLinear {
+  std::string name;
+  int64_t out, in;
+};
+
+std::vector<BlockLinear> block_linears(const h3::H3Config& c) {
+  const std::string p = "transformer_blocks.0.";
+  const int64_t C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
+  return {{p + "attn.to_q", inner, C},     {p + "attn.to_k", inner, C},     {p + "attn.to_v", inner, C},
+          {p + "attn.to_out.0", C, inner}, {p + "ff.net.0.proj", 2 * F, C}, {p + "ff.net.2", C, F}};
+}
+
+// bf16 N(0, 0.02) weights, made on every core.
+Result<Tensor> weight(const Shape& shape, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data_as<float>();
+  parallel_for(0, t.numel(), [&](int64_t begin, int64_t end) {
+    fill_normal(p + begin, end - begin, seed, /*stream=*/0, begin);
+    for (int64_t i = begin; i < end; ++i) p[i] *= 0.02f;
+  }, int64_t{1} << 16);
+  return t.to(DType::kBF16);
+}
+
+// Random NVFP4 codes with positive block scales about 1/256 and a tensor scale of 1/64: weights of
+// the bf16 ones' magnitude (the bench times bytes, not a quantizer).
+h3::NamedTensors nvfp4_linear(const std::string& name, int64_t out, int64_t in, uint64_t seed) {
+  Tensor packed = Tensor::empty({out, in / 2}, DType::kU8);
+  Tensor scales = Tensor::empty({out, in / 16}, DType::kF8E4M3);
+  auto* codes = static_cast<uint8_t*>(packed.data());
+  auto* scale_codes = static_cast<uint8_t*>(scales.data());
+  parallel_for(0, packed.numel(), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) codes[i] = static_cast<uint8_t>(philox_block(seed, 1, i).v[0]);
+  }, int64_t{1} << 16);
+  for (int64_t i = 0; i < scales.numel(); ++i) {
+    scale_codes[i] = static_cast<uint8_t>(0x08 + philox_block(seed, 2, i).v[0] % 8);  // e4m3 2^-6 .. 2^-6 · 1.875
+  }
+  const std::string p = name.substr(0, name.size() - std::strlen(".weight"));
+  return {{name, packed}, {p + ".weight_scale", scales}, {p + ".weight_scale_2", Tensor::from_f32({1.0f / 64}, {})}};
+}
+
+}  // namespace
+
+Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
+  if (o.warmup < 3 || o.repetitions < 10) {
+    return invalid_argument("the protocol needs >= 3 warm-ups and >= 10 repetitions (DESIGN section 4)");
+  }
+  if (o.workload != "weight-load") return invalid_argument("unknown load workload '" + o.workload + "' (weight-load)");
+  VORTEX_ASSIGN_OR_RETURN(const h3::H3Config config, h3::config_preset("h3"));
+  const std::vector<BlockLinear> linears = block_linears(config);
+  h3::NamedTensors bf16, fp8, nvfp4;
+  std::vector<h3::TensorSpec> specs;
+  std::vector<Tensor> targets;
+  size_t bytes = 0;
+  for (const BlockLinear& l : linears) bytes += cuda::DeviceArena::bytes_for({l.out, l.in}, DType::kBF16);
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create(bytes));
+  std::fprintf(stderr, "vortex bench: making one block's weights in bf16, fp8 and NVFP4\n");
+  for (size_t i = 0; i < linears.size(); ++i) {
+    const BlockLinear& l = linears[i];
+    const std::string name = l.name + ".weight";
+    VORTEX_ASSIGN_OR_RETURN(const Tensor w, weight({l.out, l.in}, o.seed + 1000 + i));
+    bf16.emplace_back(name, w);
+    specs.push_back({name, Shape{l.out, l.in}, false});
+    VORTEX_ASSIGN_OR_RETURN(Tensor dst, arena.alloc({l.out, l.in}, DType::kBF16));
+    targets.push_back(dst);
+    for (auto& entry : nvfp4_linear(name, l.out, l.in, o.seed + 2000 + i)) nvfp4.push_back(std::move(entry));
+  }
+  VORTEX_ASSIGN_OR_RETURN(fp8, h3::quantize_linears_fp8(bf16));
+  const auto fill_all = [&](const h3::WeightFiller& fill) -> Status {
+    for (size_t i = 0; i < specs.size(); ++i) VORTEX_RETURN_IF_ERROR(fill(specs[i], targets[i]));
+    VORTEX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    return ok_status();
+  };
+  // VORTEX_VARIANT_DEQUANTIZE is read at every fill: set for the host runs, then put back.
+  const char* previous = std::getenv("VORTEX_VARIANT_DEQUANTIZE");
+  const std::string saved = previous ? previous : "";
+  const auto with_variant = [&](const char* variant, const h3::NamedTensors& tensors) -> Result<Samples> {
+    ::setenv("VORTEX_VARIANT_DEQUANTIZE", variant, 1);
+    const h3::WeightFiller fill = h3::host_weight_filler(tensors, nullptr);
+    VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+    Result<Samples> samples = timer->measure(o, nullptr, [&] { return fill_all(fill); });
+    if (previous) {
+      ::setenv("VORTEX_VARIANT_DEQUANTIZE", saved.c_str(), 1);
+    } else {
+      ::unsetenv("VORTEX_VARIANT_DEQUANTIZE");
+    }
+    return samples;
+  };
+  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_device, with_variant("device", fp8));
+  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_host, with_variant("host", fp8));
+  VORTEX_ASSIGN_OR_RETURN(const Samples nvfp4_device, with_variant("device", nvfp4));
+  VORTEX_ASSIGN_OR_RETURN(const Samples nvfp4_host, with_variant("host", nvfp4));
+  VORTEX_ASSIGN_OR_RETURN(const Samples bf16_upload, with_variant("device", bf16));
+
+  // Correctness: the fp8 block dequantized on the device against the host's dequantization.
+  ::setenv("VORTEX_VARIANT_DEQUANTIZE", "device", 1);
+  VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(fp8, nullptr)));
+  if (previous) {
+    ::setenv("VORTEX_VARIANT_DEQUANTIZE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("VORTEX_VARIANT_DEQUANTIZE");
+  }
+  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors host_dequantized, h3::dequantize_scaled_weights(fp8, DType::kBF16));
+  int64_t total = 0;
+  for (const Tensor& t : targets) total += t.numel();
+  Tensor got_all = Tensor::empty({total}, DType::kBF16), want_all = Tensor::empty({total}, DType::kBF16);
+  for (size_t i = 0, at = 0; i < targets.size(); at += targets[i].nbytes(), ++i) {
+    VORTEX_ASSIGN_OR_RETURN(const Tensor t, cuda::download(targets[i], nullptr));
+    std::memcpy(static_cast<char*>(got_all.data()) + at, t.data(), t.nbytes());
+    std::memcpy(static_cast<char*>(want_all.data()) + at, host_dequantized[i].second.contiguous().data(), t.nbytes());
+  }
+
+  const double layers = static_cast<double>(config.num_layers);
+  double params = 0;
+  for (const BlockLinear& l : linears) params += static_cast<double>(l.out * l.in);
+  Manifest m;
+  m.workload = o.workload;
+  m.samples = fp8_device;
+  m.derived = {
+      {"weights_per_block", params},
+      {"ms_per_block (median)",
+       {{"fp8_device_dequantize", fp8_device.median()},
+        {"fp8_host_dequantize", fp8_host.median()},
+        {"nvfp4_device_dequantize", nvfp4_device.median()},
+        {"nvfp4_host_dequantize", nvfp4_host.median()},
+        {"bf16_upload", bf16_upload.median()}}},
+      {"model_load_s (num_layers blocks' six linears)",
+       {{"fp8_device_dequantize", fp8_device.median() * layers / 1e3},
+        {"fp8_host_dequantize", fp8_host.median() * layers / 1e3},
+        {"nvfp4_device_dequantize", nvfp4_device.median() * layers / 1e3},
+        {"nvfp4_host_dequantize", nvfp4_host.median() * layers / 1e3},
+        {"bf16_upload", bf16_upload.median() * layers / 1e3}}},
+      {"speedup_fp8_device_over_host", fp8_host.median() / fp8_device.median()},
+      {"speedup_nvfp4_device_over_host", nvfp4_host.median() / nvfp4_device.median()}};
+  m.workload_section = {{"name", m.workload},
+                        {"config", "h3 preset (the released widths), one transformer block's six linears"},
+                        {"num_layers", config.num_layers},
+                        {"fp8", "as convert --quantize fp8 writes it: to_q, to_k, to_v, ff.net.0.proj, ff.net.2 in e4m3 "
+                                "with one F32 scale per row (quantize_linears_fp8 of the bf16 weights), to_out.0 bf16"},
+                        {"nvfp4", "all six linears: random codes, row-major e4m3 block scales, a tensor scale"},
+                        {"weights", "synthetic bf16 N(0, 0.02) on the host, as a checkpoint's are"},
+                        {"seed", o.seed}};
+  m.protocol = protocol_json(o);
+  m.protocol["timed"] = "the six weights of the fp8 block written through h3::host_weight_filler, dequantized on the device";
+  VORTEX_ASSIGN_OR_RETURN(m.environment, environment_json(o));
+  m.implementation = {{"backend", "cuda"},
+                      {"dequantize", "cuda::dequantize_fp8_weight / dequantize_nvfp4_weight: one fp32 product an "
+                                     "element, rounded once to bf16, after the codes' staged upload"}};
+  m.correctness = compare(got_all, want_all, "the host's dequantization (h3::dequantize_scaled_weights), bit for bit", 0.0);
+  return std::vector<Manifest>{std::move(m)};
+}
+
+}  // namespace vortex::bench
