@@ -50,8 +50,8 @@ Result<Tensor> weight(const Shape& shape, uint64_t seed) {
   return t.to(DType::kBF16);
 }
 
-// Random NVFP4 codes with positive block scales about 1/256 and a tensor scale of 1/64: weights of
-// the bf16 ones' magnitude (the bench times bytes, not a quantizer).
+// Random NVFP4 codes, positive block scales from 2^-6 to 1.875 · 2^-6 and a tensor scale of 1/64:
+// weights up to ~0.003 (the bench times bytes and arithmetic, not a quantizer's choices).
 h3::NamedTensors nvfp4_linear(const std::string& name, int64_t out, int64_t in, uint64_t seed) {
   Tensor packed = Tensor::empty({out, in / 2}, DType::kU8);
   Tensor scales = Tensor::empty({out, in / 16}, DType::kF8E4M3);
@@ -61,7 +61,7 @@ h3::NamedTensors nvfp4_linear(const std::string& name, int64_t out, int64_t in, 
     for (int64_t i = begin; i < end; ++i) codes[i] = static_cast<uint8_t>(philox_block(seed, 1, i).v[0]);
   }, int64_t{1} << 16);
   for (int64_t i = 0; i < scales.numel(); ++i) {
-    scale_codes[i] = static_cast<uint8_t>(0x08 + philox_block(seed, 2, i).v[0] % 8);  // e4m3 2^-6 .. 2^-6 · 1.875
+    scale_codes[i] = static_cast<uint8_t>(0x08 + philox_block(seed, 2, i).v[0] % 8);  // exponent field 1
   }
   const std::string p = name.substr(0, name.size() - std::strlen(".weight"));
   return {{name, packed}, {p + ".weight_scale", scales}, {p + ".weight_scale_2", Tensor::from_f32({1.0f / 64}, {})}};
