@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "bench/cuda_gpu_monitor.h"
+#include "core/parallel.h"
+#include "core/rng.h"
 #include "models/h3/generate.h"
 
 namespace vortex::bench {
@@ -166,6 +169,39 @@ std::string fusions_description(const BlockFusions& fusions) {
       "separate launches)";
   if (fusions.fold_ffn_residual) d += "; each block's FFN residual applied by the next block's first norm";
   return d;
+}
+
+std::vector<BlockLinear> block_linears(const h3::H3Config& c) {
+  const std::string p = "transformer_blocks.0.";
+  const int64_t C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
+  return {{p + "attn.to_q", inner, C},     {p + "attn.to_k", inner, C},     {p + "attn.to_v", inner, C},
+          {p + "attn.to_out.0", C, inner}, {p + "ff.net.0.proj", 2 * F, C}, {p + "ff.net.2", C, F}};
+}
+
+Tensor normal_f32(const Shape& shape, uint64_t seed, float stddev, float mean) {
+  Tensor t = Tensor::empty(shape, DType::kF32);
+  float* p = t.data_as<float>();
+  parallel_for(0, t.numel(), [&](int64_t begin, int64_t end) {
+    fill_normal(p + begin, end - begin, seed, /*stream=*/0, begin);
+    for (int64_t i = begin; i < end; ++i) p[i] = mean + stddev * p[i];
+  }, int64_t{1} << 16);
+  return t;
+}
+
+Result<std::pair<Tensor, Tensor>> concatenated_bf16(const std::vector<Tensor>& got, const h3::NamedTensors& want) {
+  int64_t total = 0;
+  for (const Tensor& t : got) total += t.numel();
+  Tensor got_all = Tensor::empty({total}, DType::kBF16), want_all = Tensor::empty({total}, DType::kBF16);
+  for (size_t i = 0, at = 0; i < got.size(); at += got[i].nbytes(), ++i) {
+    if (got[i].dtype() != DType::kBF16 || want[i].second.dtype() != DType::kBF16 ||
+        want[i].second.numel() != got[i].numel()) {
+      return invalid_argument("concatenated_bf16: tensor " + std::to_string(i) + " is not BF16 of the same size on both sides");
+    }
+    VORTEX_ASSIGN_OR_RETURN(const Tensor t, cuda::download(got[i], nullptr));
+    std::memcpy(static_cast<char*>(got_all.data()) + at, t.data(), t.nbytes());
+    std::memcpy(static_cast<char*>(want_all.data()) + at, want[i].second.contiguous().data(), t.nbytes());
+  }
+  return std::pair{got_all, want_all};
 }
 
 }  // namespace vortex::bench

@@ -11,6 +11,8 @@
 #include "bench/cuda_workloads.h"
 #include "bench/manifest.h"
 #include "cuda/runtime.h"
+#include "models/h3/config.h"
+#include "models/h3/weights.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
 
@@ -51,6 +53,20 @@ Result<size_t> device_bytes_in_use();
 Result<nlohmann::json> run_peer(const BenchOptions& o, const std::string& workload, const std::string& io_path);
 // Appends the peer's entries with ratio_peer_over_vortex = peer median / vortex median.
 void add_peer_ratios(Manifest& m, const nlohmann::json& peer);
+
+// One transformer block's six linears at `config`'s widths, by their diffusers names under
+// transformer_blocks.0 (the lora-merge and weight-load workloads).
+struct BlockLinear {
+  std::string name;  // without ".weight"
+  int64_t out, in;
+};
+std::vector<BlockLinear> block_linears(const h3::H3Config& config);
+// Counter-based N(mean, stddev²) values in a host F32 tensor, made on every core (a block's 385M
+// weights would take seconds on one).
+Tensor normal_f32(const Shape& shape, uint64_t seed, float stddev, float mean = 0.0f);
+// The device tensors `got` (downloaded) and the host tensors `want`, each list concatenated in order
+// into one host BF16 tensor: both sides of one compare().
+Result<std::pair<Tensor, Tensor>> concatenated_bf16(const std::vector<Tensor>& got, const h3::NamedTensors& want);
 
 // The block-boundary fusions of a bench's model (h3::CudaModelOptions::fused_norms and
 // fold_ffn_residual), from VORTEX_VARIANT_BLOCK for A/B runs: "folded" or unset is the default,

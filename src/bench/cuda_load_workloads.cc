@@ -18,7 +18,6 @@
 #include "core/dtype.h"
 #include "core/parallel.h"
 #include "core/rng.h"
-#include "cpu/fp8.h"
 #include "models/h3/config.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/scaled_weights.h"
@@ -27,28 +26,8 @@ namespace vortex::bench {
 
 namespace {
 
-struct BlockLinear {
-  std::string name;
-  int64_t out, in;
-};
-
-std::vector<BlockLinear> block_linears(const h3::H3Config& c) {
-  const std::string p = "transformer_blocks.0.";
-  const int64_t C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
-  return {{p + "attn.to_q", inner, C},     {p + "attn.to_k", inner, C},     {p + "attn.to_v", inner, C},
-          {p + "attn.to_out.0", C, inner}, {p + "ff.net.0.proj", 2 * F, C}, {p + "ff.net.2", C, F}};
-}
-
-// bf16 N(0, 0.02) weights, made on every core.
-Result<Tensor> weight(const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data_as<float>();
-  parallel_for(0, t.numel(), [&](int64_t begin, int64_t end) {
-    fill_normal(p + begin, end - begin, seed, /*stream=*/0, begin);
-    for (int64_t i = begin; i < end; ++i) p[i] *= 0.02f;
-  }, int64_t{1} << 16);
-  return t.to(DType::kBF16);
-}
+// bf16 N(0, 0.02) weights.
+Result<Tensor> weight(const Shape& shape, uint64_t seed) { return normal_f32(shape, seed, 0.02f).to(DType::kBF16); }
 
 // Random NVFP4 codes, positive block scales from 2^-6 to 1.875 · 2^-6 and a tensor scale of 1/64:
 // weights up to ~0.003 (the bench times bytes and arithmetic, not a quantizer's choices).
@@ -129,14 +108,7 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
     ::unsetenv("VORTEX_VARIANT_DEQUANTIZE");
   }
   VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors host_dequantized, h3::dequantize_scaled_weights(fp8, DType::kBF16));
-  int64_t total = 0;
-  for (const Tensor& t : targets) total += t.numel();
-  Tensor got_all = Tensor::empty({total}, DType::kBF16), want_all = Tensor::empty({total}, DType::kBF16);
-  for (size_t i = 0, at = 0; i < targets.size(); at += targets[i].nbytes(), ++i) {
-    VORTEX_ASSIGN_OR_RETURN(const Tensor t, cuda::download(targets[i], nullptr));
-    std::memcpy(static_cast<char*>(got_all.data()) + at, t.data(), t.nbytes());
-    std::memcpy(static_cast<char*>(want_all.data()) + at, host_dequantized[i].second.contiguous().data(), t.nbytes());
-  }
+  VORTEX_ASSIGN_OR_RETURN(const auto both, concatenated_bf16(targets, host_dequantized));
 
   const double layers = static_cast<double>(config.num_layers);
   double params = 0;
@@ -174,7 +146,7 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
   m.implementation = {{"backend", "cuda"},
                       {"dequantize", "cuda::dequantize_fp8_weight / dequantize_nvfp4_weight: one fp32 product an "
                                      "element, rounded once to bf16, after the codes' staged upload"}};
-  m.correctness = compare(got_all, want_all, "the host's dequantization (h3::dequantize_scaled_weights), bit for bit", 0.0);
+  m.correctness = compare(both.first, both.second, "the host's dequantization (h3::dequantize_scaled_weights), bit for bit", 0.0);
   return std::vector<Manifest>{std::move(m)};
 }
 

@@ -11,13 +11,10 @@
 // merge's, bit for bit (bound 0).
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <thread>
 
 #include "bench/cuda_bench_util.h"
 #include "bench/cuda_workloads.h"
-#include "core/parallel.h"
-#include "core/rng.h"
 #include "models/h3/config.h"
 #include "models/h3/cuda_lora_merge.h"
 
@@ -28,29 +25,6 @@ namespace {
 constexpr int64_t kRank = 64;
 constexpr int kHostRepetitions = 3;
 
-struct BlockLinear {
-  std::string name;
-  int64_t out, in;
-};
-
-std::vector<BlockLinear> block_linears(const h3::H3Config& c) {
-  const std::string p = "transformer_blocks.0.";
-  const int64_t C = c.hidden_size, inner = c.inner_dim(), F = c.ffn_dim;
-  return {{p + "attn.to_q", inner, C},      {p + "attn.to_k", inner, C},     {p + "attn.to_v", inner, C},
-          {p + "attn.to_out.0", C, inner},  {p + "ff.net.0.proj", 2 * F, C}, {p + "ff.net.2", C, F}};
-}
-
-// Counter-based normals, filled on every core (a block's 385M weights would take seconds on one).
-Tensor normal(const Shape& shape, uint64_t seed, float stddev, float mean = 0.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32);
-  float* p = t.data_as<float>();
-  parallel_for(0, t.numel(), [&](int64_t begin, int64_t end) {
-    fill_normal(p + begin, end - begin, seed, /*stream=*/0, begin);
-    for (int64_t i = begin; i < end; ++i) p[i] = mean + stddev * p[i];
-  }, int64_t{1} << 16);
-  return t;
-}
-
 // One adapter on every linear of the block, rank 64, alpha 64 (scale 1).
 h3::LoraAdapter block_adapter(const std::vector<BlockLinear>& linears, uint64_t seed, bool dora) {
   h3::LoraAdapter a;
@@ -60,9 +34,9 @@ h3::LoraAdapter block_adapter(const std::vector<BlockLinear>& linears, uint64_t 
     h3::LoraModule m;
     m.target = l.name;
     m.source = l.name + ".lora_A.weight";
-    m.down = normal({kRank, l.in}, seed + 10 * i, 0.02f);
-    m.up = normal({l.out, kRank}, seed + 10 * i + 1, 0.02f);
-    if (dora) m.magnitude = normal({l.out}, seed + 10 * i + 2, 0.01f, 1.0f);
+    m.down = normal_f32({kRank, l.in}, seed + 10 * i, 0.02f);
+    m.up = normal_f32({l.out, kRank}, seed + 10 * i + 1, 0.02f);
+    if (dora) m.magnitude = normal_f32({l.out}, seed + 10 * i + 2, 0.01f, 1.0f);
     a.modules.push_back(std::move(m));
   }
   return a;
@@ -92,7 +66,7 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
   }()));
   for (size_t i = 0; i < linears.size(); ++i) {
     const BlockLinear& l = linears[i];
-    VORTEX_ASSIGN_OR_RETURN(Tensor weight, normal({l.out, l.in}, o.seed + 1000 + i, 0.02f).to(DType::kBF16));
+    VORTEX_ASSIGN_OR_RETURN(Tensor weight, normal_f32({l.out, l.in}, o.seed + 1000 + i, 0.02f).to(DType::kBF16));
     base.emplace_back(l.name + ".weight", weight);
     specs.push_back({l.name + ".weight", Shape{l.out, l.in}, false});
     VORTEX_ASSIGN_OR_RETURN(Tensor dst, arena.alloc({l.out, l.in}, DType::kBF16));
@@ -129,15 +103,7 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
     host_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   }
   VORTEX_RETURN_IF_ERROR(fill_all(merging));
-  // Both sides' six weights end to end, for one comparison.
-  int64_t total = 0;
-  for (const Tensor& t : targets) total += t.numel();
-  Tensor got_all = Tensor::empty({total}, DType::kBF16), want_all = Tensor::empty({total}, DType::kBF16);
-  for (size_t i = 0, at = 0; i < targets.size(); at += targets[i].nbytes(), ++i) {
-    VORTEX_ASSIGN_OR_RETURN(const Tensor t, cuda::download(targets[i], nullptr));
-    std::memcpy(static_cast<char*>(got_all.data()) + at, t.data(), t.nbytes());
-    std::memcpy(static_cast<char*>(want_all.data()) + at, host_merged[i].second.contiguous().data(), t.nbytes());
-  }
+  VORTEX_ASSIGN_OR_RETURN(const auto both, concatenated_bf16(targets, host_merged));
 
   const double layers = static_cast<double>(config.num_layers);
   const double host_merge_ms = median_of(host_ms);
@@ -171,7 +137,7 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
   m.implementation = {{"backend", "cuda"},
                       {"merge", "cuda::lora_merge: fp32 chains over the rank with the host's rounding points, "
                                 "rounded once to bf16; DoRA row norms as double FMA chains"}};
-  m.correctness = compare(got_all, want_all, "the host merge (h3::merge_loras), bit for bit", 0.0);
+  m.correctness = compare(both.first, both.second, "the host merge (h3::merge_loras), bit for bit", 0.0);
   return std::vector<Manifest>{std::move(m)};
 }
 
