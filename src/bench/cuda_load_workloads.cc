@@ -5,10 +5,9 @@
 // Timed: h3::host_weight_filler writing the block from an fp8 checkpoint as `convert --quantize fp8`
 // writes it (to_q, to_k, to_v, FC1, FC2 in e4m3 with a scale per row, to_out bf16), dequantized on
 // the device (cuda/dequantize_weights.h). derived: the same block dequantized on the host
-// (VORTEX_VARIANT_DEQUANTIZE=host, what a load did before), the six linears stored NVFP4 either
+// (h3::DequantizeOn::kHost, what a load did before), the six linears stored NVFP4 either
 // way, and stored bf16 (a plain upload), each scaled to a model's num_layers blocks. Correctness:
 // the device dequantization's weights against the host's, bit for bit (bound 0).
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -78,35 +77,20 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     return ok_status();
   };
-  // VORTEX_VARIANT_DEQUANTIZE is read at every fill: set for the host runs, then put back.
-  const char* previous = std::getenv("VORTEX_VARIANT_DEQUANTIZE");
-  const std::string saved = previous ? previous : "";
-  const auto with_variant = [&](const char* variant, const h3::NamedTensors& tensors) -> Result<Samples> {
-    ::setenv("VORTEX_VARIANT_DEQUANTIZE", variant, 1);
-    const h3::WeightFiller fill = h3::host_weight_filler(tensors, nullptr);
-    VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
-    Result<Samples> samples = timer->measure(o, nullptr, [&] { return fill_all(fill); });
-    if (previous) {
-      ::setenv("VORTEX_VARIANT_DEQUANTIZE", saved.c_str(), 1);
-    } else {
-      ::unsetenv("VORTEX_VARIANT_DEQUANTIZE");
-    }
-    return samples;
+  VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  const auto measure = [&](const h3::NamedTensors& tensors, h3::DequantizeOn where) -> Result<Samples> {
+    const h3::WeightFiller fill = h3::host_weight_filler(tensors, nullptr, where);
+    return timer->measure(o, nullptr, [&] { return fill_all(fill); });
   };
-  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_device, with_variant("device", fp8));
-  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_host, with_variant("host", fp8));
-  VORTEX_ASSIGN_OR_RETURN(const Samples nvfp4_device, with_variant("device", nvfp4));
-  VORTEX_ASSIGN_OR_RETURN(const Samples nvfp4_host, with_variant("host", nvfp4));
-  VORTEX_ASSIGN_OR_RETURN(const Samples bf16_upload, with_variant("device", bf16));
+  using h3::DequantizeOn;
+  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_device, measure(fp8, DequantizeOn::kDevice));
+  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_host, measure(fp8, DequantizeOn::kHost));
+  VORTEX_ASSIGN_OR_RETURN(const Samples nvfp4_device, measure(nvfp4, DequantizeOn::kDevice));
+  VORTEX_ASSIGN_OR_RETURN(const Samples nvfp4_host, measure(nvfp4, DequantizeOn::kHost));
+  VORTEX_ASSIGN_OR_RETURN(const Samples bf16_upload, measure(bf16, DequantizeOn::kDevice));
 
   // Correctness: the fp8 block dequantized on the device against the host's dequantization.
-  ::setenv("VORTEX_VARIANT_DEQUANTIZE", "device", 1);
-  VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(fp8, nullptr)));
-  if (previous) {
-    ::setenv("VORTEX_VARIANT_DEQUANTIZE", saved.c_str(), 1);
-  } else {
-    ::unsetenv("VORTEX_VARIANT_DEQUANTIZE");
-  }
+  VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(fp8, nullptr, DequantizeOn::kDevice)));
   VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors host_dequantized, h3::dequantize_scaled_weights(fp8, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(const auto both, concatenated_bf16(targets, host_dequantized));
 

@@ -56,10 +56,13 @@ Status dequantize_into(const StoredQuantizedWeight& q, const Tensor& dst, cudaSt
 
 }  // namespace
 
-WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
+WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream, DequantizeOn where) {
   auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
   for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
-  return [by_name, stream](const TensorSpec& spec, const Tensor& dst) -> Status {
+  // A bad VORTEX_VARIANT_DEQUANTIZE is the error of every quantized weight's fill.
+  const Result<bool> device =
+      where == DequantizeOn::kConfigured ? dequantize_on_device() : Result<bool>(where == DequantizeOn::kDevice);
+  return [by_name, stream, device](const TensorSpec& spec, const Tensor& dst) -> Status {
     auto it = by_name->find(spec.name);
     if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
     Tensor host = it->second;
@@ -68,7 +71,7 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream) {
       for (const std::string& side : side_tensor_names_of(spec.name)) {
         if (auto s = by_name->find(side); s != by_name->end()) quantized.emplace_back(side, s->second);
       }
-      VORTEX_ASSIGN_OR_RETURN(const bool on_device, dequantize_on_device());
+      VORTEX_ASSIGN_OR_RETURN(const bool on_device, device);
       if (on_device && (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16)) {
         VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(quantized, spec.name));
         VORTEX_RETURN_IF_ERROR(shape_check(spec.name, logical_weight_shape(q.codes), spec.shape));

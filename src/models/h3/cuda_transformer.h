@@ -37,9 +37,13 @@ namespace vortex::h3 {
 // Writes the weight called `spec.name` (diffusers layout) into `dst`, a contiguous device tensor
 // of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise).
 using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
-// From host tensors (any layout already converted to diffusers names; any float dtype). An fp8
-// weight with its scale beside it (scaled_weights.h) is dequantized as it is written.
-WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream);
+// From host tensors (any layout already converted to diffusers names; any float dtype). An fp8 or
+// NVFP4 weight with its scales beside it (scaled_weights.h) is dequantized as it is written: on
+// the device, or on the host where `where` says so (kConfigured: VORTEX_VARIANT_DEQUANTIZE, read
+// once here; the device when it is unset).
+enum class DequantizeOn { kConfigured, kDevice, kHost };
+WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream,
+                                DequantizeOn where = DequantizeOn::kConfigured);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
 
