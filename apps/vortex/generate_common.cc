@@ -196,12 +196,12 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     VORTEX_ASSIGN_OR_RETURN(const h3::ModelSource checkpoint, h3::ModelSource::open(m.model_path));
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
     VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(checkpoint));
-    // A GGUF file's quantized tensors are dequantized here, all of them (model_source.h).
-    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, checkpoint.tensors());
-    // fp8 weights load dequantized to bf16 (the fp8 recipe quantizes them again on the device): one
-    // at a time as each uploads (host_weight_filler), unless the layout conversion or an adapter
+    // Quantized weights (fp8, NVFP4, a GGUF file's blocks) stay as stored, through the layout
+    // conversion too, and load dequantized to bf16 one at a time as each uploads
+    // (host_weight_filler; the fp8 recipe quantizes them again on the device), unless an adapter
     // merge needs them all first.
-    if (layout == h3::CheckpointLayout::kOriginal || !m.loras.empty() || m.keep_base_weights) {
+    VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, checkpoint.tensors());
+    if (!m.loras.empty() || m.keep_base_weights) {
       auto dequantized = h3::dequantize_scaled_weights(tensors, DType::kBF16);
       if (!dequantized.ok()) return dequantized.status().with_context(m.model_path);
       tensors = std::move(*dequantized);

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "formats/nvfp4.h"
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -23,5 +25,11 @@ Status dequantize_fp8_weight(const Tensor& codes, const Tensor& scales, const Te
 // contiguous device F32 or BF16 [rows, cols]. Queued on `stream`.
 Status dequantize_nvfp4_weight(const Tensor& packed, const Tensor& block_scales, Nvfp4ScaleLayout layout,
                                float tensor_scale, const Tensor& out, cudaStream_t stream);
+
+// out = a GGUF quantized weight's values (formats/gguf.h: ggml's dequantization of `type`, Q4_0 ...
+// Q6_K, each product and sum rounded as the host's dequantize_ggml rounds it), rounded once to the
+// output dtype. `blocks`: contiguous device U8 [rows, row bytes], whole blocks a row; `out`:
+// contiguous device F32 or BF16 [rows, row bytes / block bytes · block values]. Queued on `stream`.
+Status dequantize_ggml_weight(const Tensor& blocks, uint32_t type, const Tensor& out, cudaStream_t stream);
 
 }  // namespace vortex::cuda

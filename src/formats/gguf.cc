@@ -22,12 +22,6 @@ namespace {
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxGgufDims = 4;  // GGML_MAX_DIMS
 
-// ggml's type ids (docs/gguf.md in ggml) that this reader knows by name.
-enum : uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
-};
-
 struct TypeLayout {
   const char* name;
   int64_t block_values = 0;  // 0: not readable here
@@ -360,9 +354,15 @@ std::string ggml_type_name(uint32_t type) {
 
 bool ggml_type_supported(uint32_t type) { return type < kTypeCount && kTypes[type].block_values > 0; }
 
-bool ggml_type_is_float(uint32_t type) { return type == kF32 || type == kF16 || type == kBF16; }
+int64_t ggml_block_values(uint32_t type) { return type < kTypeCount ? kTypes[type].block_values : 0; }
 
-DType ggml_float_dtype(uint32_t type) { return type == kF32 ? DType::kF32 : type == kF16 ? DType::kF16 : DType::kBF16; }
+int64_t ggml_block_bytes(uint32_t type) { return type < kTypeCount ? kTypes[type].block_bytes : 0; }
+
+bool ggml_type_is_float(uint32_t type) { return type == kGgmlF32 || type == kGgmlF16 || type == kGgmlBF16; }
+
+DType ggml_float_dtype(uint32_t type) {
+  return type == kGgmlF32 ? DType::kF32 : type == kGgmlF16 ? DType::kF16 : DType::kBF16;
+}
 
 Status dequantize_ggml(uint32_t type, const uint8_t* blocks, int64_t n, float* out) {
   if (!ggml_type_supported(type) || ggml_type_is_float(type)) {
@@ -377,16 +377,16 @@ Status dequantize_ggml(uint32_t type, const uint8_t* blocks, int64_t n, float* o
     const uint8_t* block = blocks + b * t.block_bytes;
     float* y = out + b * t.block_values;
     switch (type) {
-      case kQ4_0: q4_0(block, y); break;
-      case kQ4_1: q4_1(block, y); break;
-      case kQ5_0: q5(block, y, false); break;
-      case kQ5_1: q5(block, y, true); break;
-      case kQ8_0: q8_0(block, y); break;
-      case kQ2_K: q2_k(block, y); break;
-      case kQ3_K: q3_k(block, y); break;
-      case kQ4_K: q45_k(block, y, false); break;
-      case kQ5_K: q45_k(block, y, true); break;
-      case kQ6_K: q6_k(block, y); break;
+      case kGgmlQ4_0: q4_0(block, y); break;
+      case kGgmlQ4_1: q4_1(block, y); break;
+      case kGgmlQ5_0: q5(block, y, false); break;
+      case kGgmlQ5_1: q5(block, y, true); break;
+      case kGgmlQ8_0: q8_0(block, y); break;
+      case kGgmlQ2_K: q2_k(block, y); break;
+      case kGgmlQ3_K: q3_k(block, y); break;
+      case kGgmlQ4_K: q45_k(block, y, false); break;
+      case kGgmlQ5_K: q45_k(block, y, true); break;
+      case kGgmlQ6_K: q6_k(block, y); break;
     }
   }
   return ok_status();
@@ -458,6 +458,7 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
   struct Raw {
     std::string name;
     Shape shape;
+    int64_t row_values;
     uint32_t type;
     uint64_t offset;
     uint64_t info_at;
@@ -486,6 +487,7 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
       dims[d] = static_cast<int64_t>(n);
     }
     for (uint32_t d = rank; d-- > 0;) r.shape.push_back(dims[d]);
+    r.row_values = dims[0];
     VORTEX_ASSIGN_OR_RETURN(r.type, c.read<uint32_t>("a tensor's type"));
     VORTEX_ASSIGN_OR_RETURN(r.offset, c.read<uint64_t>("a tensor's offset"));
     if (!ggml_type_supported(r.type)) {
@@ -515,6 +517,7 @@ Result<GgufFile> GgufFile::open(const std::string& path) {
     info.stored_name = r.name;
     info.name = r.name.substr(prefix.size());
     info.ggml_type = r.type;
+    info.row_values = r.row_values;
     const TypeLayout& t = kTypes[r.type];
     info.nbytes = static_cast<uint64_t>(r.shape.numel() / t.block_values * t.block_bytes);
     const std::string where = path + ": tensor " + quote(r.name) + " (info at file byte " + std::to_string(r.info_at) + ")";
@@ -541,6 +544,20 @@ Result<GgufTensorInfo> GgufFile::info(const std::string& name) const {
   const auto it = index_.find(name);
   if (it == index_.end()) return not_found(path_ + ": no tensor " + quote(name));
   return tensors_[it->second];
+}
+
+Result<Tensor> GgufFile::blocks(const std::string& name) const {
+  VORTEX_ASSIGN_OR_RETURN(const GgufTensorInfo info, this->info(name));
+  if (ggml_type_is_float(info.ggml_type) || info.shape.rank() != 2 || info.shape[1] != info.row_values) {
+    return invalid_argument(path_ + ": tensor " + quote(name) + " (" + ggml_type_name(info.ggml_type) + " " +
+                            info.shape.to_string() + ") is not a quantized matrix of whole-block rows");
+  }
+  auto storage = std::make_shared<Storage>();
+  storage->data = static_cast<uint8_t*>(mapping_.get()) + info.file_offset;
+  storage->bytes = info.nbytes;
+  storage->keeper = mapping_;
+  const int64_t rows = info.shape[0];
+  return Tensor::from_storage(std::move(storage), Shape{rows, static_cast<int64_t>(info.nbytes) / rows}, DType::kU8);
 }
 
 Result<Tensor> GgufFile::get(const std::string& name, DType quantized_into) const {

@@ -56,8 +56,15 @@ struct GgufTensorInfo {
   std::string stored_name;   // as in the file
   uint32_t ggml_type = 0;
   Shape shape;               // row-major (see above)
+  int64_t row_values = 0;    // ggml's first dim: the values of one stored row (whole blocks)
   uint64_t file_offset = 0;  // of the tensor's bytes
   uint64_t nbytes = 0;
+};
+
+// ggml's type ids (docs/gguf.md in ggml) of the types this reader reads.
+enum GgmlType : uint32_t {
+  kGgmlF32 = 0, kGgmlF16 = 1, kGgmlQ4_0 = 2, kGgmlQ4_1 = 3, kGgmlQ5_0 = 6, kGgmlQ5_1 = 7, kGgmlQ8_0 = 8,
+  kGgmlQ2_K = 10, kGgmlQ3_K = 11, kGgmlQ4_K = 12, kGgmlQ5_K = 13, kGgmlQ6_K = 14, kGgmlBF16 = 30,
 };
 
 // The ggml type's name (F32, Q4_K, IQ2_XXS, ...) or "type N".
@@ -67,6 +74,11 @@ bool ggml_type_supported(uint32_t type);
 // True for F32, F16 and BF16 (handed out as stored), and their dtype.
 bool ggml_type_is_float(uint32_t type);
 DType ggml_float_dtype(uint32_t type);
+
+// A supported type's block: the values it holds and its bytes (1 and the element size for F32, F16,
+// BF16); 0 for the others.
+int64_t ggml_block_values(uint32_t type);
+int64_t ggml_block_bytes(uint32_t type);
 
 // Dequantizes `n` values (a whole number of blocks) of a supported quantized ggml type into fp32.
 Status dequantize_ggml(uint32_t type, const uint8_t* blocks, int64_t n, float* out);
@@ -84,6 +96,10 @@ class GgufFile {
   // F32 / F16 / BF16 tensors as zero-copy views; quantized ones dequantized into `quantized_into`
   // (F32 or BF16, rounded once).
   Result<Tensor> get(const std::string& name, DType quantized_into) const;
+  // A quantized tensor's stored blocks as a zero-copy U8 view [rows, row bytes] of a 2-D shape [rows,
+  // row_values] (whole blocks a row, as ggml stores them); an error for a float tensor or for one
+  // whose recorded shape is not its stored rows (comfy.gguf.orig_shape reshaped it).
+  Result<Tensor> blocks(const std::string& name) const;
 
  private:
   std::string path_;

@@ -2,7 +2,8 @@
 // h3::host_weight_filler) against the host's dequantization (h3::dequantize_scaled_weights), bit
 // for bit: every finite e4m3 and e5m2 code, scales per tensor, per row (F32, BF16 and F16) and
 // none, odd shapes, F32 and BF16 outputs (an fp32 island), NVFP4 with row-major and tiled (padded)
-// block scales; and the filler's refusal of a wrong shape.
+// block scales, every GGUF quantized type (random blocks, and ggml's own goldens against ggml's
+// values); and the filler's refusal of a wrong shape.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,7 +12,9 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "formats/gguf.h"
 #include "formats/nvfp4.h"
+#include "ggml_blocks_test_util.h"
 #include "gpu_test_util.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/scaled_weights.h"
@@ -102,6 +105,41 @@ TEST_F(GpuDequantizeWeights, Nvfp4IsTheHostsDequantizationBitForBit) {
       for (const DType dtype : {DType::kBF16, DType::kF32}) expect_host_bits(tensors, p + ".weight", dtype);
     }
   }
+}
+
+TEST_F(GpuDequantizeWeights, GgufBlocksAreTheHostsDequantizationBitForBit) {
+  const std::string p = "transformer_blocks.2.attn.to_v";
+  for (const uint32_t type : test_util::ggml_quantized_types()) {
+    SCOPED_TRACE(ggml_type_name(type));
+    // Odd row counts, one block a row and several; a whole GPU wave and a partial one.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 256}, {37, 512}, {301, 1024}}) {
+      const h3::NamedTensors tensors = {{p + ".weight", test_util::random_ggml_blocks(type, rows, cols, 17 + rows)},
+                                        {p + h3::kGgmlTypeSuffix, h3::ggml_type_tensor(type)}};
+      for (const DType dtype : {DType::kBF16, DType::kF32}) expect_host_bits(tensors, p + ".weight", dtype);
+    }
+  }
+}
+
+// The blocks ggml itself quantized (tests/golden/gguf) give ggml's own values on the device.
+TEST_F(GpuDequantizeWeights, GgufGoldenBlocksGiveGgmlsValues) {
+  const std::string golden = std::string(VORTEX_SOURCE_DIR) + "/tests/golden/gguf/";
+  const GgufFile quants = must(GgufFile::open(golden + "quants.gguf"));
+  const GgufFile expected = must(GgufFile::open(golden + "expected.gguf"));
+  int checked = 0;
+  for (const GgufTensorInfo& info : quants.tensors()) {
+    if (ggml_type_is_float(info.ggml_type)) continue;
+    SCOPED_TRACE(info.name);
+    const Tensor want = must(expected.get(info.name, DType::kF32)).contiguous();
+    const h3::NamedTensors tensors = {{"proj_in.weight", must(quants.blocks(info.name))},
+                                      {std::string("proj_in") + h3::kGgmlTypeSuffix, h3::ggml_type_tensor(info.ggml_type)}};
+    ArenaScope scope(arena_);
+    const Tensor dst = must(arena_.alloc(want.shape(), DType::kF32));
+    must(h3::host_weight_filler(tensors, stream_)({"proj_in.weight", want.shape(), true}, dst));
+    const Tensor got = to_host(dst);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 10);
 }
 
 TEST_F(GpuDequantizeWeights, AWrongShapeIsRefusedByName) {

@@ -1,6 +1,7 @@
 // NVFP4 and GGUF checkpoints on the GPU, as a user runs them: `generate --device cuda` from an NVFP4
 // file (ComfyUI's and ModelOpt's forms; nvfp4_test_util.h), which dequantizes each weight as it
-// uploads, or from a GGUF file (gguf_test_util.h), dequantized when it loads, gives under each
+// uploads, or from a GGUF file (gguf_test_util.h: original layout, Q8_0 block linears held as
+// their blocks, split still quantized, dequantized on the device as each uploads), gives under each
 // recipe the latents it gives from the same weights dequantized by the test.
 #include <gtest/gtest.h>
 

@@ -1,7 +1,8 @@
 // host_weight_filler (cuda_transformer.h): host tensors into the model's device weights. A quantized
-// weight (fp8 or NVFP4 with its scales; scaled_weights.h) uploads as stored and is dequantized on the
-// device (cuda/dequantize_weights.h), the same bits as the host's dequantization with half (fp8) or
-// a quarter (NVFP4) of bf16's bytes over PCIe and no host pass over the weight;
+// weight (fp8 or NVFP4 with its scales, GGUF blocks with their type; scaled_weights.h) uploads as
+// stored and is dequantized on the device (cuda/dequantize_weights.h), the same bits as the host's
+// dequantization with half (fp8), a quarter (NVFP4) or less (the 2- to 6-bit GGUF types) of bf16's
+// bytes over PCIe and no host pass over the weight;
 // VORTEX_VARIANT_DEQUANTIZE=host dequantizes on the host instead.
 #include <cstdlib>
 #include <memory>
@@ -48,6 +49,7 @@ Status dequantize_into(const StoredQuantizedWeight& q, const Tensor& dst, cudaSt
   if (scales.defined()) {
     VORTEX_ASSIGN_OR_RETURN(device_scales, cuda::upload_staged(scales, arena, stream));
   }
+  if (q.ggml_type) return cuda::dequantize_ggml_weight(codes, *q.ggml_type, dst, stream);
   if (q.nvfp4()) {
     return cuda::dequantize_nvfp4_weight(codes, device_scales, q.nvfp4_layout, q.nvfp4_tensor_scale, dst, stream);
   }
@@ -74,7 +76,7 @@ WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream, Dequa
       VORTEX_ASSIGN_OR_RETURN(const bool on_device, device);
       if (on_device && (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16)) {
         VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(quantized, spec.name));
-        VORTEX_RETURN_IF_ERROR(shape_check(spec.name, logical_weight_shape(q.codes), spec.shape));
+        VORTEX_RETURN_IF_ERROR(shape_check(spec.name, q.logical_shape(), spec.shape));
         return dequantize_into(q, dst, stream);
       }
       VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,

@@ -1,9 +1,11 @@
 #include "models/h3/model_source.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include "core/quote.h"
 #include "models/h3/checkpoint_writer.h"
+#include "models/h3/scaled_weights.h"
 
 namespace vortex::h3 {
 
@@ -62,9 +64,18 @@ Result<NamedTensors> ModelSource::tensors() const {
   if (!gguf_) return views_;
   NamedTensors out;
   out.reserve(names_.size());
-  for (const std::string& name : names_) {
-    VORTEX_ASSIGN_OR_RETURN(Tensor t, tensor(name));
-    out.emplace_back(name, std::move(t));
+  for (const GgufTensorInfo& info : gguf_->tensors()) {
+    if (!ggml_type_is_float(info.ggml_type) && info.name.ends_with(".weight")) {
+      // A matrix of whole-block rows stays as stored (scaled_weights.h); a reshaped one is dequantized.
+      if (Result<Tensor> blocks = gguf_->blocks(info.name); blocks.ok()) {
+        out.emplace_back(info.name, std::move(*blocks));
+        out.emplace_back(info.name.substr(0, info.name.size() - std::strlen(".weight")) + kGgmlTypeSuffix,
+                         ggml_type_tensor(info.ggml_type));
+        continue;
+      }
+    }
+    VORTEX_ASSIGN_OR_RETURN(Tensor t, tensor(info.name));
+    out.emplace_back(info.name, std::move(t));
   }
   return out;
 }

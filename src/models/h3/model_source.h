@@ -2,10 +2,13 @@
 // file, an index or a folder holding one; formats/safetensors.h), or one GGUF file
 // (formats/gguf.h), as stable-diffusion.cpp and ComfyUI-GGUF users have them.
 //
-// A GGUF file's float tensors (F32, F16, BF16) are views of its mapping like safetensors'; its
-// quantized tensors are dequantized when asked for, into bf16 (the fp32 islands into F32), rounded
-// once from ggml's fp32 values. Names and shapes (for the layout, the config and the schema check)
-// come from the file's tensor infos without dequantizing anything.
+// A GGUF file's float tensors (F32, F16, BF16) are views of its mapping like safetensors'. Its
+// quantized weight matrices are handed out by tensors() as stored, zero-copy views of their blocks
+// with a P.ggml_type beside each (scaled_weights.h), which the loaders dequantize one weight at a
+// time (the CUDA loader on the device); tensor() and any other quantized tensor are dequantized
+// when asked for, into bf16 (the fp32 islands into F32), rounded once from ggml's fp32 values.
+// Names and shapes (for the layout, the config and the schema check) come from the file's tensor
+// infos without dequantizing anything.
 #pragma once
 
 #include <map>
@@ -33,7 +36,7 @@ class ModelSource {
   // tensors load as.
   NamedShapes shapes() const;
   // One tensor (GGUF: dequantized now); every tensor, in the file's order (safetensors: read_all's
-  // views, with a ComfyUI header's descriptors; GGUF: all dequantized, held in memory).
+  // views, with a ComfyUI header's descriptors; GGUF: views, quantized matrices as their blocks).
   Result<Tensor> tensor(const std::string& name) const;
   Result<NamedTensors> tensors() const;
 

@@ -11,6 +11,7 @@
 #include "core/parallel.h"
 #include "core/quote.h"
 #include "cpu/fp8.h"
+#include "formats/gguf.h"
 #include "formats/nvfp4.h"
 
 namespace vortex::h3 {
@@ -60,10 +61,37 @@ struct Nvfp4Weight {
   Nvfp4ScaleLayout layout = Nvfp4ScaleLayout::kRowMajor;
 };
 
+struct GgmlWeight {
+  const Tensor* blocks = nullptr;
+  uint32_t type = 0;
+};
+
 struct QuantizedWeights {
   std::unordered_map<std::string, ScaledWeight> fp8;
   std::unordered_map<std::string, Nvfp4Weight> nvfp4;
+  std::unordered_map<std::string, GgmlWeight> ggml;
 };
+
+// The ggml type a P.ggml_type tensor holds, checked against its weight P.weight.
+Result<uint32_t> ggml_type_of(const std::string& name, const Tensor& type, const std::string& weight_name,
+                              const Tensor& blocks) {
+  if (type.dtype() != DType::kI32 || type.numel() != 1 || type.rank() > 1) {
+    return invalid_argument("tensor " + quote(name) + ": a ggml type is I32 [], not " + dtype_name(type.dtype()) + " " +
+                            type.shape().to_string());
+  }
+  const int32_t value = type.contiguous().data_as<int32_t>()[0];
+  const auto t = static_cast<uint32_t>(value);
+  if (value < 0 || !ggml_type_supported(t) || ggml_type_is_float(t)) {
+    return invalid_argument("tensor " + quote(name) + ": " + (value < 0 ? "type " + std::to_string(value) : ggml_type_name(t)) +
+                            " is not a quantized ggml type dequantized here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K)");
+  }
+  if (blocks.dtype() != DType::kU8 || blocks.rank() != 2 || blocks.size(1) % ggml_block_bytes(t) != 0) {
+    return invalid_argument("tensor " + quote(weight_name) + ": " + dtype_name(blocks.dtype()) + " " +
+                            blocks.shape().to_string() + " is not rows of whole " + ggml_type_name(t) + " blocks (U8 [O, " +
+                            "a multiple of " + std::to_string(ggml_block_bytes(t)) + "])");
+  }
+  return t;
+}
 
 // The "format" of a comfy_quant descriptor (JSON bytes), or an error naming it.
 Result<std::string> comfy_quant_format(const std::string& name, const Tensor& descriptor) {
@@ -124,9 +152,20 @@ Result<QuantizedWeights> quantized_weights_of(const NamedTensors& tensors, Scale
   for (const auto& [name, tensor] : tensors) by_name[name] = &tensor;
   QuantizedWeights found;
   for (const auto& [name, tensor] : tensors) {
+    std::string prefix;
+    if (!strip_suffix(name, kGgmlTypeSuffix, &prefix)) continue;
+    const std::string weight_name = prefix + ".weight";
+    const auto weight = by_name.find(weight_name);
+    if (weight == by_name.end()) {
+      return invalid_argument("tensor " + quote(name) + " types " + quote(weight_name) + ", which is not in the checkpoint");
+    }
+    VORTEX_ASSIGN_OR_RETURN(const uint32_t type, ggml_type_of(name, tensor, weight_name, *weight->second));
+    found.ggml[weight_name] = GgmlWeight{weight->second, type};
+  }
+  for (const auto& [name, tensor] : tensors) {
     if (is_quantization_side_tensor(name)) continue;
     if (is_fp8(tensor.dtype())) found.fp8[name].weight = &tensor;
-    if (tensor.dtype() == DType::kU8) found.nvfp4[name].weight = &tensor;
+    if (tensor.dtype() == DType::kU8 && !found.ggml.count(name)) found.nvfp4[name].weight = &tensor;
   }
   // The weight a side tensor belongs to, or an error naming both.
   const auto weight_of = [&](const std::string& name, const std::string& prefix) -> Result<const Tensor*> {
@@ -139,6 +178,7 @@ Result<QuantizedWeights> quantized_weights_of(const NamedTensors& tensors, Scale
   };
   for (const auto& [name, tensor] : tensors) {
     std::string prefix;
+    if (name.ends_with(kGgmlTypeSuffix)) continue;  // read above
     if (strip_suffix(name, kReadPastSuffixes, &prefix) || name == kComfyMarker) {
       ++summary->side_tensors_read_past;
       continue;
@@ -161,6 +201,10 @@ Result<QuantizedWeights> quantized_weights_of(const NamedTensors& tensors, Scale
     if (!tensor_scale && !strip_suffix(name, kScaleSuffixes, &prefix)) continue;
     VORTEX_ASSIGN_OR_RETURN(const Tensor* w, weight_of(name, prefix));
     const std::string weight_name = prefix + ".weight";
+    if (found.ggml.count(weight_name)) {
+      return invalid_argument("tensor " + quote(name) + " scales " + quote(weight_name) + ", whose GGUF blocks carry "
+                              "their own scales");
+    }
     if (w->dtype() == DType::kU8 && (tensor_scale || name.ends_with(".weight_scale"))) {
       Nvfp4Weight& entry = found.nvfp4[weight_name];
       (tensor_scale ? entry.tensor_scale : entry.block_scales) = &tensor;
@@ -203,6 +247,7 @@ Result<QuantizedWeights> quantized_weights_of(const NamedTensors& tensors, Scale
   }
   summary->fp8_weights = static_cast<int64_t>(found.fp8.size());
   summary->nvfp4_weights = static_cast<int64_t>(found.nvfp4.size());
+  summary->ggml_weights = static_cast<int64_t>(found.ggml.size());
   return found;
 }
 
@@ -245,12 +290,65 @@ Result<Tensor> dequantize(const Nvfp4Weight& w, DType into) {
   return dequantize_nvfp4(*w.weight, *w.block_scales, w.layout, tensor_scale.contiguous().data_as<float>()[0], into);
 }
 
+Result<Tensor> dequantize(const GgmlWeight& w, DType into) {
+  const Tensor blocks = w.blocks->contiguous();
+  const int64_t rows = blocks.size(0), row_bytes = blocks.size(1);
+  const int64_t cols = row_bytes / ggml_block_bytes(w.type) * ggml_block_values(w.type);
+  Tensor out = Tensor::empty({rows, cols}, into);
+  const auto* data = static_cast<const uint8_t*>(blocks.data());
+  Status failed = ok_status();
+  parallel_for(0, rows, [&](int64_t begin, int64_t end) {
+    std::vector<float> values(static_cast<size_t>(cols));
+    for (int64_t r = begin; r < end; ++r) {
+      // The type and the row's whole blocks were checked: this cannot fail.
+      (void)dequantize_ggml(w.type, data + r * row_bytes, cols, values.data());
+      for (int64_t c = 0; c < cols; ++c) {
+        if (into == DType::kF32) {
+          out.data_as<float>()[r * cols + c] = values[c];
+        } else {
+          out.data_as<uint16_t>()[r * cols + c] = f32_to_bf16_bits(values[c]);
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// Rows `runs` of a tensor (any dtype, rows = the first dim), in order.
+Tensor gather_rows(const Tensor& in, const RowRuns& runs) {
+  const Tensor src = in.contiguous();
+  int64_t rows = 0;
+  for (const auto& run : runs) rows += run.second;
+  Shape shape = src.shape();
+  shape[0] = rows;
+  Tensor out = Tensor::empty(shape, src.dtype());
+  const size_t row_bytes = src.size(0) > 0 ? src.nbytes() / static_cast<size_t>(src.size(0)) : 0;
+  char* to = static_cast<char*>(out.data());
+  for (const auto& [first, count] : runs) {
+    std::memcpy(to, static_cast<const char*>(src.data()) + first * row_bytes, count * row_bytes);
+    to += count * row_bytes;
+  }
+  return out;
+}
+
 }  // namespace
+
+Tensor ggml_type_tensor(uint32_t type) {
+  Tensor t = Tensor::empty({}, DType::kI32);
+  t.data_as<int32_t>()[0] = static_cast<int32_t>(type);
+  return t;
+}
+
+Shape StoredQuantizedWeight::logical_shape() const {
+  if (ggml_type) return Shape{codes.size(0), codes.size(1) / ggml_block_bytes(*ggml_type) * ggml_block_values(*ggml_type)};
+  return logical_weight_shape(codes);
+}
 
 bool is_quantization_side_tensor(const std::string& name) {
   std::string prefix;
   return strip_suffix(name, kScaleSuffixes, &prefix) || strip_suffix(name, kReadPastSuffixes, &prefix) ||
-         name.ends_with(kTensorScaleSuffix) || name.ends_with(kComfyQuantSuffix) || name == kComfyMarker;
+         name.ends_with(kTensorScaleSuffix) || name.ends_with(kComfyQuantSuffix) || name.ends_with(kGgmlTypeSuffix) ||
+         name == kComfyMarker;
 }
 
 std::vector<std::string> side_tensor_names_of(const std::string& weight_name) {
@@ -259,6 +357,7 @@ std::vector<std::string> side_tensor_names_of(const std::string& weight_name) {
   for (const char* suffix : kScaleSuffixes) names.push_back(prefix + suffix);
   names.push_back(prefix + kTensorScaleSuffix);
   names.push_back(prefix + kComfyQuantSuffix);
+  names.push_back(prefix + kGgmlTypeSuffix);
   return names;
 }
 
@@ -278,6 +377,11 @@ Result<StoredQuantizedWeight> stored_quantized_weight(const NamedTensors& tensor
       VORTEX_ASSIGN_OR_RETURN(out.fp8_scales, fp8->second.scale->to(DType::kF32));
       VORTEX_ASSIGN_OR_RETURN(out.fp8_scales, out.fp8_scales.contiguous().reshape({out.fp8_scales.numel()}));
     }
+    return out;
+  }
+  if (const auto ggml = quantized.ggml.find(name); ggml != quantized.ggml.end()) {
+    out.codes = ggml->second.blocks->contiguous();
+    out.ggml_type = ggml->second.type;
     return out;
   }
   const auto nvfp4 = quantized.nvfp4.find(name);
@@ -303,15 +407,50 @@ Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DTyp
     if (is_quantization_side_tensor(name)) continue;
     const auto fp8 = quantized.fp8.find(name);
     const auto nvfp4 = quantized.nvfp4.find(name);
-    if (fp8 == quantized.fp8.end() && nvfp4 == quantized.nvfp4.end()) {
+    const auto ggml = quantized.ggml.find(name);
+    if (fp8 == quantized.fp8.end() && nvfp4 == quantized.nvfp4.end() && ggml == quantized.ggml.end()) {
       out.emplace_back(name, tensor);
       continue;
     }
     const DType target = is_fp32_island(original_name_to_diffusers(name)) ? DType::kF32 : into;
-    Result<Tensor> dequantized = fp8 != quantized.fp8.end() ? dequantize(fp8->second, target)
-                                                            : dequantize(nvfp4->second, target);
+    Result<Tensor> dequantized = fp8 != quantized.fp8.end()     ? dequantize(fp8->second, target)
+                                 : nvfp4 != quantized.nvfp4.end() ? dequantize(nvfp4->second, target)
+                                                                  : dequantize(ggml->second, target);
     if (!dequantized.ok()) return dequantized.status().with_context(name);
     out.emplace_back(name, std::move(*dequantized));
+  }
+  return out;
+}
+
+Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
+                                         const std::string& new_name) {
+  VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(tensors, name));
+  const int64_t rows = q.codes.rank() >= 1 ? q.codes.size(0) : 0;
+  for (const auto& [first, count] : runs) {
+    if (first < 0 || count < 0 || first > rows || count > rows - first) {
+      return invalid_argument("tensor " + quote(name) + ": rows [" + std::to_string(first) + ", " +
+                              std::to_string(first + count) + ") are not among its " + std::to_string(rows));
+    }
+  }
+  const std::string prefix = new_name.substr(0, new_name.size() - std::strlen(".weight"));
+  NamedTensors out = {{new_name, gather_rows(q.codes, runs)}};
+  if (q.ggml_type) {
+    out.emplace_back(prefix + kGgmlTypeSuffix, ggml_type_tensor(*q.ggml_type));
+  } else if (q.nvfp4()) {
+    // Row-major block scales: rows of a tiled layout are not contiguous.
+    Tensor row_major = q.nvfp4_block_scales;
+    if (q.nvfp4_layout == Nvfp4ScaleLayout::kTiled) {
+      const int64_t block_cols = 2 * q.codes.size(1) / kNvfp4BlockSize;
+      row_major = Tensor::empty({rows, block_cols}, DType::kF8E4M3);
+      const auto* tiled = static_cast<const uint8_t*>(q.nvfp4_block_scales.data());
+      auto* to = static_cast<uint8_t*>(row_major.data());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t b = 0; b < block_cols; ++b) to[r * block_cols + b] = tiled[nvfp4_tiled_scale_index(r, b, block_cols)];
+    }
+    out.emplace_back(prefix + ".weight_scale", gather_rows(row_major, runs));
+    out.emplace_back(prefix + kTensorScaleSuffix, Tensor::from_f32({q.nvfp4_tensor_scale}, {}));
+  } else if (q.fp8_scales.defined()) {
+    out.emplace_back(prefix + ".weight_scale", q.fp8_scales.numel() == 1 ? q.fp8_scales : gather_rows(q.fp8_scales, runs));
   }
   return out;
 }

@@ -16,6 +16,12 @@
 // when only the tiled shape fits; otherwise (the two shapes agree and there is no descriptor, as
 // ModelOpt writes them) row-major. An NVFP4 weight's schema shape is [O, I] (logical_weight_shape).
 //
+// A GGUF file's quantized matrix (formats/gguf.h) is held as stored, zero-copy, in the same way: its
+// blocks as P.weight U8 [O, row bytes] (each row whole blocks) and the ggml type beside it as
+//   P.ggml_type        I32 [], a quantized type formats/gguf.h dequantizes (Q4_0 ... Q6_K).
+// Its schema shape is [O, row bytes / block bytes · block values] (shapes_of in weights.h).
+// Dequantized, its values are ggml's fp32 values (dequantize_ggml), rounded once.
+//
 // Read past, because nothing here needs them: static activation scales (P.input_scale,
 // P.scale_input; the fp8 recipe quantizes each token's activations with its own scale, the bf16
 // recipe does not quantize them), the comfy_quant descriptors of fp8 layers and ComfyUI's
@@ -39,6 +45,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +54,10 @@
 #include "vortex/status.h"
 
 namespace vortex::h3 {
+
+// The side tensor that marks a weight as GGUF blocks, and one holding `type`.
+inline constexpr const char* kGgmlTypeSuffix = ".ggml_type";
+Tensor ggml_type_tensor(uint32_t type);
 
 // A scale, static activation scale or format descriptor beside a weight: not a model tensor.
 bool is_quantization_side_tensor(const std::string& name);
@@ -58,10 +69,11 @@ struct ScaledWeightsSummary {
   int64_t side_tensors_read_past = 0;  // input scales, fp8 layers' descriptors, the marker
   int64_t nvfp4_weights = 0;  // weights stored NVFP4 (U8)
   int64_t nvfp4_tiled = 0;    // ... whose block scales are in cuBLAS's tiled layout
+  int64_t ggml_weights = 0;   // weights held as GGUF blocks (U8 with a ggml_type)
 };
 
 // The names of the side tensors the dequantization of `weight_name` (P.weight) may read:
-// P.weight_scale, P.scale_weight, P.weight_scale_2, P.comfy_quant.
+// P.weight_scale, P.scale_weight, P.weight_scale_2, P.comfy_quant, P.ggml_type.
 std::vector<std::string> side_tensor_names_of(const std::string& weight_name);
 
 // Checks every quantized weight's scales and every side tensor (a scale without its weight, a scale
@@ -73,18 +85,31 @@ Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors);
 // (cuda/dequantize_weights.h): its codes, and fp8's scale widened to F32 ([1] or [O]; undefined: 1)
 // or NVFP4's block scales with their layout and the tensor scale.
 struct StoredQuantizedWeight {
-  Tensor codes;  // F8_E4M3 / F8_E5M2 [O, ...], or NVFP4's U8 [O, I/2]
+  Tensor codes;  // F8_E4M3 / F8_E5M2 [O, ...], NVFP4's U8 [O, I/2], or GGUF blocks U8 [O, row bytes]
   Tensor fp8_scales;
   Tensor nvfp4_block_scales;
   Nvfp4ScaleLayout nvfp4_layout = Nvfp4ScaleLayout::kRowMajor;
   float nvfp4_tensor_scale = 1.0f;
+  std::optional<uint32_t> ggml_type;
   bool nvfp4() const { return nvfp4_block_scales.defined(); }
+  // The weight's shape in the model: [O, I].
+  Shape logical_shape() const;
 };
 // `name`'s entry of `tensors` (the weight and its side tensors: side_tensor_names_of), checked as
 // check_scaled_weights checks it; an error when it is not a quantized weight.
 Result<StoredQuantizedWeight> stored_quantized_weight(const NamedTensors& tensors, const std::string& name);
 
-// The tensors with every fp8 and NVFP4 weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
+// Rows of a weight as runs (first row, count), taken in order.
+using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
+// The quantized weight `name` of `tensors` as `new_name` holding only `runs`' rows, in their order,
+// still quantized: its codes' rows, fp8's per-row scales' rows (widened to F32 [rows]; one scale for
+// the tensor kept), NVFP4's block scales' rows (made row-major first; the tensor scale kept) and a
+// GGUF weight's block rows with its type. For splitting and reordering a fused layer (the original
+// layout's QKV and FC1) without dequantizing it: dequantized, each row has the bits it had.
+Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
+                                         const std::string& new_name);
+
+// The tensors with every fp8, NVFP4 and GGUF-block weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
 // F32) and the side tensors left out; every other tensor is passed on as it was. Checks first.
 Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DType into);
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/quote.h"
+#include "formats/gguf.h"
 #include "models/h3/lora.h"
 #include "models/h3/scaled_weights.h"
 
@@ -103,9 +104,9 @@ Tensor new_like_rows(const Tensor& like, int64_t rows) {
   return Tensor::empty(shape, like.dtype());
 }
 
-Status expect_rows(const std::string& name, const Tensor& t, int64_t rows) {
-  if (t.rank() != 2 || t.size(0) != rows) {
-    return invalid_argument("tensor '" + name + "': shape " + t.shape().to_string() + " but the config expects " +
+Status expect_rows(const std::string& name, const Shape& shape, int64_t rows) {
+  if (shape.rank() != 2 || shape[0] != rows) {
+    return invalid_argument("tensor '" + name + "': shape " + shape.to_string() + " but the config expects " +
                             std::to_string(rows) + " rows");
   }
   return ok_status();
@@ -185,30 +186,68 @@ std::vector<TensorSpec> diffusers_schema(const H3Config& c) {
 
 Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config) {
   const int64_t heads = config.num_attention_heads, D = config.attention_head_dim, inner = config.inner_dim();
+  const int64_t F = config.ffn_dim;
+  // A fused layer's parts, each as its rows of the fused weight. QKV is fused per head: head h's q, k
+  // and v are rows (3h + p) · D ... + D; FC1 is [gate; value] and becomes [value; gate].
+  struct Part {
+    std::string name;
+    RowRuns runs;
+  };
+  const auto parts_of = [&](const std::string& target) -> std::vector<Part> {
+    if (ends_with(target, ".attn.qkv_proj.weight")) {
+      const std::string prefix = target.substr(0, target.size() - std::strlen("qkv_proj.weight"));
+      const char* names[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
+      std::vector<Part> parts;
+      for (int64_t p = 0; p < 3; ++p) {
+        RowRuns runs;
+        for (int64_t h = 0; h < heads; ++h) runs.emplace_back((h * 3 + p) * D, D);
+        parts.push_back({prefix + names[p], std::move(runs)});
+      }
+      return parts;
+    }
+    if (ends_with(target, ".mlp.fc1.weight")) {
+      std::string name = target;
+      replace_once(name, ".mlp.fc1.weight", ".ff.net.0.proj.weight");
+      return {{name, RowRuns{{F, F}, {0, F}}}};
+    }
+    return {};
+  };
+  const auto is_fused = [&](const std::string& weight_name) {
+    return !parts_of(original_name_to_diffusers(weight_name)).empty();
+  };
   NamedTensors out;
   for (const auto& [name, tensor] : original) {
     if (name == "rope.inv_freq") continue;  // recomputed from rope_theta and rope_freq_dim
-    std::string target = original_name_to_diffusers(name);
-    if (ends_with(target, ".attn.qkv_proj.weight")) {
-      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor, 3 * inner));
-      const std::string prefix = target.substr(0, target.size() - std::strlen("qkv_proj.weight"));
-      Tensor src = tensor.contiguous();
-      const char* parts[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
-      for (int p = 0; p < 3; ++p) {
-        Tensor dst = new_like_rows(src, inner);
-        for (int64_t h = 0; h < heads; ++h) copy_rows(src, (h * 3 + p) * D, dst, h * D, D);
-        out.emplace_back(prefix + parts[p], dst);
-      }
-    } else if (ends_with(target, ".mlp.fc1.weight")) {
-      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor, 2 * int64_t(config.ffn_dim)));
-      Tensor src = tensor.contiguous();
-      Tensor dst = new_like_rows(src, 2 * config.ffn_dim);
-      copy_rows(src, config.ffn_dim, dst, 0, config.ffn_dim);  // value
-      copy_rows(src, 0, dst, config.ffn_dim, config.ffn_dim);  // gate
-      replace_once(target, ".mlp.fc1.weight", ".ff.net.0.proj.weight");
-      out.emplace_back(target, dst);
-    } else {
+    // A fused layer's scales and type go with its parts (take_quantized_rows).
+    if (is_quantization_side_tensor(name)) {
+      const size_t dot = name.rfind('.');
+      if (dot != std::string::npos && is_fused(name.substr(0, dot) + ".weight")) continue;
+    }
+    const std::string target = original_name_to_diffusers(name);
+    const std::vector<Part> parts = parts_of(target);
+    if (parts.empty()) {
       out.emplace_back(target, tensor);
+      continue;
+    }
+    VORTEX_RETURN_IF_ERROR(expect_rows(name, logical_weight_shape(tensor), parts.size() == 3 ? 3 * inner : 2 * F));
+    const bool quantized = tensor.dtype() == DType::kF8E4M3 || tensor.dtype() == DType::kF8E5M2 ||
+                           tensor.dtype() == DType::kU8;
+    for (const Part& part : parts) {
+      if (quantized) {
+        VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, take_quantized_rows(original, name, part.runs, part.name));
+        for (auto& entry : taken) out.push_back(std::move(entry));
+        continue;
+      }
+      const Tensor src = tensor.contiguous();
+      int64_t rows = 0;
+      for (const auto& run : part.runs) rows += run.second;
+      Tensor dst = new_like_rows(src, rows);
+      int64_t at = 0;
+      for (const auto& [first, count] : part.runs) {
+        copy_rows(src, first, dst, at, count);
+        at += count;
+      }
+      out.emplace_back(part.name, dst);
     }
   }
   return out;
@@ -229,7 +268,7 @@ Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const 
       for (int p = 0; p < 3; ++p) {
         auto it = by_name.find(prefix + suffixes[p]);
         if (it == by_name.end()) return invalid_argument("missing tensor '" + prefix + suffixes[p] + "'");
-        VORTEX_RETURN_IF_ERROR(expect_rows(it->first, it->second, inner));
+        VORTEX_RETURN_IF_ERROR(expect_rows(it->first, it->second.shape(), inner));
         parts[p] = it->second.contiguous();
         if (parts[p].dtype() != parts[0].dtype()) {
           return invalid_argument("tensor '" + prefix + suffixes[p] + "': dtype differs from to_q");
@@ -241,7 +280,7 @@ Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const 
       replace_once(target, ".attn.to_q.weight", ".attn.qkv_proj.weight");
       out.emplace_back(target, dst);
     } else if (ends_with(name, ".ff.net.0.proj.weight")) {
-      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor, 2 * int64_t(config.ffn_dim)));
+      VORTEX_RETURN_IF_ERROR(expect_rows(name, tensor.shape(), 2 * int64_t(config.ffn_dim)));
       Tensor src = tensor.contiguous();
       Tensor dst = new_like_rows(src, 2 * config.ffn_dim);
       copy_rows(src, config.ffn_dim, dst, 0, config.ffn_dim);  // gate first
@@ -344,9 +383,24 @@ Shape logical_weight_shape(const Tensor& stored) {
 }
 
 NamedShapes shapes_of(const NamedTensors& tensors) {
+  // GGUF blocks' shapes need their type (scaled_weights.h); a malformed one is check_scaled_weights' error.
+  std::unordered_map<std::string, uint32_t> ggml_types;
+  for (const auto& [name, tensor] : tensors) {
+    if (ends_with(name, kGgmlTypeSuffix) && tensor.dtype() == DType::kI32 && tensor.numel() == 1) {
+      const std::string weight = name.substr(0, name.size() - std::strlen(kGgmlTypeSuffix)) + ".weight";
+      ggml_types[weight] = static_cast<uint32_t>(tensor.contiguous().data_as<int32_t>()[0]);
+    }
+  }
   NamedShapes out;
   out.reserve(tensors.size());
-  for (const auto& [name, tensor] : tensors) out.emplace_back(name, ShapeEntry{logical_weight_shape(tensor), tensor.dtype()});
+  for (const auto& [name, tensor] : tensors) {
+    const auto type = ggml_types.find(name);
+    Shape shape = logical_weight_shape(tensor);
+    if (type != ggml_types.end() && tensor.rank() == 2 && ggml_block_bytes(type->second) > 0) {
+      shape = Shape{tensor.size(0), tensor.size(1) / ggml_block_bytes(type->second) * ggml_block_values(type->second)};
+    }
+    out.emplace_back(name, ShapeEntry{shape, tensor.dtype()});
+  }
   return out;
 }
 
@@ -374,7 +428,7 @@ Status validate_against_schema(const NamedShapes& tensors, const H3Config& confi
     if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3 && d != DType::kF8E5M2 &&
         d != DType::kU8) {
       return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(d) +
-                              " is not supported yet (F32, BF16, F16, F8_E4M3 / F8_E5M2 with a scale, or NVFP4 as U8)");
+                              " is not supported yet (F32, BF16, F16, F8_E4M3 / F8_E5M2 with a scale, NVFP4 or GGUF blocks as U8)");
     }
   }
   for (const auto& [name, tensor] : tensors) {

@@ -43,6 +43,9 @@ std::string original_name_to_diffusers(std::string name);
 
 // Layout conversion. Pure renames are zero-copy; QKV and FC1 are rebuilt. Conversions are exact
 // (bytes are moved, never re-rounded), so original -> diffusers -> original is bit-exact.
+// original_to_diffusers also takes quantized weights with their side tensors (scaled_weights.h): a
+// quantized QKV or FC1 is split still quantized (take_quantized_rows), the others' side tensors are
+// renamed with them.
 Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
 Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config);
 
@@ -54,9 +57,9 @@ Result<NamedTensors> read_all(const ShardedCheckpoint& checkpoint);
 // byte; scaled_weights.h), is [O, I]; every other tensor its own shape.
 Shape logical_weight_shape(const Tensor& stored);
 
-// A tensor's shape (logical_weight_shape) and stored dtype: what the schema checks and the config
-// inference read, so that they need no tensor data (a GGUF file's quantized tensors are not
-// dequantized for them).
+// A tensor's shape (logical_weight_shape; a weight held as GGUF blocks, by its P.ggml_type) and
+// stored dtype: what the schema checks and the config inference read, so that they need no tensor
+// data (a GGUF file's quantized tensors are not dequantized for them).
 struct ShapeEntry {
   Shape shape;
   DType dtype = DType::kBF16;
