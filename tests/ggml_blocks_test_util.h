@@ -14,17 +14,6 @@
 
 namespace vortex::test_util {
 
-// The byte offsets of a block's f16 scale and min fields (formats/gguf.cc's block layouts).
-inline std::vector<int> ggml_f16_fields(uint32_t type) {
-  switch (type) {
-    case kGgmlQ4_1: case kGgmlQ5_1: case kGgmlQ4_K: case kGgmlQ5_K: return {0, 2};
-    case kGgmlQ2_K: return {80, 82};
-    case kGgmlQ3_K: return {108};
-    case kGgmlQ6_K: return {208};
-    default: return {0};  // Q4_0, Q5_0, Q8_0
-  }
-}
-
 // U8 [rows, cols / block values · block bytes]: `rows` rows of `cols` values (whole blocks) of `type`.
 inline Tensor random_ggml_blocks(uint32_t type, int64_t rows, int64_t cols, uint64_t seed) {
   const int64_t block_bytes = ggml_block_bytes(type), blocks_per_row = cols / ggml_block_values(type);

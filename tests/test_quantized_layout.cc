@@ -6,6 +6,7 @@
 // and malformed ones refused by name.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -14,6 +15,7 @@
 
 #include "formats/nvfp4.h"
 #include "ggml_blocks_test_util.h"
+#include "models/h3/checkpoint_writer.h"
 #include "gguf_test_util.h"
 #include "models/h3/model_source.h"
 #include "models/h3/scaled_weights.h"
@@ -164,6 +166,38 @@ TEST(QuantizedLayout, AGgufFilesMatricesAreHeldAsTheirBlocks) {
   ASSERT_EQ(dequantized.size(), 2u);
   const Tensor want = must(source.tensor("blocks.0.mlp.fc2.weight"));
   EXPECT_EQ(std::memcmp(dequantized.at("blocks.0.mlp.fc2.weight").data(), want.data(), want.nbytes()), 0);
+}
+
+// What the CUDA loader does with a GGUF checkpoint before any weight uploads: the blocks as held,
+// converted to the diffusers layout still quantized, pass the schema check at the config's shapes.
+TEST(QuantizedLayout, AHeldGgufCheckpointConvertsAndPassesTheSchemaCheck) {
+  test_util::TempDir tmp;
+  const h3::H3Config config = *h3::config_preset("mid");
+  const auto written = test_util::write_gguf_checkpoints(config, 3, tmp.file("source"), tmp.file("m.gguf"),
+                                                         tmp.file("reference.safetensors"));
+  ASSERT_TRUE(written.ok()) << written.status().message();
+  ASSERT_GT(written->quantized, 0);
+  const h3::ModelSource source = must(h3::ModelSource::open(tmp.file("m.gguf")));
+  const NamedTensors diffusers = must(h3::original_to_diffusers(must(source.tensors()), config));
+  // Each quantized QKV became three weights.
+  int quantized_qkv = 0;
+  for (const auto& t : written->tensors) quantized_qkv += t.type == kGgmlQ8_0 && t.name.ends_with(".attn.qkv_proj.weight");
+  EXPECT_GT(quantized_qkv, 0);
+  EXPECT_EQ(must(h3::check_scaled_weights(diffusers)).ggml_weights, written->quantized + 2 * quantized_qkv);
+  const Status valid = h3::validate_checkpoint_tensors(diffusers, h3::CheckpointLayout::kDiffusers, config);
+  EXPECT_TRUE(valid.ok()) << valid.message();
+}
+
+// ggml_f16_fields names every f16 field: with each set finite, random blocks dequantize finite.
+TEST(QuantizedLayout, RandomBlocksWithFiniteF16FieldsDequantizeFinite) {
+  for (const uint32_t type : test_util::ggml_quantized_types()) {
+    const Tensor blocks = test_util::random_ggml_blocks(type, 64, 512, 6);
+    std::vector<float> values(64 * 512);
+    ASSERT_TRUE(dequantize_ggml(type, static_cast<const uint8_t*>(blocks.data()), 64 * 512, values.data()).ok());
+    int64_t finite = 0;
+    for (float v : values) finite += std::isfinite(v);
+    EXPECT_EQ(finite, 64 * 512) << ggml_type_name(type);
+  }
 }
 
 TEST(QuantizedLayout, MalformedGgufBlocksAreRefusedByName) {

@@ -358,6 +358,17 @@ int64_t ggml_block_values(uint32_t type) { return type < kTypeCount ? kTypes[typ
 
 int64_t ggml_block_bytes(uint32_t type) { return type < kTypeCount ? kTypes[type].block_bytes : 0; }
 
+std::vector<int> ggml_f16_fields(uint32_t type) {
+  switch (type) {
+    case kGgmlQ4_0: case kGgmlQ5_0: case kGgmlQ8_0: return {0};
+    case kGgmlQ4_1: case kGgmlQ5_1: case kGgmlQ4_K: case kGgmlQ5_K: return {0, 2};
+    case kGgmlQ2_K: return {80, 82};
+    case kGgmlQ3_K: return {108};
+    case kGgmlQ6_K: return {208};
+    default: return {};
+  }
+}
+
 bool ggml_type_is_float(uint32_t type) { return type == kGgmlF32 || type == kGgmlF16 || type == kGgmlBF16; }
 
 DType ggml_float_dtype(uint32_t type) {

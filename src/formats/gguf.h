@@ -80,6 +80,10 @@ DType ggml_float_dtype(uint32_t type);
 int64_t ggml_block_values(uint32_t type);
 int64_t ggml_block_bytes(uint32_t type);
 
+// The byte offsets of a quantized type's f16 fields in its block (the scale d, and the min or dmin
+// of the types that have one).
+std::vector<int> ggml_f16_fields(uint32_t type);
+
 // Dequantizes `n` values (a whole number of blocks) of a supported quantized ggml type into fp32.
 Status dequantize_ggml(uint32_t type, const uint8_t* blocks, int64_t n, float* out);
 

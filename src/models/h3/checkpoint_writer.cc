@@ -261,11 +261,12 @@ Status write_checkpoint(const std::string& dir, const H3Config& config, const Gr
 
 Status validate_checkpoint_tensors(const NamedTensors& stored, CheckpointLayout layout, const H3Config& config) {
   VORTEX_RETURN_IF_ERROR(check_scaled_weights(stored).status());
-  NamedTensors tensors;
-  for (const auto& entry : stored) {
-    if (!is_quantization_side_tensor(entry.first)) tensors.push_back(entry);
+  // Shapes first: a GGUF weight's needs its P.ggml_type.
+  NamedShapes shapes;
+  for (auto& entry : shapes_of(stored)) {
+    if (!is_quantization_side_tensor(entry.first)) shapes.push_back(std::move(entry));
   }
-  return validate_checkpoint_shapes(shapes_of(tensors), layout, config);
+  return validate_checkpoint_shapes(shapes, layout, config);
 }
 
 Status validate_checkpoint_shapes(const NamedShapes& tensors, CheckpointLayout layout, const H3Config& config) {
