@@ -197,11 +197,13 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
     VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(checkpoint));
     // Quantized weights (fp8, NVFP4, a GGUF file's blocks) stay as stored, through the layout
-    // conversion too, and load dequantized to bf16 one at a time as each uploads
-    // (host_weight_filler; the fp8 recipe quantizes them again on the device), unless an adapter
-    // merge needs them all first.
+    // conversion too, and load dequantized to bf16 one at a time as each uploads (host_weight_filler,
+    // or lora_merging_filler, which merges adapters into the dequantized weight on the device; the
+    // fp8 recipe quantizes them again), unless adapters merge on the host
+    // (VORTEX_VARIANT_LORA_MERGE=host), which needs them all first.
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, checkpoint.tensors());
-    if (!m.loras.empty() || m.keep_base_weights) {
+    VORTEX_ASSIGN_OR_RETURN(const bool merge_on_device, h3::lora_merge_on_device());
+    if ((!m.loras.empty() || m.keep_base_weights) && !merge_on_device) {
       auto dequantized = h3::dequantize_scaled_weights(tensors, DType::kBF16);
       if (!dequantized.ok()) return dequantized.status().with_context(m.model_path);
       tensors = std::move(*dequantized);

@@ -15,6 +15,7 @@
 #include "models/h3/cuda_lora_merge.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/lora.h"
+#include "models/h3/scaled_weights.h"
 #include "models/h3/weights.h"
 #if defined(VORTEX_HAVE_NCCL)
 #include "dist/sequence_parallel_h3.h"
@@ -92,6 +93,44 @@ std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adap
     }
   }
   return out;
+}
+
+// Adapters on a quantized base (fp8 as convert --quantize fp8 writes it): lora_merging_filler merges
+// into each weight's dequantization, on the device (or on the host where the device merge does not
+// take the terms: a DoRA module meeting a lora_B bias), and writes the bits it writes from the base
+// dequantized first, every tensor of the model.
+TEST(GpuH3Lora, AQuantizedBaseMergesFromItsDequantization) {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
+  const h3::H3Config config = must(h3::config_from_file(golden_path("h3_lora/config.json")));
+  const h3::NamedTensors base =
+      must(h3::read_all(must(ShardedCheckpoint::open(golden_path("h3_lora/base.safetensors")))));
+  std::vector<std::pair<const h3::LoraAdapter*, double>> stacked;
+  std::vector<h3::LoraAdapter> adapters;
+  for (const char* name : {"kohya_original", "diffsynth", "musubi", "lora_bias", "dora"}) {
+    adapters.push_back(must(h3::read_lora(golden_path(std::string("h3_lora/") + name + ".safetensors"), config)));
+  }
+  for (size_t i = 0; i < adapters.size(); ++i) stacked.emplace_back(&adapters[i], i % 2 ? -0.5 : 0.75);
+  const h3::NamedTensors fp8 = must(h3::quantize_linears_fp8(base));
+  const h3::NamedTensors dequantized = must(h3::dequantize_scaled_weights(fp8, DType::kBF16));
+  const auto stack = stack_of(stacked);
+  const h3::WeightFiller from_fp8 = h3::lora_merging_filler(fp8, stack, DType::kBF16, nullptr);
+  const h3::WeightFiller from_dequantized = h3::lora_merging_filler(dequantized, stack, DType::kBF16, nullptr);
+  const auto terms = h3::lora_terms_by_linear(stack->applications());
+  int quantized_targets = 0;
+  for (const h3::TensorSpec& spec : h3::diffusers_schema(config)) {
+    SCOPED_TRACE(spec.name);
+    const DType dtype = spec.fp32_island ? DType::kF32 : DType::kBF16;
+    cuda::DeviceArena arena = must(cuda::DeviceArena::create(2 * cuda::DeviceArena::bytes_for(spec.shape, dtype)));
+    const Tensor got = must(arena.alloc(spec.shape, dtype)), want = must(arena.alloc(spec.shape, dtype));
+    must(from_fp8(spec, got));
+    must(from_dequantized(spec, want));
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_TRUE(same_bits(must(cuda::download(got, nullptr)), must(cuda::download(want, nullptr))));
+    const std::string linear = spec.name.substr(0, spec.name.rfind('.'));
+    if (h3::is_fp8_channel_quantized_linear(spec.name) && terms.count(linear)) ++quantized_targets;
+  }
+  EXPECT_GT(quantized_targets, 0) << "no adapter targets a quantized weight: this checks nothing";
 }
 
 // One model under both recipes and both AdaLN table modes (and, where NCCL is built, two

@@ -8,6 +8,7 @@
 #include "core/quote.h"
 #include "cuda/lora_merge.h"
 #include "cuda/runtime.h"
+#include "models/h3/scaled_weights.h"
 
 namespace vortex::h3 {
 
@@ -28,10 +29,12 @@ struct MergingFiller {
   std::unordered_map<std::string, Tensor> host_merged;
 
   Status fill(const TensorSpec& spec, const Tensor& dst);
-  Status merge_on_device(const std::string& name, const Tensor& weight, const std::vector<LoraTerm>& terms,
+  Status merge_on_device(const TensorSpec& spec, const Tensor& weight, const std::vector<LoraTerm>& terms,
                          const Tensor& dst);
   Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
 };
+
+bool is_quantized_storage(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kU8; }
 
 bool device_takes(DType weight, DType merged, DType dst) {
   const bool widened = weight == DType::kF32 || weight == DType::kBF16 || weight == DType::kF16;
@@ -52,8 +55,10 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   if (weight) {
     const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
     const bool too_many = it->second.size() > static_cast<size_t>(cuda::kMaxLoraMergeTerms);
-    if (!dora_meets_bias && !too_many && device_takes(host.dtype(), merged, dst.dtype())) {
-      return merge_on_device(name, host, it->second, dst);
+    // A quantized weight merges from its dequantization, written into dst first.
+    const DType source = is_quantized_storage(host.dtype()) ? dst.dtype() : host.dtype();
+    if (!dora_meets_bias && !too_many && device_takes(source, merged, dst.dtype())) {
+      return merge_on_device(spec, host, it->second, dst);
     }
     return merge_on_host(name, linear, spec, dst);
   }
@@ -61,15 +66,18 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   return merge_on_host(name, linear, spec, dst);
 }
 
-Status MergingFiller::merge_on_device(const std::string& name, const Tensor& weight,
+Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& weight,
                                       const std::vector<LoraTerm>& terms, const Tensor& dst) {
-  if (weight.shape() != dst.shape()) {
+  const std::string& name = spec.name;
+  const bool quantized = is_quantized_storage(weight.dtype());
+  if (!quantized && weight.shape() != dst.shape()) {
     return invalid_argument("tensor " + quote(name) + ": shape " + weight.shape().to_string() +
                             " but the config expects " + dst.shape().to_string());
   }
-  VORTEX_RETURN_IF_ERROR(check_lora_fits(terms, name, weight));
+  // (A quantized weight's shape is checked as it is dequantized into dst.)
+  VORTEX_RETURN_IF_ERROR(check_lora_fits(terms, name, quantized ? dst : weight));
   // The factors, and the weight where it cannot be read in place (another dtype than dst's).
-  const bool in_place = weight.dtype() == dst.dtype();
+  const bool in_place = quantized || weight.dtype() == dst.dtype();
   size_t bytes = in_place ? 0 : cuda::DeviceArena::bytes_for(weight.shape(), weight.dtype());
   for (const LoraTerm& t : terms) {
     for (const Tensor* factor : {&t.module->up, &t.module->down, &t.module->magnitude}) {
@@ -83,7 +91,11 @@ Status MergingFiller::merge_on_device(const std::string& name, const Tensor& wei
   if (!in_place) {
     VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(weight.shape(), weight.dtype()));
   }
-  VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight, source, stream));
+  if (quantized) {
+    VORTEX_RETURN_IF_ERROR(upload(spec, dst));
+  } else {
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight, source, stream));
+  }
   std::vector<cuda::LoraMergeTerm> device_terms;
   for (const LoraTerm& t : terms) {
     const LoraModule& m = *t.module;
@@ -118,6 +130,12 @@ Status MergingFiller::merge_on_host(const std::string& name, const std::string& 
       const auto it = base.find(part);
       if (it != base.end() && (part == name || whole_linear)) group.emplace_back(part, it->second);
     }
+    // A quantized weight merges from its dequantization (into bf16, the fp32 islands F32), as
+    // generate's host merge path dequantizes the whole model first.
+    for (const std::string& side : side_tensor_names_of(linear + ".weight")) {
+      if (const auto it = base.find(side); it != base.end()) group.emplace_back(side, it->second);
+    }
+    VORTEX_ASSIGN_OR_RETURN(group, dequantize_scaled_weights(group, DType::kBF16));
     VORTEX_RETURN_IF_ERROR(merge_loras(group, loras->applications(), merge_dtype));
     for (auto& [part, tensor] : group) host_merged[part] = std::move(tensor);
   }
