@@ -217,6 +217,16 @@ TEST(QuantizedLayout, MalformedGgufBlocksAreRefusedByName) {
                                                            Tensor::from_f32({1.0f}, {})}},
           "whose GGUF blocks carry their own scales");
   EXPECT_TRUE(h3::check_scaled_weights({{w, q8}, {t, h3::ggml_type_tensor(kGgmlQ8_0)}}).ok());
+  // A fused layer's scales are checked before the conversion splits them off their weight.
+  const Tensor bf16 = must(Tensor::from_f32(std::vector<float>(48 * 256, 0.5f), {48, 256}).to(DType::kBF16));
+  const auto converted = h3::original_to_diffusers(
+      {{"blocks.0.attn.qkv_proj.weight", bf16}, {"blocks.0.attn.qkv_proj.weight_scale", Tensor::from_f32({2.0f}, {})}},
+      tiny_config());
+  ASSERT_FALSE(converted.ok());
+  EXPECT_NE(converted.status().message().find("tensor 'blocks.0.attn.qkv_proj.weight_scale' scales "
+                                              "'blocks.0.attn.qkv_proj.weight', stored BF16"),
+            std::string::npos)
+      << converted.status().message();
 }
 
 }  // namespace

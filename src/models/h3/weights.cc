@@ -215,6 +215,8 @@ Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H
   const auto is_fused = [&](const std::string& weight_name) {
     return !parts_of(original_name_to_diffusers(weight_name)).empty();
   };
+  // Side tensors are checked here, where a fused layer's are still beside the weight they belong to.
+  VORTEX_RETURN_IF_ERROR(check_scaled_weights(original).status());
   NamedTensors out;
   for (const auto& [name, tensor] : original) {
     if (name == "rope.inv_freq") continue;  // recomputed from rope_theta and rope_freq_dim
