@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "core/parallel.h"
 
@@ -102,11 +103,20 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
   }
   constexpr size_t kHalf = 32u << 20;
   constexpr int64_t kStagingGrain = 1 << 20;  // below a MB a thread's start costs more than its copy
+  // The two halves fill one after the other, each copy packed where the last one ended (a small
+  // copy, such as a weight's scales between two weights, takes only its bytes): the host fills one
+  // half while the other's transfers run. Starting every copy on a fresh half instead left the
+  // transfers idle behind each small copy while the host filled the next half (a quantized
+  // weight's scales cost a chunk's memcpy each: session 57, bench/notes/dequantize_weights.md).
   struct Staging {
     std::mutex busy;
     void* pinned = nullptr;
-    cudaEvent_t done[2] = {nullptr, nullptr};  // events of the device the area serves
-    size_t next_half = 0;  // the halves alternate across calls too, so back-to-back copies overlap
+    size_t half = 0;  // the half being filled
+    size_t used = 0;  // its bytes handed to transfers since it was entered
+    // The transfers out of each half, one event each (on their own streams), waited for before the
+    // half is filled again; spent events are kept for reuse. Events of the device the area serves.
+    std::vector<cudaEvent_t> pending[2];
+    std::vector<cudaEvent_t> spare;
   };
   // One staging area per device, made on first use and kept: weight loading and the video VAE
   // encoder's pixel upload call it, and the ranks of a sequence-parallel group load theirs at once,
@@ -124,19 +134,23 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
   }
   std::lock_guard<std::mutex> busy(area->busy);
   Staging& staging = *area;
-  if (!staging.pinned) {
-    VORTEX_CUDA_CHECK(cudaMallocHost(&staging.pinned, 2 * kHalf));
-    for (auto& e : staging.done) VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
+  if (!staging.pinned) VORTEX_CUDA_CHECK(cudaMallocHost(&staging.pinned, 2 * kHalf));
   const Tensor src = host.contiguous();
   const char* in = static_cast<const char*>(src.data());
   char* out = static_cast<char*>(dst.data());
   const size_t total = src.nbytes();
-  for (size_t offset = 0; offset < total; offset += kHalf) {
-    const size_t half = staging.next_half, bytes = std::min(kHalf, total - offset);
-    staging.next_half ^= 1;
-    char* buffer = static_cast<char*>(staging.pinned) + half * kHalf;
-    VORTEX_CUDA_CHECK(cudaEventSynchronize(staging.done[half]));  // the copy that last used this half
+  for (size_t offset = 0; offset < total;) {
+    if (staging.used == kHalf) {  // full: on to the other half, once its transfers are done
+      staging.half ^= 1;
+      staging.used = 0;
+      for (cudaEvent_t e : staging.pending[staging.half]) {
+        VORTEX_CUDA_CHECK(cudaEventSynchronize(e));
+        staging.spare.push_back(e);
+      }
+      staging.pending[staging.half].clear();
+    }
+    const size_t bytes = std::min(kHalf - staging.used, total - offset);
+    char* buffer = static_cast<char*>(staging.pinned) + staging.half * kHalf + staging.used;
     // One thread's memcpy into pinned memory ran ~5 GB/s on the GPU machine's host (the video VAE
     // encoder's 210 MB of clip pixels: 52 ms), below the transfer it feeds: the cores share it.
     parallel_for(
@@ -146,7 +160,17 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
         },
         kStagingGrain);
     VORTEX_CUDA_CHECK(cudaMemcpyAsync(out + offset, buffer, bytes, cudaMemcpyHostToDevice, stream));
-    VORTEX_CUDA_CHECK(cudaEventRecord(staging.done[half], stream));
+    cudaEvent_t done = nullptr;
+    if (staging.spare.empty()) {
+      VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    } else {
+      done = staging.spare.back();
+      staging.spare.pop_back();
+    }
+    staging.pending[staging.half].push_back(done);
+    VORTEX_CUDA_CHECK(cudaEventRecord(done, stream));
+    staging.used += bytes;
+    offset += bytes;
   }
   // No wait for the transfers: the host bytes are all in pinned memory by now, so the source (maybe
   // a temporary) may go, and the caller's later work on `stream` sees dst. A wait here held the

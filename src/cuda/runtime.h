@@ -77,8 +77,9 @@ class DeviceArena {
 // Copies a host tensor (any strides; made contiguous first) into `dst` (contiguous, same shape and
 // dtype, on the device).
 Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream);
-// The same through pinned staging buffers (two 32 MB halves, copies overlapping the memcpy into
-// the other half): how checkpoint weights go mmap -> pinned -> device at full PCIe speed.
+// The same through pinned staging buffers (two 32 MB halves filled in turn, each copy packed after
+// the last, the transfers out of one overlapping the memcpy into the other): how checkpoint weights
+// go mmap -> pinned -> device at full PCIe speed, their small scales and factors included.
 // Ordered on `stream` like cudaMemcpyAsync: it returns once `host` has been read (into the pinned
 // halves), without waiting for the transfers or for earlier work on `stream`; later work on
 // `stream` sees dst, other streams and the host need the caller's synchronisation.

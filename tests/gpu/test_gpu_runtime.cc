@@ -36,6 +36,40 @@ TEST(GpuRuntime, StagedCopySpansSeveralStagingHalves) {
   EXPECT_EQ(std::memcmp(back->data(), host.data(), host.nbytes()), 0);
 }
 
+// Copies of every size, packed one after another into the staging halves (a copy that ends mid-half
+// leaves the rest to the next), from two streams by turns: each lands whole, none overwritten by
+// the next copy's staging before its own transfer ran.
+TEST(GpuRuntime, StagedCopiesOfMixedSizesFromTwoStreamsLandWhole) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  cudaStream_t streams[2] = {nullptr, nullptr};
+  for (cudaStream_t& s : streams) ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
+  // Bytes: a half and a bit, tiny ones between, one ending exactly where a half does, several halves.
+  const std::vector<int64_t> sizes = {(33ll << 20) + 5, 3, 1024, (31ll << 20) - 1032, 17ll << 20, 1,
+                                      (64ll << 20) + 5, 7, 96 << 10};
+  int64_t all = 0;
+  for (int64_t n : sizes) all += n + 256;
+  auto arena = cuda::DeviceArena::create(static_cast<size_t>(all));
+  ASSERT_TRUE(arena.ok());
+  std::vector<Tensor> hosts, devs;
+  std::mt19937 rng(23);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    Tensor h = Tensor::empty({sizes[k]}, DType::kU8);
+    for (int64_t i = 0; i < sizes[k]; ++i) static_cast<uint8_t*>(h.data())[i] = static_cast<uint8_t>(rng());
+    hosts.push_back(h);
+    auto d = arena->alloc({sizes[k]}, DType::kU8);
+    ASSERT_TRUE(d.ok());
+    devs.push_back(*d);
+    ASSERT_TRUE(cuda::copy_to_device_staged(hosts[k], devs[k], streams[k % 2]).ok()) << "copy " << k;
+  }
+  for (cudaStream_t s : streams) ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    auto back = cuda::download(devs[k], nullptr);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(std::memcmp(back->data(), hosts[k].data(), hosts[k].nbytes()), 0) << "copy " << k;
+  }
+  for (cudaStream_t s : streams) cudaStreamDestroy(s);
+}
+
 // The staged copy is stream-ordered: it returns once the host bytes are in pinned memory, without
 // waiting for earlier work on the stream, and never reads the source afterwards.
 TEST(GpuRuntime, StagedCopyIsStreamOrderedAndDoneWithTheSourceOnReturn) {
