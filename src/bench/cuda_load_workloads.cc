@@ -125,7 +125,8 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(const auto both, concatenated_bf16(targets, host_dequantized));
   // And the Q4_K block's, which must be the same bits too.
   VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(q4_k, nullptr, DequantizeOn::kDevice)));
-  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors q4_k_host_dequantized, h3::dequantize_scaled_weights(q4_k, DType::kBF16));
+  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors q4_k_host_dequantized,
+                          h3::dequantize_scaled_weights(q4_k, DType::kBF16));
   VORTEX_ASSIGN_OR_RETURN(const auto q4_k_both, concatenated_bf16(targets, q4_k_host_dequantized));
   if (std::memcmp(q4_k_both.first.data(), q4_k_both.second.data(), q4_k_both.first.nbytes()) != 0) {
     return internal_error("weight-load: the Q4_K block dequantized on the device differs from the host's");

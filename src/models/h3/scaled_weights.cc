@@ -82,13 +82,14 @@ Result<uint32_t> ggml_type_of(const std::string& name, const Tensor& type, const
   const int32_t value = type.contiguous().data_as<int32_t>()[0];
   const auto t = static_cast<uint32_t>(value);
   if (value < 0 || !ggml_type_supported(t) || ggml_type_is_float(t)) {
-    return invalid_argument("tensor " + quote(name) + ": " + (value < 0 ? "type " + std::to_string(value) : ggml_type_name(t)) +
+    const std::string what = value < 0 ? "type " + std::to_string(value) : ggml_type_name(t);
+    return invalid_argument("tensor " + quote(name) + ": " + what +
                             " is not a quantized ggml type dequantized here (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K ... Q6_K)");
   }
   if (blocks.dtype() != DType::kU8 || blocks.rank() != 2 || blocks.size(1) % ggml_block_bytes(t) != 0) {
     return invalid_argument("tensor " + quote(weight_name) + ": " + dtype_name(blocks.dtype()) + " " +
-                            blocks.shape().to_string() + " is not rows of whole " + ggml_type_name(t) + " blocks (U8 [O, " +
-                            "a multiple of " + std::to_string(ggml_block_bytes(t)) + "])");
+                            blocks.shape().to_string() + " is not rows of whole " + ggml_type_name(t) +
+                            " blocks (U8 [O, a multiple of " + std::to_string(ggml_block_bytes(t)) + "])");
   }
   return t;
 }
@@ -157,7 +158,8 @@ Result<QuantizedWeights> quantized_weights_of(const NamedTensors& tensors, Scale
     const std::string weight_name = prefix + ".weight";
     const auto weight = by_name.find(weight_name);
     if (weight == by_name.end()) {
-      return invalid_argument("tensor " + quote(name) + " types " + quote(weight_name) + ", which is not in the checkpoint");
+      return invalid_argument("tensor " + quote(name) + " types " + quote(weight_name) +
+                              ", which is not in the checkpoint");
     }
     VORTEX_ASSIGN_OR_RETURN(const uint32_t type, ggml_type_of(name, tensor, weight_name, *weight->second));
     found.ggml[weight_name] = GgmlWeight{weight->second, type};
@@ -296,7 +298,6 @@ Result<Tensor> dequantize(const GgmlWeight& w, DType into) {
   const int64_t cols = row_bytes / ggml_block_bytes(w.type) * ggml_block_values(w.type);
   Tensor out = Tensor::empty({rows, cols}, into);
   const auto* data = static_cast<const uint8_t*>(blocks.data());
-  Status failed = ok_status();
   parallel_for(0, rows, [&](int64_t begin, int64_t end) {
     std::vector<float> values(static_cast<size_t>(cols));
     for (int64_t r = begin; r < end; ++r) {
@@ -340,7 +341,9 @@ Tensor ggml_type_tensor(uint32_t type) {
 }
 
 Shape StoredQuantizedWeight::logical_shape() const {
-  if (ggml_type) return Shape{codes.size(0), codes.size(1) / ggml_block_bytes(*ggml_type) * ggml_block_values(*ggml_type)};
+  if (ggml_type) {
+    return Shape{codes.size(0), codes.size(1) / ggml_block_bytes(*ggml_type) * ggml_block_values(*ggml_type)};
+  }
   return logical_weight_shape(codes);
 }
 
@@ -444,13 +447,17 @@ Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std:
       row_major = Tensor::empty({rows, block_cols}, DType::kF8E4M3);
       const auto* tiled = static_cast<const uint8_t*>(q.nvfp4_block_scales.data());
       auto* to = static_cast<uint8_t*>(row_major.data());
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t b = 0; b < block_cols; ++b) to[r * block_cols + b] = tiled[nvfp4_tiled_scale_index(r, b, block_cols)];
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t b = 0; b < block_cols; ++b) {
+          to[r * block_cols + b] = tiled[nvfp4_tiled_scale_index(r, b, block_cols)];
+        }
+      }
     }
     out.emplace_back(prefix + ".weight_scale", gather_rows(row_major, runs));
     out.emplace_back(prefix + kTensorScaleSuffix, Tensor::from_f32({q.nvfp4_tensor_scale}, {}));
   } else if (q.fp8_scales.defined()) {
-    out.emplace_back(prefix + ".weight_scale", q.fp8_scales.numel() == 1 ? q.fp8_scales : gather_rows(q.fp8_scales, runs));
+    const bool per_tensor = q.fp8_scales.numel() == 1;
+    out.emplace_back(prefix + ".weight_scale", per_tensor ? q.fp8_scales : gather_rows(q.fp8_scales, runs));
   }
   return out;
 }

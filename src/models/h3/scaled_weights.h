@@ -109,8 +109,9 @@ using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
 Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
                                          const std::string& new_name);
 
-// The tensors with every fp8, NVFP4 and GGUF-block weight dequantized (above) into `into` (F32 or BF16; fp32 islands into
-// F32) and the side tensors left out; every other tensor is passed on as it was. Checks first.
+// The tensors with every fp8, NVFP4 and GGUF-block weight dequantized (above) into `into` (F32 or
+// BF16; fp32 islands into F32) and the side tensors left out; every other tensor is passed on as it
+// was. Checks first.
 Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DType into);
 
 // ComfyUI files may keep their per-layer descriptors in the safetensors header instead of beside

@@ -430,7 +430,8 @@ Status validate_against_schema(const NamedShapes& tensors, const H3Config& confi
     if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16 && d != DType::kF8E4M3 && d != DType::kF8E5M2 &&
         d != DType::kU8) {
       return invalid_argument("tensor '" + spec.name + "': dtype " + dtype_name(d) +
-                              " is not supported yet (F32, BF16, F16, F8_E4M3 / F8_E5M2 with a scale, NVFP4 or GGUF blocks as U8)");
+                              " is not supported yet (F32, BF16, F16, F8_E4M3 / F8_E5M2 with a scale, NVFP4 or "
+                              "GGUF blocks as U8)");
     }
   }
   for (const auto& [name, tensor] : tensors) {
