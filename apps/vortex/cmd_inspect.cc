@@ -170,8 +170,8 @@ void print_text(const Summary& s) {
                 static_cast<long long>(s.fp8.nvfp4_weights - s.fp8.nvfp4_tiled));
   }
   if (s.gguf_quantized >= 0) {
-    std::printf("gguf        %lld tensors in ggml block types%s; generate, serve and convert dequantize them to bf16 "
-                "(fp32 islands to f32) as they load\n",
+    std::printf("gguf        %lld tensors in ggml block types%s; dequantized to bf16 (fp32 islands to f32) as each "
+                "weight loads (generate and serve under --device cuda: on the GPU), by convert a block at a time\n",
                 static_cast<long long>(s.gguf_quantized),
                 s.gguf_architecture.empty() ? "" : (", architecture '" + s.gguf_architecture + "'").c_str());
   }
