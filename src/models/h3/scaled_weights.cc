@@ -427,6 +427,9 @@ Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DTyp
 
 Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
                                          const std::string& new_name) {
+  if (!new_name.ends_with(".weight")) {
+    return invalid_argument("take_quantized_rows: " + quote(new_name) + " is not a weight's name (P.weight)");
+  }
   VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(tensors, name));
   const int64_t rows = q.codes.rank() >= 1 ? q.codes.size(0) : 0;
   for (const auto& [first, count] : runs) {
