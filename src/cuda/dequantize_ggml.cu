@@ -135,13 +135,13 @@ Status dequantize_ggml_weight(const Tensor& blocks, uint32_t type, const Tensor&
     return invalid_argument("dequantize_ggml_weight: " + ggml_type_name(type) +
                             " is not a quantized type dequantized here (Q4_0 ... Q8_0, Q2_K ... Q6_K)");
   }
-  const int64_t block_bytes = ggml_block_bytes(type), block_values = ggml_block_values(type);
+  const int64_t block_bytes = ggml_block_bytes(type);
   if (blocks.device() != Device::kCuda || !blocks.is_contiguous() || blocks.dtype() != DType::kU8 ||
       blocks.rank() != 2 || blocks.size(1) % block_bytes != 0) {
     return invalid_argument("dequantize_ggml_weight: blocks must be contiguous device U8 [rows, a multiple of " +
                             std::to_string(block_bytes) + " (" + ggml_type_name(type) + ")], not " + blocks.describe());
   }
-  const Shape shape{blocks.size(0), blocks.size(1) / block_bytes * block_values};
+  const Shape shape{blocks.size(0), ggml_row_values(type, blocks.size(1))};
   if (out.device() != Device::kCuda || !out.is_contiguous() || out.shape() != shape ||
       (out.dtype() != DType::kF32 && out.dtype() != DType::kBF16)) {
     return invalid_argument("dequantize_ggml_weight: the output must be a contiguous device F32 or BF16 " +

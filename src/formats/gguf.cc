@@ -358,6 +358,10 @@ int64_t ggml_block_values(uint32_t type) { return type < kTypeCount ? kTypes[typ
 
 int64_t ggml_block_bytes(uint32_t type) { return type < kTypeCount ? kTypes[type].block_bytes : 0; }
 
+int64_t ggml_row_values(uint32_t type, int64_t row_bytes) {
+  return row_bytes / ggml_block_bytes(type) * ggml_block_values(type);
+}
+
 std::vector<int> ggml_f16_fields(uint32_t type) {
   switch (type) {
     case kGgmlQ4_0: case kGgmlQ5_0: case kGgmlQ8_0: return {0};

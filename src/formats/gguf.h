@@ -80,6 +80,9 @@ DType ggml_float_dtype(uint32_t type);
 int64_t ggml_block_values(uint32_t type);
 int64_t ggml_block_bytes(uint32_t type);
 
+// The values in `row_bytes` of whole blocks of a supported type.
+int64_t ggml_row_values(uint32_t type, int64_t row_bytes);
+
 // The byte offsets of a quantized type's f16 fields in its block (the scale d, and the min or dmin
 // of the types that have one).
 std::vector<int> ggml_f16_fields(uint32_t type);

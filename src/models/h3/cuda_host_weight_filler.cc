@@ -18,20 +18,6 @@ namespace vortex::h3 {
 
 namespace {
 
-// Where quantized weights dequantize unless VORTEX_VARIANT_DEQUANTIZE says otherwise.
-constexpr const char* kDefaultDequantize = "device";
-
-Result<bool> dequantize_on_device() {
-  const char* variant = std::getenv("VORTEX_VARIANT_DEQUANTIZE");
-  const std::string chosen = variant == nullptr || *variant == '\0' ? kDefaultDequantize : variant;
-  if (chosen != "device" && chosen != "host") {
-    return invalid_argument("VORTEX_VARIANT_DEQUANTIZE must be device or host (got '" + chosen + "')");
-  }
-  return chosen == "device";
-}
-
-bool is_quantized(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kU8; }
-
 Status shape_check(const std::string& name, const Shape& shape, const Shape& expected) {
   if (shape == expected) return ok_status();
   return invalid_argument("tensor '" + name + "': shape " + shape.to_string() + " but the config expects " +
@@ -58,17 +44,26 @@ Status dequantize_into(const StoredQuantizedWeight& q, const Tensor& dst, cudaSt
 
 }  // namespace
 
+Result<bool> device_variant(const char* variable) {
+  const char* variant = std::getenv(variable);
+  const std::string chosen = variant == nullptr || *variant == '\0' ? "device" : variant;
+  if (chosen != "device" && chosen != "host") {
+    return invalid_argument(std::string(variable) + " must be device or host (got '" + chosen + "')");
+  }
+  return chosen == "device";
+}
+
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream, DequantizeOn where) {
   auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
   for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
   // A bad VORTEX_VARIANT_DEQUANTIZE is the error of every quantized weight's fill.
   const Result<bool> device =
-      where == DequantizeOn::kConfigured ? dequantize_on_device() : Result<bool>(where == DequantizeOn::kDevice);
+      where == DequantizeOn::kConfigured ? device_variant("VORTEX_VARIANT_DEQUANTIZE") : Result<bool>(where == DequantizeOn::kDevice);
   return [by_name, stream, device](const TensorSpec& spec, const Tensor& dst) -> Status {
     auto it = by_name->find(spec.name);
     if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
     Tensor host = it->second;
-    if (is_quantized(host.dtype())) {
+    if (is_quantized_storage(host.dtype())) {
       NamedTensors quantized = {{spec.name, host}};
       for (const std::string& side : side_tensor_names_of(spec.name)) {
         if (auto s = by_name->find(side); s != by_name->end()) quantized.emplace_back(side, s->second);

@@ -1,7 +1,6 @@
 // The LoRA-merging weight filler (see cuda_lora_merge.h).
 #include "models/h3/cuda_lora_merge.h"
 
-#include <cstdlib>
 #include <map>
 #include <unordered_map>
 
@@ -13,9 +12,6 @@
 namespace vortex::h3 {
 
 namespace {
-
-// Where targeted weights merge unless VORTEX_VARIANT_LORA_MERGE says otherwise.
-constexpr const char* kDefaultLoraMerge = "device";
 
 struct MergingFiller {
   std::unordered_map<std::string, Tensor> base;
@@ -33,8 +29,6 @@ struct MergingFiller {
                          const Tensor& dst);
   Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
 };
-
-bool is_quantized_storage(DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2 || d == DType::kU8; }
 
 bool device_takes(DType weight, DType merged, DType dst) {
   const bool widened = weight == DType::kF32 || weight == DType::kBF16 || weight == DType::kF16;
@@ -144,14 +138,7 @@ Status MergingFiller::merge_on_host(const std::string& name, const std::string& 
 
 }  // namespace
 
-Result<bool> lora_merge_on_device() {
-  const char* variant = std::getenv("VORTEX_VARIANT_LORA_MERGE");
-  const std::string chosen = variant == nullptr || *variant == '\0' ? kDefaultLoraMerge : variant;
-  if (chosen != "device" && chosen != "host") {
-    return invalid_argument("VORTEX_VARIANT_LORA_MERGE must be device or host (got '" + chosen + "')");
-  }
-  return chosen == "device";
-}
+Result<bool> lora_merge_on_device() { return device_variant("VORTEX_VARIANT_LORA_MERGE"); }
 
 WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                  cudaStream_t stream) {

@@ -44,6 +44,9 @@ using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& 
 enum class DequantizeOn { kConfigured, kDevice, kHost };
 WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream,
                                 DequantizeOn where = DequantizeOn::kConfigured);
+// A loader's VORTEX_VARIANT_* setting that says where its work runs: true for "device" (and unset
+// or empty), false for "host"; anything else is an error naming the variable.
+Result<bool> device_variant(const char* variable);
 // The synthetic benchmark weights, made on the device (identical to the host writer's).
 WeightFiller synthetic_weight_filler(uint64_t seed, cudaStream_t stream);
 

@@ -295,7 +295,7 @@ Result<Tensor> dequantize(const Nvfp4Weight& w, DType into) {
 Result<Tensor> dequantize(const GgmlWeight& w, DType into) {
   const Tensor blocks = w.blocks->contiguous();
   const int64_t rows = blocks.size(0), row_bytes = blocks.size(1);
-  const int64_t cols = row_bytes / ggml_block_bytes(w.type) * ggml_block_values(w.type);
+  const int64_t cols = ggml_row_values(w.type, row_bytes);
   Tensor out = Tensor::empty({rows, cols}, into);
   const auto* data = static_cast<const uint8_t*>(blocks.data());
   parallel_for(0, rows, [&](int64_t begin, int64_t end) {
@@ -315,23 +315,6 @@ Result<Tensor> dequantize(const GgmlWeight& w, DType into) {
   return out;
 }
 
-// Rows `runs` of a tensor (any dtype, rows = the first dim), in order.
-Tensor gather_rows(const Tensor& in, const RowRuns& runs) {
-  const Tensor src = in.contiguous();
-  int64_t rows = 0;
-  for (const auto& run : runs) rows += run.second;
-  Shape shape = src.shape();
-  shape[0] = rows;
-  Tensor out = Tensor::empty(shape, src.dtype());
-  const size_t row_bytes = src.size(0) > 0 ? src.nbytes() / static_cast<size_t>(src.size(0)) : 0;
-  char* to = static_cast<char*>(out.data());
-  for (const auto& [first, count] : runs) {
-    std::memcpy(to, static_cast<const char*>(src.data()) + first * row_bytes, count * row_bytes);
-    to += count * row_bytes;
-  }
-  return out;
-}
-
 }  // namespace
 
 Tensor ggml_type_tensor(uint32_t type) {
@@ -341,11 +324,11 @@ Tensor ggml_type_tensor(uint32_t type) {
 }
 
 Shape StoredQuantizedWeight::logical_shape() const {
-  if (ggml_type) {
-    return Shape{codes.size(0), codes.size(1) / ggml_block_bytes(*ggml_type) * ggml_block_values(*ggml_type)};
-  }
+  if (ggml_type) return Shape{codes.size(0), ggml_row_values(*ggml_type, codes.size(1))};
   return logical_weight_shape(codes);
 }
+
+bool is_quantized_storage(DType d) { return is_fp8(d) || d == DType::kU8; }
 
 bool is_quantization_side_tensor(const std::string& name) {
   std::string prefix;

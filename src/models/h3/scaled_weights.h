@@ -59,6 +59,9 @@ namespace vortex::h3 {
 inline constexpr const char* kGgmlTypeSuffix = ".ggml_type";
 Tensor ggml_type_tensor(uint32_t type);
 
+// The dtypes quantized weights are stored in: F8_E4M3, F8_E5M2 and U8 (NVFP4, GGUF blocks).
+bool is_quantized_storage(DType dtype);
+
 // A scale, static activation scale or format descriptor beside a weight: not a model tensor.
 bool is_quantization_side_tensor(const std::string& name);
 
@@ -99,8 +102,6 @@ struct StoredQuantizedWeight {
 // check_scaled_weights checks it; an error when it is not a quantized weight.
 Result<StoredQuantizedWeight> stored_quantized_weight(const NamedTensors& tensors, const std::string& name);
 
-// Rows of a weight as runs (first row, count), taken in order.
-using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
 // The quantized weight `name` of `tensors` as `new_name` holding only `runs`' rows, in their order,
 // still quantized: its codes' rows, fp8's per-row scales' rows (widened to F32 [rows]; one scale for
 // the tensor kept), NVFP4's block scales' rows (made row-major first; the tensor scale kept) and a

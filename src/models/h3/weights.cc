@@ -114,6 +114,20 @@ Status expect_rows(const std::string& name, const Shape& shape, int64_t rows) {
 
 }  // namespace
 
+Tensor gather_rows(const Tensor& tensor, const RowRuns& runs) {
+  const Tensor src = tensor.contiguous();
+  int64_t rows = 0;
+  for (const auto& run : runs) rows += run.second;
+  Tensor out = new_like_rows(src, rows);
+  int64_t at = 0;
+  for (const auto& [first, count] : runs) {
+    if (count == 0) continue;  // (copy_rows divides by the rows, which may be none)
+    copy_rows(src, first, out, at, count);
+    at += count;
+  }
+  return out;
+}
+
 Result<CheckpointLayout> detect_layout(const std::vector<std::string>& names) {
   bool original = false, diffusers = false;
   for (const auto& n : names) {
@@ -217,6 +231,8 @@ Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H
   };
   // Side tensors are checked here, where a fused layer's are still beside the weight they belong to.
   VORTEX_RETURN_IF_ERROR(check_scaled_weights(original).status());
+  std::unordered_map<std::string, const Tensor*> by_name;
+  for (const auto& [name, tensor] : original) by_name[name] = &tensor;
   NamedTensors out;
   for (const auto& [name, tensor] : original) {
     if (name == "rope.inv_freq") continue;  // recomputed from rope_theta and rope_freq_dim
@@ -232,24 +248,21 @@ Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H
       continue;
     }
     VORTEX_RETURN_IF_ERROR(expect_rows(name, logical_weight_shape(tensor), parts.size() == 3 ? 3 * inner : 2 * F));
-    const bool quantized = tensor.dtype() == DType::kF8E4M3 || tensor.dtype() == DType::kF8E5M2 ||
-                           tensor.dtype() == DType::kU8;
+    // A quantized one is split with its own side tensors (checked above with the rest).
+    NamedTensors stored;
+    if (is_quantized_storage(tensor.dtype())) {
+      stored.emplace_back(name, tensor);
+      for (const std::string& side : side_tensor_names_of(name)) {
+        if (const auto it = by_name.find(side); it != by_name.end()) stored.emplace_back(side, *it->second);
+      }
+    }
     for (const Part& part : parts) {
-      if (quantized) {
-        VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, take_quantized_rows(original, name, part.runs, part.name));
-        for (auto& entry : taken) out.push_back(std::move(entry));
+      if (stored.empty()) {
+        out.emplace_back(part.name, gather_rows(tensor, part.runs));
         continue;
       }
-      const Tensor src = tensor.contiguous();
-      int64_t rows = 0;
-      for (const auto& run : part.runs) rows += run.second;
-      Tensor dst = new_like_rows(src, rows);
-      int64_t at = 0;
-      for (const auto& [first, count] : part.runs) {
-        copy_rows(src, first, dst, at, count);
-        at += count;
-      }
-      out.emplace_back(part.name, dst);
+      VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, take_quantized_rows(stored, name, part.runs, part.name));
+      for (auto& entry : taken) out.push_back(std::move(entry));
     }
   }
   return out;
@@ -399,7 +412,7 @@ NamedShapes shapes_of(const NamedTensors& tensors) {
     const auto type = ggml_types.find(name);
     Shape shape = logical_weight_shape(tensor);
     if (type != ggml_types.end() && tensor.rank() == 2 && ggml_block_bytes(type->second) > 0) {
-      shape = Shape{tensor.size(0), tensor.size(1) / ggml_block_bytes(type->second) * ggml_block_values(type->second)};
+      shape = Shape{tensor.size(0), ggml_row_values(type->second, tensor.size(1))};
     }
     out.emplace_back(name, ShapeEntry{shape, tensor.dtype()});
   }

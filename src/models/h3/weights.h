@@ -47,6 +47,10 @@ std::string original_name_to_diffusers(std::string name);
 // quantized QKV or FC1 is split still quantized (take_quantized_rows), the others' side tensors are
 // renamed with them.
 Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
+// Rows of a weight as runs (first row, count), taken in order; the rows `runs` of a tensor (any
+// dtype, rows = the first dim) copied into a new contiguous one.
+using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
+Tensor gather_rows(const Tensor& tensor, const RowRuns& runs);
 Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config);
 
 // All tensors of a checkpoint as zero-copy views, and the comfy_quant descriptors of a ComfyUI
