@@ -130,6 +130,66 @@ TEST_P(GoldenConversion, OriginalToDiffusersToOriginalIsBitExact) {
   expect_same_tensors(*back, *orig);
 }
 
+// What the device loaders read: each diffusers tensor asked for by name, the renamed ones the
+// stored tensors themselves (no copy), a fused layer's parts gathered then.
+TEST_P(GoldenConversion, HostWeightsHandOutTheConvertedTensorsOneAtATime) {
+  auto orig = read_checkpoint(original());
+  ASSERT_TRUE(orig.ok()) << orig.status().to_string();
+  auto diff = read_checkpoint(diffusers());
+  ASSERT_TRUE(diff.ok()) << diff.status().to_string();
+  std::map<std::string, const void*> stored;
+  for (const auto& [name, tensor] : *orig) stored[h3::original_name_to_diffusers(name)] = tensor.data();
+  auto weights = h3::HostWeights::original(*orig, config());
+  ASSERT_TRUE(weights.ok()) << weights.status().to_string();
+  NamedTensors handed;
+  int gathered = 0;
+  for (const auto& [name, want] : *diff) {
+    auto got = weights->weight(name);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    ASSERT_EQ(got->size(), 1u) << name;
+    EXPECT_EQ(got->front().first, name);
+    const auto it = stored.find(name);
+    const auto rows = weights->stored_rows(name);
+    if (it != stored.end()) {
+      EXPECT_EQ(got->front().second.data(), it->second) << name << " is the stored tensor";
+      EXPECT_FALSE(rows.has_value()) << name;
+    } else {
+      ++gathered;
+      // The rows a loader copies straight from the stored weight are the gathered part's.
+      ASSERT_TRUE(rows.has_value()) << name;
+      const Tensor from_rows = h3::gather_rows(rows->tensor, rows->runs);
+      ASSERT_EQ(from_rows.shape(), want.shape()) << name;
+      EXPECT_EQ(std::memcmp(from_rows.data(), want.contiguous().data(), want.nbytes()), 0) << name;
+    }
+    handed.push_back(got->front());
+  }
+  expect_same_tensors(handed, *diff);
+  const h3::H3Config c = config();
+  EXPECT_EQ(gathered, 4 * (c.num_layers + c.num_refiner_layers)) << "q, k, v and FC1 of every block";
+  auto none = weights->weight("transformer_blocks.0.attn.to_qkv.weight");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  // A diffusers model's tensors are handed out as they are.
+  const h3::HostWeights as_stored(*diff);
+  for (const auto& [name, want] : *diff) {
+    auto got = as_stored.weight(name);
+    ASSERT_TRUE(got.ok() && got->size() == 1u) << name;
+    EXPECT_EQ(got->front().second.data(), want.data()) << name;
+  }
+}
+
+TEST_P(GoldenConversion, AFusedLayerOfTheWrongRowsIsRefusedByName) {
+  auto orig = read_checkpoint(original());
+  ASSERT_TRUE(orig.ok()) << orig.status().to_string();
+  for (auto& [name, tensor] : *orig) {
+    if (name == "blocks.0.mlp.fc1.weight") tensor = *tensor.slice(0, 0, tensor.size(0) - 1);
+  }
+  const auto weights = h3::HostWeights::original(*orig, config());
+  ASSERT_FALSE(weights.ok());
+  EXPECT_NE(weights.status().message().find("tensor 'blocks.0.mlp.fc1.weight': shape"), std::string::npos)
+      << weights.status().message();
+}
+
 TEST_P(GoldenConversion, DiffusersToOriginalToDiffusersIsBitExact) {
   auto diff = read_checkpoint(diffusers());
   ASSERT_TRUE(diff.ok()) << diff.status().to_string();

@@ -127,6 +127,24 @@ TEST(QuantizedLayout, FusedLayersSplitStillQuantizedToTheBitsOfSplittingThemDequ
     // A split part's block scales are row-major; the out projection's stay as they were.
     EXPECT_EQ(summary.nvfp4_tiled, form == "nvfp4 tiled" ? 1 : 0);
 
+    // One weight at a time (the device loaders' way): each part with its own side tensors, the
+    // bits of the whole split's.
+    const h3::HostWeights weights = must(h3::HostWeights::original(original, config));
+    for (const char* part : {"attn.to_q", "attn.to_k", "attn.to_v", "ff.net.0.proj", "attn.to_out.0"}) {
+      const std::string name = std::string("transformer_blocks.0.") + part + ".weight";
+      const NamedTensors one = must(weights.weight(name));
+      ASSERT_FALSE(one.empty()) << name;
+      EXPECT_EQ(one.front().first, name);
+      EXPECT_FALSE(weights.stored_rows(name).has_value()) << name << ": quantized parts are taken whole";
+      int sides = 0;  // (an fp8 weight's input_scale is not read to dequantize it)
+      for (const std::string& side : h3::side_tensor_names_of(name)) sides += static_cast<int>(parts.count(side));
+      EXPECT_EQ(static_cast<int>(one.size()), 1 + sides) << name;
+      for (const auto& [n, t] : one) {
+        ASSERT_TRUE(parts.count(n)) << n;
+        ASSERT_EQ(t.shape(), parts.at(n).shape()) << n;
+        EXPECT_EQ(std::memcmp(t.contiguous().data(), parts.at(n).contiguous().data(), t.nbytes()), 0) << n;
+      }
+    }
     const auto got = by_name(must(h3::dequantize_scaled_weights(split, DType::kBF16)));
     const auto want = by_name(must(h3::original_to_diffusers(must(h3::dequantize_scaled_weights(original, DType::kBF16)),
                                                              config)));

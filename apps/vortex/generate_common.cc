@@ -61,14 +61,13 @@ Result<Tensor> read_text_states(const RequestOptions& r, int text_dim) {
   return t;
 }
 
-// Reads the --lora adapters for the diffusers-named `tensors` (kept in loaded.base_weights when
-// asked to): loaded.loras records them, loaded.merged_weights the weights they change. Null when
-// there are none.
-Result<std::shared_ptr<const h3::LoraStack>> read_lora_stack(const ModelOptions& m, const h3::NamedTensors& tensors,
+// Reads the --lora adapters for the model `weights` (kept in loaded.base_weights when asked to):
+// loaded.loras records them, loaded.merged_weights the weights they change. Null when there are none.
+Result<std::shared_ptr<const h3::LoraStack>> read_lora_stack(const ModelOptions& m, const h3::HostWeights& weights,
                                                              const h3::H3Config& config, DType dtype,
                                                              LoadedStepModel& loaded) {
   if (m.keep_base_weights) {
-    loaded.base_weights = tensors;
+    loaded.base_weights = weights;
     loaded.merge_dtype = dtype;
   }
   if (m.loras.empty()) return std::shared_ptr<const h3::LoraStack>();
@@ -151,21 +150,24 @@ Result<std::unique_ptr<h3::StepModel>> sequence_parallel_model(
 #endif
 }
 
-// The CUDA model's --lora adapters: merged into `tensors` here under VORTEX_VARIANT_LORA_MERGE=host
-// (null returned), else returned for weight_filler to merge on the device.
-Result<std::shared_ptr<const h3::LoraStack>> cuda_lora_stack(const ModelOptions& m, h3::NamedTensors& tensors,
+// The CUDA model's --lora adapters: merged into `weights` here under VORTEX_VARIANT_LORA_MERGE=host
+// (null returned; the whole model gathered on the host for it), else returned for weight_filler to
+// merge on the device.
+Result<std::shared_ptr<const h3::LoraStack>> cuda_lora_stack(const ModelOptions& m, h3::HostWeights& weights,
                                                              const h3::H3Config& config, LoadedStepModel& loaded) {
   VORTEX_ASSIGN_OR_RETURN(const bool on_device, h3::lora_merge_on_device());
-  if (on_device) return read_lora_stack(m, tensors, config, DType::kBF16, loaded);
+  if (on_device) return read_lora_stack(m, weights, config, DType::kBF16, loaded);
+  VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, weights.all());
   VORTEX_RETURN_IF_ERROR(merge_lora_options(m, tensors, config, DType::kBF16, loaded));
+  weights = h3::HostWeights(std::move(tensors));
   return std::shared_ptr<const h3::LoraStack>();
 }
 
 // The host weights' filler: the --lora adapters (if any) merge on the device as the weights upload.
-h3::WeightFiller weight_filler(const h3::NamedTensors& tensors, const std::shared_ptr<const h3::LoraStack>& loras,
+h3::WeightFiller weight_filler(const h3::HostWeights& weights, const std::shared_ptr<const h3::LoraStack>& loras,
                                cudaStream_t stream) {
-  if (!loras) return h3::host_weight_filler(tensors, stream);
-  h3::WeightFiller merging = h3::lora_merging_filler(tensors, loras, DType::kBF16, stream);
+  if (!loras) return h3::host_weight_filler(weights, stream);
+  h3::WeightFiller merging = h3::lora_merging_filler(weights, loras, DType::kBF16, stream);
   return [merging](const h3::TensorSpec& spec, const Tensor& dst) { return merging(spec, dst).with_context("--lora"); };
 }
 
@@ -196,37 +198,44 @@ Result<std::unique_ptr<h3::StepModel>> load_cuda_model(const ModelOptions& m, in
     VORTEX_ASSIGN_OR_RETURN(const h3::ModelSource checkpoint, h3::ModelSource::open(m.model_path));
     VORTEX_ASSIGN_OR_RETURN(h3::CheckpointLayout layout, h3::detect_layout(checkpoint.names()));
     VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::resolve_config(checkpoint));
-    // Quantized weights (fp8, NVFP4, a GGUF file's blocks) stay as stored, through the layout
-    // conversion too, and load dequantized to bf16 one at a time as each uploads (host_weight_filler,
-    // or lora_merging_filler, which merges adapters into the dequantized weight on the device; the
-    // fp8 recipe quantizes them again), unless adapters merge on the host
-    // (VORTEX_VARIANT_LORA_MERGE=host), which needs them all first.
+    // The tensors are views of the files. Quantized weights (fp8, NVFP4, a GGUF file's blocks) stay
+    // as stored and load dequantized to bf16 one at a time as each uploads (host_weight_filler, or
+    // lora_merging_filler, which merges adapters into the dequantized weight on the device; the fp8
+    // recipe quantizes them again), and an original layout's fused layers are split as each part
+    // uploads (HostWeights), unless adapters merge on the host (VORTEX_VARIANT_LORA_MERGE=host),
+    // which needs them all first.
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, checkpoint.tensors());
+    const Status valid = h3::validate_checkpoint_tensors(tensors, layout, config);
+    if (!valid.ok()) return valid.with_context(m.model_path);
     VORTEX_ASSIGN_OR_RETURN(const bool merge_on_device, h3::lora_merge_on_device());
     if ((!m.loras.empty() || m.keep_base_weights) && !merge_on_device) {
       auto dequantized = h3::dequantize_scaled_weights(tensors, DType::kBF16);
       if (!dequantized.ok()) return dequantized.status().with_context(m.model_path);
       tensors = std::move(*dequantized);
     }
+    h3::HostWeights weights;
     if (layout == h3::CheckpointLayout::kOriginal) {
-      VORTEX_ASSIGN_OR_RETURN(tensors, h3::original_to_diffusers(tensors, config));
+      auto original = h3::HostWeights::original(std::move(tensors), config);
+      if (!original.ok()) return original.status().with_context(m.model_path);
+      weights = std::move(*original);
+    } else {
+      weights = h3::HostWeights(std::move(tensors));
     }
-    VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, tensors, config, loaded));
-    const Status valid = h3::validate_checkpoint_tensors(tensors, h3::CheckpointLayout::kDiffusers, config);
-    if (!valid.ok()) return valid.with_context(m.model_path);
+    VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, weights, config, loaded));
     loaded.source = m.model_path + " (" + h3::layout_name(layout) + " layout, cuda" + gpus_phrase(devices) +
                     loras_phrase(loaded.loras) + ")";
-    return make(config, [&](cudaStream_t stream) { return weight_filler(tensors, stack, stream); });
+    return make(config, [&](cudaStream_t stream) { return weight_filler(weights, stack, stream); });
   }
   VORTEX_ASSIGN_OR_RETURN(h3::H3Config config, h3::config_preset(m.synthetic_preset));
   if (!m.loras.empty() || m.keep_base_weights) {
     // The adapters merge from the host's base weights, so the synthetic weights are made there
     // (the same bits as the device makes them; synthetic.h), then uploaded like a checkpoint's.
     VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors tensors, h3::synthetic_weights(config, DType::kBF16, m.weights_seed));
-    VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, tensors, config, loaded));
+    h3::HostWeights weights(std::move(tensors));
+    VORTEX_ASSIGN_OR_RETURN(const auto stack, cuda_lora_stack(m, weights, config, loaded));
     loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
                     ", cuda" + gpus_phrase(devices) + loras_phrase(loaded.loras) + ")";
-    return make(config, [&](cudaStream_t stream) { return weight_filler(tensors, stack, stream); });
+    return make(config, [&](cudaStream_t stream) { return weight_filler(weights, stack, stream); });
   }
   loaded.source = "synthetic preset '" + m.synthetic_preset + "' (weights seed " + std::to_string(m.weights_seed) +
                   ", made on the device" + gpus_phrase(devices) + ")";
@@ -516,7 +525,7 @@ Result<LoadedStepModel> load_step_model(const ModelOptions& m, int64_t max_rows)
 
 Status LoadedStepModel::merge_adapters(std::shared_ptr<const h3::LoraStack> loras, const std::set<std::string>& names) {
   if (device) return device->merge_adapters(base_weights, std::move(loras), merge_dtype, names);
-  h3::NamedTensors weights = base_weights;
+  VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors weights, base_weights.all());
   VORTEX_RETURN_IF_ERROR(h3::merge_loras(weights, loras->applications(), merge_dtype));
   VORTEX_ASSIGN_OR_RETURN(h3::H3Weights assembled, h3::assemble_weights(weights, cpu->config(), cpu->dtype()));
   VORTEX_ASSIGN_OR_RETURN(std::unique_ptr<h3::H3Transformer> rebuilt, h3::H3Transformer::create(std::move(assembled)));

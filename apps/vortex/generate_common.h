@@ -145,9 +145,10 @@ struct LoadedStepModel {
   std::unique_ptr<h3::StepModel> device;
   std::string source;  // where the weights came from, for the summaries
   nlohmann::json loras = nlohmann::json::array();  // the LoRA adapters merged into them (lora_summary)
-  // ModelOptions::keep_base_weights: the weights before any adapter (host, diffusers names), the
-  // dtype adapters are merged in, and the weights the --lora adapters changed.
-  h3::NamedTensors base_weights;
+  // ModelOptions::keep_base_weights: the weights before any adapter (host; an original layout's
+  // fused parts gathered as they are read), the dtype adapters are merged in, and the weights the
+  // --lora adapters changed.
+  h3::HostWeights base_weights;
   DType merge_dtype = DType::kBF16;
   std::set<std::string> merged_weights;
   h3::StepModel& steps() { return device ? *device : *cpu_steps; }

@@ -6,9 +6,12 @@
 // writes it (to_q, to_k, to_v, FC1, FC2 in e4m3 with a scale per row, to_out bf16), dequantized on
 // the device (cuda/dequantize_weights.h). derived: the same block dequantized on the host
 // (h3::DequantizeOn::kHost, what a load did before), the six linears stored NVFP4 either
-// way, as a GGUF file's Q4_K and Q8_0 blocks either way, and stored bf16 (a plain upload), each
-// scaled to a model's num_layers blocks. Correctness: the device dequantization's weights against
-// the host's, bit for bit (bound 0; the Q4_K block's too, or the bench fails).
+// way, as a GGUF file's Q4_K and Q8_0 blocks either way, stored bf16 (a plain upload), and stored
+// bf16 in the original layout (fused QKV and FC1): its parts' rows staged straight from the stored
+// weights (h3::HostWeights), and the layout converted first as loads did before (a gathered copy of
+// every part), each scaled to a model's num_layers blocks. Correctness: the device dequantization's
+// weights against the host's, bit for bit (bound 0; the Q4_K block's and the original layout's
+// upload too, or the bench fails).
 #include <cstring>
 #include <string>
 #include <vector>
@@ -22,6 +25,7 @@
 #include "models/h3/config.h"
 #include "models/h3/cuda_transformer.h"
 #include "models/h3/scaled_weights.h"
+#include "models/h3/weights.h"
 
 namespace vortex::bench {
 
@@ -104,7 +108,7 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
     return ok_status();
   };
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
-  const auto measure = [&](const h3::NamedTensors& tensors, h3::DequantizeOn where) -> Result<Samples> {
+  const auto measure = [&](const h3::HostWeights& tensors, h3::DequantizeOn where) -> Result<Samples> {
     const h3::WeightFiller fill = h3::host_weight_filler(tensors, nullptr, where);
     return timer->measure(o, nullptr, [&] { return fill_all(fill); });
   };
@@ -118,6 +122,20 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(const Samples q8_0_device, measure(q8_0, DequantizeOn::kDevice));
   VORTEX_ASSIGN_OR_RETURN(const Samples q8_0_host, measure(q8_0, DequantizeOn::kHost));
   VORTEX_ASSIGN_OR_RETURN(const Samples bf16_upload, measure(bf16, DequantizeOn::kDevice));
+  // The bf16 block in the original layout: the parts' rows staged from the fused weights, against
+  // converting the layout first (what a load did before HostWeights).
+  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors original, h3::diffusers_to_original(bf16, config));
+  VORTEX_ASSIGN_OR_RETURN(const h3::HostWeights original_weights, h3::HostWeights::original(original, config));
+  VORTEX_ASSIGN_OR_RETURN(const Samples original_rows, measure(original_weights, DequantizeOn::kDevice));
+  VORTEX_ASSIGN_OR_RETURN(const Samples original_gathered, timer->measure(o, nullptr, [&]() -> Status {
+    VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors converted, h3::original_to_diffusers(original, config));
+    return fill_all(h3::host_weight_filler(converted, nullptr));
+  }));
+  VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(original_weights, nullptr)));
+  VORTEX_ASSIGN_OR_RETURN(const auto original_both, concatenated_bf16(targets, bf16));
+  if (std::memcmp(original_both.first.data(), original_both.second.data(), original_both.first.nbytes()) != 0) {
+    return internal_error("weight-load: the original layout's block differs from the diffusers layout's on the device");
+  }
 
   // Correctness: the fp8 block dequantized on the device against the host's dequantization.
   VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(fp8, nullptr, DequantizeOn::kDevice)));
@@ -149,7 +167,9 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
         {"gguf_q4_k_host_dequantize", q4_k_host.median()},
         {"gguf_q8_0_device_dequantize", q8_0_device.median()},
         {"gguf_q8_0_host_dequantize", q8_0_host.median()},
-        {"bf16_upload", bf16_upload.median()}}},
+        {"bf16_upload", bf16_upload.median()},
+        {"bf16_original_layout_rows_staged", original_rows.median()},
+        {"bf16_original_layout_converted_first", original_gathered.median()}}},
       {"model_load_s (num_layers blocks' six linears)",
        {{"fp8_device_dequantize", fp8_device.median() * layers / 1e3},
         {"fp8_host_dequantize", fp8_host.median() * layers / 1e3},
@@ -159,12 +179,16 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
         {"gguf_q4_k_host_dequantize", q4_k_host.median() * layers / 1e3},
         {"gguf_q8_0_device_dequantize", q8_0_device.median() * layers / 1e3},
         {"gguf_q8_0_host_dequantize", q8_0_host.median() * layers / 1e3},
-        {"bf16_upload", bf16_upload.median() * layers / 1e3}}},
+        {"bf16_upload", bf16_upload.median() * layers / 1e3},
+        {"bf16_original_layout_rows_staged", original_rows.median() * layers / 1e3},
+        {"bf16_original_layout_converted_first", original_gathered.median() * layers / 1e3}}},
       {"speedup_fp8_device_over_host", fp8_host.median() / fp8_device.median()},
       {"speedup_nvfp4_device_over_host", nvfp4_host.median() / nvfp4_device.median()},
       {"speedup_gguf_q4_k_device_over_host", q4_k_host.median() / q4_k_device.median()},
       {"speedup_gguf_q8_0_device_over_host", q8_0_host.median() / q8_0_device.median()},
-      {"gguf_q4_k_device_bits_equal_host", true}};
+      {"speedup_original_layout_rows_staged_over_converted_first", original_gathered.median() / original_rows.median()},
+      {"gguf_q4_k_device_bits_equal_host", true},
+      {"original_layout_bits_equal_diffusers_layout", true}};
   m.workload_section = {{"name", m.workload},
                         {"config", "h3 preset (the released widths), one transformer block's six linears"},
                         {"num_layers", config.num_layers},
@@ -173,6 +197,10 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
                         {"nvfp4", "all six linears: random codes, row-major e4m3 block scales, a tensor scale"},
                         {"gguf", "all six linears as a GGUF file's Q4_K / Q8_0 blocks (random codes and sub-block "
                                  "scales, f16 scales 2^-10), held zero-copy with their P.ggml_type"},
+                        {"original_layout",
+                         "the bf16 block as diffusers_to_original writes it (QKV fused per head, FC1 [gate; value]): "
+                         "h3::HostWeights stages each part's rows from the fused weight; converted_first runs "
+                         "original_to_diffusers then uploads"},
                         {"weights", "synthetic bf16 N(0, 0.02) on the host, as a checkpoint's are"},
                         {"seed", o.seed}};
   m.protocol = protocol_json(o);

@@ -96,11 +96,29 @@ Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream
   return ok_status();
 }
 
-Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t stream) {
-  if (host.device() != Device::kCpu || dst.device() != Device::kCuda || host.shape() != dst.shape() ||
-      host.dtype() != dst.dtype() || !dst.is_contiguous()) {
-    return invalid_argument("copy_to_device_staged: " + host.describe() + " into " + dst.describe());
+namespace {
+
+// The bytes a staged copy reads, as pieces of host memory one after another: a whole tensor is one,
+// rows taken in runs are one a run.
+struct HostPieces {
+  std::vector<const char*> begin;
+  std::vector<size_t> end;  // where each piece ends in the copy (prefix sums of their sizes)
+
+  // Copies the copy's bytes [from, to) out of the pieces.
+  void read(size_t from, size_t to, char* out) const {
+    size_t piece = static_cast<size_t>(std::upper_bound(end.begin(), end.end(), from) - end.begin());
+    while (from < to) {
+      const size_t start = piece == 0 ? 0 : end[piece - 1];
+      const size_t stop = std::min(to, end[piece]);
+      std::memcpy(out, begin[piece] + (from - start), stop - from);
+      out += stop - from;
+      from = stop;
+      ++piece;
+    }
   }
+};
+
+Status stage_to_device(const HostPieces& pieces, const Tensor& dst, cudaStream_t stream) {
   constexpr size_t kHalf = 32u << 20;
   constexpr int64_t kStagingGrain = 1 << 20;  // below a MB a thread's start costs more than its copy
   // The two halves fill one after the other, each copy packed where the last one ended (a small
@@ -135,10 +153,8 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
   std::lock_guard<std::mutex> busy(area->busy);
   Staging& staging = *area;
   if (!staging.pinned) VORTEX_CUDA_CHECK(cudaMallocHost(&staging.pinned, 2 * kHalf));
-  const Tensor src = host.contiguous();
-  const char* in = static_cast<const char*>(src.data());
   char* out = static_cast<char*>(dst.data());
-  const size_t total = src.nbytes();
+  const size_t total = pieces.end.empty() ? 0 : pieces.end.back();
   for (size_t offset = 0; offset < total;) {
     if (staging.used == kHalf) {  // full: on to the other half, once its transfers are done
       staging.half ^= 1;
@@ -156,7 +172,7 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
     parallel_for(
         0, static_cast<int64_t>(bytes),
         [&](int64_t begin, int64_t end) {
-          std::memcpy(buffer + begin, in + offset + begin, static_cast<size_t>(end - begin));
+          pieces.read(offset + static_cast<size_t>(begin), offset + static_cast<size_t>(end), buffer + begin);
         },
         kStagingGrain);
     VORTEX_CUDA_CHECK(cudaMemcpyAsync(out + offset, buffer, bytes, cudaMemcpyHostToDevice, stream));
@@ -177,6 +193,43 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
   // video VAE encoder's host at every keyframe tile until the GPU had run the tile before, and
   // the GPU idle while the host then staged and launched the next one.
   return ok_status();
+}
+
+}  // namespace
+
+Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t stream) {
+  if (host.device() != Device::kCpu || dst.device() != Device::kCuda || host.shape() != dst.shape() ||
+      host.dtype() != dst.dtype() || !dst.is_contiguous()) {
+    return invalid_argument("copy_to_device_staged: " + host.describe() + " into " + dst.describe());
+  }
+  const Tensor src = host.contiguous();
+  return stage_to_device({{static_cast<const char*>(src.data())}, {src.nbytes()}}, dst, stream);
+}
+
+Status copy_rows_to_device_staged(const Tensor& host, const std::vector<std::pair<int64_t, int64_t>>& runs,
+                                  const Tensor& dst, cudaStream_t stream) {
+  int64_t rows = 0;
+  bool in_range = host.rank() >= 1;
+  for (const auto& [first, count] : runs) {
+    rows += count;
+    in_range = in_range && first >= 0 && count >= 0 && first + count <= host.size(0);
+  }
+  Shape rows_shape = host.shape();
+  if (host.rank() >= 1) rows_shape[0] = rows;
+  if (host.device() != Device::kCpu || !host.is_contiguous() || dst.device() != Device::kCuda || !in_range ||
+      rows_shape != dst.shape() || host.dtype() != dst.dtype() || !dst.is_contiguous()) {
+    return invalid_argument("copy_rows_to_device_staged: rows of " + host.describe() + " into " + dst.describe());
+  }
+  const size_t row_bytes = host.size(0) == 0 ? 0 : host.nbytes() / static_cast<size_t>(host.size(0));
+  HostPieces pieces;
+  size_t at = 0;
+  for (const auto& [first, count] : runs) {
+    if (count == 0) continue;
+    pieces.begin.push_back(static_cast<const char*>(host.data()) + static_cast<size_t>(first) * row_bytes);
+    at += static_cast<size_t>(count) * row_bytes;
+    pieces.end.push_back(at);
+  }
+  return stage_to_device(pieces, dst, stream);
 }
 
 Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream) {

@@ -11,6 +11,8 @@
 #include <cstddef>
 #include <functional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "vortex/status.h"
 #include "vortex/tensor.h"
@@ -84,6 +86,11 @@ Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream
 // halves), without waiting for the transfers or for earlier work on `stream`; later work on
 // `stream` sees dst, other streams and the host need the caller's synchronisation.
 Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t stream);
+// The same for rows of a contiguous host tensor taken in runs (first row, count), one after
+// another into dst: a weight made of another's rows (the original layout's fused layers' parts)
+// goes from the mapping into the staging halves with no gathered copy between.
+Status copy_rows_to_device_staged(const Tensor& host, const std::vector<std::pair<int64_t, int64_t>>& runs,
+                                  const Tensor& dst, cudaStream_t stream);
 // Allocates in the arena and copies (copy_to_device).
 Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream);
 // Allocates in the arena and copies through the staging buffers (copy_to_device_staged: no wait).

@@ -71,7 +71,7 @@ Result<h3::StepOutputs> SequenceParallelH3::step(const h3::StepInputs& inputs) {
   return std::move(outputs[0]);
 }
 
-Status SequenceParallelH3::merge_adapters(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> loras,
+Status SequenceParallelH3::merge_adapters(const h3::HostWeights& base, std::shared_ptr<const h3::LoraStack> loras,
                                           DType merge_dtype, const std::set<std::string>& names) {
   VORTEX_ASSIGN_OR_RETURN(const bool on_device, h3::lora_merge_on_device());
   if (on_device) {
@@ -79,7 +79,7 @@ Status SequenceParallelH3::merge_adapters(const h3::NamedTensors& base, std::sha
         [&](int rank) { return ranks_[rank].model->merge_adapters(base, loras, merge_dtype, names); });
   }
   // Merged once on the host for every rank.
-  h3::NamedTensors merged = base;
+  VORTEX_ASSIGN_OR_RETURN(h3::NamedTensors merged, base.all());
   VORTEX_RETURN_IF_ERROR(h3::merge_loras(merged, loras->applications(), merge_dtype));
   return group_->run_ranks([&](int rank) {
     return ranks_[rank].model->refill_weights(h3::host_weight_filler(merged, ranks_[rank].stream), names);

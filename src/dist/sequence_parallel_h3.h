@@ -46,7 +46,7 @@ class SequenceParallelH3 : public h3::StepModel {
   Status plan_steps(const std::vector<std::vector<float>>& step_timesteps) override;
   Result<h3::StepOutputs> step(const h3::StepInputs& inputs) override;
   // Every rank merges and writes the named weights again on its GPU (CudaH3Transformer::merge_adapters).
-  Status merge_adapters(const h3::NamedTensors& base, std::shared_ptr<const h3::LoraStack> loras, DType merge_dtype,
+  Status merge_adapters(const h3::HostWeights& base, std::shared_ptr<const h3::LoraStack> loras, DType merge_dtype,
                         const std::set<std::string>& names) override;
 
   int size() const { return group_->size(); }

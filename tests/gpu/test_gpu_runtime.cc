@@ -70,6 +70,51 @@ TEST(GpuRuntime, StagedCopiesOfMixedSizesFromTwoStreamsLandWhole) {
   for (cudaStream_t s : streams) cudaStreamDestroy(s);
 }
 
+// Rows taken in runs (a fused layer's parts): out of order, empty runs, runs across the staging
+// halves' ends, odd row sizes; what lands is the host's gather of the same rows. Bad runs refused.
+TEST(GpuRuntime, StagedRowCopiesLandTheRowsInTheirRunsOrder) {
+  if (!have_device()) GTEST_SKIP() << "no CUDA device";
+  const int64_t rows = 301, cols = 51 * 1024 + 3;  // a row of ~100 KB bf16: runs cross the halves' ends
+  Tensor host = Tensor::empty({rows, cols}, DType::kBF16);
+  std::mt19937 rng(41);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data_as<uint16_t>()[i] = static_cast<uint16_t>(rng());
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{150, 151}, {0, 0}, {3, 1}, {0, 150}, {300, 1}, {7, 293}};
+  int64_t taken = 0;
+  for (const auto& run : runs) taken += run.second;
+  Tensor want = Tensor::empty({taken, cols}, DType::kBF16);
+  int64_t at = 0;
+  for (const auto& [first, count] : runs) {
+    std::memcpy(want.data_as<uint16_t>() + at * cols, host.data_as<uint16_t>() + first * cols,
+                static_cast<size_t>(count * cols) * 2);
+    at += count;
+  }
+  auto arena = cuda::DeviceArena::create(static_cast<size_t>(want.nbytes()) + 4096);
+  ASSERT_TRUE(arena.ok());
+  auto dst = arena->alloc({taken, cols}, DType::kBF16);
+  ASSERT_TRUE(dst.ok());
+  // Twice: from wherever the halves stood after earlier tests, then after a small copy.
+  for (int pass = 0; pass < 2; ++pass) {
+    ASSERT_EQ(cudaMemset(dst->data(), 0, dst->nbytes()), cudaSuccess);
+    ASSERT_TRUE(cuda::copy_rows_to_device_staged(host, runs, *dst, nullptr).ok());
+    ASSERT_EQ(cudaStreamSynchronize(nullptr), cudaSuccess);
+    auto back = cuda::download(*dst, nullptr);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(std::memcmp(back->data(), want.data(), want.nbytes()), 0) << "pass " << pass;
+    auto tiny = arena->alloc({3}, DType::kU8);
+    ASSERT_TRUE(tiny.ok());
+    ASSERT_TRUE(cuda::copy_to_device_staged(Tensor::zeros({3}, DType::kU8), *tiny, nullptr).ok());
+  }
+  const auto refused = [&](const std::vector<std::pair<int64_t, int64_t>>& bad) {
+    const Status s = cuda::copy_rows_to_device_staged(host, bad, *dst, nullptr);
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("copy_rows_to_device_staged: rows of bf16[301, 52227]"), std::string::npos)
+        << s.message();
+  };
+  refused({{0, 301}, {300, taken - 300}});       // past the last row
+  refused({{-1, 1}, {0, taken - 1}});            // before the first
+  refused({{0, 301}});                           // fewer rows than dst has
+}
+
 // The staged copy is stream-ordered: it returns once the host bytes are in pinned memory, without
 // waiting for earlier work on the stream, and never reads the source afterwards.
 TEST(GpuRuntime, StagedCopyIsStreamOrderedAndDoneWithTheSourceOnReturn) {

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <unordered_map>
 
 #include "cuda/dequantize_weights.h"
 #include "cuda/runtime.h"
@@ -53,36 +52,48 @@ Result<bool> device_variant(const char* variable) {
   return chosen == "device";
 }
 
-WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream, DequantizeOn where) {
-  auto by_name = std::make_shared<std::unordered_map<std::string, Tensor>>();
-  for (auto& [name, tensor] : tensors) (*by_name)[name] = tensor;
+Status write_host_weight(const NamedTensors& weight, const TensorSpec& spec, const Tensor& dst, cudaStream_t stream,
+                         DequantizeOn where) {
+  if (weight.empty()) return invalid_argument("missing tensor '" + spec.name + "'");
+  Tensor host = weight.front().second;
+  if (is_quantized_storage(host.dtype())) {
+    VORTEX_ASSIGN_OR_RETURN(const bool on_device, where == DequantizeOn::kConfigured
+                                                      ? device_variant("VORTEX_VARIANT_DEQUANTIZE")
+                                                      : Result<bool>(where == DequantizeOn::kDevice));
+    if (on_device && (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16)) {
+      VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(weight, spec.name));
+      VORTEX_RETURN_IF_ERROR(shape_check(spec.name, q.logical_shape(), spec.shape));
+      return dequantize_into(q, dst, stream);
+    }
+    VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,
+                            dequantize_scaled_weights(weight, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
+    host = dequantized.front().second;
+  }
+  VORTEX_RETURN_IF_ERROR(shape_check(spec.name, host.shape(), spec.shape));
+  if (host.dtype() != dst.dtype()) {
+    VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
+  }
+  return cuda::copy_to_device_staged(host, dst, stream);
+}
+
+WeightFiller host_weight_filler(HostWeights weights, cudaStream_t stream, DequantizeOn where) {
+  auto shared = std::make_shared<const HostWeights>(std::move(weights));
   // A bad VORTEX_VARIANT_DEQUANTIZE is the error of every quantized weight's fill.
-  const Result<bool> device =
-      where == DequantizeOn::kConfigured ? device_variant("VORTEX_VARIANT_DEQUANTIZE") : Result<bool>(where == DequantizeOn::kDevice);
-  return [by_name, stream, device](const TensorSpec& spec, const Tensor& dst) -> Status {
-    auto it = by_name->find(spec.name);
-    if (it == by_name->end()) return invalid_argument("missing tensor '" + spec.name + "'");
-    Tensor host = it->second;
-    if (is_quantized_storage(host.dtype())) {
-      NamedTensors quantized = {{spec.name, host}};
-      for (const std::string& side : side_tensor_names_of(spec.name)) {
-        if (auto s = by_name->find(side); s != by_name->end()) quantized.emplace_back(side, s->second);
-      }
-      VORTEX_ASSIGN_OR_RETURN(const bool on_device, device);
-      if (on_device && (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16)) {
-        VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(quantized, spec.name));
-        VORTEX_RETURN_IF_ERROR(shape_check(spec.name, q.logical_shape(), spec.shape));
-        return dequantize_into(q, dst, stream);
-      }
-      VORTEX_ASSIGN_OR_RETURN(const NamedTensors dequantized,
-                              dequantize_scaled_weights(quantized, dst.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16));
-      host = dequantized.front().second;
+  if (where == DequantizeOn::kConfigured) {
+    const Result<bool> device = device_variant("VORTEX_VARIANT_DEQUANTIZE");
+    if (device.ok()) where = *device ? DequantizeOn::kDevice : DequantizeOn::kHost;
+  }
+  return [shared, stream, where](const TensorSpec& spec, const Tensor& dst) -> Status {
+    // A fused layer's part goes from the stored rows into the staging buffers, never gathered.
+    if (const auto rows = shared->stored_rows(spec.name); rows && rows->tensor.dtype() == dst.dtype()) {
+      Shape shape = rows->tensor.shape();
+      shape[0] = 0;
+      for (const auto& run : rows->runs) shape[0] += run.second;
+      VORTEX_RETURN_IF_ERROR(shape_check(spec.name, shape, spec.shape));
+      return cuda::copy_rows_to_device_staged(rows->tensor.contiguous(), rows->runs, dst, stream);
     }
-    VORTEX_RETURN_IF_ERROR(shape_check(spec.name, host.shape(), spec.shape));
-    if (host.dtype() != dst.dtype()) {
-      VORTEX_ASSIGN_OR_RETURN(host, host.to(dst.dtype()));
-    }
-    return cuda::copy_to_device_staged(host, dst, stream);
+    VORTEX_ASSIGN_OR_RETURN(const NamedTensors weight, shared->weight(spec.name));
+    return write_host_weight(weight, spec, dst, stream, where);
   };
 }
 

@@ -14,7 +14,7 @@ namespace vortex::h3 {
 namespace {
 
 struct MergingFiller {
-  std::unordered_map<std::string, Tensor> base;
+  HostWeights base;
   std::shared_ptr<const LoraStack> loras;
   std::map<std::string, std::vector<LoraTerm>> terms;  // per targeted linear
   DType merge_dtype;
@@ -25,7 +25,7 @@ struct MergingFiller {
   std::unordered_map<std::string, Tensor> host_merged;
 
   Status fill(const TensorSpec& spec, const Tensor& dst);
-  Status merge_on_device(const TensorSpec& spec, const Tensor& weight, const std::vector<LoraTerm>& terms,
+  Status merge_on_device(const TensorSpec& spec, const NamedTensors& weight, const std::vector<LoraTerm>& terms,
                          const Tensor& dst);
   Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
 };
@@ -42,9 +42,10 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   if (!weight && !name.ends_with(".bias")) return upload(spec, dst);
   const std::string linear = name.substr(0, name.size() - (weight ? 7 : 5));
   const auto it = terms.find(linear);
-  const auto found = base.find(name);
-  if (it == terms.end() || found == base.end()) return upload(spec, dst);  // (upload names a missing tensor)
-  const Tensor& host = found->second;
+  if (it == terms.end()) return upload(spec, dst);
+  VORTEX_ASSIGN_OR_RETURN(const NamedTensors stored, base.weight(name));
+  if (stored.empty()) return upload(spec, dst);  // (upload names the missing tensor)
+  const Tensor& host = stored.front().second;
   const DType merged = is_fp32_island(name) ? DType::kF32 : merge_dtype;
   if (weight) {
     const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
@@ -52,7 +53,7 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
     // A quantized weight merges from its dequantization, written into dst first.
     const DType source = is_quantized_storage(host.dtype()) ? dst.dtype() : host.dtype();
     if (!dora_meets_bias && !too_many && device_takes(source, merged, dst.dtype())) {
-      return merge_on_device(spec, host, it->second, dst);
+      return merge_on_device(spec, stored, it->second, dst);
     }
     return merge_on_host(name, linear, spec, dst);
   }
@@ -60,9 +61,10 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   return merge_on_host(name, linear, spec, dst);
 }
 
-Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& weight,
+Status MergingFiller::merge_on_device(const TensorSpec& spec, const NamedTensors& stored,
                                       const std::vector<LoraTerm>& terms, const Tensor& dst) {
   const std::string& name = spec.name;
+  const Tensor& weight = stored.front().second;
   const bool quantized = is_quantized_storage(weight.dtype());
   if (!quantized && weight.shape() != dst.shape()) {
     return invalid_argument("tensor " + quote(name) + ": shape " + weight.shape().to_string() +
@@ -86,7 +88,7 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& weig
     VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(weight.shape(), weight.dtype()));
   }
   if (quantized) {
-    VORTEX_RETURN_IF_ERROR(upload(spec, dst));
+    VORTEX_RETURN_IF_ERROR(write_host_weight(stored, spec, dst, stream));
   } else {
     VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight, source, stream));
   }
@@ -121,29 +123,27 @@ Status MergingFiller::merge_on_host(const std::string& name, const std::string& 
     NamedTensors group;
     const bool whole_linear = has_dora(terms.at(linear));
     for (const std::string& part : {linear + ".weight", linear + ".bias"}) {
-      const auto it = base.find(part);
-      if (it != base.end() && (part == name || whole_linear)) group.emplace_back(part, it->second);
+      if (part != name && !whole_linear) continue;
+      VORTEX_ASSIGN_OR_RETURN(const NamedTensors stored, base.weight(part));  // (a weight with its side tensors)
+      group.insert(group.end(), stored.begin(), stored.end());
     }
     // A quantized weight merges from its dequantization (into bf16, the fp32 islands F32), as
     // generate's host merge path dequantizes the whole model first.
-    for (const std::string& side : side_tensor_names_of(linear + ".weight")) {
-      if (const auto it = base.find(side); it != base.end()) group.emplace_back(side, it->second);
-    }
     VORTEX_ASSIGN_OR_RETURN(group, dequantize_scaled_weights(group, DType::kBF16));
     VORTEX_RETURN_IF_ERROR(merge_loras(group, loras->applications(), merge_dtype));
     for (auto& [part, tensor] : group) host_merged[part] = std::move(tensor);
   }
-  return host_weight_filler({{name, host_merged.at(name)}}, stream)(spec, dst);
+  return write_host_weight({{name, host_merged.at(name)}}, spec, dst, stream);
 }
 
 }  // namespace
 
 Result<bool> lora_merge_on_device() { return device_variant("VORTEX_VARIANT_LORA_MERGE"); }
 
-WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+WeightFiller lora_merging_filler(HostWeights base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                  cudaStream_t stream) {
   auto state = std::make_shared<MergingFiller>();
-  for (auto& [name, tensor] : base) state->base.emplace(name, tensor);
+  state->base = base;
   state->terms = lora_terms_by_linear(loras->applications());
   state->loras = std::move(loras);
   state->merge_dtype = merge_dtype;

@@ -14,7 +14,7 @@
 
 namespace vortex::h3 {
 
-// A WeightFiller for `base` (diffusers names, every tensor of the model) with `loras` merged as
+// A WeightFiller for `base` (every tensor of the model) with `loras` merged as
 // merge_loras(base, loras, merge_dtype) merges them. A targeted weight uploads as it is and merges
 // on the device in place; a lora_B bias merges on the host (a vector), and so does the weight of a
 // linear where a DoRA module meets a lora_B bias (the bias needs the weight's DoRA factors), whose
@@ -22,7 +22,7 @@ namespace vortex::h3 {
 // Every other tensor uploads as host_weight_filler uploads it. Nothing here waits for the device
 // (but a DoRA term's all-zero-row check): the caller synchronises its stream before reading.
 // The filler keeps `base` and `loras` alive.
-WeightFiller lora_merging_filler(NamedTensors base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+WeightFiller lora_merging_filler(HostWeights base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                  cudaStream_t stream);
 // Whether the model's loaders and switches merge on the device (lora_merging_filler) or merge the
 // whole model on the host first (merge_loras, then host_weight_filler: the path the device merge is

@@ -37,13 +37,17 @@ namespace vortex::h3 {
 // Writes the weight called `spec.name` (diffusers layout) into `dst`, a contiguous device tensor
 // of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise).
 using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
-// From host tensors (any layout already converted to diffusers names; any float dtype). An fp8 or
-// NVFP4 weight with its scales beside it (scaled_weights.h) is dequantized as it is written: on
-// the device, or on the host where `where` says so (kConfigured: VORTEX_VARIANT_DEQUANTIZE, read
-// once here; the device when it is unset).
+// From host tensors (HostWeights: diffusers names, or an original layout's parts gathered as each
+// is written; any float dtype). A quantized weight with its side tensors (fp8, NVFP4, GGUF blocks;
+// scaled_weights.h) is dequantized as it is written: on the device, or on the host where `where`
+// says so (kConfigured: VORTEX_VARIANT_DEQUANTIZE, read once here; the device when it is unset).
 enum class DequantizeOn { kConfigured, kDevice, kHost };
-WeightFiller host_weight_filler(NamedTensors tensors, cudaStream_t stream,
+WeightFiller host_weight_filler(HostWeights weights, cudaStream_t stream,
                                 DequantizeOn where = DequantizeOn::kConfigured);
+// One weight as host_weight_filler writes it: `weight` is HostWeights::weight(spec.name)'s answer
+// (the tensor, a quantized one with its side tensors); kConfigured reads the variable each call.
+Status write_host_weight(const NamedTensors& weight, const TensorSpec& spec, const Tensor& dst, cudaStream_t stream,
+                         DequantizeOn where = DequantizeOn::kConfigured);
 // A loader's VORTEX_VARIANT_* setting that says where its work runs: true for "device" (and unset
 // or empty), false for "host"; anything else is an error naming the variable.
 Result<bool> device_variant(const char* variable);
@@ -148,7 +152,7 @@ class CudaH3Transformer : public StepModel {
   // (cuda_transformer_reload.cc).
   Status refill_weights(const WeightFiller& fill, const std::set<std::string>& names);
   // refill_weights from lora_merging_filler (cuda_lora_merge.h).
-  Status merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+  Status merge_adapters(const HostWeights& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                         const std::set<std::string>& names) override;
 
  private:

@@ -78,11 +78,11 @@ Status CudaH3Transformer::refill_weights(const WeightFiller& fill, const std::se
   return ok_status();
 }
 
-Status CudaH3Transformer::merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras,
+Status CudaH3Transformer::merge_adapters(const HostWeights& base, std::shared_ptr<const LoraStack> loras,
                                          DType merge_dtype, const std::set<std::string>& names) {
   VORTEX_ASSIGN_OR_RETURN(const bool on_device, lora_merge_on_device());
   if (on_device) return refill_weights(lora_merging_filler(base, std::move(loras), merge_dtype, stream_), names);
-  NamedTensors merged = base;
+  VORTEX_ASSIGN_OR_RETURN(NamedTensors merged, base.all());
   VORTEX_RETURN_IF_ERROR(merge_loras(merged, loras->applications(), merge_dtype));
   return refill_weights(host_weight_filler(std::move(merged), stream_), names);
 }

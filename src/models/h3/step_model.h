@@ -34,7 +34,7 @@ class StepModel {
   // `merge_dtype`, the same bits (a model that streams weights later reads them through `base` and
   // `loras`, which it keeps). Serve's per-request LoRA adapters. The CPU model is rebuilt by its
   // owner instead (its weights are packed at creation).
-  virtual Status merge_adapters(const NamedTensors& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
+  virtual Status merge_adapters(const HostWeights& base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                 const std::set<std::string>& names) {
     (void)base, (void)loras, (void)merge_dtype, (void)names;
     return unimplemented("this model cannot replace its weights in place");

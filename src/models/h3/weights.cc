@@ -198,74 +198,122 @@ std::vector<TensorSpec> diffusers_schema(const H3Config& c) {
   return s;
 }
 
-Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config) {
-  const int64_t heads = config.num_attention_heads, D = config.attention_head_dim, inner = config.inner_dim();
-  const int64_t F = config.ffn_dim;
-  // A fused layer's parts, each as its rows of the fused weight. QKV is fused per head: head h's q, k
-  // and v are rows (3h + p) · D ... + D; FC1 is [gate; value] and becomes [value; gate].
-  struct Part {
-    std::string name;
-    RowRuns runs;
-  };
-  const auto parts_of = [&](const std::string& target) -> std::vector<Part> {
-    if (ends_with(target, ".attn.qkv_proj.weight")) {
-      const std::string prefix = target.substr(0, target.size() - std::strlen("qkv_proj.weight"));
-      const char* names[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
-      std::vector<Part> parts;
-      for (int64_t p = 0; p < 3; ++p) {
-        RowRuns runs;
-        for (int64_t h = 0; h < heads; ++h) runs.emplace_back((h * 3 + p) * D, D);
-        parts.push_back({prefix + names[p], std::move(runs)});
-      }
-      return parts;
+namespace {
+
+// A fused layer's parts, each as its rows of the fused weight (diffusers names): QKV is fused per
+// head, head h's q, k and v being rows (3h + p) · D ... + D; FC1 is [gate; value] and becomes
+// [value; gate]. None for any other tensor.
+std::vector<std::pair<std::string, RowRuns>> fused_parts(const std::string& diffusers_name, const H3Config& config) {
+  const int64_t heads = config.num_attention_heads, D = config.attention_head_dim, F = config.ffn_dim;
+  if (ends_with(diffusers_name, ".attn.qkv_proj.weight")) {
+    const std::string prefix = diffusers_name.substr(0, diffusers_name.size() - std::strlen("qkv_proj.weight"));
+    const char* names[3] = {"to_q.weight", "to_k.weight", "to_v.weight"};
+    std::vector<std::pair<std::string, RowRuns>> parts;
+    for (int64_t p = 0; p < 3; ++p) {
+      RowRuns runs;
+      for (int64_t h = 0; h < heads; ++h) runs.emplace_back((h * 3 + p) * D, D);
+      parts.emplace_back(prefix + names[p], std::move(runs));
     }
-    if (ends_with(target, ".mlp.fc1.weight")) {
-      std::string name = target;
-      replace_once(name, ".mlp.fc1.weight", ".ff.net.0.proj.weight");
-      return {{name, RowRuns{{F, F}, {0, F}}}};
-    }
-    return {};
-  };
-  const auto is_fused = [&](const std::string& weight_name) {
-    return !parts_of(original_name_to_diffusers(weight_name)).empty();
-  };
+    return parts;
+  }
+  if (ends_with(diffusers_name, ".mlp.fc1.weight")) {
+    std::string name = diffusers_name;
+    replace_once(name, ".mlp.fc1.weight", ".ff.net.0.proj.weight");
+    return {{name, RowRuns{{F, F}, {0, F}}}};
+  }
+  return {};
+}
+
+}  // namespace
+
+HostWeights::HostWeights(NamedTensors diffusers) {
+  for (auto& [name, tensor] : diffusers) {
+    if (by_name_.emplace(name, Entry{std::move(tensor), {}, {}}).second) order_.push_back(name);
+  }
+}
+
+Result<HostWeights> HostWeights::original(NamedTensors original, const H3Config& config) {
+  const int64_t inner = config.inner_dim();
   // Side tensors are checked here, where a fused layer's are still beside the weight they belong to.
   VORTEX_RETURN_IF_ERROR(check_scaled_weights(original).status());
-  std::unordered_map<std::string, const Tensor*> by_name;
-  for (const auto& [name, tensor] : original) by_name[name] = &tensor;
-  NamedTensors out;
+  const auto is_fused = [&](const std::string& weight_name) {
+    return !fused_parts(original_name_to_diffusers(weight_name), config).empty();
+  };
+  std::unordered_map<std::string, const Tensor*> stored;
+  for (const auto& [name, tensor] : original) stored[name] = &tensor;
+  HostWeights w;
   for (const auto& [name, tensor] : original) {
     if (name == "rope.inv_freq") continue;  // recomputed from rope_theta and rope_freq_dim
-    // A fused layer's scales and type go with its parts (take_quantized_rows).
+    // A fused layer's side tensors go with its parts.
     if (is_quantization_side_tensor(name)) {
       const size_t dot = name.rfind('.');
       if (dot != std::string::npos && is_fused(name.substr(0, dot) + ".weight")) continue;
     }
     const std::string target = original_name_to_diffusers(name);
-    const std::vector<Part> parts = parts_of(target);
+    auto parts = fused_parts(target, config);
     if (parts.empty()) {
-      out.emplace_back(target, tensor);
+      if (w.by_name_.emplace(target, Entry{tensor, {}, {}}).second) w.order_.push_back(target);
       continue;
     }
-    VORTEX_RETURN_IF_ERROR(expect_rows(name, logical_weight_shape(tensor), parts.size() == 3 ? 3 * inner : 2 * F));
-    // A quantized one is split with its own side tensors (checked above with the rest).
-    NamedTensors stored;
-    if (is_quantized_storage(tensor.dtype())) {
-      stored.emplace_back(name, tensor);
-      for (const std::string& side : side_tensor_names_of(name)) {
-        if (const auto it = by_name.find(side); it != by_name.end()) stored.emplace_back(side, *it->second);
-      }
+    const int64_t rows = parts.size() == 3 ? 3 * inner : 2 * config.ffn_dim;
+    VORTEX_RETURN_IF_ERROR(expect_rows(name, logical_weight_shape(tensor), rows));
+    NamedTensors& fused = w.fused_[name];
+    fused.emplace_back(name, tensor);
+    for (const std::string& side : side_tensor_names_of(name)) {
+      if (const auto it = stored.find(side); it != stored.end()) fused.emplace_back(side, *it->second);
     }
-    for (const Part& part : parts) {
-      if (stored.empty()) {
-        out.emplace_back(part.name, gather_rows(tensor, part.runs));
-        continue;
-      }
-      VORTEX_ASSIGN_OR_RETURN(NamedTensors taken, take_quantized_rows(stored, name, part.runs, part.name));
-      for (auto& entry : taken) out.push_back(std::move(entry));
+    for (auto& [part, runs] : parts) {
+      if (w.by_name_.emplace(part, Entry{Tensor(), name, std::move(runs)}).second) w.order_.push_back(part);
+    }
+  }
+  return w;
+}
+
+Result<NamedTensors> HostWeights::weight(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end()) return NamedTensors{};
+  const Entry& e = it->second;
+  if (!e.fused.empty()) {
+    const NamedTensors& fused = fused_.at(e.fused);
+    const Tensor& stored = fused.front().second;
+    if (is_quantized_storage(stored.dtype())) return take_quantized_rows(fused, e.fused, e.runs, name);
+    return NamedTensors{{name, gather_rows(stored, e.runs)}};
+  }
+  NamedTensors out = {{name, e.tensor}};
+  if (is_quantized_storage(e.tensor.dtype())) {
+    for (const std::string& side : side_tensor_names_of(name)) {
+      const auto s = by_name_.find(side);
+      if (s != by_name_.end() && s->second.fused.empty()) out.emplace_back(side, s->second.tensor);
     }
   }
   return out;
+}
+
+std::optional<HostWeights::StoredRows> HostWeights::stored_rows(const std::string& name) const {
+  const auto it = by_name_.find(name);
+  if (it == by_name_.end() || it->second.fused.empty()) return std::nullopt;
+  const Tensor& fused = fused_.at(it->second.fused).front().second;
+  if (is_quantized_storage(fused.dtype())) return std::nullopt;
+  return StoredRows{fused, it->second.runs};
+}
+
+Result<NamedTensors> HostWeights::all() const {
+  NamedTensors out;
+  for (const std::string& name : order_) {
+    const Entry& e = by_name_.at(name);
+    if (e.fused.empty()) {
+      out.emplace_back(name, e.tensor);
+      continue;
+    }
+    VORTEX_ASSIGN_OR_RETURN(NamedTensors part, weight(name));
+    for (auto& entry : part) out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config) {
+  VORTEX_ASSIGN_OR_RETURN(const HostWeights weights, HostWeights::original(original, config));
+  return weights.all();
 }
 
 Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config) {

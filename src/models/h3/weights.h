@@ -9,7 +9,9 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -41,16 +43,55 @@ bool is_fp32_island(const std::string& diffusers_name);
 // the data (original_to_diffusers). Lets a caller sort tensors into blocks without copying any.
 std::string original_name_to_diffusers(std::string name);
 
-// Layout conversion. Pure renames are zero-copy; QKV and FC1 are rebuilt. Conversions are exact
-// (bytes are moved, never re-rounded), so original -> diffusers -> original is bit-exact.
-// original_to_diffusers also takes quantized weights with their side tensors (scaled_weights.h): a
-// quantized QKV or FC1 is split still quantized (take_quantized_rows), the others' side tensors are
-// renamed with them.
-Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
 // Rows of a weight as runs (first row, count), taken in order; the rows `runs` of a tensor (any
 // dtype, rows = the first dim) copied into a new contiguous one.
 using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
 Tensor gather_rows(const Tensor& tensor, const RowRuns& runs);
+
+// A model's host tensors under diffusers' names, handed out a weight at a time: what the device
+// loaders read. Either tensors already named so, as they are, or an original-layout checkpoint's:
+// a renamed tensor is the stored one (a view), and a fused layer's parts (QKV's q, k and v rows,
+// which are interleaved per head; FC1's halves reordered) are gathered only when asked for, so a
+// load holds one part's copy at a time rather than a copy of every fused layer (at the released
+// size 27 GB in bf16, 7.6 GB as Q4_K). Quantized weights (scaled_weights.h) come with their side
+// tensors, a fused one split still quantized (take_quantized_rows). Copies share the tensors.
+class HostWeights {
+ public:
+  HostWeights() = default;
+  HostWeights(NamedTensors diffusers);  // NOLINT(google-explicit-constructor): a model's tensors are its weights
+  // The original layout's tensors; side tensors and the fused layers' rows are checked here.
+  static Result<HostWeights> original(NamedTensors original, const H3Config& config);
+
+  bool empty() const { return order_.empty(); }
+  // The tensor `name` with a quantized weight's side tensors, gathered if it is a fused layer's
+  // part; an empty list when there is no tensor of that name.
+  Result<NamedTensors> weight(const std::string& name) const;
+  // Every tensor, the parts gathered (original_to_diffusers).
+  Result<NamedTensors> all() const;
+  // A part of a fused layer stored unquantized, as its rows of the stored weight: for a caller
+  // that copies the rows where they go without gathering them first. Null for any other tensor.
+  struct StoredRows {
+    Tensor tensor;
+    RowRuns runs;
+  };
+  std::optional<StoredRows> stored_rows(const std::string& name) const;
+
+ private:
+  struct Entry {
+    Tensor tensor;      // the stored tensor (for a part: undefined)
+    std::string fused;  // for a part: the fused weight's original name, a key of fused_
+    RowRuns runs;       // for a part: its rows of the fused weight
+  };
+  std::vector<std::string> order_;  // diffusers names in the stored order, a part in its layer's place
+  std::unordered_map<std::string, Entry> by_name_;
+  std::unordered_map<std::string, NamedTensors> fused_;  // a fused weight with its side tensors, original names
+};
+
+// Layout conversion. Pure renames are zero-copy; QKV and FC1 are rebuilt. Conversions are exact
+// (bytes are moved, never re-rounded), so original -> diffusers -> original is bit-exact.
+// original_to_diffusers is HostWeights::original(...).all(): quantized weights keep their side
+// tensors, renamed with them, and a quantized QKV or FC1 is split still quantized.
+Result<NamedTensors> original_to_diffusers(const NamedTensors& original, const H3Config& config);
 Result<NamedTensors> diffusers_to_original(const NamedTensors& diffusers, const H3Config& config);
 
 // All tensors of a checkpoint as zero-copy views, and the comfy_quant descriptors of a ComfyUI
