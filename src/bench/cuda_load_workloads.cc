@@ -131,6 +131,11 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
     VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors converted, h3::original_to_diffusers(original, config));
     return fill_all(h3::host_weight_filler(converted, nullptr));
   }));
+  // The fp8 block in the original layout (convert --to original --quantize fp8): each part's codes
+  // and scales gathered as it loads, then dequantized on the device.
+  VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors fp8_original, h3::quantize_linears_fp8(original));
+  VORTEX_ASSIGN_OR_RETURN(const h3::HostWeights fp8_original_weights, h3::HostWeights::original(fp8_original, config));
+  VORTEX_ASSIGN_OR_RETURN(const Samples fp8_original_device, measure(fp8_original_weights, DequantizeOn::kDevice));
   VORTEX_RETURN_IF_ERROR(fill_all(h3::host_weight_filler(original_weights, nullptr)));
   VORTEX_ASSIGN_OR_RETURN(const auto original_both, concatenated_bf16(targets, bf16));
   if (std::memcmp(original_both.first.data(), original_both.second.data(), original_both.first.nbytes()) != 0) {
@@ -169,7 +174,8 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
         {"gguf_q8_0_host_dequantize", q8_0_host.median()},
         {"bf16_upload", bf16_upload.median()},
         {"bf16_original_layout_rows_staged", original_rows.median()},
-        {"bf16_original_layout_converted_first", original_gathered.median()}}},
+        {"bf16_original_layout_converted_first", original_gathered.median()},
+        {"fp8_original_layout_device_dequantize", fp8_original_device.median()}}},
       {"model_load_s (num_layers blocks' six linears)",
        {{"fp8_device_dequantize", fp8_device.median() * layers / 1e3},
         {"fp8_host_dequantize", fp8_host.median() * layers / 1e3},
@@ -181,7 +187,8 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
         {"gguf_q8_0_host_dequantize", q8_0_host.median() * layers / 1e3},
         {"bf16_upload", bf16_upload.median() * layers / 1e3},
         {"bf16_original_layout_rows_staged", original_rows.median() * layers / 1e3},
-        {"bf16_original_layout_converted_first", original_gathered.median() * layers / 1e3}}},
+        {"bf16_original_layout_converted_first", original_gathered.median() * layers / 1e3},
+        {"fp8_original_layout_device_dequantize", fp8_original_device.median() * layers / 1e3}}},
       {"speedup_fp8_device_over_host", fp8_host.median() / fp8_device.median()},
       {"speedup_nvfp4_device_over_host", nvfp4_host.median() / nvfp4_device.median()},
       {"speedup_gguf_q4_k_device_over_host", q4_k_host.median() / q4_k_device.median()},
@@ -200,7 +207,8 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
                         {"original_layout",
                          "the bf16 block as diffusers_to_original writes it (QKV fused per head, FC1 [gate; value]): "
                          "h3::HostWeights stages each part's rows from the fused weight; converted_first runs "
-                         "original_to_diffusers then uploads"},
+                         "original_to_diffusers then uploads; fp8 original: quantize_linears_fp8 of it (fused QKV and "
+                         "FC1 quantized per row), each part's codes and scales gathered as it loads"},
                         {"weights", "synthetic bf16 N(0, 0.02) on the host, as a checkpoint's are"},
                         {"seed", o.seed}};
   m.protocol = protocol_json(o);

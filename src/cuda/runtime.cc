@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "core/byte_pieces.h"
 #include "core/parallel.h"
 
 namespace vortex::cuda {
@@ -98,27 +99,8 @@ Status copy_to_device(const Tensor& host, const Tensor& dst, cudaStream_t stream
 
 namespace {
 
-// The bytes a staged copy reads, as pieces of host memory one after another: a whole tensor is one,
-// rows taken in runs are one a run.
-struct HostPieces {
-  std::vector<const char*> begin;
-  std::vector<size_t> end;  // where each piece ends in the copy (prefix sums of their sizes)
-
-  // Copies the copy's bytes [from, to) out of the pieces.
-  void read(size_t from, size_t to, char* out) const {
-    size_t piece = static_cast<size_t>(std::upper_bound(end.begin(), end.end(), from) - end.begin());
-    while (from < to) {
-      const size_t start = piece == 0 ? 0 : end[piece - 1];
-      const size_t stop = std::min(to, end[piece]);
-      std::memcpy(out, begin[piece] + (from - start), stop - from);
-      out += stop - from;
-      from = stop;
-      ++piece;
-    }
-  }
-};
-
-Status stage_to_device(const HostPieces& pieces, const Tensor& dst, cudaStream_t stream) {
+// Copies the bytes of `pieces` into dst (contiguous, as many bytes) through the staging halves.
+Status stage_to_device(const BytePieces& pieces, const Tensor& dst, cudaStream_t stream) {
   constexpr size_t kHalf = 32u << 20;
   constexpr int64_t kStagingGrain = 1 << 20;  // below a MB a thread's start costs more than its copy
   // The two halves fill one after the other, each copy packed where the last one ended (a small
@@ -154,7 +136,7 @@ Status stage_to_device(const HostPieces& pieces, const Tensor& dst, cudaStream_t
   Staging& staging = *area;
   if (!staging.pinned) VORTEX_CUDA_CHECK(cudaMallocHost(&staging.pinned, 2 * kHalf));
   char* out = static_cast<char*>(dst.data());
-  const size_t total = pieces.end.empty() ? 0 : pieces.end.back();
+  const size_t total = pieces.size();
   for (size_t offset = 0; offset < total;) {
     if (staging.used == kHalf) {  // full: on to the other half, once its transfers are done
       staging.half ^= 1;
@@ -203,7 +185,9 @@ Status copy_to_device_staged(const Tensor& host, const Tensor& dst, cudaStream_t
     return invalid_argument("copy_to_device_staged: " + host.describe() + " into " + dst.describe());
   }
   const Tensor src = host.contiguous();
-  return stage_to_device({{static_cast<const char*>(src.data())}, {src.nbytes()}}, dst, stream);
+  BytePieces pieces;
+  pieces.add(src.data(), src.nbytes());
+  return stage_to_device(pieces, dst, stream);
 }
 
 Status copy_rows_to_device_staged(const Tensor& host, const std::vector<std::pair<int64_t, int64_t>>& runs,
@@ -221,13 +205,10 @@ Status copy_rows_to_device_staged(const Tensor& host, const std::vector<std::pai
     return invalid_argument("copy_rows_to_device_staged: rows of " + host.describe() + " into " + dst.describe());
   }
   const size_t row_bytes = host.size(0) == 0 ? 0 : host.nbytes() / static_cast<size_t>(host.size(0));
-  HostPieces pieces;
-  size_t at = 0;
+  BytePieces pieces;
   for (const auto& [first, count] : runs) {
-    if (count == 0) continue;
-    pieces.begin.push_back(static_cast<const char*>(host.data()) + static_cast<size_t>(first) * row_bytes);
-    at += static_cast<size_t>(count) * row_bytes;
-    pieces.end.push_back(at);
+    pieces.add(static_cast<const char*>(host.data()) + static_cast<size_t>(first) * row_bytes,
+               static_cast<size_t>(count) * row_bytes);
   }
   return stage_to_device(pieces, dst, stream);
 }
