@@ -157,7 +157,7 @@ TEST_P(GoldenConversion, HostWeightsHandOutTheConvertedTensorsOneAtATime) {
       ++gathered;
       // The rows a loader copies straight from the stored weight are the gathered part's.
       ASSERT_TRUE(rows.has_value()) << name;
-      const Tensor from_rows = h3::gather_rows(rows->tensor, rows->runs);
+      const Tensor from_rows = h3::gather_rows(rows->stored.front().second, rows->runs);
       ASSERT_EQ(from_rows.shape(), want.shape()) << name;
       EXPECT_EQ(std::memcmp(from_rows.data(), want.contiguous().data(), want.nbytes()), 0) << name;
     }

@@ -135,7 +135,27 @@ TEST(QuantizedLayout, FusedLayersSplitStillQuantizedToTheBitsOfSplittingThemDequ
       const NamedTensors one = must(weights.weight(name));
       ASSERT_FALSE(one.empty()) << name;
       EXPECT_EQ(one.front().first, name);
-      EXPECT_FALSE(weights.stored_rows(name).has_value()) << name << ": quantized parts are taken whole";
+      // Its codes left as rows of the fused weight's give the same weight.
+      const auto rows = weights.stored_rows(name);
+      EXPECT_EQ(rows.has_value(), std::string(part) != "attn.to_out.0") << name;
+      if (rows) {
+        const auto q = must(h3::quantized_rows(rows->stored, rows->stored.front().first, rows->runs));
+        const auto want = must(h3::stored_quantized_weight(one, name));
+        EXPECT_EQ(q.logical_shape(), want.logical_shape()) << name;
+        const Tensor codes = h3::gather_rows(q.codes, q.codes_rows);
+        ASSERT_EQ(codes.nbytes(), want.codes.nbytes()) << name;
+        EXPECT_EQ(std::memcmp(codes.data(), want.codes.data(), codes.nbytes()), 0) << name;
+        for (const auto& [got, expected] : {std::pair{q.fp8_scales, want.fp8_scales},
+                                            std::pair{q.nvfp4_block_scales, want.nvfp4_block_scales}}) {
+          ASSERT_EQ(got.defined(), expected.defined()) << name;
+          if (!got.defined()) continue;
+          ASSERT_EQ(got.nbytes(), expected.nbytes()) << name;
+          EXPECT_EQ(std::memcmp(got.contiguous().data(), expected.contiguous().data(), got.nbytes()), 0) << name;
+        }
+        EXPECT_EQ(q.nvfp4_layout, want.nvfp4_layout) << name;
+        EXPECT_EQ(q.nvfp4_tensor_scale, want.nvfp4_tensor_scale) << name;
+        EXPECT_EQ(q.ggml_type, want.ggml_type) << name;
+      }
       int sides = 0;  // (an fp8 weight's input_scale is not read to dequantize it)
       for (const std::string& side : h3::side_tensor_names_of(name)) sides += static_cast<int>(parts.count(side));
       EXPECT_EQ(static_cast<int>(one.size()), 1 + sides) << name;

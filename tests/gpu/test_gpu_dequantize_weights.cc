@@ -142,6 +142,73 @@ TEST_F(GpuDequantizeWeights, GgufGoldenBlocksGiveGgmlsValues) {
   EXPECT_EQ(checked, 10);
 }
 
+// The original layout's fused QKV and FC1 in every stored form, loaded part by part (HostWeights:
+// a part's codes staged from their rows of the fused weight, its scales' rows taken on the host):
+// each part the bits of the layout converted first and dequantized on the host.
+TEST_F(GpuDequantizeWeights, AFusedLayersPartsLoadFromItsRowsToTheConvertedWeightsBits) {
+  h3::H3Config config;
+  config.num_attention_heads = 3;
+  config.attention_head_dim = 8;
+  config.ffn_dim = 40;
+  config.hidden_size = 256;
+  const auto fused = [&](const std::string& form, const std::string& name, int64_t rows, uint64_t seed) {
+    const std::string p = name.substr(0, name.size() - std::strlen(".weight"));
+    const int64_t cols = config.hidden_size;
+    std::vector<float> row_scales(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      row_scales[r] = std::ldexp(1.0f + 0.25f * static_cast<float>(r % 5), -static_cast<int>(r % 9));
+    }
+    if (form == "bf16") {
+      Tensor w = Tensor::empty({rows, cols}, DType::kBF16);
+      for (int64_t i = 0; i < w.numel(); ++i) {
+        w.data_as<uint16_t>()[i] = static_cast<uint16_t>(0x3C00 + (i * 37 + static_cast<int64_t>(seed)) % 1024);
+      }
+      return h3::NamedTensors{{name, w}};
+    }
+    if (form == "fp8 per row") {
+      return h3::NamedTensors{{name, codes({rows, cols}, DType::kF8E4M3, seed)},
+                              {p + ".weight_scale", Tensor::from_f32(row_scales, {rows})}};
+    }
+    if (form == "fp8 e5m2 per tensor") {
+      return h3::NamedTensors{{name, codes({rows, cols}, DType::kF8E5M2, seed)},
+                              {p + ".scale_weight", Tensor::from_f32({0.0173f}, {})}};
+    }
+    if (form == "nvfp4 row-major" || form == "nvfp4 tiled") {
+      const int64_t block_cols = cols / 16;
+      const Shape shape = form == "nvfp4 tiled" ? nvfp4_tiled_scale_shape(rows, block_cols) : Shape{rows, block_cols};
+      Tensor scales = codes(shape, DType::kF8E4M3, seed + 1);
+      for (int64_t i = 0; i < scales.numel(); ++i) static_cast<uint8_t*>(scales.data())[i] &= 0x7F;
+      return h3::NamedTensors{{name, codes({rows, cols / 2}, DType::kU8, seed)},
+                              {p + ".weight_scale", scales},
+                              {p + ".weight_scale_2", Tensor::from_f32({0.0031f}, {})}};
+    }
+    const uint32_t type = form == "Q4_K" ? kGgmlQ4_K : kGgmlQ8_0;
+    return h3::NamedTensors{{name, test_util::random_ggml_blocks(type, rows, cols, seed)},
+                            {p + h3::kGgmlTypeSuffix, h3::ggml_type_tensor(type)}};
+  };
+  const int64_t inner = config.inner_dim();
+  for (const std::string form : {"bf16", "fp8 per row", "fp8 e5m2 per tensor", "nvfp4 row-major", "nvfp4 tiled", "Q4_K",
+                                 "Q8_0"}) {
+    SCOPED_TRACE(form);
+    h3::NamedTensors original = fused(form, "blocks.0.attn.qkv_proj.weight", 3 * inner, 3);
+    for (auto& entry : fused(form, "blocks.0.mlp.fc1.weight", 2 * config.ffn_dim, 4)) original.push_back(entry);
+    const h3::HostWeights weights = must(h3::HostWeights::original(original, config));
+    const h3::NamedTensors want = must(h3::dequantize_scaled_weights(must(h3::original_to_diffusers(original, config)),
+                                                                    DType::kBF16));
+    const h3::WeightFiller fill = h3::host_weight_filler(weights, stream_, h3::DequantizeOn::kDevice);
+    for (const auto& [name, expected] : want) {
+      ASSERT_TRUE(weights.stored_rows(name).has_value()) << name;
+      ArenaScope scope(arena_);
+      const Tensor dst = must(arena_.alloc(expected.shape(), DType::kBF16));
+      must(fill({name, expected.shape(), false}, dst));
+      const Tensor got = to_host(dst);
+      ASSERT_EQ(got.nbytes(), expected.nbytes()) << name;
+      EXPECT_EQ(std::memcmp(got.data(), expected.contiguous().data(), got.nbytes()), 0) << name;
+    }
+    EXPECT_EQ(want.size(), 4u);
+  }
+}
+
 TEST_F(GpuDequantizeWeights, AWrongShapeIsRefusedByName) {
   const std::string name = "transformer_blocks.0.attn.to_k.weight";
   const h3::NamedTensors tensors = {{name, codes({4, 8}, DType::kF8E4M3, 3)}};

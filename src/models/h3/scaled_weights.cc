@@ -323,9 +323,18 @@ Tensor ggml_type_tensor(uint32_t type) {
   return t;
 }
 
+int64_t StoredQuantizedWeight::rows() const {
+  if (codes_rows.empty()) return codes.rank() >= 1 ? codes.size(0) : 0;
+  int64_t n = 0;
+  for (const auto& run : codes_rows) n += run.second;
+  return n;
+}
+
 Shape StoredQuantizedWeight::logical_shape() const {
-  if (ggml_type) return Shape{codes.size(0), ggml_row_values(*ggml_type, codes.size(1))};
-  return logical_weight_shape(codes);
+  if (ggml_type) return Shape{rows(), ggml_row_values(*ggml_type, codes.size(1))};
+  Shape shape = logical_weight_shape(codes);
+  if (shape.rank() >= 1) shape[0] = rows();
+  return shape;
 }
 
 bool is_quantized_storage(DType d) { return is_fp8(d) || d == DType::kU8; }
@@ -408,24 +417,19 @@ Result<NamedTensors> dequantize_scaled_weights(const NamedTensors& tensors, DTyp
   return out;
 }
 
-Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
-                                         const std::string& new_name) {
-  if (!new_name.ends_with(".weight")) {
-    return invalid_argument("take_quantized_rows: " + quote(new_name) + " is not a weight's name (P.weight)");
-  }
-  VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, stored_quantized_weight(tensors, name));
-  const int64_t rows = q.codes.rank() >= 1 ? q.codes.size(0) : 0;
+Result<StoredQuantizedWeight> quantized_rows(const NamedTensors& tensors, const std::string& name,
+                                             const RowRuns& runs) {
+  VORTEX_ASSIGN_OR_RETURN(StoredQuantizedWeight q, stored_quantized_weight(tensors, name));
+  const int64_t rows = q.rows();
+  if (runs.empty()) return invalid_argument("tensor " + quote(name) + ": no rows asked for");
   for (const auto& [first, count] : runs) {
     if (first < 0 || count < 0 || first > rows || count > rows - first) {
       return invalid_argument("tensor " + quote(name) + ": rows [" + std::to_string(first) + ", " +
                               std::to_string(first + count) + ") are not among its " + std::to_string(rows));
     }
   }
-  const std::string prefix = new_name.substr(0, new_name.size() - std::strlen(".weight"));
-  NamedTensors out = {{new_name, gather_rows(q.codes, runs)}};
-  if (q.ggml_type) {
-    out.emplace_back(prefix + kGgmlTypeSuffix, ggml_type_tensor(*q.ggml_type));
-  } else if (q.nvfp4()) {
+  q.codes_rows = runs;
+  if (q.nvfp4()) {
     // Row-major block scales: rows of a tiled layout are not contiguous.
     Tensor row_major = q.nvfp4_block_scales;
     if (q.nvfp4_layout == Nvfp4ScaleLayout::kTiled) {
@@ -439,11 +443,29 @@ Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std:
         }
       }
     }
-    out.emplace_back(prefix + ".weight_scale", gather_rows(row_major, runs));
+    q.nvfp4_block_scales = gather_rows(row_major, runs);
+    q.nvfp4_layout = Nvfp4ScaleLayout::kRowMajor;
+  } else if (q.fp8_scales.defined() && q.fp8_scales.numel() != 1) {
+    q.fp8_scales = gather_rows(q.fp8_scales, runs);
+  }
+  return q;
+}
+
+Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
+                                         const std::string& new_name) {
+  if (!new_name.ends_with(".weight")) {
+    return invalid_argument("take_quantized_rows: " + quote(new_name) + " is not a weight's name (P.weight)");
+  }
+  VORTEX_ASSIGN_OR_RETURN(const StoredQuantizedWeight q, quantized_rows(tensors, name, runs));
+  const std::string prefix = new_name.substr(0, new_name.size() - std::strlen(".weight"));
+  NamedTensors out = {{new_name, gather_rows(q.codes, q.codes_rows)}};
+  if (q.ggml_type) {
+    out.emplace_back(prefix + kGgmlTypeSuffix, ggml_type_tensor(*q.ggml_type));
+  } else if (q.nvfp4()) {
+    out.emplace_back(prefix + ".weight_scale", q.nvfp4_block_scales);
     out.emplace_back(prefix + kTensorScaleSuffix, Tensor::from_f32({q.nvfp4_tensor_scale}, {}));
   } else if (q.fp8_scales.defined()) {
-    const bool per_tensor = q.fp8_scales.numel() == 1;
-    out.emplace_back(prefix + ".weight_scale", per_tensor ? q.fp8_scales : gather_rows(q.fp8_scales, runs));
+    out.emplace_back(prefix + ".weight_scale", q.fp8_scales);
   }
   return out;
 }

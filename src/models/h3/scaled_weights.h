@@ -89,24 +89,31 @@ Result<ScaledWeightsSummary> check_scaled_weights(const NamedTensors& tensors);
 // or NVFP4's block scales with their layout and the tensor scale.
 struct StoredQuantizedWeight {
   Tensor codes;  // F8_E4M3 / F8_E5M2 [O, ...], NVFP4's U8 [O, I/2], or GGUF blocks U8 [O, row bytes]
+  // Set for some rows of a stored weight (quantized_rows): the weight's codes are these rows of
+  // `codes`, in order, left in place for the loader to copy. Empty: `codes` are the weight's own.
+  RowRuns codes_rows;
   Tensor fp8_scales;
   Tensor nvfp4_block_scales;
   Nvfp4ScaleLayout nvfp4_layout = Nvfp4ScaleLayout::kRowMajor;
   float nvfp4_tensor_scale = 1.0f;
   std::optional<uint32_t> ggml_type;
   bool nvfp4() const { return nvfp4_block_scales.defined(); }
-  // The weight's shape in the model: [O, I].
+  // The weight's rows (O) and its shape in the model: [O, I].
+  int64_t rows() const;
   Shape logical_shape() const;
 };
 // `name`'s entry of `tensors` (the weight and its side tensors: side_tensor_names_of), checked as
 // check_scaled_weights checks it; an error when it is not a quantized weight.
 Result<StoredQuantizedWeight> stored_quantized_weight(const NamedTensors& tensors, const std::string& name);
 
-// The quantized weight `name` of `tensors` as `new_name` holding only `runs`' rows, in their order,
-// still quantized: its codes' rows, fp8's per-row scales' rows (widened to F32 [rows]; one scale for
-// the tensor kept), NVFP4's block scales' rows (made row-major first; the tensor scale kept) and a
-// GGUF weight's block rows with its type. For splitting and reordering a fused layer (the original
-// layout's QKV and FC1) without dequantizing it: dequantized, each row has the bits it had.
+// The quantized weight `name` of `tensors` holding only `runs`' rows, in their order, still
+// quantized: its codes' rows (as codes_rows, not copied), fp8's per-row scales' rows (widened to
+// F32 [rows]; one scale for the tensor kept), NVFP4's block scales' rows (made row-major first; the
+// tensor scale kept) and a GGUF weight's type. For splitting and reordering a fused layer (the
+// original layout's QKV and FC1) without dequantizing it: dequantized, each row has the bits it had.
+Result<StoredQuantizedWeight> quantized_rows(const NamedTensors& tensors, const std::string& name,
+                                             const RowRuns& runs);
+// The same as tensors named `new_name` (P.weight) and its side tensors, the codes' rows gathered.
 Result<NamedTensors> take_quantized_rows(const NamedTensors& tensors, const std::string& name, const RowRuns& runs,
                                          const std::string& new_name);
 

@@ -300,9 +300,7 @@ Result<NamedTensors> HostWeights::weight(const std::string& name) const {
 std::optional<HostWeights::StoredRows> HostWeights::stored_rows(const std::string& name) const {
   const auto it = by_name_.find(name);
   if (it == by_name_.end() || it->second.fused.empty()) return std::nullopt;
-  const Tensor& fused = fused_.at(it->second.fused).front().second;
-  if (is_quantized_storage(fused.dtype())) return std::nullopt;
-  return StoredRows{fused, it->second.runs};
+  return StoredRows{fused_.at(it->second.fused), it->second.runs};
 }
 
 Result<NamedTensors> HostWeights::all() const {

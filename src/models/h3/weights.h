@@ -68,10 +68,11 @@ class HostWeights {
   Result<NamedTensors> weight(const std::string& name) const;
   // Every tensor, the parts gathered (original_to_diffusers).
   Result<NamedTensors> all() const;
-  // A part of a fused layer stored unquantized, as its rows of the stored weight: for a caller
-  // that copies the rows where they go without gathering them first. Null for any other tensor.
+  // A fused layer's part as its rows of the stored weight: for a caller that copies the rows where
+  // they go without gathering them first (a quantized one through quantized_rows in
+  // scaled_weights.h). Null for any other tensor.
   struct StoredRows {
-    Tensor tensor;
+    NamedTensors stored;  // the fused weight (first) and its side tensors, original names
     RowRuns runs;
   };
   std::optional<StoredRows> stored_rows(const std::string& name) const;
