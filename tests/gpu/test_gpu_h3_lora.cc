@@ -98,7 +98,8 @@ std::set<std::string> targets_of(const std::vector<const h3::LoraAdapter*>& adap
 // Adapters on a quantized base (fp8 as convert --quantize fp8 writes it): lora_merging_filler merges
 // into each weight's dequantization, on the device (or on the host where the device merge does not
 // take the terms: a DoRA module meeting a lora_B bias), and writes the bits it writes from the base
-// dequantized first, every tensor of the model.
+// dequantized first, every tensor of the model. The same base in the original layout, bf16 and fp8
+// (each fused layer's part written from its rows of the fused weight), gives the diffusers layout's bits.
 TEST(GpuH3Lora, AQuantizedBaseMergesFromItsDequantization) {
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no CUDA device";
@@ -114,23 +115,42 @@ TEST(GpuH3Lora, AQuantizedBaseMergesFromItsDequantization) {
   const h3::NamedTensors fp8 = must(h3::quantize_linears_fp8(base));
   const h3::NamedTensors dequantized = must(h3::dequantize_scaled_weights(fp8, DType::kBF16));
   const auto stack = stack_of(stacked);
-  const h3::WeightFiller from_fp8 = h3::lora_merging_filler(fp8, stack, DType::kBF16, nullptr);
   const h3::WeightFiller from_dequantized = h3::lora_merging_filler(dequantized, stack, DType::kBF16, nullptr);
+  // The same base in the original layout (its fused parts uploaded from their rows), bf16 and fp8,
+  // merges to the same bits: against the diffusers layout's merges.
+  const h3::NamedTensors original = must(h3::diffusers_to_original(base, config));
+  const h3::NamedTensors original_fp8 = must(h3::quantize_linears_fp8(original));
+  const h3::WeightFiller from_fp8 = h3::lora_merging_filler(fp8, stack, DType::kBF16, nullptr);
+  const h3::WeightFiller from_original_fp8 =
+      h3::lora_merging_filler(must(h3::HostWeights::original(original_fp8, config)), stack, DType::kBF16, nullptr);
+  const h3::WeightFiller from_base = h3::lora_merging_filler(base, stack, DType::kBF16, nullptr);
+  const h3::WeightFiller from_original =
+      h3::lora_merging_filler(must(h3::HostWeights::original(original, config)), stack, DType::kBF16, nullptr);
   const auto terms = h3::lora_terms_by_linear(stack->applications());
-  int quantized_targets = 0;
+  int quantized_targets = 0, part_targets = 0;
   for (const h3::TensorSpec& spec : h3::diffusers_schema(config)) {
     SCOPED_TRACE(spec.name);
     const DType dtype = spec.fp32_island ? DType::kF32 : DType::kBF16;
-    cuda::DeviceArena arena = must(cuda::DeviceArena::create(2 * cuda::DeviceArena::bytes_for(spec.shape, dtype)));
+    cuda::DeviceArena arena = must(cuda::DeviceArena::create(3 * cuda::DeviceArena::bytes_for(spec.shape, dtype)));
     const Tensor got = must(arena.alloc(spec.shape, dtype)), want = must(arena.alloc(spec.shape, dtype));
-    must(from_fp8(spec, got));
+    const Tensor other = must(arena.alloc(spec.shape, dtype));
     must(from_dequantized(spec, want));
+    for (const auto* fill : {&from_fp8, &from_original_fp8}) {
+      must((*fill)(spec, got));
+      ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+      EXPECT_TRUE(same_bits(must(cuda::download(got, nullptr)), must(cuda::download(want, nullptr))));
+    }
+    must(from_base(spec, want));
+    must(from_original(spec, other));
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_TRUE(same_bits(must(cuda::download(got, nullptr)), must(cuda::download(want, nullptr))));
+    EXPECT_TRUE(same_bits(must(cuda::download(other, nullptr)), must(cuda::download(want, nullptr))));
     const std::string linear = spec.name.substr(0, spec.name.rfind('.'));
     if (h3::is_fp8_channel_quantized_linear(spec.name) && terms.count(linear)) ++quantized_targets;
+    const bool part = spec.name.find(".attn.to_") != std::string::npos || spec.name.ends_with("ff.net.0.proj.weight");
+    if (part && !spec.name.ends_with("to_out.0.weight") && terms.count(linear)) ++part_targets;
   }
   EXPECT_GT(quantized_targets, 0) << "no adapter targets a quantized weight: this checks nothing";
+  EXPECT_GT(part_targets, 0) << "no adapter targets a fused layer's part: the original layout checks nothing";
 }
 
 // One model under both recipes and both AdaLN table modes (and, where NCCL is built, two

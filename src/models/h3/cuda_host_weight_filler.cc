@@ -81,10 +81,7 @@ Result<bool> write_stored_rows(const HostWeights::StoredRows& rows, const Tensor
     return true;
   }
   if (stored.dtype() != dst.dtype()) return false;
-  Shape shape = stored.shape();
-  shape[0] = 0;
-  for (const auto& run : rows.runs) shape[0] += run.second;
-  VORTEX_RETURN_IF_ERROR(shape_check(spec.name, shape, spec.shape));
+  VORTEX_RETURN_IF_ERROR(shape_check(spec.name, rows.shape(), spec.shape));
   VORTEX_RETURN_IF_ERROR(cuda::copy_rows_to_device_staged(stored.contiguous(), rows.runs, dst, stream));
   return true;
 }

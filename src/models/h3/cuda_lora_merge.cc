@@ -25,8 +25,8 @@ struct MergingFiller {
   std::unordered_map<std::string, Tensor> host_merged;
 
   Status fill(const TensorSpec& spec, const Tensor& dst);
-  Status merge_on_device(const TensorSpec& spec, const NamedTensors& weight, const std::vector<LoraTerm>& terms,
-                         const Tensor& dst);
+  Status merge_on_device(const TensorSpec& spec, const Tensor& stored, const Shape& shape,
+                         const std::vector<LoraTerm>& terms, const Tensor& dst);
   Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
 };
 
@@ -43,9 +43,16 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   const std::string linear = name.substr(0, name.size() - (weight ? 7 : 5));
   const auto it = terms.find(linear);
   if (it == terms.end()) return upload(spec, dst);
-  VORTEX_ASSIGN_OR_RETURN(const NamedTensors stored, base.weight(name));
-  if (stored.empty()) return upload(spec, dst);  // (upload names the missing tensor)
-  const Tensor& host = stored.front().second;
+  // The stored weight, or for a fused layer's part the fused weight and the part's shape: a part is
+  // not gathered when it uploads from its rows (host_weight_filler).
+  const auto rows = base.stored_rows(name);
+  NamedTensors stored;
+  if (!rows) {
+    VORTEX_ASSIGN_OR_RETURN(stored, base.weight(name));
+    if (stored.empty()) return upload(spec, dst);  // (upload names the missing tensor)
+  }
+  const Tensor& host = rows ? rows->stored.front().second : stored.front().second;
+  const Shape shape = rows ? rows->shape() : host.shape();
   const DType merged = is_fp32_island(name) ? DType::kF32 : merge_dtype;
   if (weight) {
     const bool dora_meets_bias = has_dora(it->second) && has_bias(it->second);
@@ -53,7 +60,7 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
     // A quantized weight merges from its dequantization, written into dst first.
     const DType source = is_quantized_storage(host.dtype()) ? dst.dtype() : host.dtype();
     if (!dora_meets_bias && !too_many && device_takes(source, merged, dst.dtype())) {
-      return merge_on_device(spec, stored, it->second, dst);
+      return merge_on_device(spec, host, shape, it->second, dst);
     }
     return merge_on_host(name, linear, spec, dst);
   }
@@ -61,20 +68,21 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
   return merge_on_host(name, linear, spec, dst);
 }
 
-Status MergingFiller::merge_on_device(const TensorSpec& spec, const NamedTensors& stored,
+// `stored` is the weight as stored (for a fused layer's part, the fused weight) and `shape` its
+// stored shape (the part's).
+Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stored, const Shape& shape,
                                       const std::vector<LoraTerm>& terms, const Tensor& dst) {
   const std::string& name = spec.name;
-  const Tensor& weight = stored.front().second;
-  const bool quantized = is_quantized_storage(weight.dtype());
-  if (!quantized && weight.shape() != dst.shape()) {
-    return invalid_argument("tensor " + quote(name) + ": shape " + weight.shape().to_string() +
-                            " but the config expects " + dst.shape().to_string());
+  const bool quantized = is_quantized_storage(stored.dtype());
+  if (!quantized && shape != dst.shape()) {
+    return invalid_argument("tensor " + quote(name) + ": shape " + shape.to_string() + " but the config expects " +
+                            dst.shape().to_string());
   }
   // (A quantized weight's shape is checked as it is dequantized into dst.)
-  VORTEX_RETURN_IF_ERROR(check_lora_fits(terms, name, quantized ? dst : weight));
+  VORTEX_RETURN_IF_ERROR(check_lora_fits(terms, name, dst));
   // The factors, and the weight where it cannot be read in place (another dtype than dst's).
-  const bool in_place = quantized || weight.dtype() == dst.dtype();
-  size_t bytes = in_place ? 0 : cuda::DeviceArena::bytes_for(weight.shape(), weight.dtype());
+  const bool in_place = quantized || stored.dtype() == dst.dtype();
+  size_t bytes = in_place ? 0 : cuda::DeviceArena::bytes_for(shape, stored.dtype());
   for (const LoraTerm& t : terms) {
     for (const Tensor* factor : {&t.module->up, &t.module->down, &t.module->magnitude}) {
       if (factor->defined()) bytes += cuda::DeviceArena::bytes_for(factor->shape(), DType::kF32);
@@ -83,14 +91,15 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const NamedTensors
   // Scratch and uploads in the stream's order: the host goes on to the next weight while this one
   // copies and merges (the staged copies read the host bytes before they return).
   VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create_on_stream(bytes, stream));
+  // In place: the weight written into dst as it uploads (a quantized one dequantized there; a part
+  // from its rows); otherwise into scratch in its own dtype.
   Tensor source = dst;
-  if (!in_place) {
-    VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(weight.shape(), weight.dtype()));
-  }
-  if (quantized) {
-    VORTEX_RETURN_IF_ERROR(write_host_weight(stored, spec, dst, stream));
+  if (in_place) {
+    VORTEX_RETURN_IF_ERROR(upload(spec, dst));
   } else {
-    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight, source, stream));
+    VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(shape, stored.dtype()));
+    VORTEX_ASSIGN_OR_RETURN(const NamedTensors weight, base.weight(name));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight.front().second, source, stream));
   }
   std::vector<cuda::LoraMergeTerm> device_terms;
   for (const LoraTerm& t : terms) {
@@ -110,7 +119,7 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const NamedTensors
   }
   VORTEX_ASSIGN_OR_RETURN(const int64_t zero_norm_at, cuda::lora_merge(source, dst, device_terms, stream));
   if (zero_norm_at >= 0) {
-    const int64_t rows = weight.size(0);
+    const int64_t rows = dst.size(0);
     return dora_zero_norm_error(*terms[static_cast<size_t>(zero_norm_at / rows)].module, name, zero_norm_at % rows);
   }
   return ok_status();

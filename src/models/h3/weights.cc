@@ -297,6 +297,13 @@ Result<NamedTensors> HostWeights::weight(const std::string& name) const {
   return out;
 }
 
+Shape HostWeights::StoredRows::shape() const {
+  Shape shape = stored.front().second.shape();
+  shape[0] = 0;
+  for (const auto& run : runs) shape[0] += run.second;
+  return shape;
+}
+
 std::optional<HostWeights::StoredRows> HostWeights::stored_rows(const std::string& name) const {
   const auto it = by_name_.find(name);
   if (it == by_name_.end() || it->second.fused.empty()) return std::nullopt;

@@ -74,6 +74,7 @@ class HostWeights {
   struct StoredRows {
     NamedTensors stored;  // the fused weight (first) and its side tensors, original names
     RowRuns runs;
+    Shape shape() const;  // the part's stored shape: the fused weight's, with the part's rows
   };
   std::optional<StoredRows> stored_rows(const std::string& name) const;
 
