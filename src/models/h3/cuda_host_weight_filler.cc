@@ -3,7 +3,9 @@
 // stored and is dequantized on the device (cuda/dequantize_weights.h), the same bits as the host's
 // dequantization with half (fp8), a quarter (NVFP4) or less (the 2- to 6-bit GGUF types) of bf16's
 // bytes over PCIe and no host pass over the weight;
-// VORTEX_VARIANT_DEQUANTIZE=host dequantizes on the host instead.
+// VORTEX_VARIANT_DEQUANTIZE=host dequantizes on the host instead. An original-layout checkpoint's
+// fused QKV / FC1 parts (HostWeights) are written from their rows of the fused weight, never
+// gathered on the host first where the rows can go as they are.
 #include <cstdlib>
 #include <memory>
 #include <string>
