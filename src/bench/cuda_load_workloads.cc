@@ -9,7 +9,8 @@
 // way, as a GGUF file's Q4_K and Q8_0 blocks either way, stored bf16 (a plain upload), and stored
 // bf16 in the original layout (fused QKV and FC1): its parts' rows staged straight from the stored
 // weights (h3::HostWeights), and the layout converted first as loads did before (a gathered copy of
-// every part), each scaled to a model's num_layers blocks. Correctness: the device dequantization's
+// every part), fp8 in the original layout (its parts' codes staged the same way), each scaled to a
+// model's num_layers blocks. Correctness: the device dequantization's
 // weights against the host's, bit for bit (bound 0; the Q4_K block's and the original layout's
 // upload too, or the bench fails).
 #include <cstring>
@@ -132,7 +133,8 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
     return fill_all(h3::host_weight_filler(converted, nullptr));
   }));
   // The fp8 block in the original layout (convert --to original --quantize fp8): each part's codes
-  // and scales gathered as it loads, then dequantized on the device.
+  // staged from their rows of the fused codes (its scales' rows taken on the host), then dequantized
+  // on the device.
   VORTEX_ASSIGN_OR_RETURN(const h3::NamedTensors fp8_original, h3::quantize_linears_fp8(original));
   VORTEX_ASSIGN_OR_RETURN(const h3::HostWeights fp8_original_weights, h3::HostWeights::original(fp8_original, config));
   VORTEX_ASSIGN_OR_RETURN(const Samples fp8_original_device, measure(fp8_original_weights, DequantizeOn::kDevice));
@@ -208,7 +210,7 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
                          "the bf16 block as diffusers_to_original writes it (QKV fused per head, FC1 [gate; value]): "
                          "h3::HostWeights stages each part's rows from the fused weight; converted_first runs "
                          "original_to_diffusers then uploads; fp8 original: quantize_linears_fp8 of it (fused QKV and "
-                         "FC1 quantized per row), each part's codes and scales gathered as it loads"},
+                         "FC1 quantized per row), each part's codes staged from their rows, its scales' rows taken"},
                         {"weights", "synthetic bf16 N(0, 0.02) on the host, as a checkpoint's are"},
                         {"seed", o.seed}};
   m.protocol = protocol_json(o);

@@ -5,13 +5,25 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 namespace vortex {
 
 class BytePieces {
  public:
+  // The rows of a contiguous buffer of `row_bytes` rows taken in runs (first row, count), in order.
+  static BytePieces rows(const void* base, size_t row_bytes, const std::vector<std::pair<int64_t, int64_t>>& runs) {
+    BytePieces pieces;
+    for (const auto& [first, count] : runs) {
+      pieces.add(static_cast<const char*>(base) + static_cast<size_t>(first) * row_bytes,
+                 static_cast<size_t>(count) * row_bytes);
+    }
+    return pieces;
+  }
+
   void add(const void* data, size_t bytes) {
     if (bytes == 0) return;
     begin_.push_back(static_cast<const char*>(data));

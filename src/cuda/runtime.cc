@@ -205,12 +205,7 @@ Status copy_rows_to_device_staged(const Tensor& host, const std::vector<std::pai
     return invalid_argument("copy_rows_to_device_staged: rows of " + host.describe() + " into " + dst.describe());
   }
   const size_t row_bytes = host.size(0) == 0 ? 0 : host.nbytes() / static_cast<size_t>(host.size(0));
-  BytePieces pieces;
-  for (const auto& [first, count] : runs) {
-    pieces.add(static_cast<const char*>(host.data()) + static_cast<size_t>(first) * row_bytes,
-               static_cast<size_t>(count) * row_bytes);
-  }
-  return stage_to_device(pieces, dst, stream);
+  return stage_to_device(BytePieces::rows(host.data(), row_bytes, runs), dst, stream);
 }
 
 Result<Tensor> upload(const Tensor& host, DeviceArena& arena, cudaStream_t stream) {

@@ -37,8 +37,8 @@ namespace vortex::h3 {
 // Writes the weight called `spec.name` (diffusers layout) into `dst`, a contiguous device tensor
 // of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise).
 using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
-// From host tensors (HostWeights: diffusers names, or an original layout's parts gathered as each
-// is written; any float dtype). A quantized weight with its side tensors (fp8, NVFP4, GGUF blocks;
+// From host tensors (HostWeights: diffusers names, or an original layout's parts written from their
+// rows of the fused weights; any float dtype). A quantized weight with its side tensors (fp8, NVFP4, GGUF blocks;
 // scaled_weights.h) is dequantized as it is written: on the device, or on the host where `where`
 // says so (kConfigured: VORTEX_VARIANT_DEQUANTIZE, read once here; the device when it is unset).
 enum class DequantizeOn { kConfigured, kDevice, kHost };

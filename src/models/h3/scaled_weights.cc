@@ -325,9 +325,7 @@ Tensor ggml_type_tensor(uint32_t type) {
 
 int64_t StoredQuantizedWeight::rows() const {
   if (codes_rows.empty()) return codes.rank() >= 1 ? codes.size(0) : 0;
-  int64_t n = 0;
-  for (const auto& run : codes_rows) n += run.second;
-  return n;
+  return row_count(codes_rows);
 }
 
 Shape StoredQuantizedWeight::logical_shape() const {

@@ -116,17 +116,17 @@ Status expect_rows(const std::string& name, const Shape& shape, int64_t rows) {
 
 }  // namespace
 
-Tensor gather_rows(const Tensor& tensor, const RowRuns& runs) {
-  const Tensor src = tensor.contiguous();
+int64_t row_count(const RowRuns& runs) {
   int64_t rows = 0;
   for (const auto& run : runs) rows += run.second;
-  Tensor out = new_like_rows(src, rows);
+  return rows;
+}
+
+Tensor gather_rows(const Tensor& tensor, const RowRuns& runs) {
+  const Tensor src = tensor.contiguous();
+  Tensor out = new_like_rows(src, row_count(runs));
   const size_t row_bytes = src.size(0) == 0 ? 0 : src.nbytes() / static_cast<size_t>(src.size(0));
-  BytePieces pieces;
-  for (const auto& [first, count] : runs) {
-    pieces.add(static_cast<const char*>(src.data()) + static_cast<size_t>(first) * row_bytes,
-               static_cast<size_t>(count) * row_bytes);
-  }
+  const BytePieces pieces = BytePieces::rows(src.data(), row_bytes, runs);
   // On every core: a fused layer's part at the released size is hundreds of MB, and its fresh
   // pages' first touch costs more than the copy (one thread took ~0.3 s a block's parts).
   char* to = static_cast<char*>(out.data());
@@ -299,8 +299,7 @@ Result<NamedTensors> HostWeights::weight(const std::string& name) const {
 
 Shape HostWeights::StoredRows::shape() const {
   Shape shape = stored.front().second.shape();
-  shape[0] = 0;
-  for (const auto& run : runs) shape[0] += run.second;
+  shape[0] = row_count(runs);
   return shape;
 }
 

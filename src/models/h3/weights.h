@@ -46,6 +46,7 @@ std::string original_name_to_diffusers(std::string name);
 // Rows of a weight as runs (first row, count), taken in order; the rows `runs` of a tensor (any
 // dtype, rows = the first dim) copied into a new contiguous one.
 using RowRuns = std::vector<std::pair<int64_t, int64_t>>;
+int64_t row_count(const RowRuns& runs);
 Tensor gather_rows(const Tensor& tensor, const RowRuns& runs);
 
 // A model's host tensors under diffusers' names, handed out a weight at a time: what the device
