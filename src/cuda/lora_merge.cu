@@ -3,11 +3,15 @@
 // Three kernels. `merge_kernel` gives each thread one column of kRowsPerThread rows and walks the
 // terms in order, each term's chain over the rank in order, with the rows' up factors staged in
 // shared memory kRankChunk at a time, rank-major so that one rank step's 16 factors are four
-// 16-byte broadcast reads for every thread of the CTA, and down read coalesced along the columns. A DoRA term's row factors must exist before any element of its row is scaled,
-// and its norm is a sequential double chain over the row, so they come first: `delta_kernel` writes
-// one term's deltas for a band of rows into scratch and `row_norm_kernel` sums each row in column
-// order, one thread per row. Explicit __fmul_rn / __fadd_rn / __fma_rn keep nvcc from contracting
-// anything the host rounds twice.
+// 16-byte broadcast reads for every thread of the CTA, and down read coalesced along the columns.
+// A DoRA term's row factors must exist before any element of its row is scaled, and its norm is a
+// sequential double chain over the row, so they come first, a band of rows at a time:
+// `dora_sum_kernel` computes the term's deltas as merge_kernel does and writes each W + delta in
+// double into scratch column-major (a thread's 16 rows are 128 contiguous bytes), so that
+// `row_norm_kernel`, one thread per row walking the columns in order, reads a warp's 32 rows of a
+// column as one coalesced 256-byte load. (Read row-major, one thread per row, every load of the
+// chain was its own sector: ~40 ms of a block's switch.) Explicit __fmul_rn / __fadd_rn / __fma_rn
+// keep nvcc from contracting anything the host rounds twice.
 #include "cuda/lora_merge.h"
 
 #include <algorithm>
@@ -22,7 +26,7 @@ namespace {
 constexpr int kThreads = 128;       // columns per CTA of the merge and delta kernels
 constexpr int kRowsPerThread = 16;  // rows per CTA (and per thread) of the merge and delta kernels
 constexpr int kRankChunk = 32;      // up factors staged per pass
-constexpr int64_t kScratchFloats = int64_t(1) << 24;  // a DoRA band's deltas: 64 MB at most
+constexpr int64_t kScratchValues = int64_t(1) << 24;  // a DoRA band's sums, doubles: 128 MB at most
 
 enum class Elem { kF32, kBF16, kF16 };
 
@@ -127,32 +131,57 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, voi
   for (int i = 0; i < rows_here; ++i) store_element<kOut>(out, (r0 + i) * cols + c, acc[i]);
 }
 
-// One term's deltas for rows [band0, band0 + band_rows) into delta [band_rows, cols] F32.
-__global__ void __launch_bounds__(kThreads) delta_kernel(DeviceTerm term, int64_t band0, int64_t band_rows,
-                                                         int64_t cols, float* delta) {
+// For rows [band0, band0 + band_rows) of one term: sums[c · stride + local] = double(W[r,c]) +
+// double(delta[r,c]), local = r − band0. `stride` is a multiple of kRowsPerThread, so a thread's rows
+// are 16 aligned doubles.
+template <Elem kIn>
+__global__ void __launch_bounds__(kThreads) dora_sum_kernel(const void* weight, DeviceTerm term, int64_t band0,
+                                                            int64_t band_rows, int64_t stride, int64_t cols,
+                                                            double* sums) {
   __shared__ float4 up_tile[kRankChunk][kRowsPerThread / 4];
   const auto [c, local0, rows_here, live] = column_tile(band_rows, cols);
-  float values[kRowsPerThread];
-  term_deltas(term, band0 + local0, rows_here, cols, c, live, up_tile, values);
+  float delta[kRowsPerThread];
+  term_deltas(term, band0 + local0, rows_here, cols, c, live, up_tile, delta);
   if (!live) return;
-  for (int i = 0; i < rows_here; ++i) delta[(local0 + i) * cols + c] = values[i];
+  double v[kRowsPerThread];
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const float w = i < rows_here ? load_element<kIn>(weight, (band0 + local0 + i) * cols + c) : 0.0f;
+    v[i] = __dadd_rn(static_cast<double>(w), static_cast<double>(delta[i]));
+  }
+  double* column = sums + c * stride + local0;
+  if (rows_here == kRowsPerThread) {
+    auto* pairs = reinterpret_cast<double2*>(column);
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; i += 2) pairs[i / 2] = make_double2(v[i], v[i + 1]);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    if (i < rows_here) column[i] = v[i];
+  }
 }
 
-// f[r] = m[r] / sqrt(Σ_c (W[r,c] + delta[r,c])²) in double, column order, for the band's rows; a row
-// whose sum is 0 lowers *zero_row to its index instead.
-template <Elem kIn>
-__global__ void row_norm_kernel(const void* weight, const float* delta, const float* magnitude, int64_t band0,
-                                int64_t band_rows, int64_t cols, float* row_factor,
-                                unsigned long long* zero_row) {
+// f[r] = m[r] / sqrt(Σ_c sums[c, r]²), one double FMA chain in column order per row of the band; a
+// row whose sum is 0 lowers *zero_row to its index instead. The loads run kUnroll columns ahead of
+// the chain, which is the kernel's bound (a band has only a few thousand rows).
+__global__ void row_norm_kernel(const double* sums, const float* magnitude, int64_t band0, int64_t band_rows,
+                                int64_t stride, int64_t cols, float* row_factor, unsigned long long* zero_row) {
+  constexpr int kUnroll = 16;
   const int64_t local = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (local >= band_rows) return;
-  const int64_t r = band0 + local;
+  const double* v = sums + local;
   double sum = 0.0;
-  for (int64_t c = 0; c < cols; ++c) {
-    const double v = __dadd_rn(static_cast<double>(load_element<kIn>(weight, r * cols + c)),
-                               static_cast<double>(delta[local * cols + c]));
-    sum = __fma_rn(v, v, sum);
+  int64_t c = 0;
+  for (; c + kUnroll <= cols; c += kUnroll) {
+    double x[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) x[j] = v[(c + j) * stride];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) sum = __fma_rn(x[j], x[j], sum);
   }
+  for (; c < cols; ++c) sum = __fma_rn(v[c * stride], v[c * stride], sum);
+  const int64_t r = band0 + local;
   if (sum == 0.0) {
     atomicMin(zero_row, static_cast<unsigned long long>(r));
     return;
@@ -162,15 +191,17 @@ __global__ void row_norm_kernel(const void* weight, const float* delta, const fl
 
 template <Elem kIn>
 void launch_dora_factors(const void* weight, const DeviceTerm& term, const float* magnitude, int64_t rows,
-                         int64_t cols, float* delta, int64_t band, float* row_factor, unsigned long long* zero_row,
+                         int64_t cols, double* sums, int64_t band, float* row_factor, unsigned long long* zero_row,
                          cudaStream_t stream) {
+  const int64_t stride = (band + kRowsPerThread - 1) / kRowsPerThread * kRowsPerThread;
+  constexpr int kNormThreads = 32;  // a band's few thousand rows spread over as many SMs as they can
   for (int64_t band0 = 0; band0 < rows; band0 += band) {
     const int64_t band_rows = std::min(band, rows - band0);
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                     static_cast<unsigned>((band_rows + kRowsPerThread - 1) / kRowsPerThread));
-    delta_kernel<<<grid, kThreads, 0, stream>>>(term, band0, band_rows, cols, delta);
-    row_norm_kernel<kIn><<<static_cast<unsigned>((band_rows + 127) / 128), 128, 0, stream>>>(
-        weight, delta, magnitude, band0, band_rows, cols, row_factor, zero_row);
+    dora_sum_kernel<kIn><<<grid, kThreads, 0, stream>>>(weight, term, band0, band_rows, stride, cols, sums);
+    row_norm_kernel<<<static_cast<unsigned>((band_rows + kNormThreads - 1) / kNormThreads), kNormThreads, 0, stream>>>(
+        sums, magnitude, band0, band_rows, stride, cols, row_factor, zero_row);
   }
 }
 
@@ -223,9 +254,10 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
   const size_t dora = static_cast<size_t>(
       std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
   // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds.
-  const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchFloats / cols / kRowsPerThread * kRowsPerThread));
+  const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchValues / cols / kRowsPerThread * kRowsPerThread));
+  const int64_t band_stride = (band + kRowsPerThread - 1) / kRowsPerThread * kRowsPerThread;
   const size_t factor_bytes = dora * DeviceArena::bytes_for(Shape{rows}, DType::kF32);
-  const size_t scratch_bytes = dora == 0 ? 0 : DeviceArena::bytes_for(Shape{band, cols}, DType::kF32);
+  const size_t scratch_bytes = dora == 0 ? 0 : DeviceArena::bytes_for(Shape{cols, band_stride}, DType::kF64);
   const size_t zero_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size())}, DType::kI64);
   VORTEX_ASSIGN_OR_RETURN(DeviceArena arena,
                           DeviceArena::create_on_stream(factor_bytes + scratch_bytes + zero_bytes, stream));
@@ -237,7 +269,7 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
   list.count = static_cast<int>(terms.size());
   Tensor scratch;
   if (dora > 0) {
-    VORTEX_ASSIGN_OR_RETURN(scratch, arena.alloc(Shape{band, cols}, DType::kF32));
+    VORTEX_ASSIGN_OR_RETURN(scratch, arena.alloc(Shape{cols, band_stride}, DType::kF64));
   }
   for (size_t t = 0; t < terms.size(); ++t) {
     const LoraMergeTerm& term = terms[t];
@@ -248,7 +280,7 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
       const auto launch = weight.dtype() == DType::kF32    ? launch_dora_factors<Elem::kF32>
                           : weight.dtype() == DType::kBF16 ? launch_dora_factors<Elem::kBF16>
                                                            : launch_dora_factors<Elem::kF16>;
-      launch(weight.data(), d, term.magnitude, rows, cols, scratch.data_as<float>(), band, factors.data_as<float>(),
+      launch(weight.data(), d, term.magnitude, rows, cols, scratch.data_as<double>(), band, factors.data_as<float>(),
              zero_row + t, stream);
       VORTEX_CUDA_CHECK_LAUNCH();
     }
