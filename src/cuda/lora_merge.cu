@@ -191,9 +191,8 @@ __global__ void row_norm_kernel(const double* sums, const float* magnitude, int6
 
 template <Elem kIn>
 void launch_dora_factors(const void* weight, const DeviceTerm& term, const float* magnitude, int64_t rows,
-                         int64_t cols, double* sums, int64_t band, float* row_factor, unsigned long long* zero_row,
-                         cudaStream_t stream) {
-  const int64_t stride = (band + kRowsPerThread - 1) / kRowsPerThread * kRowsPerThread;
+                         int64_t cols, double* sums, int64_t band, int64_t stride, float* row_factor,
+                         unsigned long long* zero_row, cudaStream_t stream) {
   constexpr int kNormThreads = 32;  // a band's few thousand rows spread over as many SMs as they can
   for (int64_t band0 = 0; band0 < rows; band0 += band) {
     const int64_t band_rows = std::min(band, rows - band0);
@@ -253,7 +252,8 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
   if (rows == 0 || cols == 0) return int64_t(-1);
   const size_t dora = static_cast<size_t>(
       std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
-  // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds.
+  // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds; its sums' column stride,
+  // a whole number of groups.
   const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchValues / cols / kRowsPerThread * kRowsPerThread));
   const int64_t band_stride = (band + kRowsPerThread - 1) / kRowsPerThread * kRowsPerThread;
   const size_t factor_bytes = dora * DeviceArena::bytes_for(Shape{rows}, DType::kF32);
@@ -280,8 +280,8 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
       const auto launch = weight.dtype() == DType::kF32    ? launch_dora_factors<Elem::kF32>
                           : weight.dtype() == DType::kBF16 ? launch_dora_factors<Elem::kBF16>
                                                            : launch_dora_factors<Elem::kF16>;
-      launch(weight.data(), d, term.magnitude, rows, cols, scratch.data_as<double>(), band, factors.data_as<float>(),
-             zero_row + t, stream);
+      launch(weight.data(), d, term.magnitude, rows, cols, scratch.data_as<double>(), band, band_stride,
+             factors.data_as<float>(), zero_row + t, stream);
       VORTEX_CUDA_CHECK_LAUNCH();
     }
     list.term[t] = d;
