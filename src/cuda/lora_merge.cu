@@ -9,9 +9,9 @@
 // `dora_sum_kernel` computes the term's deltas as merge_kernel does and writes each W + delta in
 // double into scratch column-major (a thread's 16 rows are 128 contiguous bytes), so that
 // `row_norm_kernel`, one thread per row walking the columns in order, reads a warp's 32 rows of a
-// column as one coalesced 256-byte load. (Read row-major, one thread per row, every load of the
-// chain was its own sector: ~40 ms of a block's switch.) Explicit __fmul_rn / __fadd_rn / __fma_rn
-// keep nvcc from contracting anything the host rounds twice.
+// column as one coalesced 256-byte load. (Read row-major, every load of the chain was its own
+// sector: DoRA's cost above a plain switch went from ~40 to ~20 ms a block, bench/notes/lora_merge.md.)
+// Explicit __fmul_rn / __fadd_rn / __fma_rn keep nvcc from contracting anything the host rounds twice.
 #include "cuda/lora_merge.h"
 
 #include <algorithm>
@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(kThreads) dora_sum_kernel(const void* weight, 
 
 // f[r] = m[r] / sqrt(Σ_c sums[c, r]²), one double FMA chain in column order per row of the band; a
 // row whose sum is 0 lowers *zero_row to its index instead. The loads run kUnroll columns ahead of
-// the chain, which is the kernel's bound (a band has only a few thousand rows).
+// the chain; with a band's few thousand rows that is still too few in flight, and the kernel waits on
+// memory (~350 µs a band of 5,376 columns on an H100, by ncu).
 __global__ void row_norm_kernel(const double* sums, const float* magnitude, int64_t band0, int64_t band_rows,
                                 int64_t stride, int64_t cols, float* row_factor, unsigned long long* zero_row) {
   constexpr int kUnroll = 16;
