@@ -8,11 +8,13 @@
 // sequential double chain over the row, so they come first, a band of rows at a time:
 // `dora_sum_kernel` computes the term's deltas as merge_kernel does and writes each W + delta in
 // double into scratch column-major (a thread's 16 rows are 128 contiguous bytes), so that
-// `row_norm_kernel`, one thread per row walking the columns in order, reads a warp's 32 rows of a
-// column as one coalesced 256-byte load. (Read row-major, every load of the chain was its own
-// sector: DoRA's cost above a plain switch went from ~40 to ~20 ms a block, bench/notes/lora_merge.md.)
-// Explicit __fmul_rn / __fadd_rn / __fma_rn keep nvcc from contracting anything the host rounds twice.
+// `row_norm_kernel` stages a CTA's 32 rows of 32 columns at a time (each column's rows one coalesced
+// 256-byte piece) and chains each row in column order, a lane a row. (Read row-major, one thread per
+// row, every load of the chain was its own sector: ~40 ms of a block's switch.) Explicit __fmul_rn /
+// __fadd_rn / __fma_rn keep nvcc from contracting anything the host rounds twice.
 #include "cuda/lora_merge.h"
+
+#include <cuda_pipeline.h>
 
 #include <algorithm>
 
@@ -132,8 +134,8 @@ __global__ void __launch_bounds__(kThreads) merge_kernel(const void* weight, voi
 }
 
 // For rows [band0, band0 + band_rows) of one term: sums[c · stride + local] = double(W[r,c]) +
-// double(delta[r,c]), local = r − band0. `stride` is a multiple of kRowsPerThread, so a thread's rows
-// are 16 aligned doubles.
+// double(delta[r,c]), local = r − band0. `stride` is a multiple of kRowsPerThread (and of kNormRows),
+// so a thread's rows are 16 aligned doubles.
 template <Elem kIn>
 __global__ void __launch_bounds__(kThreads) dora_sum_kernel(const void* weight, DeviceTerm term, int64_t band0,
                                                             int64_t band_rows, int64_t stride, int64_t cols,
@@ -163,25 +165,55 @@ __global__ void __launch_bounds__(kThreads) dora_sum_kernel(const void* weight, 
 }
 
 // f[r] = m[r] / sqrt(Σ_c sums[c, r]²), one double FMA chain in column order per row of the band; a
-// row whose sum is 0 lowers *zero_row to its index instead. The loads run kUnroll columns ahead of
-// the chain; with a band's few thousand rows that is still too few in flight, and the kernel waits on
-// memory (~350 µs a band of 5,376 columns on an H100, by ncu).
-__global__ void row_norm_kernel(const double* sums, const float* magnitude, int64_t band0, int64_t band_rows,
-                                int64_t stride, int64_t cols, float* row_factor, unsigned long long* zero_row) {
-  constexpr int kUnroll = 16;
-  const int64_t local = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (local >= band_rows) return;
-  const double* v = sums + local;
+// row whose sum is 0 lowers *zero_row to its index instead. A CTA owns kNormRows rows: all its
+// threads stage tiles of their sums into shared memory kNormStages - 1 tiles ahead (cp.async), and
+// its first warp runs the chains, a lane a row. A band has only a few thousand rows, so each chain's
+// loads must be far ahead of it: with 16 loads ahead and no staging, one thread a row, a band took
+// ~350 µs for 5,376 columns (ncu), every step waiting on memory.
+constexpr int kNormRows = 32;
+constexpr int kNormCols = 32;  // columns per staged tile: 8 KB
+constexpr int kNormStages = 4;
+constexpr int kNormThreads = 128;
+
+__global__ void __launch_bounds__(kNormThreads)
+    row_norm_kernel(const double* sums, const float* magnitude, int64_t band0, int64_t band_rows, int64_t stride,
+                    int64_t cols, float* row_factor, unsigned long long* zero_row) {
+  __shared__ __align__(16) double tile[kNormStages][kNormCols][kNormRows];
+  const int64_t local0 = blockIdx.x * int64_t(kNormRows);
+  const int64_t tiles = (cols + kNormCols - 1) / kNormCols;
+  // Tile t's columns into its stage, 16 bytes (two rows) a copy; one commit group per tile, empty
+  // past the last, so that every wait counts the same groups.
+  const auto stage_tile = [&](int64_t t) {
+    if (t < tiles) {
+      double(*stage)[kNormRows] = tile[t % kNormStages];
+      for (int q = threadIdx.x; q < kNormCols * kNormRows / 2; q += kNormThreads) {
+        const int col = q / (kNormRows / 2), row = 2 * (q % (kNormRows / 2));
+        const int64_t c = t * kNormCols + col;
+        if (c < cols) __pipeline_memcpy_async(&stage[col][row], sums + c * stride + local0 + row, 16);
+      }
+    }
+    __pipeline_commit();
+  };
+  for (int t = 0; t < kNormStages - 1; ++t) stage_tile(t);
+  const int lane = threadIdx.x;
   double sum = 0.0;
-  int64_t c = 0;
-  for (; c + kUnroll <= cols; c += kUnroll) {
-    double x[kUnroll];
+  for (int64_t t = 0; t < tiles; ++t) {
+    __pipeline_wait_prior(kNormStages - 2);  // this thread's copies of tile t have landed
+    __syncthreads();  // everyone's have, and the stage refilled next was chained in the last round
+    stage_tile(t + kNormStages - 1);
+    if (lane < kNormRows) {
+      const double(*stage)[kNormRows] = tile[t % kNormStages];
+      const int64_t here = cols - t * kNormCols;
+      if (here >= kNormCols) {
 #pragma unroll
-    for (int j = 0; j < kUnroll; ++j) x[j] = v[(c + j) * stride];
-#pragma unroll
-    for (int j = 0; j < kUnroll; ++j) sum = __fma_rn(x[j], x[j], sum);
+        for (int j = 0; j < kNormCols; ++j) sum = __fma_rn(stage[j][lane], stage[j][lane], sum);
+      } else {
+        for (int j = 0; j < here; ++j) sum = __fma_rn(stage[j][lane], stage[j][lane], sum);
+      }
+    }
   }
-  for (; c < cols; ++c) sum = __fma_rn(v[c * stride], v[c * stride], sum);
+  const int64_t local = local0 + lane;
+  if (lane >= kNormRows || local >= band_rows) return;
   const int64_t r = band0 + local;
   if (sum == 0.0) {
     atomicMin(zero_row, static_cast<unsigned long long>(r));
@@ -194,13 +226,12 @@ template <Elem kIn>
 void launch_dora_factors(const void* weight, const DeviceTerm& term, const float* magnitude, int64_t rows,
                          int64_t cols, double* sums, int64_t band, int64_t stride, float* row_factor,
                          unsigned long long* zero_row, cudaStream_t stream) {
-  constexpr int kNormThreads = 32;  // a band's few thousand rows spread over as many SMs as they can
   for (int64_t band0 = 0; band0 < rows; band0 += band) {
     const int64_t band_rows = std::min(band, rows - band0);
     const dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads),
                     static_cast<unsigned>((band_rows + kRowsPerThread - 1) / kRowsPerThread));
     dora_sum_kernel<kIn><<<grid, kThreads, 0, stream>>>(weight, term, band0, band_rows, stride, cols, sums);
-    row_norm_kernel<<<static_cast<unsigned>((band_rows + kNormThreads - 1) / kNormThreads), kNormThreads, 0, stream>>>(
+    row_norm_kernel<<<static_cast<unsigned>((band_rows + kNormRows - 1) / kNormRows), kNormThreads, 0, stream>>>(
         sums, magnitude, band0, band_rows, stride, cols, row_factor, zero_row);
   }
 }
@@ -253,10 +284,10 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
   if (rows == 0 || cols == 0) return int64_t(-1);
   const size_t dora = static_cast<size_t>(
       std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
-  // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds; its sums' column stride,
-  // a whole number of groups.
+  // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds; its sums' column stride
+  // covers whole row_norm_kernel CTAs (which read kNormRows rows a column).
   const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchValues / cols / kRowsPerThread * kRowsPerThread));
-  const int64_t band_stride = (band + kRowsPerThread - 1) / kRowsPerThread * kRowsPerThread;
+  const int64_t band_stride = (band + kNormRows - 1) / kNormRows * kNormRows;
   const size_t factor_bytes = dora * DeviceArena::bytes_for(Shape{rows}, DType::kF32);
   const size_t scratch_bytes = dora == 0 ? 0 : DeviceArena::bytes_for(Shape{cols, band_stride}, DType::kF64);
   const size_t zero_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size())}, DType::kI64);
