@@ -105,6 +105,7 @@ Result<std::vector<Manifest>> run_load_workload(const BenchOptions& o) {
   VORTEX_ASSIGN_OR_RETURN(fp8, h3::quantize_linears_fp8(bf16));
   const auto fill_all = [&](const h3::WeightFiller& fill) -> Status {
     for (size_t i = 0; i < specs.size(); ++i) VORTEX_RETURN_IF_ERROR(fill(specs[i], targets[i]));
+    VORTEX_RETURN_IF_ERROR(fill.finish());
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     return ok_status();
   };

@@ -82,6 +82,7 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
   const auto plain = stack_of(false), dora = stack_of(true);
   const auto fill_all = [&](const h3::WeightFiller& fill) -> Status {
     for (size_t i = 0; i < specs.size(); ++i) VORTEX_RETURN_IF_ERROR(fill(specs[i], targets[i]));
+    VORTEX_RETURN_IF_ERROR(fill.finish());
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     return ok_status();
   };

@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) dora_sum_kernel(const void* weight, 
 }
 
 // f[r] = m[r] / sqrt(Σ_c sums[c, r]²), one double FMA chain in column order per row of the band; a
-// row whose sum is 0 lowers *zero_row to its index instead. A CTA owns kNormRows rows: all its
+// row whose sum is 0 lowers *zero_row to its index instead (and gets a NaN factor). A CTA owns kNormRows rows: all its
 // threads stage tiles of their sums into shared memory kNormStages - 1 tiles ahead (cp.async), and
 // its first warp runs the chains, a lane a row. A band has only a few thousand rows, so each chain's
 // loads must be far ahead of it: with 16 loads ahead and no staging, one thread a row, a band took
@@ -217,6 +217,7 @@ __global__ void __launch_bounds__(kNormThreads)
   const int64_t r = band0 + local;
   if (sum == 0.0) {
     atomicMin(zero_row, static_cast<unsigned long long>(r));
+    row_factor[r] = __int_as_float(0x7fc00000);  // NaN: the row cannot be scaled, and says so
     return;
   }
   row_factor[r] = __double2float_rn(__ddiv_rn(static_cast<double>(magnitude[r]), __dsqrt_rn(sum)));
@@ -275,34 +276,53 @@ Status check_arguments(const Tensor& weight, const Tensor& out, const std::vecto
   return ok_status();
 }
 
+// A DoRA band's rows: whole 16-row groups, as many as kScratchValues sums hold; its sums' column
+// stride covers whole row_norm_kernel CTAs (which read kNormRows rows a column).
+struct DoraBands {
+  int64_t rows;
+  int64_t stride;
+};
+
+DoraBands dora_bands(int64_t rows, int64_t cols) {
+  const int64_t band =
+      std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchValues / cols / kRowsPerThread * kRowsPerThread));
+  return {band, (band + kNormRows - 1) / kNormRows * kNormRows};
+}
+
 }  // namespace
 
-Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
-                           cudaStream_t stream) {
+size_t dora_workspace_bytes(int64_t rows, int64_t cols, int dora_terms) {
+  if (dora_terms == 0 || rows == 0 || cols == 0) return 0;
+  const DoraBands bands = dora_bands(rows, cols);
+  return static_cast<size_t>(dora_terms) * DeviceArena::bytes_for(Shape{rows}, DType::kF32) +
+         DeviceArena::bytes_for(Shape{cols, bands.stride}, DType::kF64);
+}
+
+Status lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
+                  const Tensor& dora_workspace, unsigned long long* zero_rows, cudaStream_t stream) {
   VORTEX_RETURN_IF_ERROR(check_arguments(weight, out, terms));
   const int64_t rows = weight.size(0), cols = weight.size(1);
-  if (rows == 0 || cols == 0) return int64_t(-1);
-  const size_t dora = static_cast<size_t>(
+  if (rows == 0 || cols == 0) return ok_status();
+  const int dora = static_cast<int>(
       std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
-  // Rows of a DoRA band: whole 16-row groups, as many as the scratch holds; its sums' column stride
-  // covers whole row_norm_kernel CTAs (which read kNormRows rows a column).
-  const int64_t band = std::min(rows, std::max<int64_t>(kRowsPerThread, kScratchValues / cols / kRowsPerThread * kRowsPerThread));
-  const int64_t band_stride = (band + kNormRows - 1) / kNormRows * kNormRows;
-  const size_t factor_bytes = dora * DeviceArena::bytes_for(Shape{rows}, DType::kF32);
-  const size_t scratch_bytes = dora == 0 ? 0 : DeviceArena::bytes_for(Shape{cols, band_stride}, DType::kF64);
-  const size_t zero_bytes = DeviceArena::bytes_for(Shape{static_cast<int64_t>(terms.size())}, DType::kI64);
-  VORTEX_ASSIGN_OR_RETURN(DeviceArena arena,
-                          DeviceArena::create_on_stream(factor_bytes + scratch_bytes + zero_bytes, stream));
-  VORTEX_ASSIGN_OR_RETURN(Tensor zero_rows, arena.alloc(Shape{static_cast<int64_t>(terms.size())}, DType::kI64));
-  VORTEX_CUDA_CHECK(cudaMemsetAsync(zero_rows.data(), 0xFF, zero_rows.nbytes(), stream));  // no row yet
-  auto* zero_row = static_cast<unsigned long long*>(zero_rows.data());
-
+  const DoraBands bands = dora_bands(rows, cols);
+  DeviceArena arena;  // in the workspace: the DoRA terms' row factors and one band's sums
+  Tensor sums;
+  if (dora > 0) {
+    const size_t need = dora_workspace_bytes(rows, cols, dora);
+    if (zero_rows == nullptr || !dora_workspace.defined() || dora_workspace.device() != Device::kCuda ||
+        dora_workspace.nbytes() < need) {
+      return invalid_argument("lora_merge: " + std::to_string(dora) + " DoRA terms on " + weight.shape().to_string() +
+                              " need a device workspace of " + std::to_string(need) +
+                              " bytes and zero-row slots, got " +
+                              (dora_workspace.defined() ? dora_workspace.describe() : std::string("none")));
+    }
+    VORTEX_ASSIGN_OR_RETURN(arena, DeviceArena::within(dora_workspace));
+    VORTEX_ASSIGN_OR_RETURN(sums, arena.alloc(Shape{cols, bands.stride}, DType::kF64));
+    VORTEX_CUDA_CHECK(cudaMemsetAsync(zero_rows, 0xFF, terms.size() * sizeof(*zero_rows), stream));  // no row yet
+  }
   TermList list{};
   list.count = static_cast<int>(terms.size());
-  Tensor scratch;
-  if (dora > 0) {
-    VORTEX_ASSIGN_OR_RETURN(scratch, arena.alloc(Shape{cols, band_stride}, DType::kF64));
-  }
   for (size_t t = 0; t < terms.size(); ++t) {
     const LoraMergeTerm& term = terms[t];
     DeviceTerm d{term.up, term.down, nullptr, term.rank, term.scale};
@@ -312,21 +332,12 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
       const auto launch = weight.dtype() == DType::kF32    ? launch_dora_factors<Elem::kF32>
                           : weight.dtype() == DType::kBF16 ? launch_dora_factors<Elem::kBF16>
                                                            : launch_dora_factors<Elem::kF16>;
-      launch(weight.data(), d, term.magnitude, rows, cols, scratch.data_as<double>(), band, band_stride,
-             factors.data_as<float>(), zero_row + t, stream);
+      launch(weight.data(), d, term.magnitude, rows, cols, sums.data_as<double>(), bands.rows, bands.stride,
+             factors.data_as<float>(), zero_rows + t, stream);
       VORTEX_CUDA_CHECK_LAUNCH();
     }
     list.term[t] = d;
   }
-  if (dora > 0) {
-    std::vector<unsigned long long> first(terms.size());
-    VORTEX_CUDA_CHECK(cudaMemcpyAsync(first.data(), zero_row, first.size() * sizeof(first[0]), cudaMemcpyDeviceToHost, stream));
-    VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream));
-    for (size_t t = 0; t < first.size(); ++t) {
-      if (first[t] != ~0ull) return static_cast<int64_t>(t) * rows + static_cast<int64_t>(first[t]);
-    }
-  }
-
   if (weight.dtype() == DType::kF32) {
     launch_merge<Elem::kF32>(weight.data(), out, rows, cols, list, stream);
   } else if (weight.dtype() == DType::kBF16) {
@@ -335,8 +346,7 @@ Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::v
     launch_merge<Elem::kF16>(weight.data(), out, rows, cols, list, stream);
   }
   VORTEX_CUDA_CHECK_LAUNCH();
-  // The arena is freed in the stream's order, after the merge: nothing to wait for here.
-  return int64_t(-1);
+  return ok_status();
 }
 
 }  // namespace vortex::cuda

@@ -34,13 +34,23 @@ struct LoraMergeTerm {
   float scale = 0.0f;  // strength · alpha / rank
 };
 
+// The device memory a merge with `dora_terms` DoRA terms on a [rows, cols] weight works in (their
+// row factors and one band of rows' sums, 128 MB at most). A caller that merges many weights keeps
+// one workspace for all of them (the merges reuse it in the stream's order) rather than a
+// stream-ordered allocation for each: the default pool keeps nothing across a synchronisation, so
+// each would be mapped again.
+size_t dora_workspace_bytes(int64_t rows, int64_t cols, int dora_terms);
+
 // out = round(weight + the terms), as above. `weight`: a contiguous [rows, cols] F32, BF16 or F16
 // device tensor; `out`: contiguous, the same shape, F32 or BF16, and may be `weight` itself; at most
-// kMaxLoraMergeTerms terms. Queued on `stream` without waiting for it (its scratch is freed in the
-// stream's order), except with DoRA terms, whose all-zero-row check reads back: returns -1, or
-// where the first DoRA row whose W + delta is all zeros (which its magnitude cannot scale) is, as
-// term · rows + row: then `out` is left unwritten. The factors must stay until the merge has run.
-Result<int64_t> lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
-                           cudaStream_t stream);
+// kMaxLoraMergeTerms terms. Queued on `stream` without waiting for it. With DoRA terms it also
+// needs `dora_workspace` (a device tensor of at least dora_workspace_bytes) and `zero_rows` (device
+// memory, one value per term), and checks on the device that every DoRA row's W + delta has a
+// nonzero norm for its magnitude to scale: zero_rows[t] gets ~0, or term t's first row without one,
+// whose merged row is then NaN. The caller reads zero_rows once the stream has run the merge (the
+// host merge's error for that row), which lets it queue the next weight first. The factors must
+// stay until the merge has run.
+Status lora_merge(const Tensor& weight, const Tensor& out, const std::vector<LoraMergeTerm>& terms,
+                  const Tensor& dora_workspace, unsigned long long* zero_rows, cudaStream_t stream);
 
 }  // namespace vortex::cuda

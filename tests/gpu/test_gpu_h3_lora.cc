@@ -149,6 +149,9 @@ TEST(GpuH3Lora, AQuantizedBaseMergesFromItsDequantization) {
     const bool part = spec.name.find(".attn.to_") != std::string::npos || spec.name.ends_with("ff.net.0.proj.weight");
     if (part && !spec.name.ends_with("to_out.0.weight") && terms.count(linear)) ++part_targets;
   }
+  for (const auto* fill : {&from_dequantized, &from_fp8, &from_original_fp8, &from_base, &from_original}) {
+    must(fill->finish());
+  }
   EXPECT_GT(quantized_targets, 0) << "no adapter targets a quantized weight: this checks nothing";
   EXPECT_GT(part_targets, 0) << "no adapter targets a fused layer's part: the original layout checks nothing";
 }

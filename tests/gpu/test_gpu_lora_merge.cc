@@ -3,12 +3,15 @@
 // blocks and the kernel's 32-wide rank chunks, DoRA terms before and after plain ones, DoRA bands
 // wider than the scratch, F32 / BF16 / F16 base weights, an fp32 island, lora_B biases (merged on
 // the host), a DoRA module meeting a bias on one linear (the whole linear on the host), and the
-// error of a DoRA row with nothing to scale.
+// error of a DoRA row with nothing to scale, which the device checks while the host goes on
+// (reported by finish(), or by a fill once many checks are pending).
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <memory>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "gpu_test_util.h"
 #include "models/h3/cuda_lora_merge.h"
@@ -67,6 +70,7 @@ class GpuLoraMerge : public test::GpuTest {
       const bool changed = std::memcmp(got.data(), must(tensor.to(dtype)).data(), got.nbytes()) != 0;
       EXPECT_EQ(changed, targets.count(name) == 1) << name;
     }
+    must(fill.finish());
   }
 };
 
@@ -115,26 +119,71 @@ TEST_F(GpuLoraMerge, TheDeviceMergeIsTheHostMergeBitForBit) {
   expect_host_bits(base, stack);
 }
 
-TEST_F(GpuLoraMerge, ADoraRowWithNothingToScaleIsTheHostsError) {
-  const Linear l{"blocks.0.attn.to_q", 8, 20, DType::kBF16, false};
-  Tensor weight = random_tensor({l.out, l.in}, DType::kF32, 7, 0.05f);
-  auto stack = std::make_shared<h3::LoraStack>();
-  stack->adapters.resize(1);
-  stack->strengths = {1.0};
-  h3::LoraModule m = module_for(l, 3, 9, true, false, 1.0);
-  for (int64_t c = 0; c < l.in; ++c) weight.data_as<float>()[5 * l.in + c] = 0.0f;
-  for (int64_t k = 0; k < 3; ++k) m.up.data_as<float>()[5 * 3 + k] = 0.0f;
-  stack->adapters[0].modules.push_back(m);
-  const h3::NamedTensors base = {{l.name + ".weight", must(weight.to(DType::kBF16))}};
+// `count` linears of 8 x 20, each with a rank-3 DoRA module; those in `unscalable` have a row 5
+// whose W + delta is all zeros.
+struct DoraLinears {
+  h3::NamedTensors base;
+  std::shared_ptr<h3::LoraStack> stack = std::make_shared<h3::LoraStack>();
+};
 
-  h3::NamedTensors host = base;
-  const Status want = h3::merge_loras(host, stack->applications(), DType::kBF16);
+DoraLinears dora_linears(int count, const std::set<int>& unscalable) {
+  DoraLinears d;
+  d.stack->adapters.resize(1);
+  d.stack->strengths = {1.0};
+  for (int i = 0; i < count; ++i) {
+    const Linear l{"blocks." + std::to_string(i) + ".attn.to_q", 8, 20, DType::kBF16, false};
+    Tensor weight = random_tensor({l.out, l.in}, DType::kF32, 7 + i, 0.05f);
+    h3::LoraModule m = module_for(l, 3, 9 + 10 * i, true, false, 1.0);
+    if (unscalable.count(i)) {
+      for (int64_t c = 0; c < l.in; ++c) weight.data_as<float>()[5 * l.in + c] = 0.0f;
+      for (int64_t k = 0; k < 3; ++k) m.up.data_as<float>()[5 * 3 + k] = 0.0f;
+    }
+    d.stack->adapters[0].modules.push_back(m);
+    d.base.emplace_back(l.name + ".weight", must(weight.to(DType::kBF16)));
+  }
+  return d;
+}
+
+TEST_F(GpuLoraMerge, ADoraRowWithNothingToScaleIsTheHostsError) {
+  const DoraLinears d = dora_linears(1, {0});
+  h3::NamedTensors host = d.base;
+  const Status want = h3::merge_loras(host, d.stack->applications(), DType::kBF16);
   ASSERT_FALSE(want.ok());
-  const Tensor dst = must(arena_.alloc({l.out, l.in}, DType::kBF16));
-  const Status got = h3::lora_merging_filler(base, stack, DType::kBF16, stream_)({base[0].first, {l.out, l.in}, false}, dst);
+  const Tensor dst = must(arena_.alloc({8, 20}, DType::kBF16));
+  const h3::WeightFiller fill = h3::lora_merging_filler(d.base, d.stack, DType::kBF16, stream_);
+  must(fill({d.base[0].first, {8, 20}, false}, dst));  // the check runs on the device meanwhile
+  const Status got = fill.finish();
   ASSERT_FALSE(got.ok());
   EXPECT_EQ(got.message(), want.message());
   EXPECT_NE(got.message().find("row 5 of"), std::string::npos) << got.message();
+  EXPECT_TRUE(fill.finish().ok());  // reported once
+}
+
+// More DoRA weights than the filler keeps checks for: the first unscalable one in fill order is
+// reported, by the fill that found its checks full, and a later one by finish().
+TEST_F(GpuLoraMerge, ManyDoraWeightsReportTheFirstUnscalableRowInFillOrder) {
+  const DoraLinears d = dora_linears(300, {150, 280});
+  const auto host_error = [&](int i) {
+    h3::NamedTensors one = {d.base[static_cast<size_t>(i)]};
+    return h3::merge_loras(one, d.stack->applications(), DType::kBF16);
+  };
+  const h3::WeightFiller fill = h3::lora_merging_filler(d.base, d.stack, DType::kBF16, stream_);
+  const Tensor dst = must(arena_.alloc({8, 20}, DType::kBF16));
+  std::vector<int> failed_at;
+  std::vector<Status> errors;
+  for (int i = 0; i < 300; ++i) {
+    const Status s = fill({d.base[static_cast<size_t>(i)].first, {8, 20}, false}, dst);
+    if (!s.ok()) {
+      failed_at.push_back(i);
+      errors.push_back(s);
+    }
+  }
+  const Status last = fill.finish();
+  ASSERT_EQ(failed_at.size(), 1u);
+  EXPECT_GT(failed_at[0], 150);
+  EXPECT_EQ(errors[0].message(), host_error(150).message());
+  ASSERT_FALSE(last.ok());
+  EXPECT_EQ(last.message(), host_error(280).message());
 }
 
 }  // namespace

@@ -75,7 +75,7 @@ Status CudaH3Transformer::plan_steps(const std::vector<std::vector<float>>& step
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
     staging.release_to(0);
   }
-  return ok_status();
+  return filler_.finish().with_context("plan_steps");
 }
 
 Status CudaH3Transformer::select_planned_step(const std::vector<float>& timesteps, const Tensor& silu) {

@@ -1,8 +1,10 @@
 // The LoRA-merging weight filler (see cuda_lora_merge.h).
 #include "models/h3/cuda_lora_merge.h"
 
+#include <algorithm>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 #include "core/quote.h"
 #include "cuda/lora_merge.h"
@@ -12,6 +14,65 @@
 namespace vortex::h3 {
 
 namespace {
+
+// The DoRA zero-norm checks a filler's device merges left on the device: each DoRA weight's
+// slots (one per term) in one device buffer, read back together by check(), in fill order, so
+// that no weight waits for its own.
+class PendingDoraChecks {
+ public:
+  // Room for `terms` more slots, after checking the pending ones when the buffer is full.
+  Result<unsigned long long*> slots_for(int terms, cudaStream_t stream);
+  // Weight `name`'s `terms` slots, the last slots_for gave.
+  void add(const std::string& name, const std::vector<LoraTerm>& terms, int64_t rows);
+  // Waits for `stream` and returns the first weight's error, if any (dora_zero_norm_error).
+  Status check(cudaStream_t stream);
+
+ private:
+  static constexpr int64_t kSlots = 256;  // 2 KB: a model's switch reads back every ~100 DoRA weights at most
+  struct Weight {
+    std::string name;
+    std::vector<const LoraModule*> modules;  // the weight's terms, in slot order
+    int64_t rows;
+    int64_t first_slot;
+  };
+  cuda::DeviceArena arena_;
+  Tensor slots_;  // I64 [kSlots]
+  std::vector<Weight> weights_;
+  int64_t used_ = 0;
+};
+
+Result<unsigned long long*> PendingDoraChecks::slots_for(int terms, cudaStream_t stream) {
+  if (!slots_.defined()) {
+    VORTEX_ASSIGN_OR_RETURN(arena_, cuda::DeviceArena::create(cuda::DeviceArena::bytes_for(Shape{kSlots}, DType::kI64)));
+    VORTEX_ASSIGN_OR_RETURN(slots_, arena_.alloc(Shape{kSlots}, DType::kI64));
+  }
+  if (used_ + terms > kSlots) VORTEX_RETURN_IF_ERROR(check(stream));
+  return static_cast<unsigned long long*>(slots_.data()) + used_;
+}
+
+void PendingDoraChecks::add(const std::string& name, const std::vector<LoraTerm>& terms, int64_t rows) {
+  Weight w{name, {}, rows, used_};
+  for (const LoraTerm& t : terms) w.modules.push_back(t.module);
+  used_ += static_cast<int64_t>(terms.size());
+  weights_.push_back(std::move(w));
+}
+
+Status PendingDoraChecks::check(cudaStream_t stream) {
+  if (weights_.empty()) return ok_status();
+  const std::vector<Weight> weights = std::move(weights_);
+  weights_.clear();
+  const int64_t used = std::exchange(used_, 0);
+  VORTEX_ASSIGN_OR_RETURN(const Tensor on_device, slots_.slice(0, 0, used));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor first_rows, cuda::download(on_device, stream));
+  const auto* first = static_cast<const unsigned long long*>(first_rows.data());
+  for (const Weight& w : weights) {
+    for (size_t t = 0; t < w.modules.size(); ++t) {
+      const unsigned long long row = first[w.first_slot + static_cast<int64_t>(t)];
+      if (row != ~0ull) return dora_zero_norm_error(*w.modules[t], w.name, static_cast<int64_t>(row));
+    }
+  }
+  return ok_status();
+}
 
 struct MergingFiller {
   HostWeights base;
@@ -23,8 +84,12 @@ struct MergingFiller {
   // Tensors merged on the host, by name: computed once a linear (a filler streams AdaLN weights
   // again for every request).
   std::unordered_map<std::string, Tensor> host_merged;
+  // The device merges' DoRA workspace, kept from one weight to the next until finish().
+  cuda::DeviceArena dora_workspace;
+  PendingDoraChecks dora_checks;
 
   Status fill(const TensorSpec& spec, const Tensor& dst);
+  Status finish();
   Status merge_on_device(const TensorSpec& spec, const Tensor& stored, const Shape& shape,
                          const std::vector<LoraTerm>& terms, const Tensor& dst);
   Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
@@ -117,12 +182,26 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stor
     d.scale = t.scale;
     device_terms.push_back(d);
   }
-  VORTEX_ASSIGN_OR_RETURN(const int64_t zero_norm_at, cuda::lora_merge(source, dst, device_terms, stream));
-  if (zero_norm_at >= 0) {
-    const int64_t rows = dst.size(0);
-    return dora_zero_norm_error(*terms[static_cast<size_t>(zero_norm_at / rows)].module, name, zero_norm_at % rows);
+  if (!has_dora(terms)) return cuda::lora_merge(source, dst, device_terms, Tensor(), nullptr, stream);
+  const int dora_terms = static_cast<int>(std::count_if(terms.begin(), terms.end(), [](const LoraTerm& t) {
+    return t.module->magnitude.defined();
+  }));
+  const size_t workspace_bytes = cuda::dora_workspace_bytes(dst.size(0), dst.size(1), dora_terms);
+  if (dora_workspace.capacity() < workspace_bytes) {
+    dora_workspace = {};  // (freed in the stream's order, after the merges that used it)
+    VORTEX_ASSIGN_OR_RETURN(dora_workspace, cuda::DeviceArena::create_on_stream(workspace_bytes, stream));
   }
+  dora_workspace.release_to(0);
+  VORTEX_ASSIGN_OR_RETURN(const Tensor workspace, dora_workspace.alloc(Shape{static_cast<int64_t>(workspace_bytes)}, DType::kU8));
+  VORTEX_ASSIGN_OR_RETURN(unsigned long long* const zero_rows, dora_checks.slots_for(static_cast<int>(terms.size()), stream));
+  VORTEX_RETURN_IF_ERROR(cuda::lora_merge(source, dst, device_terms, workspace, zero_rows, stream));
+  dora_checks.add(name, terms, dst.size(0));
   return ok_status();
+}
+
+Status MergingFiller::finish() {
+  dora_workspace = {};
+  return dora_checks.check(stream);
 }
 
 Status MergingFiller::merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec,
@@ -158,7 +237,8 @@ WeightFiller lora_merging_filler(HostWeights base, std::shared_ptr<const LoraSta
   state->merge_dtype = merge_dtype;
   state->stream = stream;
   state->upload = host_weight_filler(std::move(base), stream);
-  return [state](const TensorSpec& spec, const Tensor& dst) { return state->fill(spec, dst); };
+  return WeightFiller([state](const TensorSpec& spec, const Tensor& dst) { return state->fill(spec, dst); },
+                      [state] { return state->finish(); });
 }
 
 }  // namespace vortex::h3

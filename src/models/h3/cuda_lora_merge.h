@@ -19,9 +19,11 @@ namespace vortex::h3 {
 // on the device in place; a lora_B bias merges on the host (a vector), and so does the weight of a
 // linear where a DoRA module meets a lora_B bias (the bias needs the weight's DoRA factors), whose
 // dtypes the device merge does not take, or with more terms than one device merge takes (64).
-// Every other tensor uploads as host_weight_filler uploads it. Nothing here waits for the device
-// (but a DoRA term's all-zero-row check): the caller synchronises its stream before reading.
-// The filler keeps `base` and `loras` alive.
+// Every other tensor uploads as host_weight_filler uploads it. Nothing here waits for the device:
+// the caller synchronises its stream before reading, and a DoRA row that its magnitude cannot
+// scale (W + delta all zeros: merge_loras' error) is reported by finish(), or by a later fill once
+// a few hundred DoRA weights are pending. The filler keeps `base` and `loras` alive, and one DoRA
+// workspace (128 MB at most) from its first DoRA merge to finish().
 WeightFiller lora_merging_filler(HostWeights base, std::shared_ptr<const LoraStack> loras, DType merge_dtype,
                                  cudaStream_t stream);
 // Whether the model's loaders and switches merge on the device (lora_merging_filler) or merge the

@@ -198,6 +198,7 @@ Status CudaH3Transformer::load_weights(const WeightFiller& fill) {
   VORTEX_ASSIGN_OR_RETURN(norm_out_linear_, linear("norm_out.linear", true));
   VORTEX_ASSIGN_OR_RETURN(proj_out_, linear("proj_out", true));
   VORTEX_ASSIGN_OR_RETURN(audio_proj_out_, linear("audio_proj_out", true));
+  VORTEX_RETURN_IF_ERROR(fill.finish());
   VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return ok_status();
 }

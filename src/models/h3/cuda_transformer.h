@@ -18,7 +18,9 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "cuda/gemm.h"
@@ -35,8 +37,31 @@
 namespace vortex::h3 {
 
 // Writes the weight called `spec.name` (diffusers layout) into `dst`, a contiguous device tensor
-// of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise).
-using WeightFiller = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
+// of spec.shape in its storage dtype (F32 for the fp32 islands, BF16 otherwise), in the order of
+// its stream. A filler may leave a check of what it wrote to run on the device (the LoRA merge's
+// DoRA zero-norm check, cuda_lora_merge.h) so that the host goes on to the next weight meanwhile:
+// finish() waits for those and returns the first failure. Whoever fills calls finish() after its
+// last fill and before the weights are used; a filler stays usable after it.
+class WeightFiller {
+ public:
+  using Fill = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
+  using Finish = std::function<Status()>;
+
+  WeightFiller() = default;
+  WeightFiller(Fill fill, Finish finish) : fill_(std::move(fill)), finish_(std::move(finish)) {}
+  // A filler that checks nothing later (finish() has nothing to wait for).
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, WeightFiller> &&
+                                                    std::is_invocable_r_v<Status, F&, const TensorSpec&, const Tensor&>>>
+  WeightFiller(F fill) : fill_(std::move(fill)) {}  // NOLINT(google-explicit-constructor): fillers are lambdas
+
+  Status operator()(const TensorSpec& spec, const Tensor& dst) const { return fill_(spec, dst); }
+  Status finish() const { return finish_ ? finish_() : ok_status(); }
+  explicit operator bool() const { return static_cast<bool>(fill_); }
+
+ private:
+  Fill fill_;
+  Finish finish_;
+};
 // From host tensors (HostWeights: diffusers names, or an original layout's parts written from their
 // rows of the fused weights; any float dtype). A quantized weight with its side tensors (fp8, NVFP4, GGUF blocks;
 // scaled_weights.h) is dequantized as it is written: on the device, or on the host where `where`

@@ -72,6 +72,7 @@ Status CudaH3Transformer::refill_weights(const WeightFiller& fill, const std::se
     }
   }
 
+  VORTEX_RETURN_IF_ERROR(fill.finish());
   // AdaLN weights that stay off the device are streamed from the filler in plan_steps.
   if (adaln_tables_ == AdaLnTables::kPerRequest) filler_ = fill;
   VORTEX_CUDA_CHECK(cudaStreamSynchronize(stream_));
