@@ -28,7 +28,7 @@ class PendingDoraChecks {
   Status check(cudaStream_t stream);
 
  private:
-  static constexpr int64_t kSlots = 256;  // 2 KB: a model's switch reads back every ~100 DoRA weights at most
+  static constexpr int64_t kSlots = 256;  // 2 KB: read back early once 256 DoRA terms are pending
   struct Weight {
     std::string name;
     std::vector<const LoraModule*> modules;  // the weight's terms, in slot order
