@@ -23,7 +23,7 @@ class PendingDoraChecks {
   // Room for `terms` more slots, after checking the pending ones when the buffer is full.
   Result<unsigned long long*> slots_for(int terms, cudaStream_t stream);
   // Weight `name`'s `terms` slots, the last slots_for gave.
-  void add(const std::string& name, const std::vector<LoraTerm>& terms, int64_t rows);
+  void add(const std::string& name, const std::vector<LoraTerm>& terms);
   // Waits for `stream` and returns the first weight's error, if any (dora_zero_norm_error).
   Status check(cudaStream_t stream);
 
@@ -32,7 +32,6 @@ class PendingDoraChecks {
   struct Weight {
     std::string name;
     std::vector<const LoraModule*> modules;  // the weight's terms, in slot order
-    int64_t rows;
     int64_t first_slot;
   };
   cuda::DeviceArena arena_;
@@ -43,15 +42,16 @@ class PendingDoraChecks {
 
 Result<unsigned long long*> PendingDoraChecks::slots_for(int terms, cudaStream_t stream) {
   if (!slots_.defined()) {
-    VORTEX_ASSIGN_OR_RETURN(arena_, cuda::DeviceArena::create(cuda::DeviceArena::bytes_for(Shape{kSlots}, DType::kI64)));
+    const size_t bytes = cuda::DeviceArena::bytes_for(Shape{kSlots}, DType::kI64);
+    VORTEX_ASSIGN_OR_RETURN(arena_, cuda::DeviceArena::create(bytes));
     VORTEX_ASSIGN_OR_RETURN(slots_, arena_.alloc(Shape{kSlots}, DType::kI64));
   }
   if (used_ + terms > kSlots) VORTEX_RETURN_IF_ERROR(check(stream));
   return static_cast<unsigned long long*>(slots_.data()) + used_;
 }
 
-void PendingDoraChecks::add(const std::string& name, const std::vector<LoraTerm>& terms, int64_t rows) {
-  Weight w{name, {}, rows, used_};
+void PendingDoraChecks::add(const std::string& name, const std::vector<LoraTerm>& terms) {
+  Weight w{name, {}, used_};
   for (const LoraTerm& t : terms) w.modules.push_back(t.module);
   used_ += static_cast<int64_t>(terms.size());
   weights_.push_back(std::move(w));
@@ -192,10 +192,12 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stor
     VORTEX_ASSIGN_OR_RETURN(dora_workspace, cuda::DeviceArena::create_on_stream(workspace_bytes, stream));
   }
   dora_workspace.release_to(0);
-  VORTEX_ASSIGN_OR_RETURN(const Tensor workspace, dora_workspace.alloc(Shape{static_cast<int64_t>(workspace_bytes)}, DType::kU8));
-  VORTEX_ASSIGN_OR_RETURN(unsigned long long* const zero_rows, dora_checks.slots_for(static_cast<int>(terms.size()), stream));
+  VORTEX_ASSIGN_OR_RETURN(const Tensor workspace,
+                          dora_workspace.alloc(Shape{static_cast<int64_t>(workspace_bytes)}, DType::kU8));
+  VORTEX_ASSIGN_OR_RETURN(unsigned long long* const zero_rows,
+                          dora_checks.slots_for(static_cast<int>(terms.size()), stream));
   VORTEX_RETURN_IF_ERROR(cuda::lora_merge(source, dst, device_terms, workspace, zero_rows, stream));
-  dora_checks.add(name, terms, dst.size(0));
+  dora_checks.add(name, terms);
   return ok_status();
 }
 

@@ -52,16 +52,16 @@ class WeightFiller {
   // A filler that checks nothing later (finish() has nothing to wait for).
   template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, WeightFiller> &&
                                                     std::is_invocable_r_v<Status, F&, const TensorSpec&, const Tensor&>>>
-  WeightFiller(F fill) : fill_(std::move(fill)) {}  // NOLINT(google-explicit-constructor): fillers are lambdas
+  WeightFiller(F fill) : fill_(std::move(fill)) {}  // NOLINT(google-explicit-constructor): lambdas fill
 
   Status operator()(const TensorSpec& spec, const Tensor& dst) const { return fill_(spec, dst); }
   Status finish() const { return finish_ ? finish_() : ok_status(); }
-  explicit operator bool() const { return static_cast<bool>(fill_); }
 
  private:
   Fill fill_;
   Finish finish_;
 };
+
 // From host tensors (HostWeights: diffusers names, or an original layout's parts written from their
 // rows of the fused weights; any float dtype). A quantized weight with its side tensors (fp8, NVFP4, GGUF blocks;
 // scaled_weights.h) is dequantized as it is written: on the device, or on the host where `where`
