@@ -165,11 +165,11 @@ __global__ void __launch_bounds__(kThreads) dora_sum_kernel(const void* weight, 
 }
 
 // f[r] = m[r] / sqrt(Σ_c sums[c, r]²), one double FMA chain in column order per row of the band; a
-// row whose sum is 0 lowers *zero_row to its index instead (and gets a NaN factor). A CTA owns kNormRows rows: all its
-// threads stage tiles of their sums into shared memory kNormStages - 1 tiles ahead (cp.async), and
-// its first warp runs the chains, a lane a row. A band has only a few thousand rows, so each chain's
-// loads must be far ahead of it: with 16 loads ahead and no staging, one thread a row, a band took
-// ~350 µs for 5,376 columns (ncu), every step waiting on memory.
+// row whose sum is 0 lowers *zero_row to its index instead (and gets a NaN factor). A CTA owns
+// kNormRows rows: all its threads stage tiles of their sums into shared memory kNormStages - 1
+// tiles ahead (cp.async), and its first warp runs the chains, a lane a row. A band has only a few
+// thousand rows, so each chain's loads must be far ahead of it: with 16 loads ahead and no staging,
+// one thread a row, a band took ~350 µs for 5,376 columns (ncu), every step waiting on memory.
 constexpr int kNormRows = 32;
 constexpr int kNormCols = 32;  // columns per staged tile: 8 KB
 constexpr int kNormStages = 4;
@@ -291,7 +291,9 @@ DoraBands dora_bands(int64_t rows, int64_t cols) {
 
 }  // namespace
 
-size_t dora_workspace_bytes(int64_t rows, int64_t cols, int dora_terms) {
+size_t dora_workspace_bytes(int64_t rows, int64_t cols, const std::vector<LoraMergeTerm>& terms) {
+  const auto dora_terms =
+      std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; });
   if (dora_terms == 0 || rows == 0 || cols == 0) return 0;
   const DoraBands bands = dora_bands(rows, cols);
   return static_cast<size_t>(dora_terms) * DeviceArena::bytes_for(Shape{rows}, DType::kF32) +
@@ -303,16 +305,14 @@ Status lora_merge(const Tensor& weight, const Tensor& out, const std::vector<Lor
   VORTEX_RETURN_IF_ERROR(check_arguments(weight, out, terms));
   const int64_t rows = weight.size(0), cols = weight.size(1);
   if (rows == 0 || cols == 0) return ok_status();
-  const int dora = static_cast<int>(
-      std::count_if(terms.begin(), terms.end(), [](const LoraMergeTerm& t) { return t.magnitude != nullptr; }));
   const DoraBands bands = dora_bands(rows, cols);
+  const size_t need = dora_workspace_bytes(rows, cols, terms);
   DeviceArena arena;  // in the workspace: the DoRA terms' row factors and one band's sums
   Tensor sums;
-  if (dora > 0) {
-    const size_t need = dora_workspace_bytes(rows, cols, dora);
+  if (need > 0) {
     if (zero_rows == nullptr || !dora_workspace.defined() || dora_workspace.device() != Device::kCuda ||
         dora_workspace.nbytes() < need) {
-      return invalid_argument("lora_merge: " + std::to_string(dora) + " DoRA terms on " + weight.shape().to_string() +
+      return invalid_argument("lora_merge: DoRA terms on " + weight.shape().to_string() +
                               " need a device workspace of " + std::to_string(need) +
                               " bytes and zero-row slots, got " +
                               (dora_workspace.defined() ? dora_workspace.describe() : std::string("none")));

@@ -34,12 +34,12 @@ struct LoraMergeTerm {
   float scale = 0.0f;  // strength · alpha / rank
 };
 
-// The device memory a merge with `dora_terms` DoRA terms on a [rows, cols] weight works in (their
-// row factors and one band of rows' sums, 128 MB at most). A caller that merges many weights keeps
+// The device memory a merge of `terms` into a [rows, cols] weight works in: 0 without DoRA terms,
+// else their row factors and one band of rows' sums (128 MB at most). A caller that merges many weights keeps
 // one workspace for all of them (the merges reuse it in the stream's order) rather than a
 // stream-ordered allocation for each: the default pool keeps nothing across a synchronisation, so
 // each would be mapped again.
-size_t dora_workspace_bytes(int64_t rows, int64_t cols, int dora_terms);
+size_t dora_workspace_bytes(int64_t rows, int64_t cols, const std::vector<LoraMergeTerm>& terms);
 
 // out = round(weight + the terms), as above. `weight`: a contiguous [rows, cols] F32, BF16 or F16
 // device tensor; `out`: contiguous, the same shape, F32 or BF16, and may be `weight` itself; at most

@@ -1,7 +1,6 @@
 // The LoRA-merging weight filler (see cuda_lora_merge.h).
 #include "models/h3/cuda_lora_merge.h"
 
-#include <algorithm>
 #include <map>
 #include <unordered_map>
 #include <utility>
@@ -85,7 +84,7 @@ struct MergingFiller {
   // again for every request).
   std::unordered_map<std::string, Tensor> host_merged;
   // The device merges' DoRA workspace, kept from one weight to the next until finish().
-  cuda::DeviceArena dora_workspace;
+  Tensor dora_workspace;
   PendingDoraChecks dora_checks;
 
   Status fill(const TensorSpec& spec, const Tensor& dst);
@@ -182,27 +181,22 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stor
     d.scale = t.scale;
     device_terms.push_back(d);
   }
-  if (!has_dora(terms)) return cuda::lora_merge(source, dst, device_terms, Tensor(), nullptr, stream);
-  const int dora_terms = static_cast<int>(std::count_if(terms.begin(), terms.end(), [](const LoraTerm& t) {
-    return t.module->magnitude.defined();
-  }));
-  const size_t workspace_bytes = cuda::dora_workspace_bytes(dst.size(0), dst.size(1), dora_terms);
-  if (dora_workspace.capacity() < workspace_bytes) {
-    dora_workspace = {};  // (freed in the stream's order, after the merges that used it)
-    VORTEX_ASSIGN_OR_RETURN(dora_workspace, cuda::DeviceArena::create_on_stream(workspace_bytes, stream));
+  const size_t workspace_bytes = cuda::dora_workspace_bytes(dst.size(0), dst.size(1), device_terms);
+  if (workspace_bytes == 0) return cuda::lora_merge(source, dst, device_terms, Tensor(), nullptr, stream);
+  if (!dora_workspace.defined() || dora_workspace.nbytes() < workspace_bytes) {
+    dora_workspace = Tensor();  // (freed in the stream's order, after the merges that used it)
+    VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create_on_stream(workspace_bytes, stream));
+    VORTEX_ASSIGN_OR_RETURN(dora_workspace, arena.alloc(Shape{static_cast<int64_t>(workspace_bytes)}, DType::kU8));
   }
-  dora_workspace.release_to(0);
-  VORTEX_ASSIGN_OR_RETURN(const Tensor workspace,
-                          dora_workspace.alloc(Shape{static_cast<int64_t>(workspace_bytes)}, DType::kU8));
   VORTEX_ASSIGN_OR_RETURN(unsigned long long* const zero_rows,
                           dora_checks.slots_for(static_cast<int>(terms.size()), stream));
-  VORTEX_RETURN_IF_ERROR(cuda::lora_merge(source, dst, device_terms, workspace, zero_rows, stream));
+  VORTEX_RETURN_IF_ERROR(cuda::lora_merge(source, dst, device_terms, dora_workspace, zero_rows, stream));
   dora_checks.add(name, terms);
   return ok_status();
 }
 
 Status MergingFiller::finish() {
-  dora_workspace = {};
+  dora_workspace = Tensor();
   return dora_checks.check(stream);
 }
 
