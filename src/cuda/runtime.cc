@@ -39,6 +39,10 @@ DeviceArena DeviceArena::adopt(void* p, size_t bytes, const std::function<void(v
 }
 
 Result<DeviceArena> DeviceArena::create_on_stream(size_t bytes, cudaStream_t stream) {
+  return create_on_stream(bytes, stream, stream);
+}
+
+Result<DeviceArena> DeviceArena::create_on_stream(size_t bytes, cudaStream_t stream, cudaStream_t last_use) {
   int device = 0, pools = 0;
   VORTEX_CUDA_CHECK(cudaGetDevice(&device));
   VORTEX_CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device));
@@ -50,7 +54,7 @@ Result<DeviceArena> DeviceArena::create_on_stream(size_t bytes, cudaStream_t str
     return out_of_memory("stream-ordered device scratch of " + std::to_string(bytes) + " bytes does not fit on the device");
   }
   if (error != cudaSuccess) return cuda_status(error, "cudaMallocAsync (device arena)", __FILE__, __LINE__);
-  return adopt(p, bytes, [stream](void* q) { cudaFreeAsync(q, stream); });
+  return adopt(p, bytes, [last_use](void* q) { cudaFreeAsync(q, last_use); });
 }
 
 Result<DeviceArena> DeviceArena::within(const Tensor& buffer) {

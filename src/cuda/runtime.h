@@ -55,6 +55,9 @@ class DeviceArena {
   // neither step waits for the device the way cudaMalloc / cudaFree do. Use it on `stream` only.
   // Where the device has no memory pools it is create().
   static Result<DeviceArena> create_on_stream(size_t bytes, cudaStream_t stream);
+  // The same, freed after the work queued on `last_use` instead: scratch written on `stream` and
+  // read on `last_use`, which waits for `stream` first.
+  static Result<DeviceArena> create_on_stream(size_t bytes, cudaStream_t stream, cudaStream_t last_use);
   // An arena over the bytes of an existing contiguous device tensor (it keeps that memory alive):
   // scratch that shares memory with a buffer whose lifetime does not overlap its own.
   static Result<DeviceArena> within(const Tensor& buffer);

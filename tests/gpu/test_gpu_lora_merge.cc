@@ -7,10 +7,12 @@
 // (reported by finish(), or by a fill once many checks are pending).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -117,6 +119,47 @@ TEST_F(GpuLoraMerge, TheDeviceMergeIsTheHostMergeBitForBit) {
   c.modules.push_back(module_for(at("blocks.0.dora_meets_bias"), 4, 131, true, false, 1.0));
   c.modules.push_back(module_for(at("blocks.1.wide"), 5, 141, true, false, 1.0));
   expect_host_bits(base, stack);
+}
+
+// The filler's copies run on a stream of their own, ahead of the caller's: work the caller queued
+// on its stream before a fill, and after an earlier fill into the same memory, still reads what was
+// there. The caller's stream is held up by a host function meanwhile, so copies that did not wait
+// for it would land first.
+TEST_F(GpuLoraMerge, CopiesWaitForTheCallersWorkOnTheMemoryTheyWrite) {
+  const Linear q{"blocks.0.attn.to_q", 96, 160, DType::kBF16, false};
+  const Linear k{"blocks.0.attn.to_k", 96, 160, DType::kBF16, false};
+  h3::NamedTensors base = {{q.name + ".weight", random_tensor({96, 160}, DType::kBF16, 1, 0.05f)},
+                           {k.name + ".weight", random_tensor({96, 160}, DType::kBF16, 2, 0.05f)}};
+  auto stack = std::make_shared<h3::LoraStack>();
+  stack->adapters.resize(1);
+  stack->strengths = {1.0};
+  stack->adapters[0].modules.push_back(module_for(q, 4, 3, false, false, 1.0));
+  stack->adapters[0].modules.push_back(module_for(k, 4, 13, true, false, 1.0));
+  h3::NamedTensors host = base;
+  must(h3::merge_loras(host, stack->applications(), DType::kBF16));
+  const Tensor before = random_tensor({96, 160}, DType::kBF16, 4, 1.0f);
+  const Tensor dst = to_device(before);
+  const Tensor seen_before = must(arena_.alloc({96, 160}, DType::kBF16));
+  const Tensor seen_q = must(arena_.alloc({96, 160}, DType::kBF16));
+  const auto hold_stream = [&] {
+    ASSERT_EQ(cudaLaunchHostFunc(
+                  stream_, [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }, nullptr),
+              cudaSuccess);
+  };
+  const auto copy_into = [&](const Tensor& to) {
+    ASSERT_EQ(cudaMemcpyAsync(to.data(), dst.data(), dst.nbytes(), cudaMemcpyDeviceToDevice, stream_), cudaSuccess);
+  };
+  const h3::WeightFiller fill = h3::lora_merging_filler(base, stack, DType::kBF16, stream_);
+  hold_stream();
+  copy_into(seen_before);  // queued before the batch's first fill
+  must(fill({base[0].first, {96, 160}, false}, dst));
+  hold_stream();
+  copy_into(seen_q);  // queued between two fills into the same memory
+  must(fill({base[1].first, {96, 160}, false}, dst));
+  must(fill.finish());
+  EXPECT_EQ(test::compare(to_host(seen_before), before).differing, 0);
+  EXPECT_EQ(test::compare(to_host(seen_q), host[0].second).differing, 0);
+  EXPECT_EQ(test::compare(to_host(dst), host[1].second).differing, 0);
 }
 
 // `count` linears of 8 x 20, each with a rank-3 DoRA module; those in `unscalable` have a row 5

@@ -1,7 +1,9 @@
 // The LoRA-merging weight filler (see cuda_lora_merge.h).
 #include "models/h3/cuda_lora_merge.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <utility>
 
@@ -73,13 +75,70 @@ Status PendingDoraChecks::check(cudaStream_t stream) {
   return ok_status();
 }
 
+// The uploads of a merging filler on a stream of its own, so that one weight's transfers run while
+// the caller's stream merges the weight before (on one stream the copy engine sat idle through every
+// merge). Each fill's copies are joined into the caller's stream before it returns, so dst is ready
+// in the caller's order as with one stream. The copies follow the caller's stream at the first fill
+// of a batch (work queued before may still use dst's memory) and wherever a fill writes memory an
+// earlier fill of the batch wrote (staging reused from one linear to the next, as the fp8 recipe's
+// quantization and plan_steps' AdaLN tables reuse theirs, must be read first).
+class CopyStream {
+ public:
+  CopyStream() = default;
+  CopyStream(const CopyStream&) = delete;
+  CopyStream& operator=(const CopyStream&) = delete;
+  ~CopyStream() {
+    if (event_ != nullptr) cudaEventDestroy(event_);
+    if (copies_ != nullptr) cudaStreamDestroy(copies_);  // (its queued copies still run)
+  }
+
+  // The stream for the copies into `dst`, made to wait for `caller` where it must.
+  Result<cudaStream_t> before_copies(const Tensor& dst, cudaStream_t caller) {
+    if (copies_ == nullptr) {
+      VORTEX_CUDA_CHECK(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking));
+      VORTEX_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+    }
+    const auto begin = reinterpret_cast<uintptr_t>(dst.data());
+    const uintptr_t end = begin + dst.nbytes();
+    const bool rewrites = std::any_of(written_.begin(), written_.end(),
+                                      [&](const auto& range) { return begin < range.second && range.first < end; });
+    if (!joined_ || rewrites) {
+      VORTEX_CUDA_CHECK(cudaEventRecord(event_, caller));
+      VORTEX_CUDA_CHECK(cudaStreamWaitEvent(copies_, event_));
+      joined_ = true;
+      written_.clear();  // everything written before is behind this wait
+    }
+    written_.emplace_back(begin, end);
+    return copies_;
+  }
+  // `caller` waits for the copies queued so far.
+  Status join(cudaStream_t caller) {
+    if (copies_ == nullptr) return ok_status();
+    VORTEX_CUDA_CHECK(cudaEventRecord(event_, copies_));
+    VORTEX_CUDA_CHECK(cudaStreamWaitEvent(caller, event_));
+    return ok_status();
+  }
+  // The next fill starts a new batch.
+  void end_batch() {
+    joined_ = false;
+    written_.clear();
+  }
+
+ private:
+  cudaStream_t copies_ = nullptr;
+  cudaEvent_t event_ = nullptr;  // recorded and waited for at once, so one serves every join
+  std::vector<std::pair<uintptr_t, uintptr_t>> written_;  // the batch's dst ranges since its last wait
+  bool joined_ = false;
+};
+
 struct MergingFiller {
   HostWeights base;
   std::shared_ptr<const LoraStack> loras;
   std::map<std::string, std::vector<LoraTerm>> terms;  // per targeted linear
   DType merge_dtype;
-  cudaStream_t stream;
-  WeightFiller upload;  // the base's tensors as they are
+  cudaStream_t stream;  // the caller's: the merges run here
+  CopyStream copy_stream;
+  std::optional<WeightFiller> upload;  // the base's tensors as they are, on the copy stream (from the first fill)
   // Tensors merged on the host, by name: computed once a linear (a filler streams AdaLN weights
   // again for every request).
   std::unordered_map<std::string, Tensor> host_merged;
@@ -89,9 +148,11 @@ struct MergingFiller {
 
   Status fill(const TensorSpec& spec, const Tensor& dst);
   Status finish();
+  Status write(const TensorSpec& spec, const Tensor& dst, cudaStream_t copies);
   Status merge_on_device(const TensorSpec& spec, const Tensor& stored, const Shape& shape,
-                         const std::vector<LoraTerm>& terms, const Tensor& dst);
-  Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst);
+                         const std::vector<LoraTerm>& terms, const Tensor& dst, cudaStream_t copies);
+  Status merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec, const Tensor& dst,
+                       cudaStream_t copies);
 };
 
 bool device_takes(DType weight, DType merged, DType dst) {
@@ -101,19 +162,27 @@ bool device_takes(DType weight, DType merged, DType dst) {
 }
 
 Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
+  VORTEX_ASSIGN_OR_RETURN(cudaStream_t copies, copy_stream.before_copies(dst, stream));
+  if (!upload) upload = host_weight_filler(base, copies);
+  const Status written = write(spec, dst, copies);
+  const Status joined = copy_stream.join(stream);  // (after a failed write too: nothing left running apart)
+  return written.ok() ? joined : written;
+}
+
+Status MergingFiller::write(const TensorSpec& spec, const Tensor& dst, cudaStream_t copies) {
   const std::string& name = spec.name;
   const bool weight = name.ends_with(".weight");
-  if (!weight && !name.ends_with(".bias")) return upload(spec, dst);
+  if (!weight && !name.ends_with(".bias")) return (*upload)(spec, dst);
   const std::string linear = name.substr(0, name.size() - (weight ? 7 : 5));
   const auto it = terms.find(linear);
-  if (it == terms.end()) return upload(spec, dst);
+  if (it == terms.end()) return (*upload)(spec, dst);
   // The stored weight, or for a fused layer's part the fused weight and the part's shape: a part is
   // not gathered when it uploads from its rows (host_weight_filler).
   const auto rows = base.stored_rows(name);
   NamedTensors stored;
   if (!rows) {
     VORTEX_ASSIGN_OR_RETURN(stored, base.weight(name));
-    if (stored.empty()) return upload(spec, dst);  // (upload names the missing tensor)
+    if (stored.empty()) return (*upload)(spec, dst);  // (upload names the missing tensor)
   }
   const Tensor& host = rows ? rows->stored.front().second : stored.front().second;
   const Shape shape = rows ? rows->shape() : host.shape();
@@ -124,18 +193,18 @@ Status MergingFiller::fill(const TensorSpec& spec, const Tensor& dst) {
     // A quantized weight merges from its dequantization, written into dst first.
     const DType source = is_quantized_storage(host.dtype()) ? dst.dtype() : host.dtype();
     if (!dora_meets_bias && !too_many && device_takes(source, merged, dst.dtype())) {
-      return merge_on_device(spec, host, shape, it->second, dst);
+      return merge_on_device(spec, host, shape, it->second, dst, copies);
     }
-    return merge_on_host(name, linear, spec, dst);
+    return merge_on_host(name, linear, spec, dst, copies);
   }
-  if (!has_bias(it->second)) return upload(spec, dst);  // DoRA leaves the linear's own bias alone
-  return merge_on_host(name, linear, spec, dst);
+  if (!has_bias(it->second)) return (*upload)(spec, dst);  // DoRA leaves the linear's own bias alone
+  return merge_on_host(name, linear, spec, dst, copies);
 }
 
 // `stored` is the weight as stored (for a fused layer's part, the fused weight) and `shape` its
 // stored shape (the part's).
 Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stored, const Shape& shape,
-                                      const std::vector<LoraTerm>& terms, const Tensor& dst) {
+                                      const std::vector<LoraTerm>& terms, const Tensor& dst, cudaStream_t copies) {
   const std::string& name = spec.name;
   const bool quantized = is_quantized_storage(stored.dtype());
   if (!quantized && shape != dst.shape()) {
@@ -152,35 +221,37 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stor
       if (factor->defined()) bytes += cuda::DeviceArena::bytes_for(factor->shape(), DType::kF32);
     }
   }
-  // Scratch and uploads in the stream's order: the host goes on to the next weight while this one
-  // copies and merges (the staged copies read the host bytes before they return).
-  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create_on_stream(bytes, stream));
+  // Scratch and uploads in the copy stream's order, the merge in the caller's, the scratch freed
+  // after it: the host goes on to the next weight while this one copies and merges (the staged
+  // copies read the host bytes before they return).
+  VORTEX_ASSIGN_OR_RETURN(cuda::DeviceArena arena, cuda::DeviceArena::create_on_stream(bytes, copies, stream));
   // In place: the weight written into dst as it uploads (a quantized one dequantized there; a part
   // from its rows); otherwise into scratch in its own dtype.
   Tensor source = dst;
   if (in_place) {
-    VORTEX_RETURN_IF_ERROR(upload(spec, dst));
+    VORTEX_RETURN_IF_ERROR((*upload)(spec, dst));
   } else {
     VORTEX_ASSIGN_OR_RETURN(source, arena.alloc(shape, stored.dtype()));
     VORTEX_ASSIGN_OR_RETURN(const NamedTensors weight, base.weight(name));
-    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight.front().second, source, stream));
+    VORTEX_RETURN_IF_ERROR(cuda::copy_to_device_staged(weight.front().second, source, copies));
   }
   std::vector<cuda::LoraMergeTerm> device_terms;
   for (const LoraTerm& t : terms) {
     const LoraModule& m = *t.module;
     cuda::LoraMergeTerm d;
-    VORTEX_ASSIGN_OR_RETURN(const Tensor up, cuda::upload_staged(m.up, arena, stream));
-    VORTEX_ASSIGN_OR_RETURN(const Tensor down, cuda::upload_staged(m.down, arena, stream));
+    VORTEX_ASSIGN_OR_RETURN(const Tensor up, cuda::upload_staged(m.up, arena, copies));
+    VORTEX_ASSIGN_OR_RETURN(const Tensor down, cuda::upload_staged(m.down, arena, copies));
     d.up = up.data_as<const float>();
     d.down = down.data_as<const float>();
     if (m.magnitude.defined()) {
-      VORTEX_ASSIGN_OR_RETURN(const Tensor magnitude, cuda::upload_staged(m.magnitude, arena, stream));
+      VORTEX_ASSIGN_OR_RETURN(const Tensor magnitude, cuda::upload_staged(m.magnitude, arena, copies));
       d.magnitude = magnitude.data_as<const float>();
     }
     d.rank = m.down.size(0);
     d.scale = t.scale;
     device_terms.push_back(d);
   }
+  VORTEX_RETURN_IF_ERROR(copy_stream.join(stream));
   const size_t workspace_bytes = cuda::dora_workspace_bytes(dst.size(0), dst.size(1), device_terms);
   if (workspace_bytes == 0) return cuda::lora_merge(source, dst, device_terms, Tensor(), nullptr, stream);
   if (!dora_workspace.defined() || dora_workspace.nbytes() < workspace_bytes) {
@@ -196,12 +267,13 @@ Status MergingFiller::merge_on_device(const TensorSpec& spec, const Tensor& stor
 }
 
 Status MergingFiller::finish() {
+  copy_stream.end_batch();
   dora_workspace = Tensor();
   return dora_checks.check(stream);
 }
 
 Status MergingFiller::merge_on_host(const std::string& name, const std::string& linear, const TensorSpec& spec,
-                                    const Tensor& dst) {
+                                    const Tensor& dst, cudaStream_t copies) {
   if (!host_merged.count(name)) {
     // Under DoRA the weight and the bias merge together (the bias needs the weight's factors).
     NamedTensors group;
@@ -217,7 +289,7 @@ Status MergingFiller::merge_on_host(const std::string& name, const std::string& 
     VORTEX_RETURN_IF_ERROR(merge_loras(group, loras->applications(), merge_dtype));
     for (auto& [part, tensor] : group) host_merged[part] = std::move(tensor);
   }
-  return write_host_weight({{name, host_merged.at(name)}}, spec, dst, stream);
+  return write_host_weight({{name, host_merged.at(name)}}, spec, dst, copies);
 }
 
 }  // namespace
@@ -232,7 +304,6 @@ WeightFiller lora_merging_filler(HostWeights base, std::shared_ptr<const LoraSta
   state->loras = std::move(loras);
   state->merge_dtype = merge_dtype;
   state->stream = stream;
-  state->upload = host_weight_filler(std::move(base), stream);
   return WeightFiller([state](const TensorSpec& spec, const Tensor& dst) { return state->fill(spec, dst); },
                       [state] { return state->finish(); });
 }

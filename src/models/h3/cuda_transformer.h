@@ -41,7 +41,10 @@ namespace vortex::h3 {
 // its stream. A filler may leave a check of what it wrote to run on the device (the LoRA merge's
 // DoRA zero-norm check, cuda_lora_merge.h) so that the host goes on to the next weight meanwhile:
 // finish() waits for those and returns the first failure. Whoever fills calls finish() after its
-// last fill and before the weights are used; a filler stays usable after it.
+// last fill and before the weights are used; a filler stays usable after it. The fills between
+// two finish() calls are a batch, whose copies a filler may queue ahead of work the caller queued
+// after the batch's earlier fills (the merging filler's copy stream), except where they rewrite an
+// earlier fill's dst: between fills the caller queues nothing that writes a later fill's dst.
 class WeightFiller {
  public:
   using Fill = std::function<Status(const TensorSpec& spec, const Tensor& dst)>;
