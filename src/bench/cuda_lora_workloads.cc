@@ -80,19 +80,36 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
     return std::shared_ptr<const h3::LoraStack>(stack);
   };
   const auto plain = stack_of(false), dora = stack_of(true);
+  // The host's time in the fills (until the last returns, before finish and the sync), per sample:
+  // where it is near the switch's, the host's staging bounds the switch, not the device.
+  std::vector<double> host_fill_ms;
   const auto fill_all = [&](const h3::WeightFiller& fill) -> Status {
+    const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < specs.size(); ++i) VORTEX_RETURN_IF_ERROR(fill(specs[i], targets[i]));
+    const auto filled = std::chrono::steady_clock::now();
+    host_fill_ms.push_back(std::chrono::duration<double, std::milli>(filled - start).count());
     VORTEX_RETURN_IF_ERROR(fill.finish());
     VORTEX_CUDA_CHECK(cudaStreamSynchronize(nullptr));
     return ok_status();
   };
   const h3::WeightFiller merging = h3::lora_merging_filler(base, plain, DType::kBF16, nullptr);
   VORTEX_ASSIGN_OR_RETURN(auto timer, Timer::create());
+  // The median of the host's fill times of the samples just measured (the warm-ups' left out).
+  const auto host_fill_median = [&] {
+    const size_t reps = std::min(host_fill_ms.size(), static_cast<size_t>(o.repetitions));
+    const double median = median_of({host_fill_ms.end() - static_cast<std::ptrdiff_t>(reps), host_fill_ms.end()});
+    host_fill_ms.clear();
+    return median;
+  };
+  host_fill_ms.clear();
   VORTEX_ASSIGN_OR_RETURN(const Samples samples, timer->measure(o, nullptr, [&] { return fill_all(merging); }));
+  const double host_fill_plain_ms = host_fill_median();
   const h3::WeightFiller merging_dora = h3::lora_merging_filler(base, dora, DType::kBF16, nullptr);
   VORTEX_ASSIGN_OR_RETURN(const Samples dora_samples, timer->measure(o, nullptr, [&] { return fill_all(merging_dora); }));
+  const double host_fill_dora_ms = host_fill_median();
   const h3::WeightFiller upload = h3::host_weight_filler(base, nullptr);
   VORTEX_ASSIGN_OR_RETURN(const Samples upload_samples, timer->measure(o, nullptr, [&] { return fill_all(upload); }));
+  const double host_fill_upload_ms = host_fill_median();
 
   // The host merge, as a switch ran it before (its result is also the correctness reference).
   std::fprintf(stderr, "vortex bench: the host merge of one block, %d times\n", kHostRepetitions);
@@ -133,6 +150,10 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
       {"gb_per_s_host_to_device (bf16 weights / median)", params * 2 / (samples.median() * 1e-3) / 1e9},
       {"dora_switch_ms_per_block (median)", dora_samples.median()},
       {"upload_only_ms_per_block (median; the floor)", upload_samples.median()},
+      {"host_fill_ms_per_block (median; the host's time in the fills, before finish and the sync)",
+       {{"device_merge", host_fill_plain_ms},
+        {"device_merge_dora", host_fill_dora_ms},
+        {"upload_only", host_fill_upload_ms}}},
       {"host_merge_ms_per_block (median of 3, merge_loras)", host_merge_ms},
       {"host_merge_dora_ms_per_block (one run, merge_loras)", host_dora_ms},
       {"host_threads", std::thread::hardware_concurrency()},
