@@ -101,7 +101,6 @@ Result<std::vector<Manifest>> run_lora_workload(const BenchOptions& o) {
     host_fill_ms.clear();
     return median;
   };
-  host_fill_ms.clear();
   VORTEX_ASSIGN_OR_RETURN(const Samples samples, timer->measure(o, nullptr, [&] { return fill_all(merging); }));
   const double host_fill_plain_ms = host_fill_median();
   const h3::WeightFiller merging_dora = h3::lora_merging_filler(base, dora, DType::kBF16, nullptr);
